@@ -1,0 +1,60 @@
+// The seam between the HTTP server (Server/) and what answers requests (Proxy).
+//
+// The server parses a request and calls `RequestHandler.handle` on the connection's own serial queue.
+// The handler answers through the `ResponseSink` it was given, either at once on that queue (a fresh
+// memory hit: no queue hop) or later from any queue (a miss streamed from upstream).
+// A connection handles one request at a time: pipelined requests wait in the parse buffer until the
+// current response has ended, so responses go out in request order.
+
+internal import Foundation
+
+/// Who sent a request.
+public struct ClientInfo: Sendable, Equatable {
+    /// The peer address as text ("127.0.0.1", "::1"), for logs.
+    public var address: String
+    /// True when the peer is on a loopback address (127.0.0.0/8, ::1, or IPv4-mapped 127/8).
+    public var isLoopback: Bool
+    public init(address: String, isLoopback: Bool) {
+        self.address = address
+        self.isLoopback = isLoopback
+    }
+}
+
+/// Answers requests. Called on the connection's queue; must not block it.
+public protocol RequestHandler: Sendable {
+    func handle(_ request: HTTPRequestHead, client: ClientInfo, sink: any ResponseSink)
+}
+
+/// One response being written to a client.
+///
+/// Calls may come from any queue. A call made on the connection's own queue acts at once; a call from
+/// another queue hops onto it, keeping the order of calls made from one serial queue.
+/// The sequence is `head`, then `body`* and `end`, or `respond` alone; `abort` may come at any time and
+/// is final. Calls after `end` or `abort` are ignored. For a HEAD request the server sends the head only.
+public protocol ResponseSink: AnyObject, Sendable {
+    /// Starts the response. With `bodyLength` the body is framed by Content-Length (the sink sets the
+    /// header); without it, HTTP/1.1 clients get chunked encoding and HTTP/1.0 clients a close-delimited body.
+    func head(_ head: HTTPResponseHead, bodyLength: Int?)
+    /// Sends body bytes. The array is shared, not copied: callers pass stored or received buffers as they are.
+    func body(_ chunk: [UInt8])
+    /// Ends the response: terminates chunked encoding, then reads the next request or closes as agreed.
+    func end()
+    /// A whole response with a known body in one call (head, body, end); the body is written without copying.
+    func respond(_ head: HTTPResponseHead, body: [UInt8])
+    /// The response cannot be completed: the connection is closed at once so that the client sees a
+    /// truncated response (short Content-Length or no last chunk), never a complete short one.
+    func abort()
+    /// Registers a callback run once, on the connection's queue, when the client goes away before the
+    /// response has ended (peer closed, reset, write error or timeout). Run at once if it is already gone.
+    func onCancel(_ callback: @escaping @Sendable () -> Void)
+}
+
+extension ResponseSink {
+    /// A plain-text error response: `status`, and the one-line `reason` as the body.
+    public func fail(status: Int, reason: String, headers extra: HTTPHeaders = HTTPHeaders()) {
+        var headers = extra
+        headers.set("Content-Type", "text/plain; charset=utf-8")
+        headers.set("Cache-Control", "no-store")
+        respond(HTTPResponseHead(status: status, headers: headers), body: Array((reason + "\n").utf8))
+    }
+}

@@ -1,0 +1,109 @@
+// The seam between the proxy and the network: an `Origin` runs upstream transfers.
+//
+// `CurlOrigin` (Upstream/Curl/) implements it with one libcurl multi handle; unit tests use `MockOrigin`.
+// A transfer reports its events through one callback, called serially (never two at once for one transfer)
+// from the origin's own thread or queue: zero or more `.head` for the final response only (redirects
+// followed and interim 1xx responses are not reported), then `.body` chunks, then exactly one of `.end` or
+// `.failed`. After `cancel()` no further events are delivered, except possibly one already running.
+
+internal import Foundation
+
+/// What to fetch.
+public struct UpstreamRequest: Sendable, Equatable {
+    /// Absolute http or https URL.
+    public var url: String
+    /// "GET" (HEAD requests are fetched with GET to fill the cache).
+    public var method: String
+    /// End-to-end request fields to send (Accept, User-Agent, conditional fields). No hop-by-hop fields.
+    public var headers: HTTPHeaders
+    /// True for configured reverse-proxy origins: the private-network check is skipped.
+    public var trusted: Bool
+    /// The transfer fails with `.tooLarge` when Content-Length or the bytes received exceed this.
+    public var maxBodyBytes: Int
+    /// Higher runs first when transfers wait for a free slot (unused by FIFO/LIFO order between equals).
+    public var priority: Int
+
+    public init(url: String, method: String = "GET", headers: HTTPHeaders = HTTPHeaders(), trusted: Bool = false,
+                maxBodyBytes: Int = 50 << 20, priority: Int = 0) {
+        self.url = url
+        self.method = method
+        self.headers = headers
+        self.trusted = trusted
+        self.maxBodyBytes = maxBodyBytes
+        self.priority = priority
+    }
+}
+
+/// What a transfer reports, in order.
+public enum UpstreamEvent: Sendable {
+    /// The final response's status and fields, hop-by-hop fields removed. `url` is the effective URL after redirects.
+    case head(HTTPResponseHead, url: String)
+    /// Body bytes as they arrive (content codings untouched).
+    case body([UInt8])
+    /// The body is complete.
+    case end
+    /// The transfer failed; no `.end` follows.
+    case failed(UpstreamError)
+}
+
+/// Why an upstream transfer failed.
+public enum UpstreamError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The destination address is on a refused network (loopback, private, link-local, ...).
+    case refusedDestination(address: String)
+    /// The URL is not a usable absolute http(s) URL, or its scheme is not allowed.
+    case badURL(String)
+    case dns(String)
+    case connect(String)
+    case tls(String)
+    case timeout(String)
+    /// More than the redirect limit.
+    case tooManyRedirects(Int)
+    /// The body is larger than the per-object limit.
+    case tooLarge(limit: Int)
+    /// The origin sent a broken response or the connection broke mid-body.
+    case broken(String)
+    /// Waited too long for a free transfer slot.
+    case queueTimeout
+    /// Cancelled by the caller.
+    case cancelled
+    case other(String)
+
+    public var description: String {
+        switch self {
+        case let .refusedDestination(address): "destination \(address) is on a private or reserved network (use --allow-private-networks to allow it)"
+        case let .badURL(why): "bad upstream URL: \(why)"
+        case let .dns(why): "could not resolve upstream host: \(why)"
+        case let .connect(why): "could not connect to upstream: \(why)"
+        case let .tls(why): "TLS failure talking to upstream: \(why)"
+        case let .timeout(why): "upstream timed out: \(why)"
+        case let .tooManyRedirects(limit): "upstream redirected more than \(limit) times"
+        case let .tooLarge(limit): "upstream object is larger than the \(limit)-byte limit (--max-object-size)"
+        case let .broken(why): "upstream response broken: \(why)"
+        case .queueTimeout: "no upstream transfer slot became free in time"
+        case .cancelled: "upstream transfer cancelled"
+        case let .other(why): "upstream failure: \(why)"
+        }
+    }
+
+    /// The status a client gets for this failure.
+    public var httpStatus: Int {
+        switch self {
+        case .refusedDestination: 403
+        case .badURL: 400
+        case .timeout, .queueTimeout: 504
+        default: 502
+        }
+    }
+}
+
+/// A running transfer.
+public protocol UpstreamTransfer: Sendable {
+    /// Stops the transfer. Idempotent; may be called from any queue.
+    func cancel()
+}
+
+/// Runs upstream transfers.
+public protocol Origin: Sendable {
+    /// Starts (or queues, when every transfer slot is busy) a transfer. `events` is called serially.
+    func fetch(_ request: UpstreamRequest, events: @escaping @Sendable (UpstreamEvent) -> Void) -> any UpstreamTransfer
+}
