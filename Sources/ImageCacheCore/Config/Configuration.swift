@@ -96,6 +96,8 @@ public struct ServerConfiguration: Sendable, Equatable {
     public var maxHeaderBytes: Int = 16_384
     /// `server.max-header-count`: most header fields; more gets 431. Default 100.
     public var maxHeaderCount: Int = 100
+    /// `server.max-request-body`: largest request body read (admin endpoints take lists); larger gets 413. Default 1 MiB.
+    public var maxRequestBodyBytes: Int = 1 << 20
     /// `server.header-timeout`: seconds to receive a whole request head once it has started. Default 10.
     public var headerTimeoutSeconds: Double = 10
     /// `server.idle-timeout`: seconds a keep-alive connection may sit idle between requests. Default 60.

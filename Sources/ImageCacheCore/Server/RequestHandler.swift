@@ -21,8 +21,10 @@ public struct ClientInfo: Sendable, Equatable {
 }
 
 /// Answers requests. Called on the connection's queue; must not block it.
+/// Every method reaches the handler (it answers 501 for those it does not support); `body` is the request
+/// body the server read whole (Content-Length or chunked, within `server.max-request-body`), empty when none.
 public protocol RequestHandler: Sendable {
-    func handle(_ request: HTTPRequestHead, client: ClientInfo, sink: any ResponseSink)
+    func handle(_ request: HTTPRequestHead, body: [UInt8], client: ClientInfo, sink: any ResponseSink)
 }
 
 /// One response being written to a client.
