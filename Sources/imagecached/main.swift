@@ -1,1 +1,143 @@
-print("imagecached skeleton")
+// imagecached: parse the command line, load the configuration, run the daemon until a signal stops it.
+
+import ArgumentParser
+import Foundation
+import ImageCacheCore
+import Logging
+
+struct Imagecached: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "imagecached",
+        abstract: "A local HTTP image caching proxy: forward proxy, /fetch?url=..., or reverse proxy with --origin.",
+        discussion: """
+            Settings come from the defaults, then the configuration file (--config), then environment variables \
+            (IMAGECACHED_ + the key upper-cased, e.g. IMAGECACHED_MEMORY_LIMIT), then these flags: flags win. \
+            Sizes take KiB/MiB/GiB (1024) or KB/MB/GB (1000); durations take ms, s, m, h (plain numbers are seconds).
+            """,
+        version: imagecachedVersion
+    )
+
+    @Option(help: "Configuration file (YAML). Default: none, or $IMAGECACHED_CONFIG.")
+    var config: String?
+
+    @Option(help: "Address to serve on, HOST:PORT or [V6]:PORT; port 0 picks a free one. Default 127.0.0.1:8080.")
+    var listen: String?
+    @Option(help: "Reverse-proxy mode: map every request path to this origin base URL (http or https).")
+    var origin: String?
+    @Option(help: "Directory of the on-disk cache. Default $CACHE_DIRECTORY, else $XDG_CACHE_HOME/imagecached, else ~/.cache/imagecached.")
+    var cacheDir: String?
+    @Option(help: "Byte budget of the memory tier. Default 256MiB.")
+    var memoryLimit: String?
+    @Option(help: "Most entries in the memory tier; 0 means no count limit. Default 0.")
+    var memoryCountLimit: String?
+    @Option(help: "Objects larger than this are streamed but not kept in memory. Default 1/8 of --memory-limit.")
+    var memoryObjectLimit: String?
+    @Option(help: "Largest upstream object served or stored; larger transfers are stopped. Default 50MiB.")
+    var maxObjectSize: String?
+    @Option(help: "Comma-separated media types served and stored; */* turns the image checks off. Default image/jpeg,image/png,image/gif,image/webp,image/avif.")
+    var contentTypes: String?
+    @Flag(help: "Allow SVG (image/svg+xml), which can carry script. Default off.")
+    var allowSvg = false
+    @Flag(help: "Let forward and fetch modes reach loopback, private and link-local addresses. Default off.")
+    var allowPrivateNetworks = false
+    @Option(help: "Fraction of (Date - Last-Modified) used as freshness when the origin gives none. Default 0.1.")
+    var heuristicFraction: String?
+    @Option(help: "Cap on heuristic freshness. Default 1d (86400).")
+    var heuristicMax: String?
+    @Flag(help: "Keep an upstream transfer running to fill the cache when every client waiting on it has gone. Default off.")
+    var completeAbandonedFetches = false
+    @Option(help: "trace, debug, info, notice, warning, error or critical. Default info.")
+    var logLevel: String?
+    @Option(help: "One log line per request: true or false. Default true.")
+    var accessLog: String?
+
+    @Option(help: "Longest request line in bytes (414 beyond). Default 8192.")
+    var serverMaxRequestLine: String?
+    @Option(help: "Largest request header section in bytes (431 beyond). Default 16384.")
+    var serverMaxHeaderBytes: String?
+    @Option(help: "Most request header fields (431 beyond). Default 100.")
+    var serverMaxHeaderCount: String?
+    @Option(help: "Largest request body (413 beyond). Default 1MiB.")
+    var serverMaxRequestBody: String?
+    @Option(help: "Time to receive a whole request head. Default 10s.")
+    var serverHeaderTimeout: String?
+    @Option(help: "Time a keep-alive connection may sit idle. Default 60s.")
+    var serverIdleTimeout: String?
+    @Option(help: "Time a client may take to accept written bytes. Default 60s.")
+    var serverWriteTimeout: String?
+    @Option(help: "Connections served at once. Default 10000.")
+    var serverMaxConnections: String?
+
+    @Option(help: "Upstream connect timeout (DNS, TCP, TLS). Default 10s.")
+    var upstreamConnectTimeout: String?
+    @Option(help: "Upstream whole-transfer timeout. Default 60s.")
+    var upstreamTimeout: String?
+    @Option(help: "Bytes per second under which an upstream transfer counts as stalled. Default 1024.")
+    var upstreamLowSpeedLimit: String?
+    @Option(help: "Time under the low-speed limit before the transfer is aborted. Default 20s.")
+    var upstreamLowSpeedTime: String?
+    @Option(help: "Redirects followed upstream. Default 5.")
+    var upstreamMaxRedirects: String?
+    @Option(help: "Upstream transfers at once; more wait in a queue. Default 64.")
+    var upstreamMaxTransfers: String?
+    @Option(help: "Connections to one upstream host at once. Default 8.")
+    var upstreamMaxHostConnections: String?
+    @Option(help: "Order of waiting upstream transfers: fifo or lifo. Default fifo.")
+    var upstreamQueueOrder: String?
+    @Option(help: "Time a transfer may wait for a slot before failing with 504. Default 30s.")
+    var upstreamQueueTimeout: String?
+    @Option(help: "User-Agent sent upstream when the client sent none. Default imagecached/VERSION.")
+    var upstreamUserAgent: String?
+    @Option(help: "CA bundle file for upstream TLS verification. Default: the system store.")
+    var upstreamCaBundle: String?
+
+    /// The flags given, as settings keyed like the configuration file.
+    func flagSettings() -> [ConfigSetting] {
+        let values: [(String, String?)] = [
+            ("listen", listen), ("origin", origin), ("cache-dir", cacheDir), ("memory-limit", memoryLimit),
+            ("memory-count-limit", memoryCountLimit), ("memory-object-limit", memoryObjectLimit),
+            ("max-object-size", maxObjectSize), ("content-types", contentTypes),
+            ("allow-svg", allowSvg ? "true" : nil), ("allow-private-networks", allowPrivateNetworks ? "true" : nil),
+            ("heuristic-fraction", heuristicFraction), ("heuristic-max", heuristicMax),
+            ("complete-abandoned-fetches", completeAbandonedFetches ? "true" : nil),
+            ("log-level", logLevel), ("access-log", accessLog),
+            ("server.max-request-line", serverMaxRequestLine), ("server.max-header-bytes", serverMaxHeaderBytes),
+            ("server.max-header-count", serverMaxHeaderCount), ("server.max-request-body", serverMaxRequestBody),
+            ("server.header-timeout", serverHeaderTimeout), ("server.idle-timeout", serverIdleTimeout),
+            ("server.write-timeout", serverWriteTimeout), ("server.max-connections", serverMaxConnections),
+            ("upstream.connect-timeout", upstreamConnectTimeout), ("upstream.timeout", upstreamTimeout),
+            ("upstream.low-speed-limit", upstreamLowSpeedLimit), ("upstream.low-speed-time", upstreamLowSpeedTime),
+            ("upstream.max-redirects", upstreamMaxRedirects), ("upstream.max-transfers", upstreamMaxTransfers),
+            ("upstream.max-host-connections", upstreamMaxHostConnections), ("upstream.queue-order", upstreamQueueOrder),
+            ("upstream.queue-timeout", upstreamQueueTimeout), ("upstream.user-agent", upstreamUserAgent),
+            ("upstream.ca-bundle", upstreamCaBundle),
+        ]
+        return values.compactMap { key, value in
+            value.map { ConfigSetting(key: key, value: .scalar($0), source: "--" + key.replacingOccurrences(of: ".", with: "-")) }
+        }
+    }
+
+    func run() throws {
+        let environment = ProcessInfo.processInfo.environment
+        let configuration: Configuration
+        do {
+            configuration = try Configuration.load(
+                file: config ?? environment["IMAGECACHED_CONFIG"], environment: environment, flags: flagSettings())
+        } catch {
+            FileHandle.standardError.write(Data("imagecached: \(error)\n".utf8))
+            throw ExitCode(2)
+        }
+        let logger = DaemonLogging.makeLogger(level: configuration.logLevel)
+        let daemon: Daemon
+        do {
+            daemon = try Daemon(configuration: configuration, logger: logger)
+            try daemon.start()
+        } catch {
+            logger.critical("cannot start: \(error)")
+            throw ExitCode(1)
+        }
+        daemon.runUntilSignalled()
+    }
+}
+
+Imagecached.main()

@@ -1,0 +1,62 @@
+// The Cache-Status (RFC 9211) and X-Cache values a response carries. Pure.
+//
+//   X-Cache      Cache-Status                                   when
+//   HIT          imagecached; hit; ttl=N                        fresh in memory
+//   STALE        imagecached; hit; ttl=-N                       stale, served because the request's max-stale allows it
+//   MISS         imagecached; fwd=miss; fwd-status=200; stored  fetched (stored or not: "stored" says)
+//   COALESCED    imagecached; fwd=miss; fwd-status=200; collapsed   joined a fetch another request started
+//   REVALIDATED  imagecached; fwd=stale; fwd-status=304; stored stale entry confirmed by the origin (304)
+//   EXPIRED      imagecached; fwd=stale; fwd-status=200; stored stale entry replaced by a changed 200
+//   MISS         imagecached; fwd=request; ...                  the request's no-cache forced a revalidation
+//   MISS         imagecached; fwd=vary-miss; ...                stored variant does not match the request's Vary fields
+//   BYPASS       imagecached; fwd=bypass; ...                   not cacheable as asked (Authorization, no-store) or not shareable
+// A Cache-Status the origin already sent is kept and ours is appended (RFC 9211 section 2).
+
+/// How a response was produced.
+struct CacheOutcome: Sendable, Equatable {
+    enum Forward: String, Sendable, Equatable {
+        case miss, stale, request, bypass
+        case varyMiss = "vary-miss"
+    }
+    /// nil for a hit (served from the cache without contacting the origin).
+    var forward: Forward?
+    /// Seconds of freshness left (negative when stale); hits only.
+    var ttl: Double?
+    var forwardStatus: Int?
+    var stored = false
+    var collapsed = false
+
+    static func hit(ttl: Double) -> CacheOutcome { CacheOutcome(forward: nil, ttl: ttl) }
+
+    var xCache: String {
+        guard let forward else { return (ttl ?? 0) < 0 ? "STALE" : "HIT" }
+        if collapsed { return "COALESCED" }
+        switch forward {
+        case .stale: return forwardStatus == 304 ? "REVALIDATED" : "EXPIRED"
+        case .bypass: return "BYPASS"
+        case .miss, .request, .varyMiss: return forwardStatus == 304 ? "REVALIDATED" : "MISS"
+        }
+    }
+
+    var cacheStatus: String {
+        var value = "imagecached"
+        if let forward {
+            value += "; fwd=\(forward.rawValue)"
+            if let forwardStatus { value += "; fwd-status=\(forwardStatus)" }
+            if stored { value += "; stored" }
+            if collapsed { value += "; collapsed" }
+        } else {
+            value += "; hit"
+            if let ttl { value += "; ttl=\(Int(ttl.rounded(.down)))" }
+        }
+        return value
+    }
+
+    /// Adds Cache-Status (appended to an upstream one) and X-Cache.
+    func apply(to headers: inout HTTPHeaders) {
+        let upstream = headers.combined("Cache-Status")
+        headers.remove("Cache-Status")
+        headers.add("Cache-Status", upstream.map { "\($0), \(cacheStatus)" } ?? cacheStatus)
+        headers.set("X-Cache", xCache)
+    }
+}

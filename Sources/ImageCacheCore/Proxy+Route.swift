@@ -1,0 +1,113 @@
+// Where a request goes: the three ways in (forward proxy, /fetch?url=, reverse proxy), the daemon's own
+// endpoints under /_imagecached/, or an error. Pure functions, no I/O.
+//
+// The cache key is the normalised upstream URL, whichever way the request came in, so a forward request and
+// a fetch request for one URL share one entry.
+
+/// What a request asks for.
+enum Route: Equatable {
+    enum Mode: String, Equatable { case forward, fetch, reverse }
+    /// An upstream URL to serve through the cache. `trusted` for configured origins (no private-network check).
+    case upstream(UpstreamURL, mode: Mode, trusted: Bool)
+    /// One of the daemon's own endpoints: "/_imagecached/<name>".
+    case admin(path: String, query: String?)
+    case error(status: Int, reason: String)
+}
+
+extension Route {
+    static func resolve(_ request: HTTPRequestHead, origins: [OriginMapping]) -> Route {
+        let target = request.target
+        if request.method == "CONNECT" {
+            return .error(status: 501, reason: "CONNECT tunnels are not supported; fetch https images with GET /fetch?url=<percent-encoded URL>")
+        }
+        if target.first != "/" {
+            // Absolute form: forward proxy (curl -x). Any other form is malformed here.
+            guard target.contains("://") else {
+                return .error(status: 400, reason: "request target '\(target.prefix(200))' is not a path or an absolute URL")
+            }
+            do {
+                return .upstream(try UpstreamURL.parse(target), mode: .forward, trusted: false)
+            } catch {
+                return .error(status: 400, reason: "bad URL: \(error.reason)")
+            }
+        }
+        let (path, query) = splitQuery(target)
+        if path == "/fetch" {
+            guard let query, let encoded = queryParameter("url", in: query) else {
+                return .error(status: 400, reason: "missing url parameter: use /fetch?url=<percent-encoded absolute http or https URL>")
+            }
+            guard let url = percentDecode(encoded), !url.isEmpty else {
+                return .error(status: 400, reason: "the url parameter is not valid percent-encoding")
+            }
+            do {
+                return .upstream(try UpstreamURL.parse(url), mode: .fetch, trusted: false)
+            } catch {
+                return .error(status: 400, reason: "bad url parameter: \(error.reason)")
+            }
+        }
+        if path == "/_imagecached" || path.hasPrefix("/_imagecached/") {
+            return .admin(path: path, query: query)
+        }
+        guard let mapping = origins.filter({ matches(prefix: $0.prefix, path: path) }).max(by: { $0.prefix.count < $1.prefix.count }) else {
+            if origins.isEmpty {
+                return .error(status: 400, reason: "not a proxy request: send an absolute URL (curl -x), use /fetch?url=..., or start the daemon with --origin")
+            }
+            return .error(status: 404, reason: "no origin is configured for path \(path.prefix(200))")
+        }
+        var rest = target.dropFirst(mapping.prefix == "/" ? 0 : mapping.prefix.count)
+        if rest.first == "?" || rest.isEmpty { rest = "/" + rest }
+        var base = Substring(mapping.url)
+        while base.hasSuffix("/") { base = base.dropLast() }
+        do {
+            return .upstream(try UpstreamURL.parse(String(base + rest)), mode: .reverse, trusted: true)
+        } catch {
+            return .error(status: 400, reason: "bad URL: \(error.reason)")
+        }
+    }
+
+    /// `prefix` "/img" matches "/img", "/img/a.jpg", not "/images".
+    static func matches(prefix: String, path: String) -> Bool {
+        if prefix == "/" { return true }
+        let trimmed = prefix.hasSuffix("/") ? String(prefix.dropLast()) : prefix
+        return path == trimmed || path.hasPrefix(trimmed + "/")
+    }
+
+    static func splitQuery(_ target: String) -> (path: String, query: String?) {
+        guard let mark = target.firstIndex(of: "?") else { return (target, nil) }
+        return (String(target[..<mark]), String(target[target.index(after: mark)...]))
+    }
+
+    /// The raw (still percent-encoded) value of the first `name` parameter of a query string.
+    static func queryParameter(_ name: String, in query: String) -> String? {
+        for pair in query.split(separator: "&", omittingEmptySubsequences: true) {
+            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            if parts[0] == name { return parts.count > 1 ? String(parts[1]) : "" }
+        }
+        return nil
+    }
+
+    /// Decodes %XX escapes ("+" stays "+": a literal plus in a URL is more likely than a form-encoded space).
+    static func percentDecode(_ text: String) -> String? {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(text.utf8.count)
+        var iterator = text.utf8.makeIterator()
+        while let byte = iterator.next() {
+            if byte == UInt8(ascii: "%") {
+                guard let high = iterator.next().flatMap(hexValue), let low = iterator.next().flatMap(hexValue) else { return nil }
+                bytes.append(high << 4 | low)
+            } else {
+                bytes.append(byte)
+            }
+        }
+        return String(validating: bytes, as: UTF8.self)
+    }
+
+    private static func hexValue(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
+        default: nil
+        }
+    }
+}

@@ -1,0 +1,243 @@
+// Proxy: the coordinator. Every request flows through `handle`:
+//
+//   connection queue                         proxy queue                           curl thread
+//   ----------------                         -----------                           -----------
+//   route (forward | fetch | reverse | admin)
+//   memory.lookup(key) ── fresh ──> respond (no hop, body shared, not copied)
+//        │ stale + max-stale ──> respond STALE
+//        │ only-if-cached ──> 504
+//        └─ miss / stale / vary-miss / bypass ──> dispatch
+//                                              coalescer[key]? ── attach as waiter (collapsed)
+//                                              memory re-check (an entry may have landed)
+//                                              new Fetch ──────────────────────────> origin.fetch
+//                                              Fetch.receive(event) <─── queue.async ─ head, body, end, failed
+//                                                 head/body/end fan out to every waiter's sink (sinks hop to
+//                                                 their connection queues); end stores into memory first,
+//                                                 then ends the waiters, then leaves the coalescer.
+//
+// Ownership: `memory` guards itself (Mutex); `coalescer` and every `Fetch` are confined to `queue`
+// (imagecached.proxy); `origin` is thread-safe; `configuration` and `contentPolicy` are immutable.
+
+internal import Dispatch
+public import Foundation
+public import Logging
+
+/// Answers requests from the cache, or through one coalesced upstream fetch per cache key.
+public final class Proxy: RequestHandler, @unchecked Sendable {
+    // MARK: immutable after init
+    let configuration: Configuration
+    let origin: any Origin
+    let logger: Logger
+    let contentPolicy: ContentPolicy
+    let freshnessPolicy: FreshnessPolicy
+    /// Wall-clock time source (HTTP dates are wall-clock); injected by tests.
+    let now: @Sendable () -> Date
+
+    // MARK: shared, guarded by its own lock
+    public let memory: MemoryCache
+
+    // MARK: owned by `queue`
+    let queue = DispatchQueue(label: "imagecached.proxy")
+    /// Confined to `queue`: the fetches in flight, by cache key.
+    var coalescer: [CacheKey: Fetch] = [:]
+    /// Confined to `queue`: waiter identities.
+    var nextWaiterID = 0
+
+    public init(configuration: Configuration, origin: any Origin, logger: Logger, now: @escaping @Sendable () -> Date = { Date() }) {
+        self.configuration = configuration
+        self.origin = origin
+        self.logger = logger
+        self.now = now
+        contentPolicy = ContentPolicy(allowedTypes: configuration.effectiveContentTypes)
+        freshnessPolicy = FreshnessPolicy(
+            heuristicFraction: configuration.heuristicFraction, heuristicMaxSeconds: configuration.heuristicMaxSeconds)
+        memory = MemoryCache(
+            limitBytes: configuration.memoryLimitBytes, countLimit: configuration.memoryCountLimit,
+            objectLimitBytes: configuration.effectiveMemoryObjectLimitBytes)
+    }
+
+    /// Called on the connection's queue.
+    public func handle(_ request: HTTPRequestHead, body: [UInt8], client: ClientInfo, sink: any ResponseSink) {
+        let route = Route.resolve(request, origins: configuration.origins)
+        switch route {
+        case let .error(status, reason):
+            refuse(sink, status: status, reason: reason, request: request, client: client)
+        case let .admin(path, query):
+            handleAdmin(request, path: path, query: query, body: body, client: client, sink: sink)
+        case let .upstream(url, mode, trusted):
+            guard request.method == "GET" || request.method == "HEAD" else {
+                refuse(sink, status: 501, reason: "method \(request.method) is not supported here (only GET and HEAD)",
+                       request: request, client: client, headers: ["Allow": "GET, HEAD"])
+                return
+            }
+            guard body.isEmpty else {
+                refuse(sink, status: 400, reason: "a \(request.method) request must not have a body", request: request, client: client)
+                return
+            }
+            serve(ClientRequest(head: request, url: url, mode: mode, trusted: trusted, client: client), sink: sink)
+        }
+    }
+
+    /// The cache lookup, on the connection's queue. A fresh hit is answered here without a queue hop.
+    func serve(_ request: ClientRequest, sink: any ResponseSink) {
+        let key = CacheKey(request.url)
+        if request.bypassesCache {
+            queue.async { self.dispatch(request, key: key, sink: sink, reason: .bypass) }
+            return
+        }
+        guard let entry = memory.lookup(key) else {
+            if request.cacheControl.onlyIfCached {
+                refuse(sink, status: 504, reason: "not in the cache and the request said only-if-cached", request: request.head, client: request.client)
+                return
+            }
+            queue.async { self.dispatch(request, key: key, sink: sink, reason: .miss) }
+            return
+        }
+        if let vary = entry.vary, !vary.matches(request.head.headers) {
+            if request.cacheControl.onlyIfCached {
+                refuse(sink, status: 504, reason: "the cached variant does not match this request and it said only-if-cached",
+                       request: request.head, client: request.client)
+                return
+            }
+            queue.async { self.dispatch(request, key: key, sink: sink, reason: .varyMiss) }
+            return
+        }
+        let time = now()
+        switch Freshness.use(entry, request: request.cacheControl, now: time) {
+        case let .fresh(ttl):
+            respond(entry, to: sink, request: request, outcome: .hit(ttl: ttl), now: time)
+        case let .staleAllowed(staleness):
+            respond(entry, to: sink, request: request, outcome: .hit(ttl: -max(staleness, 1)), now: time)
+        case .revalidate:
+            if request.cacheControl.onlyIfCached {
+                refuse(sink, status: 504, reason: "the cached copy is stale and the request said only-if-cached",
+                       request: request.head, client: request.client)
+                return
+            }
+            let reason: CacheOutcome.Forward = request.cacheControl.noCache ? .request : .stale
+            queue.async { self.dispatch(request, key: key, sink: sink, reason: reason) }
+        }
+    }
+
+    /// Writes a stored entry: the full response, or 304 when the client's own validators match.
+    func respond(_ entry: CacheEntry, to sink: any ResponseSink, request: ClientRequest, outcome: CacheOutcome, now: Date) {
+        var headers = entry.head.headers
+        headers.remove("Content-Length")
+        headers.set("Age", String(Int(Freshness.currentAge(entry, now: now))))
+        outcome.apply(to: &headers)
+        if request.clientValidatorsMatch(entry) {
+            let kept = ["ETag", "Cache-Control", "Expires", "Last-Modified", "Date", "Vary", "Content-Location", "Age",
+                        "Cache-Status", "X-Cache"]
+            headers.removeAll { field in !kept.contains { $0.equalsIgnoringASCIICase(field.name) } }
+            sink.head(HTTPResponseHead(status: 304, headers: headers), bodyLength: nil)
+            sink.end()
+            return
+        }
+        sink.respond(HTTPResponseHead(status: entry.head.status, reason: entry.head.reason, headers: headers), body: entry.body)
+    }
+
+    /// A clear error: status, one-line reason in the body and the log.
+    func refuse(_ sink: any ResponseSink, status: Int, reason: String, request: HTTPRequestHead, client: ClientInfo,
+                headers: HTTPHeaders = HTTPHeaders()) {
+        logger.notice("\(status) \(request.method) \(request.target.prefix(500)) from \(client.address): \(reason)")
+        sink.fail(status: status, reason: reason, headers: headers)
+    }
+
+    // MARK: proxy queue
+
+    /// Joins the fetch in flight for `key`, or starts one. On `queue`.
+    func dispatch(_ request: ClientRequest, key: CacheKey, sink: any ResponseSink, reason: CacheOutcome.Forward) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        nextWaiterID += 1
+        let waiter = Fetch.Waiter(id: nextWaiterID, sink: sink, request: request)
+        if reason != .bypass {
+            if let fetch = coalescer[key] {
+                fetch.attach(waiter, collapsed: true)
+                return
+            }
+            // An entry may have landed between the lookup on the connection queue and now.
+            if reason == .miss, let entry = memory.lookup(key), entry.vary?.matches(request.head.headers) ?? true {
+                let time = now()
+                if case let .fresh(ttl) = Freshness.use(entry, request: request.cacheControl, now: time) {
+                    respond(entry, to: sink, request: request, outcome: .hit(ttl: ttl), now: time)
+                    return
+                }
+            }
+        }
+        var revalidating: CacheEntry?
+        if reason == .stale || reason == .request, let entry = memory.lookup(key), entry.vary?.matches(request.head.headers) ?? true,
+           entry.etag != nil || entry.lastModified != nil {
+            revalidating = entry
+        }
+        let fetch = Fetch(proxy: self, key: key, leader: request, reason: reason, revalidating: revalidating)
+        if reason != .bypass { coalescer[key] = fetch }
+        fetch.attach(waiter, collapsed: false)
+        fetch.start()
+    }
+
+    /// Called by a fetch when it will take no more waiters. On `queue`.
+    func fetchClosed(_ fetch: Fetch) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        if coalescer[fetch.key] === fetch { coalescer[fetch.key] = nil }
+    }
+
+    /// Sends waiters that cannot share `fetch`'s response upstream on their own. On `queue`.
+    func redispatchAlone(_ waiters: [Fetch.Waiter], key: CacheKey) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        for waiter in waiters {
+            let fetch = Fetch(proxy: self, key: key, leader: waiter.request, reason: .bypass, revalidating: nil)
+            fetch.attach(Fetch.Waiter(id: waiter.id, sink: waiter.sink, request: waiter.request), collapsed: false)
+            fetch.start()
+        }
+    }
+
+    /// Waiting fetches for tests and stats. Blocks until the proxy queue answers; never call it on a request path.
+    public var fetchesInFlight: Int { queue.sync { coalescer.count } }
+}
+
+/// A request headed for the cache, with what was parsed from it once.
+struct ClientRequest: Sendable {
+    let head: HTTPRequestHead
+    let url: UpstreamURL
+    let mode: Route.Mode
+    let trusted: Bool
+    let client: ClientInfo
+    let cacheControl: CacheControl
+
+    init(head: HTTPRequestHead, url: UpstreamURL, mode: Route.Mode, trusted: Bool, client: ClientInfo) {
+        self.head = head
+        self.url = url
+        self.mode = mode
+        self.trusted = trusted
+        self.client = client
+        cacheControl = CacheControl(head.headers)
+    }
+
+    var isHead: Bool { head.method == "HEAD" }
+
+    /// Requests the cache may not answer or share: credentials, or the client's no-store.
+    var bypassesCache: Bool { head.headers.contains("Authorization") || cacheControl.noStore }
+
+    /// The end-to-end request fields sent upstream: the ones that matter for images, plus credentials on a bypass.
+    func upstreamHeaders() -> HTTPHeaders {
+        var headers = HTTPHeaders()
+        for name in ["Accept", "Accept-Language", "User-Agent"] {
+            if let value = head.headers.combined(name) { headers.add(name, value) }
+        }
+        if let authorization = head.headers["Authorization"] { headers.add("Authorization", authorization) }
+        headers.add("Via", "1.1 imagecached")
+        return headers
+    }
+
+    /// The client's conditional request (If-None-Match, else If-Modified-Since) matches the stored entry.
+    func clientValidatorsMatch(_ entry: CacheEntry) -> Bool {
+        if let ifNoneMatch = head.headers.combined("If-None-Match") {
+            return EntityTag.ifNoneMatch(ifNoneMatch, matches: entry.etag)
+        }
+        if let since = head.headers["If-Modified-Since"].flatMap({ HTTPDate.parse($0) }),
+           let modified = entry.lastModified.flatMap({ HTTPDate.parse($0) }) {
+            return modified <= since
+        }
+        return false
+    }
+}

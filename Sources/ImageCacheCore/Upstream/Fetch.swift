@@ -1,0 +1,319 @@
+// Fetch: one upstream transfer for one cache key, and the clients waiting on it (Varnish's busy object
+// and waiting list, Nuke's TaskPool entry). Confined to the proxy queue; events from the origin arrive
+// with `queue.async`.
+//
+// Data model
+//   waiters      the clients served by this transfer. Each gets the head as soon as it is known (and the
+//                image checks passed), then every body chunk as it arrives: the same [UInt8] arrays, shared.
+//   chunks       the body so far, kept while it may still be stored or joined by a late waiter; dropped
+//                (and the fetch closed to newcomers) once it outgrows the memory tier's object limit.
+//   state        waitingForHead -> checkingBody (image signature needs the first bytes) -> streaming -> finished
+//                any state -> finished on failure, on cancellation (every waiter gone) or on a refusal.
+//
+// Rules
+//   - A response that may not be shared (private, no-store, Set-Cookie, Vary: *) goes to the leader only;
+//     the other waiters are sent upstream on their own. Waiters whose request does not match the response's
+//     Vary fields likewise.
+//   - A failure before the head went out answers every waiter with the error's status and reason; after it,
+//     every waiter's connection is closed (abort), so no short body passes as complete. Nothing is stored.
+//   - On success the entry is stored first, then the waiters are ended, then the fetch leaves the coalescer.
+//   - When the last waiter goes, the transfer is cancelled unless complete-abandoned-fetches is on.
+
+internal import Dispatch
+internal import Foundation
+
+final class Fetch: @unchecked Sendable {
+    /// A client waiting on this fetch.
+    struct Waiter {
+        let id: Int
+        let sink: any ResponseSink
+        let request: ClientRequest
+        var collapsed = false
+        var sentHead = false
+    }
+
+    enum State {
+        case waitingForHead
+        case checkingBody(HTTPResponseHead)
+        case streaming(HTTPResponseHead)
+        case finished
+    }
+
+    // MARK: immutable
+    unowned let proxy: Proxy
+    let key: CacheKey
+    let leader: ClientRequest
+    let reason: CacheOutcome.Forward
+    let revalidating: CacheEntry?
+
+    // MARK: owned by proxy.queue
+    private var state = State.waitingForHead
+    private var waiters: [Waiter] = []
+    private var chunks: [[UInt8]] = []
+    private var prefix: [UInt8] = []
+    private var receivedBytes = 0
+    private var keepingBody = true
+    /// Still in the coalescer map, taking new waiters.
+    private var joinable = true
+    private var transfer: (any UpstreamTransfer)?
+    private var requestTime = Date()
+    private var responseTime = Date()
+    private var bodyLength: Int?
+    private var storeDecision = StoreDecision.dontStore(reason: "no response yet")
+
+    init(proxy: Proxy, key: CacheKey, leader: ClientRequest, reason: CacheOutcome.Forward, revalidating: CacheEntry?) {
+        self.proxy = proxy
+        self.key = key
+        self.leader = leader
+        self.reason = reason
+        self.revalidating = revalidating
+    }
+
+    private var queue: DispatchQueue { proxy.queue }
+
+    func start() {
+        dispatchPrecondition(condition: .onQueue(queue))
+        var headers = leader.upstreamHeaders()
+        if let revalidating {
+            for field in revalidating.conditionalHeaders { headers.set(field.name, field.value) }
+        }
+        let request = UpstreamRequest(
+            url: key.url.string, method: "GET", headers: headers, trusted: leader.trusted,
+            maxBodyBytes: proxy.configuration.maxObjectSizeBytes)
+        requestTime = proxy.now()
+        transfer = proxy.origin.fetch(request) { [self] event in
+            queue.async { self.receive(event) }
+        }
+    }
+
+    /// Adds a client. A late one gets the head and the body so far at once.
+    func attach(_ waiter: Waiter, collapsed: Bool) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        var waiter = waiter
+        waiter.collapsed = collapsed
+        let id = waiter.id
+        waiter.sink.onCancel { [weak self, queue] in
+            queue.async { self?.detach(id) }
+        }
+        switch state {
+        case .waitingForHead, .checkingBody:
+            waiters.append(waiter)
+        case let .streaming(head):
+            if let vary = VaryKey.make(response: head, request: leader.head.headers), !vary.matches(waiter.request.head.headers) {
+                proxy.redispatchAlone([waiter], key: key)
+                return
+            }
+            waiters.append(waiter)
+            sendHead(head, toWaiterAt: waiters.count - 1)
+            for chunk in chunks { waiter.sink.body(chunk) }
+        case .finished:
+            // Closed fetches are not in the coalescer; reaching here is a programming error.
+            preconditionFailure("attach to a finished fetch")
+        }
+    }
+
+    /// A client went away.
+    func detach(_ id: Int) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        if case .finished = state { return }
+        waiters.removeAll { $0.id == id }
+        if waiters.isEmpty && !proxy.configuration.completeAbandonedFetches {
+            proxy.logger.debug("every client left; cancelling upstream \(key)")
+            transfer?.cancel()
+            finish()
+        }
+    }
+
+    // MARK: events
+
+    func receive(_ event: UpstreamEvent) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        if case .finished = state { return }
+        switch event {
+        case let .head(head, _): receiveHead(head)
+        case let .body(chunk): receiveBody(chunk)
+        case .end: receiveEnd()
+        case let .failed(error): fail(error)
+        }
+    }
+
+    private func receiveHead(_ head: HTTPResponseHead) {
+        responseTime = proxy.now()
+        if let revalidating, head.status == 304 {
+            let refreshed = revalidating.refreshed(with: head, requestTime: requestTime, responseTime: responseTime,
+                                                   policy: proxy.freshnessPolicy)
+            proxy.memory.insert(refreshed)
+            for waiter in waiters {
+                var outcome = CacheOutcome(forward: reason, forwardStatus: 304, stored: true)
+                outcome.collapsed = waiter.collapsed
+                proxy.respond(refreshed, to: waiter.sink, request: waiter.request, outcome: outcome, now: responseTime)
+            }
+            // No cancel: the 304 has no body, and letting it end keeps the connection reusable.
+            finish()
+            return
+        }
+        guard head.status == 200 || head.status == 203 else {
+            if revalidating != nil && (head.status == 404 || head.status == 410) { proxy.memory.remove(key) }
+            let status = (400...599).contains(head.status) ? head.status : 502
+            refuseAll(status: status, reason: "upstream answered \(head.status) \(head.reason)")
+            return
+        }
+        let responseCacheControl = CacheControl(head.headers)
+        storeDecision = Storability.decide(request: leader.head, requestCacheControl: leader.cacheControl,
+                                           response: head, responseCacheControl: responseCacheControl)
+        if case let .refused(why) = proxy.contentPolicy.checkContentType(head.headers["Content-Type"]) {
+            refuseAll(status: 502, reason: why)
+            return
+        }
+        bodyLength = head.headers["Content-Length"].flatMap { Int($0.trimmingOWS()) }
+        if bodyLength.map({ $0 > proxy.configuration.maxObjectSizeBytes }) ?? false {
+            fail(.tooLarge(limit: proxy.configuration.maxObjectSizeBytes))
+            return
+        }
+        // Share the response only with waiters who may have it.
+        if !Storability.isShareable(head, cacheControl: responseCacheControl) {
+            closeToNewcomers()
+            let others = waiters.filter { !isLeader($0) }
+            waiters.removeAll { !isLeader($0) }
+            proxy.redispatchAlone(others, key: key)
+        } else if let vary = VaryKey.make(response: head, request: leader.head.headers) {
+            let mismatched = waiters.filter { !isLeader($0) && !vary.matches($0.request.head.headers) }
+            waiters.removeAll { w in mismatched.contains { $0.id == w.id } }
+            proxy.redispatchAlone(mismatched, key: key)
+        }
+        if waiters.isEmpty && !proxy.configuration.completeAbandonedFetches {
+            transfer?.cancel()
+            finish()
+            return
+        }
+        state = .checkingBody(head)
+        checkBody(complete: false)
+    }
+
+    private func receiveBody(_ chunk: [UInt8]) {
+        receivedBytes += chunk.count
+        if keepingBody {
+            chunks.append(chunk)
+            if receivedBytes > proxy.configuration.effectiveMemoryObjectLimitBytes {
+                // Too large to keep: stream it on, but stop retaining it and take no new waiters.
+                keepingBody = false
+                chunks = []
+                closeToNewcomers()
+            }
+        }
+        switch state {
+        case .checkingBody:
+            if prefix.count < ImageSignature.bytesNeeded {
+                prefix.append(contentsOf: chunk.prefix(ImageSignature.bytesNeeded - prefix.count))
+            }
+            pendingWhileChecking.append(chunk)
+            checkBody(complete: false)
+        case .streaming:
+            for waiter in waiters { waiter.sink.body(chunk) }
+        case .waitingForHead, .finished:
+            break
+        }
+    }
+
+    /// Chunks that arrived while the image checks waited for the first bytes; sent once they pass.
+    private var pendingWhileChecking: [[UInt8]] = []
+
+    private func receiveEnd() {
+        if case .checkingBody = state { checkBody(complete: true) }
+        guard case let .streaming(head) = state else {
+            if case .waitingForHead = state { fail(.broken("the transfer ended without a response")) }
+            return
+        }
+        if let bodyLength, bodyLength != receivedBytes {
+            fail(.broken("received \(receivedBytes) of \(bodyLength) body bytes"))
+            return
+        }
+        if keepingBody, case .store = storeDecision {
+            let body = chunks.count == 1 ? chunks[0] : Array(chunks.joined())
+            let entry = CacheEntry(key: key, head: head, body: body, requestTime: requestTime, responseTime: responseTime,
+                                   requestHeaders: leader.head.headers, policy: proxy.freshnessPolicy)
+            proxy.memory.insert(entry)
+        } else if revalidating != nil {
+            // The stored entry is outdated and the new one is not kept.
+            proxy.memory.remove(key)
+        }
+        if case let .dontStore(why) = storeDecision {
+            proxy.logger.debug("not stored \(key): \(why)")
+        }
+        for waiter in waiters { waiter.sink.end() }
+        finish()
+    }
+
+    // MARK: steps
+
+    /// Runs the image checks on the first bytes; once they pass, the head goes out and streaming starts.
+    private func checkBody(complete: Bool) {
+        guard case let .checkingBody(head) = state else { return }
+        switch proxy.contentPolicy.check(contentType: head.headers["Content-Type"], prefix: prefix[...], complete: complete) {
+        case .needMoreBytes:
+            return
+        case let .refused(why):
+            refuseAll(status: 502, reason: why)
+        case .allowed:
+            state = .streaming(head)
+            for index in waiters.indices { sendHead(head, toWaiterAt: index) }
+            let backlog = pendingWhileChecking
+            pendingWhileChecking = []
+            for chunk in backlog {
+                for waiter in waiters { waiter.sink.body(chunk) }
+            }
+        }
+    }
+
+    private func sendHead(_ upstream: HTTPResponseHead, toWaiterAt index: Int) {
+        var headers = upstream.headers
+        headers.remove("Content-Length")
+        var outcome = CacheOutcome(forward: reason, forwardStatus: upstream.status)
+        if case .store = storeDecision, keepingBody,
+           (bodyLength ?? 0) <= proxy.configuration.effectiveMemoryObjectLimitBytes {
+            outcome.stored = true
+        }
+        outcome.collapsed = waiters[index].collapsed
+        outcome.apply(to: &headers)
+        waiters[index].sink.head(HTTPResponseHead(status: upstream.status, reason: upstream.reason, headers: headers),
+                                 bodyLength: bodyLength)
+        waiters[index].sentHead = true
+        if waiters[index].request.isHead {
+            // A HEAD client has what it asked for; the transfer goes on for the cache and the others.
+            waiters[index].sink.end()
+        }
+    }
+
+    /// Answers every waiter with an error status (the head has not gone out) and stops the transfer.
+    private func refuseAll(status: Int, reason: String) {
+        proxy.logger.notice("\(status) \(key): \(reason)")
+        for waiter in waiters { waiter.sink.fail(status: status, reason: reason) }
+        transfer?.cancel()
+        finish()
+    }
+
+    private func fail(_ error: UpstreamError) {
+        proxy.logger.warning("\(error.httpStatus) \(key): \(error)")
+        for waiter in waiters {
+            if waiter.sentHead { waiter.sink.abort() } else { waiter.sink.fail(status: error.httpStatus, reason: error.description) }
+        }
+        transfer?.cancel()
+        finish()
+    }
+
+    private func isLeader(_ waiter: Waiter) -> Bool { !waiter.collapsed }
+
+    private func closeToNewcomers() {
+        guard joinable else { return }
+        joinable = false
+        proxy.fetchClosed(self)
+    }
+
+    private func finish() {
+        state = .finished
+        waiters = []
+        chunks = []
+        pendingWhileChecking = []
+        closeToNewcomers()
+    }
+}
