@@ -1,0 +1,110 @@
+import Testing
+@testable import ImageCacheCore
+
+@Suite("Configuration")
+struct ConfigurationTests {
+    @Test("defaults match the documented contract")
+    func defaults() throws {
+        // Given no file, environment or flags
+        let configuration = try Configuration.load(file: nil, environment: [:], flags: [])
+        // Then
+        #expect(configuration.listen == ListenAddress(host: "127.0.0.1", port: 8080))
+        #expect(configuration.memoryLimitBytes == 256 << 20)
+        #expect(configuration.maxObjectSizeBytes == 50 << 20)
+        #expect(configuration.allowPrivateNetworks == false)
+        #expect(configuration.effectiveContentTypes == Configuration.defaultContentTypes)
+        #expect(configuration.upstream.queueOrder == .fifo)
+    }
+
+    @Test("flags win over environment, which wins over the file")
+    func precedence() throws {
+        // Given the same key from three sources
+        let file = try Configuration.settings(fromYAML: "memory-limit: 1MiB\nlisten: 127.0.0.1:1000\nserver:\n  idle-timeout: 5s\n", name: "f.yaml")
+        var configuration = Configuration()
+        for setting in file { try configuration.apply(setting) }
+        for setting in try Configuration.settings(fromEnvironment: ["IMAGECACHED_MEMORY_LIMIT": "2MiB", "IMAGECACHED_LISTEN": "127.0.0.1:2000"]) {
+            try configuration.apply(setting)
+        }
+        try configuration.apply(ConfigSetting(key: "memory-limit", value: .scalar("3MiB"), source: "--memory-limit"))
+        // Then
+        #expect(configuration.memoryLimitBytes == 3 << 20)
+        #expect(configuration.listen.port == 2000)
+        #expect(configuration.server.idleTimeoutSeconds == 5)
+    }
+
+    @Test("the shipped Config/imagecached.yaml loads and equals the defaults except what it cannot know")
+    func shippedFileLoads() throws {
+        // Given the repository's configuration file
+        let path = #filePath.components(separatedBy: "/Tests/")[0] + "/Config/imagecached.yaml"
+        // When
+        var configuration = Configuration()
+        for setting in try Configuration.settings(fromFile: path) { try configuration.apply(setting) }
+        // Then every value it sets is the default
+        #expect(configuration == Configuration())
+    }
+
+    @Test("bad values name the key and the reason", arguments: [
+        ("memory-limit", "lots", "'lots' is not a size"),
+        ("listen", "nowhere", "is not HOST:PORT"),
+        ("origin", "ftp://x", "is not an http:// or https:// URL"),
+        ("upstream.queue-order", "random", "is not fifo or lifo"),
+        ("server.idle-timeout", "-3", "is not a positive duration"),
+        ("content-types", "png", "is not a media type"),
+        ("no-such-key", "1", "unknown key"),
+    ])
+    func badValues(key: String, value: String, reason: String) {
+        // Given
+        var configuration = Configuration()
+        // When / Then
+        #expect {
+            try configuration.apply(ConfigSetting(key: key, value: .scalar(value), source: "--" + key))
+        } throws: { error in
+            guard let error = error as? ConfigError else { return false }
+            return error.key == "--" + key && error.reason.contains(reason)
+        }
+    }
+
+    @Test("an unknown key in the file is reported with the file name")
+    func unknownFileKey() throws {
+        let settings = try Configuration.settings(fromYAML: "memroy-limit: 1MiB\n", name: "x.yaml")
+        var configuration = Configuration()
+        #expect(throws: ConfigError.self) { try configuration.apply(settings[0]) }
+        #expect(settings[0].source == "x.yaml: memroy-limit")
+    }
+
+    @Test("origins map prefixes and refuse the reserved paths")
+    func origins() throws {
+        let settings = try Configuration.settings(fromYAML: """
+            origins:
+              - prefix: /a
+                url: https://a.example
+              - url: https://b.example
+            """, name: "o.yaml")
+        var configuration = Configuration()
+        for setting in settings { try configuration.apply(setting) }
+        #expect(configuration.origins == [OriginMapping(prefix: "/a", url: "https://a.example"), OriginMapping(prefix: "/", url: "https://b.example")])
+        let reserved = try Configuration.settings(fromYAML: "origins:\n  - prefix: /_imagecached/x\n    url: http://h\n", name: "r.yaml")
+        #expect(throws: ConfigError.self) { try configuration.apply(reserved[0]) }
+    }
+
+    @Test("sizes and durations parse with their units", arguments: [
+        ("256MiB", 256 << 20), ("50MB", 50_000_000), ("1G", 1 << 30), ("1048576", 1_048_576), ("2KiB", 2048),
+    ])
+    func sizes(text: String, bytes: Int) {
+        #expect(ByteSize.parse(text) == bytes)
+    }
+
+    @Test("durations", arguments: [("10", 10.0), ("500ms", 0.5), ("5m", 300.0), ("1h", 3600.0), ("1d", 86400.0)])
+    func durations(text: String, seconds: Double) {
+        #expect(DurationText.parse(text) == seconds)
+    }
+
+    @Test("listen addresses", arguments: [
+        ("127.0.0.1:8080", ListenAddress(host: "127.0.0.1", port: 8080)),
+        ("[::1]:0", ListenAddress(host: "::1", port: 0)),
+        (":9000", ListenAddress(host: "0.0.0.0", port: 9000)),
+    ])
+    func listen(text: String, address: ListenAddress) {
+        #expect(ListenAddress.parse(text) == address)
+    }
+}

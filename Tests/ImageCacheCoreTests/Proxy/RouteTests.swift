@@ -1,0 +1,73 @@
+import Testing
+@testable import ImageCacheCore
+
+@Suite("Routing: three ways in, one cache key")
+struct RouteTests {
+    private func route(_ target: String, method: String = "GET", origins: [OriginMapping] = []) -> Route {
+        Route.resolve(HTTPRequestHead(method: method, target: target, headers: ["Host": "x"]), origins: origins)
+    }
+
+    private func key(_ route: Route) -> String? {
+        if case let .upstream(url, _, _) = route { return CacheKey(url).description }
+        return nil
+    }
+
+    @Test("a forward request and a fetch request for one URL share one cache key")
+    func sameKey() {
+        let forward = route("http://Images.Example.com:80/a.jpg")
+        let fetch = route("/fetch?url=http%3A%2F%2Fimages.example.com%2Fa.jpg")
+        let reverse = route("/a.jpg", origins: [OriginMapping(prefix: "/", url: "http://images.example.com")])
+        #expect(key(forward) == "http://images.example.com/a.jpg")
+        #expect(key(fetch) == key(forward))
+        #expect(key(reverse) == key(forward))
+    }
+
+    @Test("reverse proxy picks the longest matching prefix and keeps the query")
+    func longestPrefix() {
+        let origins = [OriginMapping(prefix: "/", url: "https://a.example/base/"), OriginMapping(prefix: "/img", url: "https://b.example/x")]
+        #expect(key(route("/img/p.png?w=1", origins: origins)) == "https://b.example/x/p.png?w=1")
+        #expect(key(route("/images/p.png", origins: origins)) == "https://a.example/base/images/p.png")
+    }
+
+    @Test("reverse routes are trusted, forward and fetch routes are not")
+    func trust() {
+        if case let .upstream(_, mode, trusted) = route("/a.png", origins: [OriginMapping(prefix: "/", url: "http://o")]) {
+            #expect(mode == .reverse && trusted)
+        } else { Issue.record("not routed upstream") }
+        if case let .upstream(_, mode, trusted) = route("/fetch?url=http%3A%2F%2Fo%2Fa.png") {
+            #expect(mode == .fetch && !trusted)
+        } else { Issue.record("not routed upstream") }
+    }
+
+    @Test("errors have a status and a reason", arguments: [
+        ("/fetch", "GET", 400, "missing url parameter"),
+        ("/fetch?url=ftp%3A%2F%2Fh%2Fa", "GET", 400, "unsupported scheme"),
+        ("/fetch?url=%zz", "GET", 400, "percent-encoding"),
+        ("/a.jpg", "GET", 400, "not a proxy request"),
+        ("h:443", "CONNECT", 501, "/fetch?url="),
+    ])
+    func errors(target: String, method: String, status: Int, reason: String) {
+        guard case let .error(gotStatus, gotReason) = route(target, method: method) else {
+            Issue.record("expected an error for \(target)")
+            return
+        }
+        #expect(gotStatus == status)
+        #expect(gotReason.contains(reason))
+    }
+
+    @Test("/_imagecached/ is reserved even with an origin on /")
+    func reserved() {
+        #expect(route("/_imagecached/health", origins: [OriginMapping(prefix: "/", url: "http://o")]) == .admin(path: "/_imagecached/health", query: nil))
+    }
+
+    @Test("Cache-Status values follow RFC 9211")
+    func cacheStatus() {
+        #expect(CacheOutcome.hit(ttl: 12.7).cacheStatus == "imagecached; hit; ttl=12")
+        #expect(CacheOutcome(forward: .stale, forwardStatus: 304, stored: true).cacheStatus == "imagecached; fwd=stale; fwd-status=304; stored")
+        #expect(CacheOutcome(forward: .stale, forwardStatus: 304, stored: true).xCache == "REVALIDATED")
+        #expect(CacheOutcome(forward: .miss, forwardStatus: 200, collapsed: true).xCache == "COALESCED")
+        var headers: HTTPHeaders = ["Cache-Status": "cdn; hit"]
+        CacheOutcome.hit(ttl: 5).apply(to: &headers)
+        #expect(headers["Cache-Status"] == "cdn; hit, imagecached; hit; ttl=5")
+    }
+}
