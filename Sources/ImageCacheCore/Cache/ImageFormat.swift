@@ -70,6 +70,14 @@ public enum ImageSignature {
         }
     }
 
+    /// Like `bytesNeeded(for:)`, but an AVIF's ftyp box may be longer: its size is read from `prefix` when known.
+    static func bytesNeeded(for format: ImageFormat, prefix: ArraySlice<UInt8>) -> Int {
+        guard format == .avif, prefix.count >= 4 else { return bytesNeeded(for: format) }
+        let p = prefix.startIndex
+        let boxSize = Int(prefix[p]) << 24 | Int(prefix[p + 1]) << 16 | Int(prefix[p + 2]) << 8 | Int(prefix[p + 3])
+        return min(max(boxSize, bytesNeeded(for: .avif)), bytesNeeded)
+    }
+
     /// The format whose signature the bytes begin with, or nil.
     public static func sniff(_ prefix: ArraySlice<UInt8>) -> ImageFormat? {
         let p = Array(prefix.prefix(bytesNeeded))
@@ -193,7 +201,7 @@ public struct ContentPolicy: Sendable, Equatable {
         guard typeVerdict == .allowed, !allowsEverything, let contentType,
               let declared = ImageFormat(mediaType: contentType) else { return typeVerdict }
         if ImageSignature.sniff(prefix) == declared { return .allowed }
-        if !complete && prefix.count < ImageSignature.bytesNeeded(for: declared) { return .needMoreBytes }
+        if !complete && prefix.count < ImageSignature.bytesNeeded(for: declared, prefix: prefix) { return .needMoreBytes }
         return .refused("upstream sent \(ImageFormat.essence(contentType)) but the body is not \(declared.article) \(declared.displayName) image")
     }
 }

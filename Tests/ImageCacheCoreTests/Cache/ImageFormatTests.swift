@@ -15,6 +15,7 @@ enum Samples {
     }
     static let avif = ftyp(major: "avif", compatible: ["mif1", "miaf"])
     static let avifCompatible = ftyp(major: "mif1", compatible: ["miaf", "MA1B", "avif"])
+    static let avifLongBrandList = ftyp(major: "mif1", compatible: Array(repeating: "miaf", count: 14) + ["avif"])
     static let avis = ftyp(major: "msf1", compatible: ["avis"])
     static let heic = ftyp(major: "heic", compatible: ["mif1", "heic"])
     static let svg: [UInt8] = Array("<svg xmlns=\"http://www.w3.org/2000/svg\"/>".utf8)
@@ -102,6 +103,9 @@ struct ContentPolicyTests {
         ("image/jpeg", [], true, .refused("upstream sent image/jpeg but the body is not a JPEG image")),
         ("image/avif", Samples.avifCompatible, true, .allowed),
         ("image/avif", Samples.heic, true, .refused("upstream sent image/avif but the body is not an AVIF image")),
+        ("image/avif", Array(Samples.avifCompatible.prefix(20)), false, .needMoreBytes),
+        ("image/avif", Array(Samples.avifLongBrandList.prefix(64)), false, .needMoreBytes),
+        ("image/avif", Samples.avifLongBrandList, false, .allowed),
         ("image/webp", Samples.webp, false, .allowed),
         ("image/gif", Samples.gif89, false, .allowed),
         ("text/html", Samples.png, false, .refused("upstream sent text/html, not an image")),
