@@ -1,0 +1,125 @@
+// Data model: a `CacheEntry` is one stored response: its key, status and end-to-end fields, the whole body, the
+// request/response times it was received at, the Vary key it was selected with, and what is derived from them once
+// (parsed Cache-Control, freshness lifetime, corrected initial age, cost). An immutable Sendable value: it is never
+// changed in place by anyone; a 304 produces a new entry (`refreshed`) that the owner of the map (MemoryCache's
+// lock, the disk queue) swaps in. The body array is shared, not copied, between the copies of an entry.
+//
+// 304 merging (RFC 9111 sections 3.2 and 4.3.4), cf. Varnish vbf_304_logic:
+//   - every field of the 304 replaces the stored fields of that name, and fields the 304 lacks are kept,
+//   - except the fields describing the stored body, which stay as stored: Content-Length, Content-Encoding,
+//     Content-Type, Content-Range, Transfer-Encoding (and hop-by-hop fields, never stored);
+//   - a 304 without Date gets the time of receipt as Date (RFC 9110 section 6.6.1), and a stored Age the 304 does not
+//     repeat is dropped: both described the old response and would otherwise age the refreshed one;
+//   - times are those of the revalidation exchange; lifetime and age are recomputed.
+
+public import Foundation
+
+/// One stored response.
+public struct CacheEntry: Sendable {
+    public let key: CacheKey
+    /// Stored status and fields (hop-by-hop fields already removed by the caller).
+    public private(set) var head: HTTPResponseHead
+    public let body: [UInt8]
+    public private(set) var requestTime: Date
+    public private(set) var responseTime: Date
+    /// The request field values it was selected with; nil when the response has no Vary.
+    public let vary: VaryKey?
+    /// Parsed once from `head`.
+    public private(set) var cacheControl: CacheControl
+    /// Seconds; computed at store / refresh.
+    public private(set) var freshnessLifetime: Double
+    /// Seconds; computed at store / refresh.
+    public private(set) var correctedInitialAge: Double
+    /// Bytes charged against the memory budget: body + approximate header bytes + fixed overhead.
+    public private(set) var cost: Int
+
+    /// Per-entry bookkeeping bytes counted in `cost`.
+    public static let fixedOverheadBytes = 256
+
+    /// A newly fetched response; the Vary key is taken from the request fields it was fetched with.
+    public init(key: CacheKey, head: HTTPResponseHead, body: [UInt8], requestTime: Date, responseTime: Date,
+                requestHeaders: HTTPHeaders, policy: FreshnessPolicy) {
+        self.init(key: key, head: head, body: body, requestTime: requestTime, responseTime: responseTime,
+                  vary: VaryKey.make(response: head, request: requestHeaders), policy: policy)
+    }
+
+    /// A stored response rebuilt with a known Vary key (e.g. loaded from disk).
+    public init(key: CacheKey, head: HTTPResponseHead, body: [UInt8], requestTime: Date, responseTime: Date,
+                vary: VaryKey?, policy: FreshnessPolicy) {
+        self.key = key
+        self.head = head
+        self.body = body
+        self.requestTime = requestTime
+        self.responseTime = responseTime
+        self.vary = vary
+        let cacheControl = CacheControl(head.headers)
+        self.cacheControl = cacheControl
+        self.freshnessLifetime = Freshness.lifetime(of: head, cacheControl: cacheControl, responseTime: responseTime, policy: policy)
+        self.correctedInitialAge = Freshness.correctedInitialAge(of: head, requestTime: requestTime, responseTime: responseTime)
+        self.cost = CacheEntry.cost(head: head, bodyCount: body.count)
+    }
+
+    public var etag: String? { head.headers["ETag"] }
+    public var lastModified: String? { head.headers["Last-Modified"] }
+
+    /// Fields of the stored response that a 304 does not update: they describe the stored body.
+    public static let fieldsKeptOn304 = ["Content-Length", "Content-Encoding", "Content-Type", "Content-Range", "Transfer-Encoding"]
+
+    /// The entry after a 304 Not Modified for it (see the merge rules above).
+    public func refreshed(with notModified: HTTPResponseHead, requestTime: Date, responseTime: Date,
+                          policy: FreshnessPolicy) -> CacheEntry {
+        var headers = head.headers
+        var incoming = notModified.headers
+        HopByHop.strip(&incoming)
+        incoming.removeAll { field in CacheEntry.fieldsKeptOn304.contains { $0.equalsIgnoringASCIICase(field.name) } }
+        var replaced: [String] = []
+        for field in incoming where !replaced.contains(where: { $0.equalsIgnoringASCIICase(field.name) }) {
+            replaced.append(field.name)
+            headers.remove(field.name)
+        }
+        for field in incoming { headers.add(field.name, field.value) }
+        if !incoming.contains("Date") { headers.set("Date", HTTPDate.format(responseTime)) }
+        if !incoming.contains("Age") { headers.remove("Age") }
+
+        var refreshed = self
+        refreshed.head.headers = headers
+        refreshed.requestTime = requestTime
+        refreshed.responseTime = responseTime
+        refreshed.cacheControl = CacheControl(headers)
+        refreshed.freshnessLifetime = Freshness.lifetime(of: refreshed.head, cacheControl: refreshed.cacheControl,
+                                                         responseTime: responseTime, policy: policy)
+        refreshed.correctedInitialAge = Freshness.correctedInitialAge(of: refreshed.head, requestTime: requestTime,
+                                                                      responseTime: responseTime)
+        refreshed.cost = CacheEntry.cost(head: refreshed.head, bodyCount: body.count)
+        return refreshed
+    }
+
+    /// Whether a 304 identifies this stored response for update (RFC 9111 section 4.3.4): by a strong ETag equal to
+    /// ours, else by a weak ETag equal to ours, else by a Last-Modified equal to ours; a 304 with no validator
+    /// selects us only when we have none either. A 304 naming another validator must not refresh us.
+    public func isSelected(by notModified: HTTPResponseHead) -> Bool {
+        if let theirs = notModified.headers["ETag"].flatMap({ EntityTag.parse($0) }) {
+            guard let ours = etag.flatMap({ EntityTag.parse($0) }) else { return false }
+            return theirs.isWeak ? theirs.weakMatches(ours) : theirs.strongMatches(ours)
+        }
+        if let theirs = notModified.headers["Last-Modified"] {
+            return lastModified.map { HTTPDate.parse($0) == HTTPDate.parse(theirs) && HTTPDate.parse($0) != nil } ?? false
+        }
+        return etag == nil && lastModified == nil
+    }
+
+    /// Conditional request fields that revalidate this entry: If-None-Match with its ETag, If-Modified-Since with
+    /// its Last-Modified (RFC 9111 section 4.3.1). Empty when it has no validator.
+    public var conditionalHeaders: HTTPHeaders {
+        var headers = HTTPHeaders()
+        if let etag { headers.add("If-None-Match", etag) }
+        if let lastModified { headers.add("If-Modified-Since", lastModified) }
+        return headers
+    }
+
+    static func cost(head: HTTPResponseHead, bodyCount: Int) -> Int {
+        var headerBytes = 16 + head.reason.utf8.count
+        for field in head.headers { headerBytes += field.name.utf8.count + field.value.utf8.count + 4 }
+        return bodyCount + headerBytes + fixedOverheadBytes
+    }
+}

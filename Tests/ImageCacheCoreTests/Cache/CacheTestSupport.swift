@@ -1,0 +1,24 @@
+import Foundation
+import ImageCacheCore
+
+/// Builders shared by the cache tests.
+enum Fixture {
+    static let t0 = Date(timeIntervalSince1970: 1_700_000_000)
+
+    static func key(_ url: String = "http://origin.test/a.png") -> CacheKey {
+        CacheKey(try! UpstreamURL.parse(url))
+    }
+
+    static func head(_ status: Int = 200, _ fields: [(String, String)]) -> HTTPResponseHead {
+        HTTPResponseHead(status: status, headers: HTTPHeaders(fields))
+    }
+
+    static func date(_ offset: Double) -> String { HTTPDate.format(t0.addingTimeInterval(offset)) }
+
+    static func entry(_ fields: [(String, String)], status: Int = 200, key: CacheKey = Fixture.key(),
+                      body: [UInt8] = [1, 2, 3], requestTime: Date = Fixture.t0, responseTime: Date = Fixture.t0,
+                      requestHeaders: HTTPHeaders = [:], policy: FreshnessPolicy = FreshnessPolicy()) -> CacheEntry {
+        CacheEntry(key: key, head: head(status, fields), body: body, requestTime: requestTime, responseTime: responseTime,
+                   requestHeaders: requestHeaders, policy: policy)
+    }
+}

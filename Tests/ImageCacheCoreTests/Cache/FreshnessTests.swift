@@ -1,0 +1,114 @@
+import Foundation
+import ImageCacheCore
+import Testing
+
+@Suite("Freshness")
+struct FreshnessTests {
+    static let t0 = Fixture.t0
+
+    @Test("lifetime follows s-maxage, max-age, Expires, heuristic, in that order", arguments: [
+        (200, [("Cache-Control", "s-maxage=300, max-age=60"), ("Expires", Fixture.date(1000))], 300.0),
+        (200, [("Cache-Control", "max-age=60"), ("Expires", Fixture.date(1000))], 60),
+        (200, [("Cache-Control", "max-age=0"), ("Last-Modified", Fixture.date(-100_000))], 0),
+        (200, [("Cache-Control", "max-age=bogus")], 0),
+        (200, [("Date", Fixture.date(0)), ("Expires", Fixture.date(100))], 100),
+        (200, [("Date", Fixture.date(-50)), ("Expires", Fixture.date(100))], 150),
+        (200, [("Expires", Fixture.date(40))], 40),  // no Date: time of receipt
+        (200, [("Date", Fixture.date(0)), ("Expires", Fixture.date(-10))], 0),
+        (200, [("Date", Fixture.date(0)), ("Expires", "0"), ("Last-Modified", Fixture.date(-1000))], 0),
+        (200, [("Date", Fixture.date(0)), ("Last-Modified", Fixture.date(-1000))], 100),
+        (404, [("Date", Fixture.date(0)), ("Last-Modified", Fixture.date(-1000))], 100),
+        (200, [("Date", Fixture.date(0)), ("Last-Modified", Fixture.date(-10_000_000))], 86_400),
+        (200, [("Date", Fixture.date(0)), ("Last-Modified", Fixture.date(1000))], 0),
+        (200, [("Date", Fixture.date(0)), ("Last-Modified", "garbage")], 0),
+        (302, [("Date", Fixture.date(0)), ("Last-Modified", Fixture.date(-1000))], 0),
+        (200, [("Date", Fixture.date(0))], 0),
+        (200, [("Cache-Control", "public")], 0),
+    ] as [(Int, [(String, String)], Double)])
+    func lifetime(status: Int, fields: [(String, String)], expected: Double) {
+        // Given
+        let head = Fixture.head(status, fields)
+        // When
+        let lifetime = Freshness.lifetime(of: head, cacheControl: CacheControl(head.headers), responseTime: FreshnessTests.t0,
+                                          policy: FreshnessPolicy())
+        // Then
+        #expect(lifetime == expected)
+    }
+
+    @Test("heuristic uses the configured fraction and cap")
+    func heuristicPolicy() {
+        let head = Fixture.head(200, [("Date", Fixture.date(0)), ("Last-Modified", Fixture.date(-1000))])
+        let cc = CacheControl(head.headers)
+        #expect(Freshness.lifetime(of: head, cacheControl: cc, responseTime: FreshnessTests.t0,
+                                   policy: FreshnessPolicy(heuristicFraction: 0.5, heuristicMaxSeconds: 1e9)) == 500)
+        #expect(Freshness.lifetime(of: head, cacheControl: cc, responseTime: FreshnessTests.t0,
+                                   policy: FreshnessPolicy(heuristicFraction: 0.5, heuristicMaxSeconds: 60)) == 60)
+    }
+
+    @Test("corrected initial age takes Age, response delay and clock skew into account", arguments: [
+        ([], 2.0),
+        ([("Age", "100")], 102),
+        ([("Age", "30, 40")], 32),
+        ([("Age", "abc")], 2),
+        ([("Age", "-5")], 2),
+        ([("Date", Fixture.date(-50))], 50),  // origin clock behind or a slow path: apparent age wins
+        ([("Date", Fixture.date(-50)), ("Age", "100")], 102),
+        ([("Date", Fixture.date(3600))], 2),  // origin clock ahead: apparent age is 0
+    ] as [([(String, String)], Double)])
+    func correctedInitialAge(fields: [(String, String)], expected: Double) {
+        // Given a request sent 2 seconds before the response arrived at t0
+        let head = Fixture.head(200, fields)
+        // When
+        let age = Freshness.correctedInitialAge(of: head, requestTime: FreshnessTests.t0.addingTimeInterval(-2),
+                                                responseTime: FreshnessTests.t0)
+        // Then
+        #expect(age == expected)
+    }
+
+    @Test("current age adds the time resident in the cache, never less than the initial age")
+    func currentAge() {
+        // Given an entry that was 10 seconds old when received at t0
+        let entry = Fixture.entry([("Age", "10"), ("Cache-Control", "max-age=60")])
+        // When / Then
+        #expect(Freshness.currentAge(entry, now: FreshnessTests.t0.addingTimeInterval(5)) == 15)
+        #expect(Freshness.currentAge(entry, now: FreshnessTests.t0.addingTimeInterval(-100)) == 10)
+    }
+
+    @Test("use() decides between fresh, stale-allowed and revalidate", arguments: [
+        ("max-age=100", "", 10.0, CacheUse.fresh(ttl: 90)),
+        ("max-age=100", "", 100, .revalidate),
+        ("max-age=100", "", 150, .revalidate),
+        ("max-age=100", "no-cache", 10, .revalidate),
+        ("no-cache, max-age=100", "", 10, .revalidate),
+        ("no-cache=\"Set-Cookie\", max-age=100", "", 10, .revalidate),
+        ("max-age=100", "max-age=5", 10, .revalidate),
+        ("max-age=100", "max-age=50", 10, .fresh(ttl: 90)),
+        ("max-age=100", "min-fresh=95", 10, .revalidate),
+        ("max-age=100", "min-fresh=50", 10, .fresh(ttl: 90)),
+        ("max-age=100", "max-stale", 150, .staleAllowed(staleness: 50)),
+        ("max-age=100", "max-stale=60", 150, .staleAllowed(staleness: 50)),
+        ("max-age=100", "max-stale=50", 150, .staleAllowed(staleness: 50)),
+        ("max-age=100", "max-stale=40", 150, .revalidate),
+        ("max-age=100", "max-stale", 10, .fresh(ttl: 90)),
+        ("max-age=100, must-revalidate", "max-stale", 150, .revalidate),
+        ("max-age=100, proxy-revalidate", "max-stale", 150, .revalidate),
+        ("s-maxage=100", "max-stale", 150, .revalidate),
+        ("s-maxage=100, max-age=1", "", 50, .fresh(ttl: 50)),
+        ("max-age=0", "", 0, .revalidate),
+    ] as [(String, String, Double, CacheUse)])
+    func use(response: String, request: String, elapsed: Double, expected: CacheUse) {
+        // Given an entry stored at t0 with age 0
+        let entry = Fixture.entry([("Date", Fixture.date(0)), ("Cache-Control", response)])
+        let requestCC = CacheControl(request.isEmpty ? [:] : ["Cache-Control": request])
+        // When
+        let use = Freshness.use(entry, request: requestCC, now: FreshnessTests.t0.addingTimeInterval(elapsed))
+        // Then
+        #expect(use == expected)
+    }
+
+    @Test("a request with Pragma: no-cache revalidates")
+    func pragmaNoCache() {
+        let entry = Fixture.entry([("Cache-Control", "max-age=100")])
+        #expect(Freshness.use(entry, request: CacheControl(["Pragma": "no-cache"]), now: FreshnessTests.t0) == .revalidate)
+    }
+}

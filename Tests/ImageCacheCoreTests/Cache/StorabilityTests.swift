@@ -1,0 +1,59 @@
+import ImageCacheCore
+import Testing
+
+@Suite("Storability")
+struct StorabilityTests {
+    static let fresh: [(String, String)] = [("Cache-Control", "max-age=60")]
+
+    @Test("stores only what a shared cache may store", arguments: [
+        ("GET", [], 200, fresh, StoreDecision.store),
+        ("GET", [], 203, fresh, .store),
+        ("GET", [], 200, [("Expires", "Thu, 01 Jan 2099 00:00:00 GMT")], .store),
+        ("GET", [], 200, [("ETag", "\"v1\"")], .store),
+        ("GET", [], 200, [("Last-Modified", "Thu, 01 Jan 2015 00:00:00 GMT")], .store),
+        ("GET", [], 200, [("Cache-Control", "no-cache"), ("ETag", "\"v1\"")], .store),
+        ("GET", [], 200, [("Content-Type", "image/png")], .dontStore(reason: "no freshness information and no validator")),
+        ("HEAD", [], 200, fresh, .dontStore(reason: "method HEAD is not cached")),
+        ("POST", [], 200, fresh, .dontStore(reason: "method POST is not cached")),
+        ("GET", [("Cache-Control", "no-store")], 200, fresh, .dontStore(reason: "request no-store")),
+        ("GET", [], 206, fresh, .dontStore(reason: "status 206 is not cached")),
+        ("GET", [], 404, fresh, .dontStore(reason: "status 404 is not cached")),
+        ("GET", [], 304, fresh, .dontStore(reason: "status 304 is not cached")),
+        ("GET", [], 200, [("Cache-Control", "max-age=60, no-store")], .dontStore(reason: "response no-store")),
+        ("GET", [], 200, [("Cache-Control", "max-age=60, private")], .dontStore(reason: "response private")),
+        ("GET", [], 200, [("Cache-Control", "max-age=60, private=\"X\"")], .dontStore(reason: "response private")),
+        ("GET", [], 200, fresh + [("Vary", "Accept, *")], .dontStore(reason: "Vary: *")),
+        ("GET", [], 200, fresh + [("Vary", "Accept")], .store),
+        ("GET", [], 200, fresh + [("Set-Cookie", "a=b")], .dontStore(reason: "response sets a cookie")),
+        ("GET", [("Authorization", "Basic x")], 200, fresh,
+         .dontStore(reason: "request has Authorization and the response is not public")),
+        ("GET", [("Authorization", "Basic x")], 200, [("Cache-Control", "public, max-age=60")], .store),
+        ("GET", [("Authorization", "Basic x")], 200, [("Cache-Control", "s-maxage=60")], .store),
+        ("GET", [("Authorization", "Basic x")], 200, [("Cache-Control", "must-revalidate"), ("ETag", "\"x\"")], .store),
+    ] as [(String, [(String, String)], Int, [(String, String)], StoreDecision)])
+    func decide(method: String, requestFields: [(String, String)], status: Int, responseFields: [(String, String)],
+                expected: StoreDecision) {
+        // Given
+        let request = HTTPRequestHead(method: method, target: "/a.png", headers: HTTPHeaders(requestFields))
+        let response = Fixture.head(status, responseFields)
+        // When
+        let decision = Storability.decide(request: request, requestCacheControl: CacheControl(request.headers),
+                                          response: response, responseCacheControl: CacheControl(response.headers))
+        // Then
+        #expect(decision == expected)
+    }
+
+    @Test("a fetched response is shared with waiting clients unless it is personal", arguments: [
+        ([("Cache-Control", "max-age=60")], true),
+        ([("Cache-Control", "no-cache")], true),
+        ([("Vary", "Accept")], true),
+        ([("Cache-Control", "private")], false),
+        ([("Cache-Control", "no-store")], false),
+        ([("Set-Cookie", "a=b")], false),
+        ([("Vary", "*")], false),
+    ] as [([(String, String)], Bool)])
+    func shareable(fields: [(String, String)], expected: Bool) {
+        let head = Fixture.head(200, fields)
+        #expect(Storability.isShareable(head, cacheControl: CacheControl(head.headers)) == expected)
+    }
+}
