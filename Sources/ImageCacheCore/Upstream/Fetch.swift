@@ -44,9 +44,12 @@ final class Fetch: @unchecked Sendable {
     let key: CacheKey
     let leader: ClientRequest
     let reason: CacheOutcome.Forward
-    let revalidating: CacheEntry?
 
     // MARK: owned by proxy.queue
+    /// The stored entry being revalidated (conditional request), if any.
+    private var revalidating: CacheEntry?
+    /// Counts transfers started; events of an earlier transfer are ignored.
+    private var generation = 0
     private var state = State.waitingForHead
     private var waiters: [Waiter] = []
     private var chunks: [[UInt8]] = []
@@ -81,8 +84,10 @@ final class Fetch: @unchecked Sendable {
             url: key.url.string, method: "GET", headers: headers, trusted: leader.trusted,
             maxBodyBytes: proxy.configuration.maxObjectSizeBytes)
         requestTime = proxy.now()
+        generation += 1
+        let generation = generation
         transfer = proxy.origin.fetch(request) { [self] event in
-            queue.async { self.receive(event) }
+            queue.async { self.receive(event, generation: generation) }
         }
     }
 
@@ -126,8 +131,9 @@ final class Fetch: @unchecked Sendable {
 
     // MARK: events
 
-    func receive(_ event: UpstreamEvent) {
+    func receive(_ event: UpstreamEvent, generation: Int) {
         dispatchPrecondition(condition: .onQueue(queue))
+        guard generation == self.generation else { return }
         if case .finished = state { return }
         switch event {
         case let .head(head, _): receiveHead(head)
@@ -140,6 +146,15 @@ final class Fetch: @unchecked Sendable {
     private func receiveHead(_ head: HTTPResponseHead) {
         responseTime = proxy.now()
         if let revalidating, head.status == 304 {
+            guard revalidating.isSelected(by: head) else {
+                // The 304 names other validators than the stored ones: drop the entry and fetch it whole.
+                proxy.logger.notice("\(key): 304 does not match the stored validators; fetching the whole response")
+                proxy.memory.remove(key)
+                self.revalidating = nil
+                transfer?.cancel()
+                start()
+                return
+            }
             let refreshed = revalidating.refreshed(with: head, requestTime: requestTime, responseTime: responseTime,
                                                    policy: proxy.freshnessPolicy)
             proxy.memory.insert(refreshed)
