@@ -1,0 +1,294 @@
+// One upstream transfer: a libcurl easy handle, its options and the state its callbacks keep.
+//
+// Data model: `handle` (CURL*), the request header list and the error buffer live as long as this object.
+// The callbacks (header, write, open-socket) receive `self` unretained through their userdata pointer;
+// `CurlMulti` keeps the object alive while the handle is in the multi handle.
+// Ownership: built and configured on any thread in `init` (no callback can run before the handle is added),
+// then confined to the curl thread: `CurlMulti` adds it, its callbacks run during `curl_multi_perform`, and
+// `complete` is called there too. Events therefore reach `events` serially and in order.
+//
+// Heads: the header callback collects one header section at a time and resets on every status line. At the
+// blank line ending a section it drops interim 1xx responses and 3xx responses with a Location that curl
+// follows, and reports the others at once as `.head` (with the effective URL), before any body byte.
+
+internal import CCurl
+internal import CCurlShim
+internal import Foundation
+internal import Logging
+
+/// A libcurl easy handle for one request. Confined to the curl thread once added to `CurlMulti`.
+final class CurlEasy: @unchecked Sendable {
+    // MARK: immutable after init
+    /// Identifies the transfer to `CurlMulti.cancel`.
+    let id: UInt64
+    let handle: UnsafeMutableRawPointer
+    private var headerList: UnsafeMutablePointer<curl_slist>?
+    private let errorBuffer: UnsafeMutablePointer<CChar>
+    private let events: @Sendable (UpstreamEvent) -> Void
+    private let checkAddresses: Bool
+    private let followsRedirects: Bool
+    private let maxRedirects: Int
+    private let maxBodyBytes: Int
+    private let logger: Logger
+
+    // MARK: owned by the curl thread
+    /// The lines of the header section being received (status line first), CRLF removed.
+    private var sectionLines: [String] = []
+    private var headReported = false
+    private var bodyBytesReceived = 0
+    /// Set by a callback that stopped the transfer on purpose; wins over the CURLcode.
+    private var callbackFailure: UpstreamError?
+    /// The last address the open-socket callback refused.
+    private var refusedAddress: String?
+    private var completed = false
+
+    /// Configures a handle for `request`. `checkAddresses` turns the private-network guard on.
+    init(id: UInt64, request: UpstreamRequest, configuration: UpstreamConfiguration, checkAddresses: Bool,
+         logger: Logger, events: @escaping @Sendable (UpstreamEvent) -> Void) throws(CurlError) {
+        try CurlGlobal.initialize()
+        guard let handle = curl_easy_init() else {
+            throw CurlError(code: -1, function: "curl_easy_init", message: "out of memory")
+        }
+        self.id = id
+        self.handle = handle
+        self.errorBuffer = .allocate(capacity: Int(CURL_ERROR_SIZE))
+        self.errorBuffer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE))
+        self.events = events
+        self.checkAddresses = checkAddresses
+        self.followsRedirects = configuration.maxRedirects > 0
+        self.maxRedirects = configuration.maxRedirects
+        self.maxBodyBytes = request.maxBodyBytes
+        self.logger = logger
+        try configure(request: request, configuration: configuration)
+    }
+
+    deinit {
+        curl_easy_cleanup(handle)
+        curl_slist_free_all(headerList)
+        errorBuffer.deallocate()
+    }
+
+    private func configure(request: UpstreamRequest, configuration c: UpstreamConfiguration) throws(CurlError) {
+        let h = handle
+        let me = Unmanaged.passUnretained(self).toOpaque()
+        try ccurl_easy_setopt_string(h, CURLOPT_URL, request.url).check("CURLOPT_URL")
+        // HEAD requests are fetched with GET to fill the cache (Origin.swift).
+        try ccurl_easy_setopt_long(h, CURLOPT_HTTPGET, 1).check("CURLOPT_HTTPGET")
+        try ccurl_easy_setopt_string(h, CURLOPT_PROTOCOLS_STR, "http,https").check("CURLOPT_PROTOCOLS_STR")
+        try ccurl_easy_setopt_string(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https").check("CURLOPT_REDIR_PROTOCOLS_STR")
+        // maxRedirects 0 means "do not follow": the 3xx is the final response.
+        try ccurl_easy_setopt_long(h, CURLOPT_FOLLOWLOCATION, followsRedirects ? 1 : 0).check("CURLOPT_FOLLOWLOCATION")
+        try ccurl_easy_setopt_long(h, CURLOPT_MAXREDIRS, c.maxRedirects).check("CURLOPT_MAXREDIRS")
+        try ccurl_easy_setopt_long(h, CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_2TLS)).check("CURLOPT_HTTP_VERSION")
+        try ccurl_easy_setopt_long(h, CURLOPT_SSL_VERIFYPEER, 1).check("CURLOPT_SSL_VERIFYPEER")
+        try ccurl_easy_setopt_long(h, CURLOPT_SSL_VERIFYHOST, 2).check("CURLOPT_SSL_VERIFYHOST")
+        if !c.caBundle.isEmpty {
+            try ccurl_easy_setopt_string(h, CURLOPT_CAINFO, c.caBundle).check("CURLOPT_CAINFO")
+        }
+        try ccurl_easy_setopt_long(h, CURLOPT_CONNECTTIMEOUT_MS, Self.milliseconds(c.connectTimeoutSeconds)).check("CURLOPT_CONNECTTIMEOUT_MS")
+        try ccurl_easy_setopt_long(h, CURLOPT_TIMEOUT_MS, Self.milliseconds(c.totalTimeoutSeconds)).check("CURLOPT_TIMEOUT_MS")
+        try ccurl_easy_setopt_long(h, CURLOPT_LOW_SPEED_LIMIT, c.lowSpeedLimitBytesPerSecond).check("CURLOPT_LOW_SPEED_LIMIT")
+        try ccurl_easy_setopt_long(h, CURLOPT_LOW_SPEED_TIME, c.lowSpeedTimeSeconds).check("CURLOPT_LOW_SPEED_TIME")
+        try ccurl_easy_setopt_long(h, CURLOPT_NOSIGNAL, 1).check("CURLOPT_NOSIGNAL")
+        try ccurl_easy_setopt_long(h, CURLOPT_NOPROGRESS, 1).check("CURLOPT_NOPROGRESS")
+        // An empty proxy turns proxies off, including http_proxy/https_proxy/all_proxy from the environment:
+        // the daemon talks to origins directly, and the SSRF guard judges the origin's own address.
+        try ccurl_easy_setopt_string(h, CURLOPT_PROXY, "").check("CURLOPT_PROXY")
+        try ccurl_easy_setopt_off_t(h, CURLOPT_MAXFILESIZE_LARGE, curl_off_t(request.maxBodyBytes)).check("CURLOPT_MAXFILESIZE_LARGE")
+        try ccurl_easy_setopt_long(h, CURLOPT_BUFFERSIZE, 64 << 10).check("CURLOPT_BUFFERSIZE")
+        try ccurl_easy_setopt_ptr(h, CURLOPT_ERRORBUFFER, errorBuffer).check("CURLOPT_ERRORBUFFER")
+        // Content codings pass through untouched: CURLOPT_ACCEPT_ENCODING stays unset, so curl neither adds an
+        // Accept-Encoding field nor decodes; the client's own Accept-Encoding (if any) is forwarded as is.
+        try ccurl_easy_setopt_string(h, CURLOPT_USERAGENT, request.headers["User-Agent"] ?? c.userAgent).check("CURLOPT_USERAGENT")
+        headerList = Self.headerList(request.headers)
+        try ccurl_easy_setopt_slist(h, CURLOPT_HTTPHEADER, headerList).check("CURLOPT_HTTPHEADER")
+
+        try ccurl_easy_setopt_data_cb(h, CURLOPT_HEADERFUNCTION, curlHeaderCallback).check("CURLOPT_HEADERFUNCTION")
+        try ccurl_easy_setopt_ptr(h, CURLOPT_HEADERDATA, me).check("CURLOPT_HEADERDATA")
+        try ccurl_easy_setopt_data_cb(h, CURLOPT_WRITEFUNCTION, curlWriteCallback).check("CURLOPT_WRITEFUNCTION")
+        try ccurl_easy_setopt_ptr(h, CURLOPT_WRITEDATA, me).check("CURLOPT_WRITEDATA")
+        try ccurl_easy_setopt_opensocket_cb(h, curlOpenSocketCallback).check("CURLOPT_OPENSOCKETFUNCTION")
+        try ccurl_easy_setopt_ptr(h, CURLOPT_OPENSOCKETDATA, me).check("CURLOPT_OPENSOCKETDATA")
+    }
+
+    private static func milliseconds(_ seconds: Double) -> Int {
+        seconds > 0 ? max(Int((seconds * 1000).rounded()), 1) : 0
+    }
+
+    /// The request fields as a curl list. User-Agent goes through CURLOPT_USERAGENT; Host and framing fields are curl's.
+    private static func headerList(_ headers: HTTPHeaders) -> UnsafeMutablePointer<curl_slist>? {
+        let curlOwned = ["User-Agent", "Host", "Content-Length", "Transfer-Encoding", "Expect"]
+        var list: UnsafeMutablePointer<curl_slist>? = nil
+        for field in headers where !curlOwned.contains(where: { $0.equalsIgnoringASCIICase(field.name) })
+            && !HopByHop.names.contains(where: { $0.equalsIgnoringASCIICase(field.name) }) {
+            // "Name;" is curl's spelling of a field with an empty value ("Name:" would remove the field).
+            let line = field.value.isEmpty ? "\(field.name);" : "\(field.name): \(field.value)"
+            list = curl_slist_append(list, line)
+        }
+        return list
+    }
+
+    // MARK: callbacks, on the curl thread
+
+    /// One header line (with its CRLF) of any response on the way, redirects and 1xx included.
+    fileprivate func receivedHeaderLine(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        var line = String(decoding: bytes, as: UTF8.self)
+        while line.hasSuffix("\n") || line.hasSuffix("\r") { line.removeLast() }
+        if line.hasPrefix("HTTP/") {
+            sectionLines = [line]
+            return true
+        }
+        // Once the final head is out, later lines are trailers: not reported.
+        guard !headReported, !sectionLines.isEmpty else { return true }
+        if !line.isEmpty {
+            if let first = line.first, first == " " || first == "\t", sectionLines.count > 1 {
+                sectionLines[sectionLines.count - 1] += " " + line.trimmingOWS()   // obsolete line folding
+            } else {
+                sectionLines.append(line)
+            }
+            return true
+        }
+        // The blank line: the section is complete.
+        guard let head = ResponseHeadParser.parse(sectionLines) else {
+            callbackFailure = .broken("unparsable status line: \(sectionLines[0])")
+            return false
+        }
+        sectionLines = []
+        if head.status < 200 { return true }
+        if followsRedirects, (300..<400).contains(head.status), let location = head.headers["Location"], !location.isEmpty {
+            return true   // curl follows it (or fails with CURLE_TOO_MANY_REDIRECTS): never reported
+        }
+        if let length = head.headers["Content-Length"].flatMap({ Int($0.trimmingOWS()) }), length > maxBodyBytes {
+            callbackFailure = .tooLarge(limit: maxBodyBytes)
+            return false
+        }
+        reportHead(head)
+        return true
+    }
+
+    /// Body bytes of the response on the way.
+    fileprivate func receivedBody(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        guard headReported else { return true }   // the body of a response that is not reported
+        bodyBytesReceived += bytes.count
+        if bodyBytesReceived > maxBodyBytes {
+            callbackFailure = .tooLarge(limit: maxBodyBytes)
+            return false
+        }
+        if !bytes.isEmpty { events(.body(Array(bytes))) }
+        return true
+    }
+
+    /// curl is about to connect to `address`: refuse private destinations, else make the socket.
+    fileprivate func openSocket(_ address: UnsafeMutablePointer<curl_sockaddr>) -> curl_socket_t {
+        let family = address.pointee.family
+        if checkAddresses {
+            let ip = Self.ipAddress(address)
+            let refusal = ip.map(AddressPolicy.refusal(for:)) ?? "address family \(family) is not IPv4 or IPv6"
+            if let refusal {
+                refusedAddress = ip?.description ?? "family \(family)"
+                logger.debug("refused upstream destination", metadata: ["reason": "\(refusal)"])
+                return CURL_SOCKET_BAD
+            }
+        }
+        return socket(family, address.pointee.socktype | Int32(SOCK_CLOEXEC.rawValue), address.pointee.protocol)
+    }
+
+    private static func ipAddress(_ address: UnsafeMutablePointer<curl_sockaddr>) -> IPAddress? {
+        guard let offset = MemoryLayout<curl_sockaddr>.offset(of: \curl_sockaddr.addr) else { return nil }
+        let raw = UnsafeRawPointer(address) + offset
+        switch address.pointee.family {
+        case AF_INET:
+            let sin = raw.loadUnaligned(as: sockaddr_in.self)
+            return IPAddress(v4Bytes: withUnsafeBytes(of: sin.sin_addr) { Array($0) })
+        case AF_INET6:
+            let sin6 = raw.loadUnaligned(as: sockaddr_in6.self)
+            return .v6(withUnsafeBytes(of: sin6.sin6_addr) { Array($0) })
+        default:
+            return nil
+        }
+    }
+
+    private func reportHead(_ parsed: HTTPResponseHead) {
+        var head = parsed
+        HopByHop.strip(&head.headers)
+        headReported = true
+        events(.head(head, url: effectiveURL))
+    }
+
+    private var effectiveURL: String {
+        var url: UnsafePointer<CChar>? = nil
+        guard ccurl_easy_getinfo_string(handle, CURLINFO_EFFECTIVE_URL, &url) == CURLE_OK, let url else { return "" }
+        return String(cString: url)
+    }
+
+    // MARK: completion, on the curl thread
+
+    /// The transfer finished with `code` (from curl_multi_info_read): reports `.end` or `.failed`.
+    func complete(_ code: CURLcode) {
+        if code == CURLE_OK {
+            if !headReported, let head = ResponseHeadParser.parse(sectionLines) {
+                reportHead(head)
+            }
+            finish(headReported ? .end : .failed(.broken("no response head")))
+            return
+        }
+        if let callbackFailure {
+            finish(.failed(callbackFailure))
+        } else if let refusedAddress, code == CURLE_COULDNT_CONNECT {
+            finish(.failed(.refusedDestination(address: refusedAddress)))
+        } else {
+            finish(.failed(.from(curlCode: code, detail: detail(code), maxRedirects: maxRedirects, maxBodyBytes: maxBodyBytes)))
+        }
+    }
+
+    /// Ends the transfer with `event` unless it already ended (used for shutdown and add failures too).
+    func finish(_ event: UpstreamEvent) {
+        guard !completed else { return }
+        completed = true
+        events(event)
+    }
+
+    private func detail(_ code: CURLcode) -> String {
+        let text = String(cString: curl_easy_strerror(code))
+        let buffer = String(cString: errorBuffer)
+        return buffer.isEmpty || buffer == text ? text : "\(text): \(buffer)"
+    }
+}
+
+// The C callbacks: capture nothing, find the CurlEasy through userdata.
+
+private let curlHeaderCallback: ccurl_data_cb = { data, size, count, userdata in
+    let easy = Unmanaged<CurlEasy>.fromOpaque(userdata!).takeUnretainedValue()
+    let bytes = UnsafeRawBufferPointer(start: data, count: size * count)
+    return easy.receivedHeaderLine(bytes) ? size * count : 0
+}
+
+private let curlWriteCallback: ccurl_data_cb = { data, size, count, userdata in
+    let easy = Unmanaged<CurlEasy>.fromOpaque(userdata!).takeUnretainedValue()
+    let bytes = UnsafeRawBufferPointer(start: data, count: size * count)
+    return easy.receivedBody(bytes) ? size * count : 0
+}
+
+private let curlOpenSocketCallback: ccurl_opensocket_cb = { clientp, _, address in
+    let easy = Unmanaged<CurlEasy>.fromOpaque(clientp!).takeUnretainedValue()
+    return easy.openSocket(address)
+}
+
+/// Parses a response header section as curl hands it over ("HTTP/1.1 200 OK" or "HTTP/2 200", then fields).
+enum ResponseHeadParser {
+    /// Nil when the first line is not a status line.
+    static func parse(_ lines: [String]) -> HTTPResponseHead? {
+        guard let statusLine = lines.first, statusLine.hasPrefix("HTTP/") else { return nil }
+        let parts = statusLine.split(separator: " ", maxSplits: 2, omittingEmptySubsequences: true)
+        guard parts.count >= 2, parts[1].count == 3, let status = Int(parts[1]), status >= 100 else { return nil }
+        let reason = parts.count > 2 ? String(parts[2].trimmingOWS()) : ""
+        var headers = HTTPHeaders()
+        for line in lines.dropFirst() {
+            guard let colon = line.firstIndex(of: ":") else { continue }
+            let name = line[..<colon].trimmingOWS()
+            guard !name.isEmpty else { continue }
+            headers.add(String(name), String(line[line.index(after: colon)...].trimmingOWS()))
+        }
+        return HTTPResponseHead(status: status, reason: reason.isEmpty ? nil : reason, headers: headers)
+    }
+}
