@@ -21,6 +21,7 @@
 
 internal import Dispatch
 internal import Foundation
+internal import Logging
 
 final class Fetch: @unchecked Sendable {
     /// A client waiting on this fetch.
@@ -97,8 +98,9 @@ final class Fetch: @unchecked Sendable {
         var waiter = waiter
         waiter.collapsed = collapsed
         let id = waiter.id
-        waiter.sink.onCancel { [weak self, queue] in
-            queue.async { self?.detach(id) }
+        weak let weakSelf = self
+        waiter.sink.onCancel { [queue] in
+            queue.async { weakSelf?.detach(id) }
         }
         switch state {
         case .waitingForHead, .checkingBody:
