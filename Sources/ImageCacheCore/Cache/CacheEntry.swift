@@ -95,8 +95,10 @@ public struct CacheEntry: Sendable {
     }
 
     /// Whether a 304 identifies this stored response for update (RFC 9111 section 4.3.4): by a strong ETag equal to
-    /// ours, else by a weak ETag equal to ours, else by a Last-Modified equal to ours; a 304 with no validator
-    /// selects us only when we have none either. A 304 naming another validator must not refresh us.
+    /// ours, else by a weak ETag equal to ours, else by a Last-Modified equal to ours. A 304 naming another
+    /// validator must not refresh us. A 304 with no validator at all selects us: we keep one stored response per
+    /// key and sent the conditional request for it ourselves (many origins, Python's http.server among them, send
+    /// bare 304s; Varnish and nginx refresh on them too), which is stricter reading of 4.3.4's third case relaxed.
     public func isSelected(by notModified: HTTPResponseHead) -> Bool {
         if let theirs = notModified.headers["ETag"].flatMap({ EntityTag.parse($0) }) {
             guard let ours = etag.flatMap({ EntityTag.parse($0) }) else { return false }
@@ -105,7 +107,7 @@ public struct CacheEntry: Sendable {
         if let theirs = notModified.headers["Last-Modified"] {
             return lastModified.map { HTTPDate.parse($0) == HTTPDate.parse(theirs) && HTTPDate.parse($0) != nil } ?? false
         }
-        return etag == nil && lastModified == nil
+        return true
     }
 
     /// Conditional request fields that revalidate this entry: If-None-Match with its ETag, If-Modified-Since with

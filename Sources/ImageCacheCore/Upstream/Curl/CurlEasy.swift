@@ -132,8 +132,9 @@ final class CurlEasy: @unchecked Sendable {
 
     /// One header line (with its CRLF) of any response on the way, redirects and 1xx included.
     fileprivate func receivedHeaderLine(_ bytes: UnsafeRawBufferPointer) -> Bool {
-        var line = String(decoding: bytes, as: UTF8.self)
-        while line.hasSuffix("\n") || line.hasSuffix("\r") { line.removeLast() }
+        var end = bytes.count
+        while end > 0, bytes[end - 1] == UInt8(ascii: "\n") || bytes[end - 1] == UInt8(ascii: "\r") { end -= 1 }
+        let line = String(decoding: UnsafeRawBufferPointer(rebasing: bytes[..<end]), as: UTF8.self)
         if line.hasPrefix("HTTP/") {
             sectionLines = [line]
             return true
