@@ -32,6 +32,8 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
     let freshnessPolicy: FreshnessPolicy
     /// Wall-clock time source (HTTP dates are wall-clock); injected by tests.
     let now: @Sendable () -> Date
+    /// Receives coalescing events (for metrics and tests). Called on `queue`; must return quickly.
+    let events: (@Sendable (ProxyEvent) -> Void)?
 
     // MARK: shared, guarded by its own lock
     public let memory: MemoryCache
@@ -43,8 +45,10 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
     /// Confined to `queue`: waiter identities.
     var nextWaiterID = 0
 
-    public init(configuration: Configuration, origin: any Origin, logger: Logger, now: @escaping @Sendable () -> Date = { Date() }) {
+    public init(configuration: Configuration, origin: any Origin, logger: Logger, now: @escaping @Sendable () -> Date = { Date() },
+                events: (@Sendable (ProxyEvent) -> Void)? = nil) {
         self.configuration = configuration
+        self.events = events
         self.origin = origin
         self.logger = logger
         self.now = now
@@ -193,6 +197,14 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
 
     /// Waiting fetches for tests and stats. Blocks until the proxy queue answers; never call it on a request path.
     public var fetchesInFlight: Int { queue.sync { coalescer.count } }
+}
+
+/// What happens to fetches, as seen from the proxy queue.
+public enum ProxyEvent: Sendable, Equatable {
+    /// A client now waits on the upstream fetch for `key`; `waiters` counts them, this one included.
+    case waiterAttached(key: CacheKey, waiters: Int)
+    /// The fetch for `key` ended (stored or not, failed or cancelled).
+    case fetchFinished(key: CacheKey)
 }
 
 /// A request headed for the cache, with what was parsed from it once.

@@ -17,12 +17,13 @@ public final class Daemon: @unchecked Sendable {
     /// The port being served, once started.
     public private(set) var port = 0
 
-    public init(configuration: Configuration, logger: Logger, now: @escaping @Sendable () -> Date = { Date() }) throws {
+    public init(configuration: Configuration, logger: Logger, now: @escaping @Sendable () -> Date = { Date() },
+                events: (@Sendable (ProxyEvent) -> Void)? = nil) throws {
         self.configuration = configuration
         self.logger = logger
         origin = try CurlOrigin(configuration: configuration.upstream, allowPrivateNetworks: configuration.allowPrivateNetworks,
                                 logger: logger)
-        proxy = Proxy(configuration: configuration, origin: origin, logger: logger, now: now)
+        proxy = Proxy(configuration: configuration, origin: origin, logger: logger, now: now, events: events)
         listener = Listener(configuration: configuration.server, handler: proxy, logger: logger)
     }
 

@@ -105,12 +105,14 @@ final class Fetch: @unchecked Sendable {
         switch state {
         case .waitingForHead, .checkingBody:
             waiters.append(waiter)
+            proxy.events?(.waiterAttached(key: key, waiters: waiters.count))
         case let .streaming(head):
             if let vary = VaryKey.make(response: head, request: leader.head.headers), !vary.matches(waiter.request.head.headers) {
                 proxy.redispatchAlone([waiter], key: key)
                 return
             }
             waiters.append(waiter)
+            proxy.events?(.waiterAttached(key: key, waiters: waiters.count))
             sendHead(head, toWaiterAt: waiters.count - 1)
             for chunk in chunks { waiter.sink.body(chunk) }
         case .finished:
@@ -327,6 +329,8 @@ final class Fetch: @unchecked Sendable {
     }
 
     private func finish() {
+        if case .finished = state { return }
+        proxy.events?(.fetchFinished(key: key))
         state = .finished
         waiters = []
         chunks = []
