@@ -1,0 +1,54 @@
+import Testing
+@testable import ImageCacheCore
+
+@Suite("AddressPolicy")
+struct AddressPolicyTests {
+    static let refused: [String] = [
+        "0.0.0.0", "0.1.2.3", "10.0.0.1", "10.255.255.255", "100.64.0.1", "100.127.255.254", "127.0.0.1", "127.8.9.10",
+        "169.254.169.254", "172.16.0.1", "172.31.255.255", "192.0.0.8", "192.168.1.1", "198.18.0.1", "198.19.255.255",
+        "224.0.0.1", "239.255.255.250", "240.0.0.1", "255.255.255.255",
+        "::", "::1", "fc00::1", "fd12:3456::1", "fe80::1", "febf::1", "fec0::1", "ff02::1",
+        "::ffff:127.0.0.1", "::ffff:10.1.2.3", "::ffff:169.254.169.254", "::127.0.0.1", "::10.0.0.1",
+        "64:ff9b::7f00:1", "64:ff9b::a9fe:a9fe", "2002:c0a8:0101::1",
+    ]
+
+    static let allowed: [String] = [
+        "1.1.1.1", "8.8.8.8", "9.255.255.255", "11.0.0.1", "100.63.255.255", "100.128.0.1", "126.255.255.255",
+        "128.0.0.1", "169.253.1.1", "172.15.255.255", "172.32.0.1", "192.0.1.1", "192.167.1.1", "192.169.1.1",
+        "198.17.255.255", "198.20.0.1", "223.255.255.255", "93.184.216.34",
+        "2001:4860:4860::8888", "2606:4700::1111", "fbff::1", "::ffff:8.8.8.8", "64:ff9b::808:808", "2002:0808:0808::1",
+    ]
+
+    @Test("refuses loopback, private, link-local, reserved and multicast destinations", arguments: refused)
+    func refusesPrivate(_ text: String) throws {
+        // Given
+        let address = try #require(IPAddress(text))
+        // When
+        let reason = AddressPolicy.refusal(for: address)
+        // Then
+        #expect(reason != nil, "\(text) should be refused")
+    }
+
+    @Test("allows public destinations, including public IPv4 inside IPv6 forms", arguments: allowed)
+    func allowsPublic(_ text: String) throws {
+        // Given
+        let address = try #require(IPAddress(text))
+        // When
+        let reason = AddressPolicy.refusal(for: address)
+        // Then
+        #expect(reason == nil, "\(text) should be allowed: \(reason ?? "")")
+    }
+
+    @Test("the reason names the textual address and the range")
+    func reasonNamesAddress() throws {
+        // Given
+        let address = try #require(IPAddress("169.254.169.254"))
+        // When
+        let reason = try #require(AddressPolicy.refusal(for: address))
+        // Then
+        #expect(reason.contains("169.254.169.254"))
+        #expect(reason.contains("169.254.0.0/16"))
+        #expect(IPAddress("::ffff:127.0.0.1")?.description == "::ffff:127.0.0.1")
+        #expect(IPAddress("not an address") == nil)
+    }
+}

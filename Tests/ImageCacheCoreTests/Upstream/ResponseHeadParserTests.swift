@@ -1,0 +1,27 @@
+import Testing
+@testable import ImageCacheCore
+
+@Suite("ResponseHeadParser")
+struct ResponseHeadParserTests {
+    @Test("parses HTTP/1.1 and HTTP/2 status lines and fields", arguments: [
+        (["HTTP/1.1 200 OK", "Content-Type: image/png", "ETag:  \"v1\" "], 200, "OK"),
+        (["HTTP/2 200", "content-type: image/png", "etag: \"v1\""], 200, "OK"),
+        (["HTTP/1.0 404 Not Found Here", "Content-Type: image/png", "ETag: \"v1\""], 404, "Not Found Here"),
+    ])
+    func parses(_ lines: [String], status: Int, reason: String) throws {
+        // When
+        let head = try #require(ResponseHeadParser.parse(lines))
+        // Then
+        #expect(head.status == status)
+        #expect(head.reason == reason)
+        #expect(head.headers["Content-Type"] == "image/png")
+        #expect(head.headers["etag"] == "\"v1\"")
+    }
+
+    @Test("refuses a section without a status line")
+    func refusesGarbage() {
+        #expect(ResponseHeadParser.parse(["Content-Type: x"]) == nil)
+        #expect(ResponseHeadParser.parse(["HTTP/1.1 OK"]) == nil)
+        #expect(ResponseHeadParser.parse([]) == nil)
+    }
+}

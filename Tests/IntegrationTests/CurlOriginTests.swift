@@ -1,0 +1,395 @@
+import Foundation
+import ImageCacheCore
+import Logging
+import Synchronization
+import Testing
+
+@Suite("CurlOrigin against a local TestOrigin")
+struct CurlOriginTests {
+    static func makeOrigin(_ adjust: (inout UpstreamConfiguration) -> Void = { _ in },
+                           allowPrivateNetworks: Bool = false) throws -> CurlOrigin {
+        var configuration = UpstreamConfiguration()
+        configuration.connectTimeoutSeconds = 5
+        configuration.totalTimeoutSeconds = 20
+        adjust(&configuration)
+        return try CurlOrigin(configuration: configuration, allowPrivateNetworks: allowPrivateNetworks,
+                              logger: Logger(label: "test.upstream"))
+    }
+
+    static func request(_ url: String, maxBodyBytes: Int = 50 << 20, headers: HTTPHeaders = HTTPHeaders()) -> UpstreamRequest {
+        UpstreamRequest(url: url, headers: headers, trusted: true, maxBodyBytes: maxBodyBytes)
+    }
+
+    @Test("a 200 reports the head, the exact body bytes and .end; request fields reach the origin")
+    func bodyBytesExact() async throws {
+        // Given
+        let server = try TestOrigin()
+        defer { server.stop() }
+        let image = Fixtures.jpeg(size: 300_000)
+        server.route("/a.jpg?w=1") { _ in Reply(status: 200, headers: [("Content-Type", "image/jpeg"), ("ETag", "\"v1\""), ("Connection", "keep-alive, X-Hop"), ("X-Hop", "1")], body: image) }
+        let origin = try Self.makeOrigin()
+        defer { origin.shutdown() }
+        let recorder = TransferRecorder()
+
+        // When
+        _ = origin.fetch(Self.request(server.baseURL + "/a.jpg?w=1", headers: ["Accept": "image/webp", "If-None-Match": "\"v0\""]),
+                         events: recorder.record)
+        let outcome = try await recorder.completion()
+
+        // Then
+        #expect(outcome == .end)
+        let (head, url) = try #require(recorder.heads.first)
+        #expect(recorder.heads.count == 1)
+        #expect(head.status == 200)
+        #expect(head.headers["Content-Type"] == "image/jpeg")
+        #expect(head.headers["ETag"] == "\"v1\"")
+        #expect(head.headers["Connection"] == nil && head.headers["X-Hop"] == nil, "hop-by-hop fields are stripped")
+        #expect(url == server.baseURL + "/a.jpg?w=1")
+        #expect(recorder.body == image)
+        let seen = try #require(server.requests("/a.jpg?w=1").first)
+        #expect(seen.method == "GET")
+        #expect(seen.header("Accept") == "image/webp")
+        #expect(seen.header("If-None-Match") == "\"v0\"")
+        #expect(seen.header("User-Agent") == "imagecached/\(imagecachedVersion)")
+        #expect(seen.header("Accept-Encoding") == nil, "no Accept-Encoding is added")
+        #expect(origin.transfersStarted == 1)
+    }
+
+    @Test("an empty 204 body still reports the head, then .end; the client's User-Agent wins")
+    func emptyBody() async throws {
+        // Given
+        let server = try TestOrigin()
+        defer { server.stop() }
+        server.route("/empty") { _ in Reply(status: 204) }
+        let origin = try Self.makeOrigin()
+        defer { origin.shutdown() }
+        let recorder = TransferRecorder()
+
+        // When
+        _ = origin.fetch(Self.request(server.baseURL + "/empty", headers: ["User-Agent": "client/1"]), events: recorder.record)
+
+        // Then
+        #expect(try await recorder.completion() == .end)
+        #expect(recorder.heads.map(\.0.status) == [204])
+        #expect(recorder.body.isEmpty)
+        #expect(server.requests("/empty").first?.header("User-Agent") == "client/1")
+    }
+
+    @Test("50 concurrent transfers all complete with their own bytes")
+    func fiftyConcurrent() async throws {
+        // Given
+        let server = try TestOrigin()
+        defer { server.stop() }
+        for i in 0..<50 {
+            let body = Fixtures.png(size: 10_000 + i * 997)
+            server.route("/img/\(i)") { _ in .ok(body) }
+        }
+        let origin = try Self.makeOrigin()
+        defer { origin.shutdown() }
+
+        // When
+        let recorders = (0..<50).map { _ in TransferRecorder() }
+        for (i, recorder) in recorders.enumerated() {
+            _ = origin.fetch(Self.request(server.baseURL + "/img/\(i)"), events: recorder.record)
+        }
+
+        // Then
+        for (i, recorder) in recorders.enumerated() {
+            #expect(try await recorder.completion() == .end)
+            #expect(recorder.body == Fixtures.png(size: 10_000 + i * 997))
+        }
+        #expect(origin.transfersStarted == 50)
+        #expect(origin.activeTransfers == 0)
+    }
+
+    @Test("the head is reported before the origin releases the body (streaming)")
+    func headBeforeBody() async throws {
+        // Given
+        let server = try TestOrigin()
+        defer { server.stop() }
+        let gate = Gate()
+        let image = Fixtures.gif(size: 5000)
+        server.route("/gated") { _ in Reply(status: 200, headers: [("Content-Type", "image/gif")], body: image, gate: gate) }
+        let origin = try Self.makeOrigin()
+        defer { origin.shutdown() }
+        let recorder = TransferRecorder()
+
+        // When
+        _ = origin.fetch(Self.request(server.baseURL + "/gated"), events: recorder.record)
+        let head = try await recorder.head()
+
+        // Then
+        #expect(head?.0.status == 200)
+        #expect(!gate.isOpen)
+        #expect(recorder.bodyEventCount == 0)
+        gate.open()
+        #expect(try await recorder.completion() == .end)
+        #expect(recorder.body == image)
+    }
+
+    @Test("redirects are followed and only the final head is reported, with the final URL")
+    func redirectFollowed() async throws {
+        // Given
+        let server = try TestOrigin()
+        defer { server.stop() }
+        server.route("/r1") { _ in .redirect(302, to: "/r2") }
+        server.route("/r2") { _ in .redirect(301, to: server.baseURL + "/final.png") }
+        server.route("/final.png") { _ in .ok(Fixtures.png(size: 2000)) }
+        let origin = try Self.makeOrigin()
+        defer { origin.shutdown() }
+        let recorder = TransferRecorder()
+
+        // When
+        _ = origin.fetch(Self.request(server.baseURL + "/r1"), events: recorder.record)
+
+        // Then
+        #expect(try await recorder.completion() == .end)
+        #expect(recorder.heads.count == 1)
+        #expect(recorder.heads.first?.0.status == 200)
+        #expect(recorder.heads.first?.1 == server.baseURL + "/final.png")
+        #expect(recorder.body == Fixtures.png(size: 2000))
+        #expect(server.requestCount("/r2") == 1)
+    }
+
+    @Test("more redirects than the limit fail with .tooManyRedirects and no head")
+    func tooManyRedirects() async throws {
+        // Given
+        let server = try TestOrigin()
+        defer { server.stop() }
+        server.route("/loop") { _ in .redirect(302, to: "/loop") }
+        let origin = try Self.makeOrigin { $0.maxRedirects = 2 }
+        defer { origin.shutdown() }
+        let recorder = TransferRecorder()
+
+        // When
+        _ = origin.fetch(Self.request(server.baseURL + "/loop"), events: recorder.record)
+
+        // Then
+        #expect(try await recorder.completion() == .failed(.tooManyRedirects(2)))
+        #expect(recorder.heads.isEmpty)
+        #expect(server.requestCount("/loop") == 3)
+    }
+
+    @Test("a body over maxBodyBytes fails with .tooLarge", arguments: [false, true])
+    func tooLarge(chunked: Bool) async throws {
+        // Given
+        let server = try TestOrigin()
+        defer { server.stop() }
+        server.route("/big") { _ in Reply(status: 200, headers: [("Content-Type", "image/png")], body: Fixtures.png(size: 200_000), chunked: chunked) }
+        let origin = try Self.makeOrigin()
+        defer { origin.shutdown() }
+        let recorder = TransferRecorder()
+
+        // When
+        _ = origin.fetch(Self.request(server.baseURL + "/big", maxBodyBytes: 50_000), events: recorder.record)
+
+        // Then
+        #expect(try await recorder.completion() == .failed(.tooLarge(limit: 50_000)))
+        #expect(recorder.body.count <= 50_000)
+        if !chunked { #expect(recorder.heads.isEmpty, "Content-Length over the limit fails before the head") }
+    }
+
+    @Test("a connection reset mid-body fails with .broken after some body")
+    func resetMidBody() async throws {
+        // Given
+        let server = try TestOrigin()
+        defer { server.stop() }
+        server.route("/reset") { _ in Reply(status: 200, headers: [("Content-Type", "image/png")], body: Fixtures.png(size: 100_000), resetAfterBytes: 10_000) }
+        let origin = try Self.makeOrigin()
+        defer { origin.shutdown() }
+        let recorder = TransferRecorder()
+
+        // When
+        _ = origin.fetch(Self.request(server.baseURL + "/reset"), events: recorder.record)
+        let outcome = try await recorder.completion()
+
+        // Then
+        guard case .failed(.broken) = outcome else {
+            Issue.record("expected .broken, got \(outcome)")
+            return
+        }
+        #expect(recorder.heads.count == 1)
+        #expect(recorder.body == Array(Fixtures.png(size: 100_000).prefix(10_000)))
+    }
+
+    @Test("a closed port fails with .connect")
+    func connectionRefused() async throws {
+        // Given: a port that was free a moment ago
+        let server = try TestOrigin()
+        let url = server.baseURL + "/x"
+        server.stop()
+        let origin = try Self.makeOrigin()
+        defer { origin.shutdown() }
+        let recorder = TransferRecorder()
+
+        // When
+        _ = origin.fetch(Self.request(url), events: recorder.record)
+        let outcome = try await recorder.completion()
+
+        // Then
+        guard case .failed(.connect) = outcome else {
+            Issue.record("expected .connect, got \(outcome)")
+            return
+        }
+    }
+
+    @Test("an untrusted request to loopback is refused at connect time unless private networks are allowed")
+    func refusedDestination() async throws {
+        // Given
+        let server = try TestOrigin()
+        defer { server.stop() }
+        server.route("/secret") { _ in .ok(Fixtures.png()) }
+        let strict = try Self.makeOrigin()
+        let lenient = try Self.makeOrigin(allowPrivateNetworks: true)
+        defer {
+            strict.shutdown()
+            lenient.shutdown()
+        }
+        var untrusted = Self.request(server.baseURL + "/secret")
+        untrusted.trusted = false
+        let refused = TransferRecorder()
+        let allowed = TransferRecorder()
+
+        // When
+        _ = strict.fetch(untrusted, events: refused.record)
+        _ = lenient.fetch(untrusted, events: allowed.record)
+
+        // Then
+        #expect(try await refused.completion() == .failed(.refusedDestination(address: "127.0.0.1")))
+        #expect(try await allowed.completion() == .end)
+        #expect(server.requestCount("/secret") == 1)
+    }
+
+    @Test("after cancel() no further events arrive")
+    func cancelStopsEvents() async throws {
+        // Given
+        let server = try TestOrigin()
+        defer { server.stop() }
+        let gate = Gate()
+        server.route("/slow") { _ in Reply(status: 200, headers: [("Content-Type", "image/png")], body: Fixtures.png(size: 100_000), gate: gate) }
+        server.route("/after") { _ in .ok(Fixtures.png(size: 10)) }
+        let origin = try Self.makeOrigin()
+        defer { origin.shutdown() }
+        let recorder = TransferRecorder()
+        let transfer = origin.fetch(Self.request(server.baseURL + "/slow"), events: recorder.record)
+        _ = try await recorder.head()
+
+        // When
+        transfer.cancel()
+        gate.open()
+        // A later transfer through the same curl thread completes after the cancel has been processed.
+        let later = TransferRecorder()
+        _ = origin.fetch(Self.request(server.baseURL + "/after"), events: later.record)
+        #expect(try await later.completion() == .end)
+
+        // Then
+        #expect(recorder.events.count == 1, "only the head, got \(recorder.events.count) events")
+        #expect(recorder.outcome == nil)
+        #expect(origin.activeTransfers == 0)
+        transfer.cancel()   // idempotent
+    }
+
+    @Test("with one transfer slot, the second transfer reaches the origin only after the first has finished")
+    func queueCap() async throws {
+        // Given
+        let server = try TestOrigin()
+        defer { server.stop() }
+        let gate = Gate()
+        let first = TransferRecorder()
+        let firstEndedBeforeSecondArrived = Mutex<Bool?>(nil)
+        server.route("/first") { _ in Reply(status: 200, body: Fixtures.png(size: 1000), gate: gate) }
+        server.route("/second") { _ in
+            firstEndedBeforeSecondArrived.withLock { $0 = first.outcome == .end }
+            return .ok(Fixtures.png(size: 1000))
+        }
+        let origin = try Self.makeOrigin { $0.maxConcurrentTransfers = 1 }
+        defer { origin.shutdown() }
+        let second = TransferRecorder()
+
+        // When
+        _ = origin.fetch(Self.request(server.baseURL + "/first"), events: first.record)
+        try await server.waitForRequests("/first", count: 1)
+        _ = origin.fetch(Self.request(server.baseURL + "/second"), events: second.record)
+
+        // Then
+        #expect(origin.activeTransfers == 1)
+        #expect(origin.queuedTransfers == 1)
+        #expect(server.requestCount("/second") == 0)
+        gate.open()
+        #expect(try await first.completion() == .end)
+        #expect(try await second.completion() == .end)
+        #expect(firstEndedBeforeSecondArrived.withLock { $0 } == true)
+        #expect(origin.transfersStarted == 2)
+    }
+
+    @Test("a transfer waiting longer than the queue timeout fails with .queueTimeout")
+    func queueTimeout() async throws {
+        // Given
+        let server = try TestOrigin()
+        defer { server.stop() }
+        let gate = Gate()
+        server.route("/hold") { _ in Reply(status: 200, body: [1, 2, 3], gate: gate) }
+        let origin = try Self.makeOrigin {
+            $0.maxConcurrentTransfers = 1
+            $0.queueTimeoutSeconds = 0.2
+        }
+        defer { origin.shutdown() }
+        let holder = TransferRecorder()
+        let waiter = TransferRecorder()
+        _ = origin.fetch(Self.request(server.baseURL + "/hold"), events: holder.record)
+        try await server.waitForRequests("/hold", count: 1)
+
+        // When
+        _ = origin.fetch(Self.request(server.baseURL + "/never"), events: waiter.record)
+
+        // Then
+        #expect(try await waiter.completion(timeout: .seconds(5)) == .failed(.queueTimeout))
+        #expect(server.requestCount("/never") == 0)
+        gate.open()
+        #expect(try await holder.completion() == .end)
+    }
+
+    @Test("shutdown fails running and waiting transfers with .cancelled; later fetches fail too")
+    func shutdownCancelsEverything() async throws {
+        // Given
+        let server = try TestOrigin()
+        defer { server.stop() }
+        let gate = Gate()
+        server.route("/hold") { _ in Reply(status: 200, body: [1, 2, 3], gate: gate) }
+        let origin = try Self.makeOrigin { $0.maxConcurrentTransfers = 1 }
+        let running = TransferRecorder()
+        let waiting = TransferRecorder()
+        _ = origin.fetch(Self.request(server.baseURL + "/hold"), events: running.record)
+        try await server.waitForRequests("/hold", count: 1)
+        _ = origin.fetch(Self.request(server.baseURL + "/hold"), events: waiting.record)
+
+        // When
+        origin.shutdown()
+        let late = TransferRecorder()
+        _ = origin.fetch(Self.request(server.baseURL + "/hold"), events: late.record)
+
+        // Then
+        #expect(try await running.completion() == .failed(.cancelled))
+        #expect(try await waiting.completion() == .failed(.cancelled))
+        #expect(try await late.completion() == .failed(.cancelled))
+        gate.open()
+    }
+
+    @Test("an unsupported scheme fails with .badURL")
+    func badURL() async throws {
+        // Given
+        let origin = try Self.makeOrigin()
+        defer { origin.shutdown() }
+        let recorder = TransferRecorder()
+
+        // When
+        _ = origin.fetch(Self.request("ftp://127.0.0.1/x.png"), events: recorder.record)
+        let outcome = try await recorder.completion()
+
+        // Then
+        guard case .failed(.badURL) = outcome else {
+            Issue.record("expected .badURL, got \(outcome)")
+            return
+        }
+    }
+}
