@@ -44,7 +44,7 @@ func standardHandler() -> ClosureHandler {
 }
 
 /// A running listener on 127.0.0.1 with a free port, stopped by `stop()`.
-final class TestServer {
+final class TestServer: Sendable {
     let listener: Listener
     let port: Int
 
@@ -57,70 +57,85 @@ final class TestServer {
 
     func client() throws -> RawHTTPClient { try RawHTTPClient(port: port) }
 
-    func stop() { listener.stop() }
+    /// Stops the listener off the cooperative pool (stop waits for the connection queues).
+    func stop() async { _ = try? await offPool { self.listener.stop() } }
+}
+
+/// Starts a server, runs `body` (blocking client code) on its own thread, then stops the server.
+func withServer<T: Sendable>(handler: any RequestHandler = standardHandler(), configuration: ServerConfiguration = ServerConfiguration(),
+                             _ body: @escaping @Sendable (TestServer) throws -> T) async throws -> T {
+    let server = try TestServer(handler: handler, configuration: configuration)
+    do {
+        let result = try await offPool { try body(server) }
+        await server.stop()
+        return result
+    } catch {
+        await server.stop()
+        throw error
+    }
 }
 
 @Suite("Server")
 struct ServerTests {
     @Test("serves two requests on one keep-alive connection")
-    func keepAlive() throws {
+    func keepAlive() async throws {
         // Given
-        let server = try TestServer()
-        defer { server.stop() }
-        let client = try server.client()
-        // When
-        try client.send("GET /one HTTP/1.1\r\nHost: x\r\n\r\n")
-        let first = try client.readResponse()
-        try client.send("GET /two HTTP/1.1\r\nHost: x\r\n\r\n")
-        let second = try client.readResponse()
+        let (first, second, open) = try await withServer { server in
+            let client = try server.client()
+            // When
+            try client.send("GET /one HTTP/1.1\r\nHost: x\r\n\r\n")
+            let first = try client.readResponse()
+            try client.send("GET /two HTTP/1.1\r\nHost: x\r\n\r\n")
+            return (first, try client.readResponse(), server.listener.connectionCount)
+        }
         // Then
         #expect(first.status == 200)
         #expect(first.bodyText == "GET /one loopback=true body=")
         #expect(first.header("date") != nil)
         #expect(second.bodyText == "GET /two loopback=true body=")
-        #expect(server.listener.connectionCount == 1)
+        #expect(open == 1)
     }
 
     @Test("answers pipelined requests in order, even when one is answered from another queue")
-    func pipelining() throws {
+    func pipelining() async throws {
         // Given
-        let server = try TestServer()
-        defer { server.stop() }
-        let client = try server.client()
-        // When
-        try client.send("GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /later HTTP/1.1\r\nHost: x\r\n\r\n"
-            + "POST /c HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc")
-        let responses = try (0..<3).map { _ in try client.readResponse() }
+        let responses = try await withServer { server in
+            let client = try server.client()
+            // When
+            try client.send("GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /later HTTP/1.1\r\nHost: x\r\n\r\n"
+                + "POST /c HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc")
+            return try (0..<3).map { _ in try client.readResponse() }
+        }
         // Then
         #expect(responses.map(\.bodyText) == ["GET /a loopback=true body=", "later", "POST /c loopback=true body=abc"])
     }
 
     @Test("closes an HTTP/1.0 connection after the response")
-    func http10Closes() throws {
+    func http10Closes() async throws {
         // Given
-        let server = try TestServer()
-        defer { server.stop() }
-        let client = try server.client()
-        // When
-        try client.send("GET /old HTTP/1.0\r\n\r\n")
-        let response = try client.readResponse()
+        let (response, closed) = try await withServer { server in
+            let client = try server.client()
+            // When
+            try client.send("GET /old HTTP/1.0\r\n\r\n")
+            return (try client.readResponse(), try client.isClosedByServer())
+        }
         // Then
         #expect(response.bodyText == "GET /old loopback=true body=")
         #expect(response.header("connection") == "close")
-        #expect(try client.isClosedByServer())
+        #expect(closed)
     }
 
     @Test("streams a body of unknown length with chunked encoding")
-    func chunkedStreaming() throws {
+    func chunkedStreaming() async throws {
         // Given
-        let server = try TestServer()
-        defer { server.stop() }
-        let client = try server.client()
-        // When
-        try client.send("GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
-        let response = try client.readResponse()
-        try client.send("GET /after HTTP/1.1\r\nHost: x\r\n\r\n")
-        let after = try client.readResponse()
+        let (response, after) = try await withServer { server in
+            let client = try server.client()
+            // When
+            try client.send("GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
+            let response = try client.readResponse()
+            try client.send("GET /after HTTP/1.1\r\nHost: x\r\n\r\n")
+            return (response, try client.readResponse())
+        }
         // Then
         #expect(response.header("transfer-encoding") == "chunked")
         #expect(response.bodyText == "hello streaming world")
@@ -128,16 +143,16 @@ struct ServerTests {
     }
 
     @Test("sends no body for HEAD and keeps the connection usable")
-    func headHasNoBody() throws {
+    func headHasNoBody() async throws {
         // Given
-        let server = try TestServer()
-        defer { server.stop() }
-        let client = try server.client()
-        // When
-        try client.send("HEAD /h HTTP/1.1\r\nHost: x\r\n\r\n")
-        let head = try client.readResponse(headRequest: true)
-        try client.send("GET /g HTTP/1.1\r\nHost: x\r\n\r\n")
-        let next = try client.readResponse()
+        let (head, next) = try await withServer { server in
+            let client = try server.client()
+            // When
+            try client.send("HEAD /h HTTP/1.1\r\nHost: x\r\n\r\n")
+            let head = try client.readResponse(headRequest: true)
+            try client.send("GET /g HTTP/1.1\r\nHost: x\r\n\r\n")
+            return (head, try client.readResponse())
+        }
         // Then
         #expect(head.status == 200)
         #expect(head.header("content-length") == "27")
@@ -145,14 +160,14 @@ struct ServerTests {
     }
 
     @Test("abort leaves a truncated body and a closed connection")
-    func abortTruncates() throws {
+    func abortTruncates() async throws {
         // Given
-        let server = try TestServer()
-        defer { server.stop() }
-        let client = try server.client()
-        // When
-        try client.send("GET /abort HTTP/1.1\r\nHost: x\r\n\r\n")
-        let raw = String(decoding: try client.readUntilClose(), as: UTF8.self)
+        let raw = try await withServer { server in
+            let client = try server.client()
+            // When
+            try client.send("GET /abort HTTP/1.1\r\nHost: x\r\n\r\n")
+            return String(decoding: try client.readUntilClose(), as: UTF8.self)
+        }
         // Then
         #expect(raw.hasPrefix("HTTP/1.1 200 OK\r\n"))
         #expect(raw.contains("Content-Length: 100\r\n"))
@@ -160,56 +175,57 @@ struct ServerTests {
     }
 
     @Test("answers a malformed request with 400 and closes, then serves the next connection")
-    func malformedRequest() throws {
+    func malformedRequest() async throws {
         // Given
-        let server = try TestServer()
-        defer { server.stop() }
-        let bad = try server.client()
-        // When
-        try bad.send("GET / HTTP/1.1\r\nHost : x\r\n\r\n")
-        let refused = try bad.readResponse()
-        let good = try server.client()
-        try good.send("GET /fine HTTP/1.1\r\nHost: x\r\n\r\n")
-        let served = try good.readResponse()
+        let (refused, closed, served) = try await withServer { server in
+            let bad = try server.client()
+            // When
+            try bad.send("GET / HTTP/1.1\r\nHost : x\r\n\r\n")
+            let refused = try bad.readResponse()
+            let closed = try bad.isClosedByServer()
+            let good = try server.client()
+            try good.send("GET /fine HTTP/1.1\r\nHost: x\r\n\r\n")
+            return (refused, closed, try good.readResponse())
+        }
         // Then
         #expect(refused.status == 400)
         #expect(refused.header("connection") == "close")
         #expect(refused.bodyText == "whitespace before colon in header field\n")
-        #expect(try bad.isClosedByServer())
+        #expect(closed)
         #expect(served.status == 200)
     }
 
     @Test("answers a huge header section with 431")
-    func hugeHeader() throws {
+    func hugeHeader() async throws {
         // Given
-        let server = try TestServer()
-        defer { server.stop() }
-        let client = try server.client()
-        // When
-        try client.send("GET / HTTP/1.1\r\nHost: x\r\nX-Big: \(String(repeating: "b", count: 20_000))\r\n\r\n")
-        let response = try client.readResponse()
+        let (response, closed) = try await withServer { server in
+            let client = try server.client()
+            // When
+            try client.send("GET / HTTP/1.1\r\nHost: x\r\nX-Big: \(String(repeating: "b", count: 20_000))\r\n\r\n")
+            return (try client.readResponse(), try client.isClosedByServer())
+        }
         // Then
         #expect(response.status == 431)
         #expect(response.bodyText == "header section too large (limit 16384 bytes)\n")
-        #expect(try client.isClosedByServer())
+        #expect(closed)
     }
 
     @Test("answers a request line over the limit with 414")
-    func longRequestLine() throws {
+    func longRequestLine() async throws {
         // Given
-        let server = try TestServer()
-        defer { server.stop() }
-        let client = try server.client()
-        // When
-        try client.send("GET /\(String(repeating: "a", count: 9000)) HTTP/1.1\r\nHost: x\r\n\r\n")
-        let response = try client.readResponse()
+        let response = try await withServer { server in
+            let client = try server.client()
+            // When
+            try client.send("GET /\(String(repeating: "a", count: 9000)) HTTP/1.1\r\nHost: x\r\n\r\n")
+            return try client.readResponse()
+        }
         // Then
         #expect(response.status == 414)
         #expect(response.bodyText == "request line too long (limit 8192 bytes)\n")
     }
 
     @Test("runs onCancel when the client disconnects while the handler is pending")
-    func cancelOnDisconnect() throws {
+    func cancelOnDisconnect() async throws {
         // Given
         let received = DispatchSemaphore(value: 0)
         let cancelled = DispatchSemaphore(value: 0)
@@ -217,19 +233,21 @@ struct ServerTests {
             sink.onCancel { cancelled.signal() }
             received.signal()
         }
-        let server = try TestServer(handler: handler)
-        defer { server.stop() }
-        let client = try server.client()
-        try client.send("GET /pending HTTP/1.1\r\nHost: x\r\n\r\n")
-        #expect(received.wait(timeout: .now() + 5) == .success)
-        // When
-        client.shutdownBoth()
+        let (wasReceived, wasCancelled) = try await withServer(handler: handler) { server in
+            let client = try server.client()
+            try client.send("GET /pending HTTP/1.1\r\nHost: x\r\n\r\n")
+            let wasReceived = received.wait(timeout: .now() + 5) == .success
+            // When
+            client.shutdownBoth()
+            return (wasReceived, cancelled.wait(timeout: .now() + 5) == .success)
+        }
         // Then
-        #expect(cancelled.wait(timeout: .now() + 5) == .success)
+        #expect(wasReceived)
+        #expect(wasCancelled)
     }
 
     @Test("serves 200 concurrent connections, each with its own response")
-    func manyConnections() throws {
+    func manyConnections() async throws {
         // Given: a handler that answers nobody until all 200 requests are in
         let count = 200
         let waiting = Mutex<[(String, any ResponseSink)]>([])
@@ -242,64 +260,68 @@ struct ServerTests {
                 DispatchQueue.global().async { sink.respond(HTTPResponseHead(status: 200), body: Array(target.utf8)) }
             }
         }
-        let server = try TestServer(handler: handler)
-        defer { server.stop() }
-        // When
-        let clients = try (0..<count).map { index in
-            let client = try server.client()
-            try client.send("GET /\(index) HTTP/1.1\r\nHost: x\r\n\r\n")
-            return client
+        let (bodies, open) = try await withServer(handler: handler) { server in
+            // When
+            let clients = try (0..<count).map { index in
+                let client = try server.client()
+                try client.send("GET /\(index) HTTP/1.1\r\nHost: x\r\n\r\n")
+                return client
+            }
+            return (try clients.map { try $0.readResponse().bodyText }, server.listener.connectionCount)
         }
-        let bodies = try clients.map { try $0.readResponse().bodyText }
         // Then
         #expect(bodies == (0..<count).map { "/\($0)" })
-        #expect(server.listener.connectionCount == count)
+        #expect(open == count)
     }
 
     @Test("sends 100 Continue before reading an expected body")
-    func expectContinue() throws {
+    func expectContinue() async throws {
         // Given
-        let server = try TestServer()
-        defer { server.stop() }
-        let client = try server.client()
-        // When
-        try client.send("PUT /up HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n")
-        let interim = try client.readResponse()
-        try client.send("data")
-        let final = try client.readResponse()
+        let (interim, final) = try await withServer { server in
+            let client = try server.client()
+            // When
+            try client.send("PUT /up HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n")
+            let interim = try client.readResponse()
+            try client.send("data")
+            return (interim, try client.readResponse())
+        }
         // Then
         #expect(interim.status == 100)
         #expect(final.bodyText == "PUT /up loopback=true body=data")
     }
 
     @Test("closes a connection whose head does not arrive in time with 408")
-    func headerTimeout() throws {
+    func headerTimeout() async throws {
         // Given
         var configuration = ServerConfiguration()
         configuration.headerTimeoutSeconds = 0.2
-        let server = try TestServer(configuration: configuration)
-        defer { server.stop() }
-        let client = try server.client()
-        // When
-        try client.send("GET / HTTP/1.1\r\nHost: x\r\n")
-        let response = try client.readResponse()
+        let (response, closed) = try await withServer(configuration: configuration) { server in
+            let client = try server.client()
+            // When
+            try client.send("GET / HTTP/1.1\r\nHost: x\r\n")
+            return (try client.readResponse(), try client.isClosedByServer())
+        }
         // Then
         #expect(response.status == 408)
-        #expect(try client.isClosedByServer())
+        #expect(closed)
     }
 
     @Test("stop closes open connections and the listening socket")
-    func stopClosesEverything() throws {
+    func stopClosesEverything() async throws {
         // Given
         let server = try TestServer()
-        let client = try server.client()
-        try client.send("GET /a HTTP/1.1\r\nHost: x\r\n\r\n")
-        _ = try client.readResponse()
-        // When
-        server.stop()
+        let (closed, open, refused) = try await offPool {
+            let client = try server.client()
+            try client.send("GET /a HTTP/1.1\r\nHost: x\r\n\r\n")
+            _ = try client.readResponse()
+            // When
+            server.listener.stop()
+            let refused = (try? server.client()) == nil
+            return (try client.isClosedByServer(), server.listener.connectionCount, refused)
+        }
         // Then
-        #expect(try client.isClosedByServer())
-        #expect(server.listener.connectionCount == 0)
-        #expect(throws: RawClientError.self) { try server.client() }
+        #expect(closed)
+        #expect(open == 0)
+        #expect(refused)
     }
 }
