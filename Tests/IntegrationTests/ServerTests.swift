@@ -324,4 +324,38 @@ struct ServerTests {
         #expect(open == 0)
         #expect(refused)
     }
+
+    @Test("writes a body larger than the socket buffer through partial writes")
+    func largeBody() async throws {
+        // Given
+        let big = (0..<(4 << 20)).map { UInt8(truncatingIfNeeded: $0 % 251) }
+        let handler = ClosureHandler { _, _, _, sink in sink.respond(HTTPResponseHead(status: 200), body: big) }
+        let (response, next) = try await withServer(handler: handler) { server in
+            let client = try server.client()
+            // When
+            try client.send("GET /big HTTP/1.1\r\nHost: x\r\n\r\nGET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+            return (try client.readResponse(), try client.readResponse())
+        }
+        // Then
+        #expect(response.body == big)
+        #expect(next.body.count == big.count)
+    }
+
+    @Test("closes a client over the connection limit at once")
+    func connectionLimit() async throws {
+        // Given
+        var configuration = ServerConfiguration()
+        configuration.maxConnections = 1
+        let (served, overLimitClosed) = try await withServer(configuration: configuration) { server in
+            let first = try server.client()
+            try first.send("GET /first HTTP/1.1\r\nHost: x\r\n\r\n")
+            let served = try first.readResponse()
+            // When
+            let second = try server.client()
+            return (served, try second.isClosedByServer())
+        }
+        // Then
+        #expect(served.status == 200)
+        #expect(overLimitClosed)
+    }
 }
