@@ -158,7 +158,6 @@ final class Connection: @unchecked Sendable {
         dispatchPrecondition(condition: .onQueue(queue))
         guard !closed, let armed = readTimerArmed, DispatchTime.now() >= armed.deadline else { return }
         readTimerArmed = nil
-        if armed.timer == .header { logger.notice("request head timed out") }
         run(stateMachine.readTimerFired(armed.timer, date: HTTPDateCache.shared.current()))
     }
 

@@ -1,0 +1,154 @@
+import Testing
+@testable import ImageCacheCore
+
+@Suite("HTTPParser")
+struct HTTPParserTests {
+    /// What a run of the parser over some input produced: the requests, then the error if any.
+    struct Outcome: Equatable, CustomStringConvertible {
+        var requests: [String] = []
+        var errorStatus: Int?
+        var description: String { "requests: \(requests), error: \(errorStatus.map(String.init) ?? "none")" }
+    }
+
+    struct Case: CustomTestStringConvertible, Sendable {
+        var name: String
+        var input: String
+        var requests: [String] = []
+        var errorStatus: Int? = nil
+        var testDescription: String { name }
+    }
+
+    static let limits = HTTPParser.Limits(maxRequestLineBytes: 64, maxHeaderBytes: 256, maxHeaderCount: 8, maxRequestBodyBytes: 32)
+
+    /// Feeds `input` in pieces of `step` bytes and renders each request as "METHOD target version body".
+    static func parse(_ input: String, step: Int? = nil) -> Outcome {
+        var parser = HTTPParser(limits: limits)
+        let bytes = Array(input.utf8)
+        var outcome = Outcome()
+        var index = 0
+        repeat {
+            let end = step.map { min(index + $0, bytes.count) } ?? bytes.count
+            parser.feed(bytes[index..<end])
+            index = end
+            while let event = parser.next() {
+                switch event {
+                case let .request(head, body):
+                    outcome.requests.append("\(head.method) \(head.target) \(head.version) \(String(decoding: body, as: UTF8.self))")
+                case .continueExpected:
+                    outcome.requests.append("100-continue")
+                case let .error(error):
+                    outcome.errorStatus = error.status
+                    return outcome
+                }
+            }
+        } while index < bytes.count
+        return outcome
+    }
+
+    static let longTarget = "/" + String(repeating: "a", count: 80)
+
+    static let cases: [Case] = [
+        Case(name: "simple GET", input: "GET /a.jpg HTTP/1.1\r\nHost: x\r\n\r\n", requests: ["GET /a.jpg HTTP/1.1 "]),
+        Case(name: "HEAD", input: "HEAD /a.jpg?w=1 HTTP/1.1\r\nHost: x\r\n\r\n", requests: ["HEAD /a.jpg?w=1 HTTP/1.1 "]),
+        Case(name: "absolute-form target", input: "GET http://img.example/a.png HTTP/1.1\r\nHost: img.example\r\n\r\n",
+             requests: ["GET http://img.example/a.png HTTP/1.1 "]),
+        Case(name: "two pipelined requests in one buffer",
+             input: "GET /1 HTTP/1.1\r\nHost: x\r\n\r\nGET /2 HTTP/1.1\r\nHost: x\r\n\r\n",
+             requests: ["GET /1 HTTP/1.1 ", "GET /2 HTTP/1.1 "]),
+        Case(name: "leading CRLF before the request line", input: "\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n", requests: ["GET / HTTP/1.1 "]),
+        Case(name: "bare LF line endings", input: "GET / HTTP/1.1\nHost: x\n\n", requests: ["GET / HTTP/1.1 "]),
+        Case(name: "HTTP/1.0 without Host", input: "GET / HTTP/1.0\r\n\r\n", requests: ["GET / HTTP/1.0 "]),
+        Case(name: "Content-Length body", input: "POST /p HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello",
+             requests: ["POST /p HTTP/1.1 hello"]),
+        Case(name: "chunked body with extension and trailer",
+             input: "POST /p HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nX-T: 1\r\n\r\n",
+             requests: ["POST /p HTTP/1.1 hello world"]),
+        Case(name: "Expect 100-continue reported before the body",
+             input: "PUT /p HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\nok",
+             requests: ["100-continue", "PUT /p HTTP/1.1 ok"]),
+        Case(name: "missing Host on HTTP/1.1 is 400", input: "GET / HTTP/1.1\r\n\r\n", errorStatus: 400),
+        Case(name: "long request line is 414", input: "GET \(longTarget) HTTP/1.1\r\nHost: x\r\n\r\n", errorStatus: 414),
+        Case(name: "unterminated long request line is 414", input: "GET \(longTarget)", errorStatus: 414),
+        Case(name: "too many header fields is 431",
+             input: "GET / HTTP/1.1\r\nHost: x\r\n" + (1...8).map { "X-\($0): v\r\n" }.joined() + "\r\n", errorStatus: 431),
+        Case(name: "header section too large is 431",
+             input: "GET / HTTP/1.1\r\nHost: x\r\nX-Big: \(String(repeating: "b", count: 300))\r\n\r\n", errorStatus: 431),
+        Case(name: "endless header is 431 before its end arrives",
+             input: "GET / HTTP/1.1\r\nHost: x\r\nX-Big: \(String(repeating: "b", count: 300))", errorStatus: 431),
+        Case(name: "Content-Length with Transfer-Encoding is 400",
+             input: "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n", errorStatus: 400),
+        Case(name: "non-numeric Content-Length is 400", input: "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1x\r\n\r\n", errorStatus: 400),
+        Case(name: "conflicting Content-Length values are 400",
+             input: "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", errorStatus: 400),
+        Case(name: "Content-Length over the body limit is 413",
+             input: "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 33\r\n\r\n", errorStatus: 413),
+        Case(name: "chunked body over the limit is 413",
+             input: "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n20\r\n\(String(repeating: "c", count: 32))\r\n1\r\nc\r\n0\r\n\r\n",
+             errorStatus: 413),
+        Case(name: "obs-fold is 400", input: "GET / HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n  continued\r\n\r\n", errorStatus: 400),
+        Case(name: "space before colon is 400", input: "GET / HTTP/1.1\r\nHost : x\r\n\r\n", errorStatus: 400),
+        Case(name: "bare CR is 400", input: "GET / HTTP/1.1\rHost: x\r\n\r\n", errorStatus: 400),
+        Case(name: "HTTP/2.0 is 505", input: "GET / HTTP/2.0\r\nHost: x\r\n\r\n", errorStatus: 505),
+        Case(name: "garbage is 400", input: "\u{01}\u{02}hello world\r\n\r\n", errorStatus: 400),
+        Case(name: "unknown transfer coding is 501",
+             input: "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", errorStatus: 501),
+    ]
+
+    @Test("parses each request or refuses it with the right status", arguments: cases)
+    func table(_ testCase: Case) {
+        // Given / When
+        let outcome = Self.parse(testCase.input)
+        // Then
+        #expect(outcome == Outcome(requests: testCase.requests, errorStatus: testCase.errorStatus))
+    }
+
+    @Test("gives the same result when the input arrives byte by byte", arguments: cases)
+    func byteByByte(_ testCase: Case) {
+        // Given / When
+        let outcome = Self.parse(testCase.input, step: 1)
+        // Then
+        #expect(outcome == Outcome(requests: testCase.requests, errorStatus: testCase.errorStatus))
+    }
+
+    @Test("keeps bytes after a request buffered for the next one")
+    func pipelinedBytesStayBuffered() throws {
+        // Given
+        var parser = HTTPParser(limits: Self.limits)
+        parser.feed(Array("GET /1 HTTP/1.1\r\nHost: x\r\n\r\nGET /2 HT".utf8))
+        // When
+        let first = parser.next()
+        // Then
+        guard case let .request(head, _) = first else { Issue.record("expected a request, got \(String(describing: first))"); return }
+        #expect(head.target == "/1")
+        #expect(parser.bufferedByteCount == 9)
+        #expect(parser.next() == nil)
+        #expect(parser.isReadingHead)
+    }
+
+    @Test("never buffers an endless header much beyond the header limit")
+    func endlessHeaderIsBounded() {
+        // Given
+        var parser = HTTPParser(limits: Self.limits)
+        parser.feed(Array("GET / HTTP/1.1\r\nHost: x\r\nX: ".utf8))
+        #expect(parser.next() == nil)
+        // When: 16 bytes at a time, asking for the next event after each read as the connection does
+        var status: Int?
+        for _ in 0..<100 where status == nil {
+            parser.feed([UInt8](repeating: 65, count: 16))
+            if case let .error(error) = parser.next() { status = error.status }
+            #expect(parser.bufferedByteCount <= Self.limits.maxHeaderBytes + 16)
+        }
+        // Then
+        #expect(status == 431)
+    }
+
+    @Test("reports the limit in the reason of a refused request")
+    func reasonNamesTheLimit() {
+        // Given
+        var parser = HTTPParser(limits: HTTPParser.Limits(ServerConfiguration()))
+        // When
+        parser.feed(Array(("GET /" + String(repeating: "x", count: 9000) + " HTTP/1.1\r\n").utf8))
+        // Then
+        #expect(parser.next() == .error(HTTPParser.ParseError(status: 414, reason: "request line too long (limit 8192 bytes)")))
+    }
+}

@@ -1,0 +1,361 @@
+import Dispatch
+import Logging
+import Synchronization
+import Testing
+@testable import ImageCacheCore
+
+/// A `RequestHandler` made of a closure.
+struct ClosureHandler: RequestHandler {
+    let body: @Sendable (HTTPRequestHead, [UInt8], ClientInfo, any ResponseSink) -> Void
+    func handle(_ request: HTTPRequestHead, body: [UInt8], client: ClientInfo, sink: any ResponseSink) {
+        self.body(request, body, client, sink)
+    }
+}
+
+/// Routes used by the tests:
+///   /later      answered from another queue
+///   /stream     head(bodyLength: nil), three chunks from another queue, end
+///   /abort      head(bodyLength: 100), 10 bytes, abort
+///   anything else: "METHOD target loopback=<bool>" at once
+func standardHandler() -> ClosureHandler {
+    ClosureHandler { request, body, client, sink in
+        switch request.target {
+        case "/later":
+            DispatchQueue.global().async {
+                sink.respond(HTTPResponseHead(status: 200), body: Array("later".utf8))
+            }
+        case "/stream":
+            sink.head(HTTPResponseHead(status: 200, headers: ["Content-Type": "text/plain"]), bodyLength: nil)
+            DispatchQueue.global().async {
+                sink.body(Array("hello ".utf8))
+                sink.body(Array("streaming ".utf8))
+                sink.body(Array("world".utf8))
+                sink.end()
+            }
+        case "/abort":
+            sink.head(HTTPResponseHead(status: 200), bodyLength: 100)
+            sink.body([UInt8](repeating: 120, count: 10))
+            DispatchQueue.global().async { sink.abort() }
+        default:
+            let text = "\(request.method) \(request.target) loopback=\(client.isLoopback) body=\(String(decoding: body, as: UTF8.self))"
+            sink.respond(HTTPResponseHead(status: 200), body: Array(text.utf8))
+        }
+    }
+}
+
+/// A running listener on 127.0.0.1 with a free port, stopped by `stop()`.
+final class TestServer: Sendable {
+    let listener: Listener
+    let port: Int
+
+    init(handler: any RequestHandler = standardHandler(), configuration: ServerConfiguration = ServerConfiguration()) throws {
+        var logger = Logger(label: "test")
+        logger.logLevel = .critical
+        listener = Listener(configuration: configuration, handler: handler, logger: logger)
+        port = try listener.start(address: ListenAddress(host: "127.0.0.1", port: 0))
+    }
+
+    func client() throws -> RawHTTPClient { try RawHTTPClient(port: port) }
+
+    /// Stops the listener off the cooperative pool (stop waits for the connection queues).
+    func stop() async { _ = try? await offPool { self.listener.stop() } }
+}
+
+/// Starts a server, runs `body` (blocking client code) on its own thread, then stops the server.
+func withServer<T: Sendable>(handler: any RequestHandler = standardHandler(), configuration: ServerConfiguration = ServerConfiguration(),
+                             _ body: @escaping @Sendable (TestServer) throws -> T) async throws -> T {
+    let server = try TestServer(handler: handler, configuration: configuration)
+    do {
+        let result = try await offPool { try body(server) }
+        await server.stop()
+        return result
+    } catch {
+        await server.stop()
+        throw error
+    }
+}
+
+@Suite("Server")
+struct ServerTests {
+    @Test("serves two requests on one keep-alive connection")
+    func keepAlive() async throws {
+        // Given
+        let (first, second, open) = try await withServer { server in
+            let client = try server.client()
+            // When
+            try client.send("GET /one HTTP/1.1\r\nHost: x\r\n\r\n")
+            let first = try client.readResponse()
+            try client.send("GET /two HTTP/1.1\r\nHost: x\r\n\r\n")
+            return (first, try client.readResponse(), server.listener.connectionCount)
+        }
+        // Then
+        #expect(first.status == 200)
+        #expect(first.bodyText == "GET /one loopback=true body=")
+        #expect(first.header("date") != nil)
+        #expect(second.bodyText == "GET /two loopback=true body=")
+        #expect(open == 1)
+    }
+
+    @Test("answers pipelined requests in order, even when one is answered from another queue")
+    func pipelining() async throws {
+        // Given
+        let responses = try await withServer { server in
+            let client = try server.client()
+            // When
+            try client.send("GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /later HTTP/1.1\r\nHost: x\r\n\r\n"
+                + "POST /c HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc")
+            return try (0..<3).map { _ in try client.readResponse() }
+        }
+        // Then
+        #expect(responses.map(\.bodyText) == ["GET /a loopback=true body=", "later", "POST /c loopback=true body=abc"])
+    }
+
+    @Test("closes an HTTP/1.0 connection after the response")
+    func http10Closes() async throws {
+        // Given
+        let (response, closed) = try await withServer { server in
+            let client = try server.client()
+            // When
+            try client.send("GET /old HTTP/1.0\r\n\r\n")
+            return (try client.readResponse(), try client.isClosedByServer())
+        }
+        // Then
+        #expect(response.bodyText == "GET /old loopback=true body=")
+        #expect(response.header("connection") == "close")
+        #expect(closed)
+    }
+
+    @Test("streams a body of unknown length with chunked encoding")
+    func chunkedStreaming() async throws {
+        // Given
+        let (response, after) = try await withServer { server in
+            let client = try server.client()
+            // When
+            try client.send("GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
+            let response = try client.readResponse()
+            try client.send("GET /after HTTP/1.1\r\nHost: x\r\n\r\n")
+            return (response, try client.readResponse())
+        }
+        // Then
+        #expect(response.header("transfer-encoding") == "chunked")
+        #expect(response.bodyText == "hello streaming world")
+        #expect(after.bodyText == "GET /after loopback=true body=")
+    }
+
+    @Test("sends no body for HEAD and keeps the connection usable")
+    func headHasNoBody() async throws {
+        // Given
+        let (head, next) = try await withServer { server in
+            let client = try server.client()
+            // When
+            try client.send("HEAD /h HTTP/1.1\r\nHost: x\r\n\r\n")
+            let head = try client.readResponse(headRequest: true)
+            try client.send("GET /g HTTP/1.1\r\nHost: x\r\n\r\n")
+            return (head, try client.readResponse())
+        }
+        // Then
+        #expect(head.status == 200)
+        #expect(head.header("content-length") == "27")
+        #expect(next.bodyText == "GET /g loopback=true body=")
+    }
+
+    @Test("abort leaves a truncated body and a closed connection")
+    func abortTruncates() async throws {
+        // Given
+        let raw = try await withServer { server in
+            let client = try server.client()
+            // When
+            try client.send("GET /abort HTTP/1.1\r\nHost: x\r\n\r\n")
+            return String(decoding: try client.readUntilClose(), as: UTF8.self)
+        }
+        // Then
+        #expect(raw.hasPrefix("HTTP/1.1 200 OK\r\n"))
+        #expect(raw.contains("Content-Length: 100\r\n"))
+        #expect(raw.hasSuffix("\r\n\r\n" + String(repeating: "x", count: 10)))
+    }
+
+    @Test("answers a malformed request with 400 and closes, then serves the next connection")
+    func malformedRequest() async throws {
+        // Given
+        let (refused, closed, served) = try await withServer { server in
+            let bad = try server.client()
+            // When
+            try bad.send("GET / HTTP/1.1\r\nHost : x\r\n\r\n")
+            let refused = try bad.readResponse()
+            let closed = try bad.isClosedByServer()
+            let good = try server.client()
+            try good.send("GET /fine HTTP/1.1\r\nHost: x\r\n\r\n")
+            return (refused, closed, try good.readResponse())
+        }
+        // Then
+        #expect(refused.status == 400)
+        #expect(refused.header("connection") == "close")
+        #expect(refused.bodyText == "whitespace before colon in header field\n")
+        #expect(closed)
+        #expect(served.status == 200)
+    }
+
+    @Test("answers a huge header section with 431")
+    func hugeHeader() async throws {
+        // Given
+        let (response, closed) = try await withServer { server in
+            let client = try server.client()
+            // When
+            try client.send("GET / HTTP/1.1\r\nHost: x\r\nX-Big: \(String(repeating: "b", count: 20_000))\r\n\r\n")
+            return (try client.readResponse(), try client.isClosedByServer())
+        }
+        // Then
+        #expect(response.status == 431)
+        #expect(response.bodyText == "header section too large (limit 16384 bytes)\n")
+        #expect(closed)
+    }
+
+    @Test("answers a request line over the limit with 414")
+    func longRequestLine() async throws {
+        // Given
+        let response = try await withServer { server in
+            let client = try server.client()
+            // When
+            try client.send("GET /\(String(repeating: "a", count: 9000)) HTTP/1.1\r\nHost: x\r\n\r\n")
+            return try client.readResponse()
+        }
+        // Then
+        #expect(response.status == 414)
+        #expect(response.bodyText == "request line too long (limit 8192 bytes)\n")
+    }
+
+    @Test("runs onCancel when the client disconnects while the handler is pending")
+    func cancelOnDisconnect() async throws {
+        // Given
+        let received = DispatchSemaphore(value: 0)
+        let cancelled = DispatchSemaphore(value: 0)
+        let handler = ClosureHandler { _, _, _, sink in
+            sink.onCancel { cancelled.signal() }
+            received.signal()
+        }
+        let (wasReceived, wasCancelled) = try await withServer(handler: handler) { server in
+            let client = try server.client()
+            try client.send("GET /pending HTTP/1.1\r\nHost: x\r\n\r\n")
+            let wasReceived = received.wait(timeout: .now() + 5) == .success
+            // When
+            client.shutdownBoth()
+            return (wasReceived, cancelled.wait(timeout: .now() + 5) == .success)
+        }
+        // Then
+        #expect(wasReceived)
+        #expect(wasCancelled)
+    }
+
+    @Test("serves 200 concurrent connections, each with its own response")
+    func manyConnections() async throws {
+        // Given: a handler that answers nobody until all 200 requests are in
+        let count = 200
+        let waiting = Mutex<[(String, any ResponseSink)]>([])
+        let handler = ClosureHandler { request, _, _, sink in
+            let ready: [(String, any ResponseSink)]? = waiting.withLock { list in
+                list.append((request.target, sink))
+                return list.count == count ? list : nil
+            }
+            for (target, sink) in ready ?? [] {
+                DispatchQueue.global().async { sink.respond(HTTPResponseHead(status: 200), body: Array(target.utf8)) }
+            }
+        }
+        let (bodies, open) = try await withServer(handler: handler) { server in
+            // When
+            let clients = try (0..<count).map { index in
+                let client = try server.client()
+                try client.send("GET /\(index) HTTP/1.1\r\nHost: x\r\n\r\n")
+                return client
+            }
+            return (try clients.map { try $0.readResponse().bodyText }, server.listener.connectionCount)
+        }
+        // Then
+        #expect(bodies == (0..<count).map { "/\($0)" })
+        #expect(open == count)
+    }
+
+    @Test("sends 100 Continue before reading an expected body")
+    func expectContinue() async throws {
+        // Given
+        let (interim, final) = try await withServer { server in
+            let client = try server.client()
+            // When
+            try client.send("PUT /up HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n")
+            let interim = try client.readResponse()
+            try client.send("data")
+            return (interim, try client.readResponse())
+        }
+        // Then
+        #expect(interim.status == 100)
+        #expect(final.bodyText == "PUT /up loopback=true body=data")
+    }
+
+    @Test("closes a connection whose head does not arrive in time with 408")
+    func headerTimeout() async throws {
+        // Given
+        var configuration = ServerConfiguration()
+        configuration.headerTimeoutSeconds = 0.2
+        let (response, closed) = try await withServer(configuration: configuration) { server in
+            let client = try server.client()
+            // When
+            try client.send("GET / HTTP/1.1\r\nHost: x\r\n")
+            return (try client.readResponse(), try client.isClosedByServer())
+        }
+        // Then
+        #expect(response.status == 408)
+        #expect(closed)
+    }
+
+    @Test("stop closes open connections and the listening socket")
+    func stopClosesEverything() async throws {
+        // Given
+        let server = try TestServer()
+        let (closed, open, refused) = try await offPool {
+            let client = try server.client()
+            try client.send("GET /a HTTP/1.1\r\nHost: x\r\n\r\n")
+            _ = try client.readResponse()
+            // When
+            server.listener.stop()
+            let refused = (try? server.client()) == nil
+            return (try client.isClosedByServer(), server.listener.connectionCount, refused)
+        }
+        // Then
+        #expect(closed)
+        #expect(open == 0)
+        #expect(refused)
+    }
+
+    @Test("writes a body larger than the socket buffer through partial writes")
+    func largeBody() async throws {
+        // Given
+        let big = (0..<(4 << 20)).map { UInt8(truncatingIfNeeded: $0 % 251) }
+        let handler = ClosureHandler { _, _, _, sink in sink.respond(HTTPResponseHead(status: 200), body: big) }
+        let (response, next) = try await withServer(handler: handler) { server in
+            let client = try server.client()
+            // When
+            try client.send("GET /big HTTP/1.1\r\nHost: x\r\n\r\nGET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+            return (try client.readResponse(), try client.readResponse())
+        }
+        // Then
+        #expect(response.body == big)
+        #expect(next.body.count == big.count)
+    }
+
+    @Test("closes a client over the connection limit at once")
+    func connectionLimit() async throws {
+        // Given
+        var configuration = ServerConfiguration()
+        configuration.maxConnections = 1
+        let (served, overLimitClosed) = try await withServer(configuration: configuration) { server in
+            let first = try server.client()
+            try first.send("GET /first HTTP/1.1\r\nHost: x\r\n\r\n")
+            let served = try first.readResponse()
+            // When
+            let second = try server.client()
+            return (served, try second.isClosedByServer())
+        }
+        // Then
+        #expect(served.status == 200)
+        #expect(overLimitClosed)
+    }
+}
