@@ -62,6 +62,7 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
 
     /// Called on the connection's queue.
     public func handle(_ request: HTTPRequestHead, body: [UInt8], client: ClientInfo, sink: any ResponseSink) {
+        let sink = configuration.accessLog ? AccessLogSink(wrapping: sink, request: request, client: client, logger: logger) : sink
         let route = Route.resolve(request, origins: configuration.origins)
         switch route {
         case let .error(status, reason):

@@ -18,15 +18,15 @@ struct CachingTests {
     }
 
     @Test("each way in returns the origin's exact bytes, and all three share one cache entry")
-    func threeWaysIn() throws {
+    func threeWaysIn() async throws {
         // Given
         let harness = try ProxyHarness()
         harness.origin.route("/a.png") { _ in CachingTests.image() }
         // When: reverse proxy, then forward proxy (absolute-form target), then /fetch?url=
-        let reverse = try harness.get("/a.png")
-        let forward = try harness.get(harness.origin.baseURL + "/a.png")
+        let reverse = try await harness.get("/a.png")
+        let forward = try await harness.get(harness.origin.baseURL + "/a.png")
         let encoded = (harness.origin.baseURL + "/a.png").addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
-        let fetch = try harness.get("/fetch?url=" + encoded)
+        let fetch = try await harness.get("/fetch?url=" + encoded)
         // Then
         for response in [reverse, forward, fetch] {
             #expect(response.status == 200)
@@ -40,12 +40,12 @@ struct CachingTests {
     }
 
     @Test("a second request is a hit: the origin sees nothing, and Age and Cache-Status are sent")
-    func secondRequestHits() throws {
+    func secondRequestHits() async throws {
         let harness = try ProxyHarness()
         harness.origin.route("/b.png") { _ in CachingTests.image() }
-        let first = try harness.get("/b.png")
+        let first = try await harness.get("/b.png")
         harness.clock.advance(5)
-        let second = try harness.get("/b.png")
+        let second = try await harness.get("/b.png")
         #expect(first.header("Cache-Status") == "imagecached; fwd=miss; fwd-status=200; stored")
         #expect(second.header("Cache-Status") == "imagecached; hit; ttl=55")
         #expect(second.header("Age") == "5")
@@ -54,7 +54,7 @@ struct CachingTests {
     }
 
     @Test("50 concurrent requests for one new URL reach the origin once and get 50 identical bodies")
-    func coalescing() throws {
+    func coalescing() async throws {
         // Given an origin that holds the body until every client waits
         let harness = try ProxyHarness()
         let gate = Gate()
@@ -67,9 +67,9 @@ struct CachingTests {
             try connection.request("/c.png")
             connections.append(connection)
         }
-        #expect(harness.waiters.wait(), "50 clients never waited on one fetch")
+        #expect(await harness.waiters.wait(), "50 clients never waited on one fetch")
         gate.open()
-        let responses = try connections.map { try $0.readResponse() }
+        let responses = try await readAll(connections)
         // Then
         #expect(harness.origin.requestCount("/c.png") == 1)
         #expect(responses.allSatisfy { $0.status == 200 && $0.complete && $0.body == CachingTests.png })
@@ -78,7 +78,7 @@ struct CachingTests {
     }
 
     @Test("with a slow origin every waiter receives body bytes before the origin has finished")
-    func streaming() throws {
+    func streaming() async throws {
         // Given an origin that sends 8 KB of a 300 KB image and then stalls until the gate opens
         let harness = try ProxyHarness()
         let gate = Gate()
@@ -94,23 +94,23 @@ struct CachingTests {
         try first.request("/slow.png")
         let second = try harness.connect()
         try second.request("/slow.png")
-        #expect(harness.waiters.wait())
+        #expect(await harness.waiters.wait())
         // When: both read their head and first bytes while the origin is still stalled
-        let heads = try [first.readHead(), second.readHead()]
-        let early = [first.readRaw(atLeast: 8192), second.readRaw(atLeast: 8192)]
+        let heads = [try await first.head(), try await second.head()]
+        let early = [await first.raw(atLeast: 8192), await second.raw(atLeast: 8192)]
         #expect(!gate.isOpen)
         gate.open()
         // Then
         #expect(heads.allSatisfy { $0.status == 200 })
         #expect(early.allSatisfy { $0.count >= 8192 && Array($0.prefix(8192)) == Array(big.prefix(8192)) })
-        let rest = [first.readRaw(atLeast: big.count - early[0].count), second.readRaw(atLeast: big.count - early[1].count)]
+        let rest = [await first.raw(atLeast: big.count - early[0].count), await second.raw(atLeast: big.count - early[1].count)]
         #expect(early[0] + rest[0] == big)
         #expect(early[1] + rest[1] == big)
         #expect(harness.origin.requestCount("/slow.png") == 1)
     }
 
     @Test("a stale entry is revalidated with If-None-Match; the origin's 304 refreshes it and the client gets the whole image")
-    func revalidation() throws {
+    func revalidation() async throws {
         let harness = try ProxyHarness()
         harness.origin.route("/r.png") { request in
             if request.header("If-None-Match") == "\"v1\"" {
@@ -118,11 +118,11 @@ struct CachingTests {
             }
             return CachingTests.image()
         }
-        _ = try harness.get("/r.png")
+        _ = try await harness.get("/r.png")
         harness.clock.advance(120)
         // When
-        let revalidated = try harness.get("/r.png")
-        let after = try harness.get("/r.png")
+        let revalidated = try await harness.get("/r.png")
+        let after = try await harness.get("/r.png")
         // Then
         #expect(revalidated.status == 200)
         #expect(revalidated.body == CachingTests.png)
@@ -134,34 +134,34 @@ struct CachingTests {
     }
 
     @Test("a stale entry with only Last-Modified is revalidated with If-Modified-Since")
-    func revalidationByDate() throws {
+    func revalidationByDate() async throws {
         let harness = try ProxyHarness()
         let modified = "Tue, 01 Jan 2030 00:00:00 GMT"
         harness.origin.route("/lm.png") { request in
             if request.header("If-Modified-Since") == modified { return Reply(status: 304, headers: []) }
             return CachingTests.image(cacheControl: "max-age=10", etag: nil, extra: [("Last-Modified", modified)])
         }
-        _ = try harness.get("/lm.png")
+        _ = try await harness.get("/lm.png")
         harness.clock.advance(11)
-        let second = try harness.get("/lm.png")
+        let second = try await harness.get("/lm.png")
         #expect(second.header("X-Cache") == "REVALIDATED")
         #expect(second.body == CachingTests.png)
         #expect(harness.origin.requests("/lm.png").last?.header("If-Modified-Since") == modified)
     }
 
     @Test("a changed ETag replaces the entry")
-    func changedETagReplaces() throws {
+    func changedETagReplaces() async throws {
         let harness = try ProxyHarness()
         let version = Mutex(1)
         let v2 = Fixtures.png(size: 12_345)
         harness.origin.route("/v.png") { _ in
             version.withLock { $0 } == 1 ? CachingTests.image() : CachingTests.image(v2, etag: "\"v2\"")
         }
-        _ = try harness.get("/v.png")
+        _ = try await harness.get("/v.png")
         version.withLock { $0 = 2 }
         harness.clock.advance(120)
-        let changed = try harness.get("/v.png")
-        let after = try harness.get("/v.png")
+        let changed = try await harness.get("/v.png")
+        let after = try await harness.get("/v.png")
         #expect(changed.body == v2)
         #expect(changed.header("ETag") == "\"v2\"")
         #expect(changed.header("X-Cache") == "EXPIRED")
@@ -171,24 +171,24 @@ struct CachingTests {
     }
 
     @Test("a no-store response is served but not kept")
-    func noStore() throws {
+    func noStore() async throws {
         let harness = try ProxyHarness()
         harness.origin.route("/ns.png") { _ in CachingTests.image(cacheControl: "no-store") }
-        let first = try harness.get("/ns.png")
-        let second = try harness.get("/ns.png")
+        let first = try await harness.get("/ns.png")
+        let second = try await harness.get("/ns.png")
         #expect(first.body == CachingTests.png && second.body == CachingTests.png)
         #expect(second.header("X-Cache") == "MISS")
         #expect(harness.origin.requestCount("/ns.png") == 2)
     }
 
     @Test("a non-image is refused with a reason naming what came back, and not kept")
-    func nonImage() throws {
+    func nonImage() async throws {
         let harness = try ProxyHarness()
         harness.origin.route("/page") { _ in
             Reply(status: 200, headers: [("Content-Type", "text/html"), ("Cache-Control", "max-age=60")], body: Array("<html></html>".utf8))
         }
-        let first = try harness.get("/page")
-        let second = try harness.get("/page")
+        let first = try await harness.get("/page")
+        let second = try await harness.get("/page")
         #expect(first.status == 502)
         #expect(first.text == "upstream sent text/html, not an image\n")
         #expect(second.status == 502)
@@ -196,34 +196,34 @@ struct CachingTests {
     }
 
     @Test("an image whose bytes do not match its declared type is refused")
-    func signatureMismatch() throws {
+    func signatureMismatch() async throws {
         let harness = try ProxyHarness()
         harness.origin.route("/fake.png") { _ in CachingTests.image(Array("<html>not a png</html>".utf8)) }
-        let response = try harness.get("/fake.png")
+        let response = try await harness.get("/fake.png")
         #expect(response.status == 502)
         #expect(response.text.contains("not a PNG"))
     }
 
     @Test("--content-types */* turns the image checks off")
-    func anyType() throws {
+    func anyType() async throws {
         let harness = try ProxyHarness { $0.contentTypes = ["*/*"] }
         harness.origin.route("/data.json") { _ in
             Reply(status: 200, headers: [("Content-Type", "application/json"), ("Cache-Control", "max-age=60")], body: Array("{}".utf8))
         }
-        #expect(try harness.get("/data.json").text == "{}")
-        #expect(try harness.get("/data.json").header("X-Cache") == "HIT")
+        #expect(try await harness.get("/data.json").text == "{}")
+        #expect(try await harness.get("/data.json").header("X-Cache") == "HIT")
     }
 
     @Test("an object over --max-object-size is refused and not kept", arguments: [false, true])
-    func oversized(chunked: Bool) throws {
+    func oversized(chunked: Bool) async throws {
         let harness = try ProxyHarness { $0.maxObjectSizeBytes = 10_000 }
         harness.origin.route("/big.png") { _ in
             var reply = CachingTests.image(Fixtures.png(size: 50_000))
             reply.chunked = chunked
             return reply
         }
-        let first = try harness.get("/big.png")
-        let second = try harness.get("/big.png")
+        let first = try await harness.get("/big.png")
+        let second = try await harness.get("/big.png")
         if chunked {
             // The head went out before the size was known: the client sees a broken response, never a complete one.
             #expect(first.status == 502 || !first.complete)
@@ -236,7 +236,7 @@ struct CachingTests {
     }
 
     @Test("an upstream reset mid-body leaves the client a broken response, and the next request fetches again")
-    func resetMidBody() throws {
+    func resetMidBody() async throws {
         let harness = try ProxyHarness()
         let attempts = Mutex(0)
         harness.origin.route("/reset.png") { _ in
@@ -244,8 +244,8 @@ struct CachingTests {
             if attempts.withLock({ $0 += 1; return $0 }) == 1 { reply.resetAfterBytes = 10_000 }
             return reply
         }
-        let broken = try harness.get("/reset.png")
-        let retried = try harness.get("/reset.png")
+        let broken = try await harness.get("/reset.png")
+        let retried = try await harness.get("/reset.png")
         #expect(!broken.complete)
         #expect(broken.body.count < CachingTests.png.count)
         #expect(retried.complete && retried.body == CachingTests.png)
@@ -254,11 +254,11 @@ struct CachingTests {
     }
 
     @Test("a failed transfer fails every waiter with the same error and is tried again next time")
-    func connectFailure() throws {
+    func connectFailure() async throws {
         // Given an origin on a port nobody listens on
         let harness = try ProxyHarness { $0.origins = [OriginMapping(prefix: "/", url: "http://127.0.0.1:9")] }
-        let first = try harness.get("/x.png")
-        let second = try harness.get("/x.png")
+        let first = try await harness.get("/x.png")
+        let second = try await harness.get("/x.png")
         #expect(first.status == 502)
         #expect(first.text.hasPrefix("could not connect to upstream"))
         #expect(second.status == 502)
@@ -266,12 +266,12 @@ struct CachingTests {
     }
 
     @Test("forward and fetch requests to a private address are refused with 403; the origin sees nothing")
-    func privateDestinationRefused() throws {
+    func privateDestinationRefused() async throws {
         let harness = try ProxyHarness { $0.allowPrivateNetworks = false }
         harness.origin.route("/p.png") { _ in CachingTests.image() }
-        let forward = try harness.get(harness.origin.baseURL + "/p.png")
-        let fetch = try harness.get("/fetch?url=" + (harness.origin.baseURL + "/p.png").addingPercentEncoding(withAllowedCharacters: .alphanumerics)!)
-        let reverse = try harness.get("/p.png")
+        let forward = try await harness.get(harness.origin.baseURL + "/p.png")
+        let fetch = try await harness.get("/fetch?url=" + (harness.origin.baseURL + "/p.png").addingPercentEncoding(withAllowedCharacters: .alphanumerics)!)
+        let reverse = try await harness.get("/p.png")
         #expect(forward.status == 403)
         #expect(forward.text.contains("127.0.0.1 is on a private or reserved network"))
         #expect(fetch.status == 403)
@@ -280,71 +280,71 @@ struct CachingTests {
     }
 
     @Test("a malformed request gets 400 and an oversized header 431, and the daemon goes on serving")
-    func badRequests() throws {
+    func badRequests() async throws {
         let harness = try ProxyHarness()
         harness.origin.route("/ok.png") { _ in CachingTests.image() }
         let garbage = try harness.connect()
         try garbage.send("THIS IS NOT HTTP\r\n\r\n")
-        #expect(try garbage.readResponse().status == 400)
+        #expect(try await garbage.response().status == 400)
         let huge = try harness.connect()
         try huge.send("GET /ok.png HTTP/1.1\r\nHost: x\r\nX-Big: " + String(repeating: "a", count: 40_000) + "\r\n\r\n")
-        #expect(try huge.readResponse().status == 431)
-        let connect = try harness.get("127.0.0.1:443", method: "CONNECT")
+        #expect(try await huge.response().status == 431)
+        let connect = try await harness.get("127.0.0.1:443", method: "CONNECT")
         #expect(connect.status == 501)
         #expect(connect.text.contains("/fetch?url="))
-        let post = try harness.get("/ok.png", method: "DELETE")
+        let post = try await harness.get("/ok.png", method: "DELETE")
         #expect(post.status == 501)
-        #expect(try harness.get("/fetch").status == 400)
-        #expect(try harness.get("/ok.png").status == 200)
+        #expect(try await harness.get("/fetch").status == 400)
+        #expect(try await harness.get("/ok.png").status == 200)
     }
 
     @Test("HEAD on a miss fills the cache; the following GET is a hit")
-    func headFillsCache() throws {
+    func headFillsCache() async throws {
         let harness = try ProxyHarness()
         harness.origin.route("/h.png") { _ in CachingTests.image() }
-        let head = try harness.get("/h.png", method: "HEAD")
+        let head = try await harness.get("/h.png", method: "HEAD")
         #expect(head.status == 200)
         #expect(head.header("Content-Length") == String(CachingTests.png.count))
         #expect(head.body.isEmpty)
-        let get = try harness.get("/h.png")
+        let get = try await harness.get("/h.png")
         #expect(get.body == CachingTests.png)
         #expect(harness.origin.requestCount("/h.png") == 1)
         #expect(harness.origin.requests("/h.png").first?.method == "GET")
     }
 
     @Test("client cache policies: only-if-cached, max-stale, no-cache, and the client's own If-None-Match")
-    func clientDirectives() throws {
+    func clientDirectives() async throws {
         let harness = try ProxyHarness()
         harness.origin.route("/d.png") { request in
             if request.header("If-None-Match") == "\"v1\"" { return Reply(status: 304, headers: [("ETag", "\"v1\"")]) }
             return CachingTests.image()
         }
         // only-if-cached before anything is stored: 504 (the offline case)
-        let offline = try harness.get("/d.png", headers: [("Cache-Control", "only-if-cached")])
+        let offline = try await harness.get("/d.png", headers: [("Cache-Control", "only-if-cached")])
         #expect(offline.status == 504)
         #expect(harness.origin.requestCount("/d.png") == 0)
-        _ = try harness.get("/d.png")
-        #expect(try harness.get("/d.png", headers: [("Cache-Control", "only-if-cached")]).header("X-Cache") == "HIT")
+        _ = try await harness.get("/d.png")
+        #expect(try await harness.get("/d.png", headers: [("Cache-Control", "only-if-cached")]).header("X-Cache") == "HIT")
         // stale: max-stale serves it without the origin; only-if-cached refuses it
         harness.clock.advance(100)
-        let stale = try harness.get("/d.png", headers: [("Cache-Control", "max-stale")])
+        let stale = try await harness.get("/d.png", headers: [("Cache-Control", "max-stale")])
         #expect(stale.header("X-Cache") == "STALE")
         #expect(stale.body == CachingTests.png)
-        #expect(try harness.get("/d.png", headers: [("Cache-Control", "only-if-cached")]).status == 504)
+        #expect(try await harness.get("/d.png", headers: [("Cache-Control", "only-if-cached")]).status == 504)
         #expect(harness.origin.requestCount("/d.png") == 1)
         // no-cache: reload through revalidation, even though the entry is fresh again afterwards
-        _ = try harness.get("/d.png")
-        let reload = try harness.get("/d.png", headers: [("Cache-Control", "no-cache")])
+        _ = try await harness.get("/d.png")
+        let reload = try await harness.get("/d.png", headers: [("Cache-Control", "no-cache")])
         #expect(reload.header("Cache-Status")?.contains("fwd=request") == true)
         #expect(harness.origin.requestCount("/d.png") == 3)
         // the client's own validator matches the stored ETag: 304, no body
-        let conditional = try harness.get("/d.png", headers: [("If-None-Match", "\"v1\"")])
+        let conditional = try await harness.get("/d.png", headers: [("If-None-Match", "\"v1\"")])
         #expect(conditional.status == 304)
         #expect(conditional.header("ETag") == "\"v1\"")
     }
 
     @Test("when every waiting client has gone the upstream transfer is cancelled and nothing is stored")
-    func cancellation() throws {
+    func cancellation() async throws {
         let finished = DispatchSemaphore(value: 0)
         let gate = Gate()
         let harness = try ProxyHarness()
@@ -354,17 +354,17 @@ struct CachingTests {
         do {
             let client = try harness.connect()
             try client.request("/gone.png")
-            #expect(harness.waiters.wait())
+            #expect(await harness.waiters.wait())
         }  // the client closes its connection here
-        #expect(finished.wait(timeout: .now() + 15) == .success, "the fetch was not cancelled")
+        #expect(await wait(finished), "the fetch was not cancelled")
         gate.open()
-        let again = try harness.get("/gone.png")
+        let again = try await harness.get("/gone.png")
         #expect(again.header("X-Cache") == "MISS")
         #expect(harness.origin.requestCount("/gone.png") == 2)
     }
 
     @Test("a response that may not be shared (Set-Cookie) is not handed to other waiters: they go upstream on their own")
-    func notShareable() throws {
+    func notShareable() async throws {
         let harness = try ProxyHarness()
         let gate = Gate()
         harness.origin.route("/cookie.png") { _ in
@@ -375,16 +375,16 @@ struct CachingTests {
         harness.waiters.expect(3)
         let connections = try (0..<3).map { _ in try harness.connect() }
         for connection in connections { try connection.request("/cookie.png") }
-        #expect(harness.waiters.wait())
+        #expect(await harness.waiters.wait())
         gate.open()
-        let responses = try connections.map { try $0.readResponse() }
+        let responses = try await readAll(connections)
         #expect(responses.allSatisfy { $0.status == 200 && $0.body == CachingTests.png })
         #expect(harness.origin.requestCount("/cookie.png") == 3)
         #expect(responses.filter { $0.header("X-Cache") == "BYPASS" }.count == 2)
     }
 
     @Test("waiters whose request does not match the response's Vary go upstream on their own")
-    func varyMismatch() throws {
+    func varyMismatch() async throws {
         let harness = try ProxyHarness()
         let gate = Gate()
         harness.origin.route("/vary.png") { _ in
@@ -397,10 +397,10 @@ struct CachingTests {
         try a.request("/vary.png", headers: [("Accept", "image/webp")])
         let b = try harness.connect()
         try b.request("/vary.png", headers: [("Accept", "image/png")])
-        #expect(harness.waiters.wait())
+        #expect(await harness.waiters.wait())
         gate.open()
-        #expect(try a.readResponse().body == CachingTests.png)
-        #expect(try b.readResponse().body == CachingTests.png)
+        #expect(try await a.response().body == CachingTests.png)
+        #expect(try await b.response().body == CachingTests.png)
         #expect(harness.origin.requestCount("/vary.png") == 2)
         #expect(Set(harness.origin.requests("/vary.png").compactMap { $0.header("Accept") }) == ["image/webp", "image/png"])
     }

@@ -33,8 +33,8 @@ public struct Configuration: Sendable, Equatable {
     public var completeAbandonedFetches: Bool = false
     /// `log-level`: trace, debug, info, notice, warning, error, critical. Default info.
     public var logLevel: String = "info"
-    /// `access-log`: one log line per request. Default true.
-    public var accessLog: Bool = true
+    /// `access-log`: one log line per request (method, target, status, X-Cache, bytes, time, client). Default false.
+    public var accessLog: Bool = false
     public var server = ServerConfiguration()
     public var upstream = UpstreamConfiguration()
 

@@ -178,7 +178,10 @@ final class Fetch: @unchecked Sendable {
             return
         }
         let responseCacheControl = CacheControl(head.headers)
-        storeDecision = Storability.decide(request: leader.head, requestCacheControl: leader.cacheControl,
+        // HEAD requests are fetched with GET (as nginx's proxy_cache_convert_head does), so judge the GET.
+        var fetched = leader.head
+        fetched.method = "GET"
+        storeDecision = Storability.decide(request: fetched, requestCacheControl: leader.cacheControl,
                                            response: head, responseCacheControl: responseCacheControl)
         if case let .refused(why) = proxy.contentPolicy.checkContentType(head.headers["Content-Type"]) {
             refuseAll(status: 502, reason: why)
@@ -211,6 +214,10 @@ final class Fetch: @unchecked Sendable {
 
     private func receiveBody(_ chunk: [UInt8]) {
         receivedBytes += chunk.count
+        if let bodyLength, receivedBytes > bodyLength {
+            fail(.broken("more body bytes than the Content-Length of \(bodyLength)"))
+            return
+        }
         if keepingBody {
             chunks.append(chunk)
             if receivedBytes > proxy.configuration.effectiveMemoryObjectLimitBytes {
@@ -226,9 +233,12 @@ final class Fetch: @unchecked Sendable {
                 prefix.append(contentsOf: chunk.prefix(ImageSignature.bytesNeeded - prefix.count))
             }
             pendingWhileChecking.append(chunk)
-            checkBody(complete: false)
-        case .streaming:
+            checkBody(complete: bodyComplete)
+        case let .streaming(head):
+            // Store before the last bytes go out: a client that has its whole body and asks again must hit.
+            if bodyComplete { store(head) }
             for waiter in waiters { waiter.sink.body(chunk) }
+            if bodyComplete { endAll() }
         case .waitingForHead, .finished:
             break
         }
@@ -236,6 +246,9 @@ final class Fetch: @unchecked Sendable {
 
     /// Chunks that arrived while the image checks waited for the first bytes; sent once they pass.
     private var pendingWhileChecking: [[UInt8]] = []
+
+    /// Every byte of a Content-Length body has arrived (the transfer's own end may still be on its way).
+    private var bodyComplete: Bool { bodyLength.map { receivedBytes >= $0 } ?? false }
 
     private func receiveEnd() {
         if case .checkingBody = state { checkBody(complete: true) }
@@ -247,6 +260,12 @@ final class Fetch: @unchecked Sendable {
             fail(.broken("received \(receivedBytes) of \(bodyLength) body bytes"))
             return
         }
+        store(head)
+        endAll()
+    }
+
+    /// Keeps the complete response when it may be stored and fits; a revalidated entry that is not replaced goes.
+    private func store(_ head: HTTPResponseHead) {
         if keepingBody, case .store = storeDecision {
             let body = chunks.count == 1 ? chunks[0] : Array(chunks.joined())
             let entry = CacheEntry(key: key, head: head, body: body, requestTime: requestTime, responseTime: responseTime,
@@ -259,6 +278,10 @@ final class Fetch: @unchecked Sendable {
         if case let .dontStore(why) = storeDecision {
             proxy.logger.debug("not stored \(key): \(why)")
         }
+    }
+
+    /// Ends every waiter's response and the fetch.
+    private func endAll() {
         for waiter in waiters { waiter.sink.end() }
         finish()
     }
@@ -278,9 +301,12 @@ final class Fetch: @unchecked Sendable {
             for index in waiters.indices { sendHead(head, toWaiterAt: index) }
             let backlog = pendingWhileChecking
             pendingWhileChecking = []
+            let wholeBody = bodyComplete
+            if wholeBody { store(head) }
             for chunk in backlog {
                 for waiter in waiters { waiter.sink.body(chunk) }
             }
+            if wholeBody { endAll() }
         }
     }
 

@@ -1,3 +1,4 @@
+import Foundation
 import Testing
 @testable import ImageCacheCore
 
@@ -32,7 +33,7 @@ struct ConfigurationTests {
         #expect(configuration.server.idleTimeoutSeconds == 5)
     }
 
-    @Test("the shipped Config/imagecached.yaml loads and equals the defaults except what it cannot know")
+    @Test("the shipped Config/imagecached.yaml loads and states exactly the defaults")
     func shippedFileLoads() throws {
         // Given the repository's configuration file
         let path = #filePath.components(separatedBy: "/Tests/")[0] + "/Config/imagecached.yaml"

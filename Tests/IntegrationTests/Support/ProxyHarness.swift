@@ -38,8 +38,11 @@ final class WaiterBarrier: Sendable {
         if fire { semaphore.signal() }
     }
 
-    /// Blocks until the expected count was reached; false after `timeout`.
-    func wait(timeout: Double = 15) -> Bool { semaphore.wait(timeout: .now() + timeout) == .success }
+    /// Waits (off the Swift concurrency pool) until the expected count was reached; false after `timeout`.
+    func wait(timeout: Double = 15) async -> Bool {
+        let semaphore = semaphore
+        return (try? await offPool { semaphore.wait(timeout: .now() + timeout) == .success }) ?? false
+    }
 }
 
 final class ProxyHarness {
@@ -60,7 +63,8 @@ final class ProxyHarness {
         configuration.cacheDirectory = NSTemporaryDirectory() + "imagecached-tests"
         configure(&configuration)
         var logger = Logger(label: "imagecached-test") { StreamLogHandler.standardError(label: $0) }
-        logger.logLevel = .error
+        // IMAGECACHED_TEST_LOG=debug shows the daemon's log while debugging a test.
+        logger.logLevel = ProcessInfo.processInfo.environment["IMAGECACHED_TEST_LOG"].flatMap { Logger.Level(rawValue: $0) } ?? .critical
         let clock = clock
         let waiters = waiters
         daemon = try Daemon(configuration: configuration, logger: logger, now: { clock.now() }, events: { waiters.observe($0) })
@@ -72,9 +76,37 @@ final class ProxyHarness {
         origin.stop()
     }
 
-    func get(_ target: String, method: String = "GET", headers: [(String, String)] = []) throws -> TestResponse {
-        try TestClient.get(port: port, target, method: method, headers: headers)
+    /// One request on a new connection; the blocking socket work runs off the Swift concurrency pool.
+    func get(_ target: String, method: String = "GET", headers: [(String, String)] = []) async throws -> TestResponse {
+        let port = port
+        return try await offPool { try TestClient.get(port: port, target, method: method, headers: headers) }
     }
 
     func connect() throws -> TestConnection { try TestConnection(port: port) }
+}
+
+/// Waits for a semaphore off the Swift concurrency pool; false after `timeout` seconds.
+func wait(_ semaphore: DispatchSemaphore, timeout: Double = 15) async -> Bool {
+    (try? await offPool { semaphore.wait(timeout: .now() + timeout) == .success }) ?? false
+}
+
+/// Reads one response from each connection, in order.
+func readAll(_ connections: [TestConnection]) async throws -> [TestResponse] {
+    var responses: [TestResponse] = []
+    for connection in connections { responses.append(try await connection.response()) }
+    return responses
+}
+
+extension TestConnection {
+    /// `readResponse` off the Swift concurrency pool (see offPool).
+    func response(forHEAD: Bool = false) async throws -> TestResponse {
+        try await offPool { try self.readResponse(forHEAD: forHEAD) }
+    }
+    func head() async throws -> (status: Int, headers: [(String, String)]) {
+        let (status, headers) = try await offPool { try self.readHead() }
+        return (status, headers)
+    }
+    func raw(atLeast count: Int) async -> [UInt8] {
+        (try? await offPool { self.readRaw(atLeast: count) }) ?? []
+    }
 }

@@ -5,7 +5,7 @@
 
 import Foundation
 
-struct TestResponse: Sendable {
+struct TestResponse: @unchecked Sendable {
     var status: Int
     var headers: [(String, String)]
     var body: [UInt8]
@@ -23,7 +23,8 @@ struct TestClientError: Error, CustomStringConvertible {
 }
 
 /// One client connection.
-final class TestConnection {
+/// Used from one test at a time; `@unchecked Sendable` so its blocking reads can run off the concurrency pool.
+final class TestConnection: @unchecked Sendable {
     let fd: Int32
     private var buffer: [UInt8] = []
     private var closed = false

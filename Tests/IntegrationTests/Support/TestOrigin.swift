@@ -79,8 +79,10 @@ struct Reply: Sendable {
     var drip: (chunks: Int, interval: Duration)?
     /// Send the head (with the full Content-Length) and this many body bytes, then reset the connection (RST).
     var resetAfterBytes: Int?
-    /// Wait for this gate after the head is sent and before the body.
+    /// Wait for this gate after the head is sent and before the body (or after `gateAfterBytes` body bytes).
     var gate: Gate?
+    /// With `gate`: send this many body bytes first, then wait for the gate, then the rest (Content-Length framing).
+    var gateAfterBytes: Int?
 
     init(status: Int = 200, headers: [(String, String)] = [], body: [UInt8] = [], chunked: Bool = false,
          delayBeforeHead: Duration? = nil, drip: (chunks: Int, interval: Duration)? = nil,
@@ -341,6 +343,11 @@ final class TestOrigin: @unchecked Sendable {
         }
         head += "\r\n"
         guard write(fd, Array(head.utf8)) else { return false }
+        if let split = reply.gateAfterBytes, let gate = reply.gate, !bodyless, !reply.chunked {
+            guard write(fd, Array(reply.body.prefix(split))) else { return false }
+            gate.wait()
+            return write(fd, Array(reply.body.dropFirst(split)))
+        }
         reply.gate?.wait()
         if bodyless { return true }
 

@@ -1,0 +1,83 @@
+// The access log: one line per request, written when its response ends (or is aborted), when `access-log` is on.
+// A wrapper around the connection's sink; when the log is off nothing is wrapped, so the hot path pays nothing.
+
+internal import Foundation
+internal import Logging
+internal import Synchronization
+
+/// Forwards every call to `inner` and logs one line at the end. The state is guarded by a Mutex because calls
+/// may come from the connection's queue (hits) or the proxy queue (fetches).
+final class AccessLogSink: ResponseSink {
+    private struct State {
+        var status = 0
+        var xCache = "-"
+        var bytes = 0
+        var logged = false
+    }
+
+    private let inner: any ResponseSink
+    private let logger: Logger
+    private let line: String
+    private let started: ContinuousClock.Instant
+    private let state = Mutex(State())
+
+    init(wrapping inner: any ResponseSink, request: HTTPRequestHead, client: ClientInfo, logger: Logger) {
+        self.inner = inner
+        self.logger = logger
+        line = "\(client.address) \(request.method) \(request.target.prefix(2000))"
+        started = ContinuousClock.now
+    }
+
+    private func started(_ head: HTTPResponseHead) {
+        state.withLock {
+            $0.status = head.status
+            $0.xCache = head.headers["X-Cache"] ?? "-"
+        }
+    }
+
+    private func finish(_ outcome: String) {
+        let elapsed = ContinuousClock.now - started
+        let milliseconds = Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15
+        let record: State? = state.withLock { state in
+            guard !state.logged else { return nil }
+            state.logged = true
+            return state
+        }
+        guard let record else { return }
+        logger.info("\(line) \(record.status) \(record.xCache) \(record.bytes)B \(String(format: "%.1f", milliseconds))ms\(outcome)")
+    }
+
+    func head(_ head: HTTPResponseHead, bodyLength: Int?) {
+        started(head)
+        inner.head(head, bodyLength: bodyLength)
+    }
+
+    func body(_ chunk: [UInt8]) {
+        state.withLock { $0.bytes += chunk.count }
+        inner.body(chunk)
+    }
+
+    func end() {
+        inner.end()
+        finish("")
+    }
+
+    func respond(_ head: HTTPResponseHead, body: [UInt8]) {
+        started(head)
+        state.withLock { $0.bytes += body.count }
+        inner.respond(head, body: body)
+        finish("")
+    }
+
+    func abort() {
+        inner.abort()
+        finish(" aborted")
+    }
+
+    func onCancel(_ callback: @escaping @Sendable () -> Void) {
+        inner.onCancel { [weak self] in
+            self?.finish(" client gone")
+            callback()
+        }
+    }
+}
