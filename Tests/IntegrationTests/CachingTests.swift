@@ -405,3 +405,84 @@ struct CachingTests {
         #expect(Set(harness.origin.requests("/vary.png").compactMap { $0.header("Accept") }) == ["image/webp", "image/png"])
     }
 }
+
+@Suite("Serving and caching end to end, more")
+struct CachingMoreTests {
+    @Test("the private-network check runs on the resolved address: a host name that resolves to loopback is refused")
+    func dnsAnswerRefused() async throws {
+        let harness = try ProxyHarness { $0.allowPrivateNetworks = false }
+        harness.origin.route("/n.png") { _ in CachingTests.image() }
+        let response = try await harness.get("http://localhost:\(harness.origin.port)/n.png")
+        #expect(response.status == 403)
+        #expect(response.text.contains("private or reserved network"))
+        #expect(harness.origin.requestCount("/n.png") == 0)
+    }
+
+    @Test("with complete-abandoned-fetches a transfer every client left still fills the cache")
+    func completeAbandoned() async throws {
+        let finished = DispatchSemaphore(value: 0)
+        let gate = Gate()
+        let harness = try ProxyHarness { $0.completeAbandonedFetches = true }
+        harness.origin.route("/keep.png") { _ in var reply = CachingTests.image(); reply.gate = gate; return reply }
+        harness.waiters.expect(1)
+        harness.waiters.onFinished = { finished.signal() }
+        do {
+            let client = try harness.connect()
+            try client.request("/keep.png")
+            #expect(await harness.waiters.wait())
+        }  // the only client leaves
+        gate.open()
+        #expect(await wait(finished))
+        let again = try await harness.get("/keep.png")
+        #expect(again.header("X-Cache") == "HIT")
+        #expect(again.body == CachingTests.png)
+        #expect(harness.origin.requestCount("/keep.png") == 1)
+    }
+
+    @Test("the access log writes one line per request with status and cache outcome")
+    func accessLog() async throws {
+        let lines = LogCapture()
+        let finished = DispatchSemaphore(value: 0)
+        let harness = try ProxyHarness(logCapture: lines) { $0.accessLog = true }
+        harness.waiters.onFinished = { finished.signal() }
+        harness.origin.route("/log.png") { _ in CachingTests.image() }
+        _ = try await harness.get("/log.png")
+        #expect(await wait(finished))  // the fetch logs its line as it ends, just after the client has its bytes
+        _ = try await harness.get("/log.png")
+        let access = lines.messages.filter { $0.contains("GET /log.png") }
+        #expect(access.count == 2)
+        #expect(access.first?.contains("200 MISS") == true)
+        #expect(access.last?.contains("200 HIT") == true)
+    }
+
+    @Test("upstream requests carry Accept and User-Agent but no hop-by-hop fields or cookies")
+    func forwardedHeaders() async throws {
+        let harness = try ProxyHarness()
+        harness.origin.route("/hdr.png") { _ in CachingTests.image() }
+        _ = try await harness.get("/hdr.png", headers: [
+            ("Accept", "image/avif,image/webp"), ("User-Agent", "thumbnailer/2"), ("Cookie", "a=b"),
+            ("Connection", "keep-alive, X-Private"), ("X-Private", "secret"), ("Keep-Alive", "timeout=5"),
+        ])
+        let seen = try #require(harness.origin.requests("/hdr.png").first)
+        #expect(seen.header("Accept") == "image/avif,image/webp")
+        #expect(seen.header("User-Agent") == "thumbnailer/2")
+        #expect(seen.header("Cookie") == nil)
+        #expect(seen.header("X-Private") == nil)
+        #expect(seen.header("Keep-Alive") == nil)
+        #expect(seen.header("Via") == "1.1 imagecached")
+    }
+
+    @Test("hop-by-hop fields from the origin do not reach the client")
+    func responseHopByHop() async throws {
+        let harness = try ProxyHarness()
+        harness.origin.route("/hop.png") { _ in
+            CachingTests.image(extra: [("Connection", "X-Origin-Secret"), ("X-Origin-Secret", "1"), ("Keep-Alive", "timeout=5")])
+        }
+        for _ in 0..<2 {
+            let response = try await harness.get("/hop.png")
+            #expect(response.header("X-Origin-Secret") == nil)
+            #expect(response.header("Keep-Alive") == nil)
+            #expect(response.body == CachingTests.png)
+        }
+    }
+}

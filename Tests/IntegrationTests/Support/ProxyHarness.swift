@@ -54,7 +54,7 @@ final class ProxyHarness {
 
     /// A daemon in reverse-proxy mode for `origin` (paths map 1:1), private networks allowed so that forward and
     /// fetch modes can reach the loopback origin; `configure` changes anything else.
-    init(_ configure: (inout Configuration) -> Void = { _ in }) throws {
+    init(logCapture: LogCapture? = nil, _ configure: (inout Configuration) -> Void = { _ in }) throws {
         origin = try TestOrigin()
         var configuration = Configuration()
         configuration.listen = ListenAddress(host: "127.0.0.1", port: 0)
@@ -62,9 +62,15 @@ final class ProxyHarness {
         configuration.allowPrivateNetworks = true
         configuration.cacheDirectory = NSTemporaryDirectory() + "imagecached-tests"
         configure(&configuration)
-        var logger = Logger(label: "imagecached-test") { StreamLogHandler.standardError(label: $0) }
-        // IMAGECACHED_TEST_LOG=debug shows the daemon's log while debugging a test.
-        logger.logLevel = ProcessInfo.processInfo.environment["IMAGECACHED_TEST_LOG"].flatMap { Logger.Level(rawValue: $0) } ?? .critical
+        var logger: Logger
+        if let logCapture {
+            logger = Logger(label: "imagecached-test") { _ in logCapture }
+            logger.logLevel = .info
+        } else {
+            logger = Logger(label: "imagecached-test") { StreamLogHandler.standardError(label: $0) }
+            // IMAGECACHED_TEST_LOG=debug shows the daemon's log while debugging a test.
+            logger.logLevel = ProcessInfo.processInfo.environment["IMAGECACHED_TEST_LOG"].flatMap { Logger.Level(rawValue: $0) } ?? .critical
+        }
         let clock = clock
         let waiters = waiters
         daemon = try Daemon(configuration: configuration, logger: logger, now: { clock.now() }, events: { waiters.observe($0) })
@@ -108,5 +114,23 @@ extension TestConnection {
     }
     func raw(atLeast count: Int) async -> [UInt8] {
         (try? await offPool { self.readRaw(atLeast: count) }) ?? []
+    }
+}
+
+/// A log handler that keeps every message, for tests that assert on the log.
+final class LogCapture: LogHandler, @unchecked Sendable {
+    private let lines = Mutex<[String]>([])
+    var metadata: Logger.Metadata = [:]
+    var logLevel: Logger.Level = .info
+
+    var messages: [String] { lines.withLock { $0 } }
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    func log(event: LogEvent) {
+        lines.withLock { $0.append("\(event.level) \(event.message)") }
     }
 }

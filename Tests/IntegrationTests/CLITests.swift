@@ -1,0 +1,115 @@
+// The imagecached binary itself: its command line contract, configuration errors, start line, and SIGTERM.
+
+import Foundation
+import Testing
+
+@Suite("The imagecached command")
+struct CLITests {
+    /// The built executable, next to the test bundle (swift build --build-tests builds both).
+    static var binary: URL {
+        let candidates = [
+            URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("imagecached"),
+            URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+                .appendingPathComponent(".build/debug/imagecached"),
+        ]
+        return candidates.first { FileManager.default.isExecutableFile(atPath: $0.path) } ?? candidates[1]
+    }
+
+    /// Runs the binary to completion; returns (exit status, stdout, stderr).
+    static func run(_ arguments: [String]) async throws -> (Int32, String, String) {
+        try await offPool {
+            let process = Process()
+            process.executableURL = binary
+            process.arguments = arguments
+            let out = Pipe(), err = Pipe()
+            process.standardOutput = out
+            process.standardError = err
+            try process.run()
+            let stdout = out.fileHandleForReading.readDataToEndOfFile()
+            let stderr = err.fileHandleForReading.readDataToEndOfFile()
+            process.waitUntilExit()
+            return (process.terminationStatus, String(decoding: stdout, as: UTF8.self), String(decoding: stderr, as: UTF8.self))
+        }
+    }
+
+    @Test("--help lists every option the contract names")
+    func help() async throws {
+        let (status, stdout, _) = try await CLITests.run(["--help"])
+        #expect(status == 0)
+        for flag in ["--listen", "--origin", "--cache-dir", "--memory-limit", "--max-object-size", "--content-types",
+                     "--allow-private-networks", "--config", "--upstream-queue-order", "--server-idle-timeout"] {
+            #expect(stdout.contains(flag), "\(flag) missing from --help")
+        }
+    }
+
+    @Test("a bad value exits non-zero naming the key and the reason", arguments: [
+        (["--memory-limit", "lots"], "--memory-limit: 'lots' is not a size"),
+        (["--listen", "nowhere"], "--listen: 'nowhere' is not HOST:PORT"),
+        (["--config", "/nonexistent/imagecached.yaml"], "cannot read the configuration file"),
+    ])
+    func badValue(arguments: [String], message: String) async throws {
+        let (status, _, stderr) = try await CLITests.run(arguments)
+        #expect(status == 2)
+        #expect(stderr.contains(message), "stderr was: \(stderr)")
+    }
+
+    @Test("an environment variable is a setting too, and a bad one is reported by name")
+    func environment() async throws {
+        let (status, _, stderr) = try await offPool {
+            let process = Process()
+            process.executableURL = CLITests.binary
+            process.environment = ["IMAGECACHED_UPSTREAM_QUEUE_ORDER": "sideways", "PATH": "/usr/bin:/bin"]
+            let err = Pipe()
+            process.standardError = err
+            try process.run()
+            let data = err.fileHandleForReading.readDataToEndOfFile()
+            process.waitUntilExit()
+            return (process.terminationStatus, "", String(decoding: data, as: UTF8.self))
+        }
+        #expect(status == 2)
+        #expect(stderr.contains("IMAGECACHED_UPSTREAM_QUEUE_ORDER: 'sideways' is not fifo or lifo"))
+    }
+
+    @Test("it starts from a configuration file, logs where it listens, serves, and exits 0 on SIGTERM")
+    func startAndStop() async throws {
+        // Given an origin and a configuration file that maps / to it
+        let origin = try TestOrigin()
+        defer { origin.stop() }
+        let body = Fixtures.jpeg(size: 5000)
+        origin.route("/x.jpg") { _ in Reply(status: 200, headers: [("Content-Type", "image/jpeg"), ("Cache-Control", "max-age=60")], body: body) }
+        let config = FileManager.default.temporaryDirectory.appendingPathComponent("imagecached-cli-\(UUID().uuidString).yaml")
+        try "listen: 127.0.0.1:0\norigin: \(origin.baseURL)\nmemory-limit: 16MiB\n".write(to: config, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(at: config) }
+        let process = Process()
+        process.executableURL = CLITests.binary
+        process.arguments = ["--config", config.path]
+        let err = Pipe()
+        process.standardError = err
+        try process.run()
+        // When: the start line names the port
+        let startLine = try await offPool { () -> String in
+            var text = ""
+            while !text.contains("modes:") {
+                let data = err.fileHandleForReading.availableData
+                if data.isEmpty { break }
+                text += String(decoding: data, as: UTF8.self)
+            }
+            return text
+        }
+        let port = try #require(startLine.firstMatch(of: /listening on http:\/\/127\.0\.0\.1:(\d+)/).flatMap { Int($0.1) })
+        #expect(startLine.contains("reverse proxy (/ -> \(origin.baseURL))"))
+        let image = try await offPool { try TestClient.get(port: port, "/x.jpg") }
+        let health = try await offPool { try TestClient.get(port: port, "/_imagecached/health") }
+        process.terminate()  // SIGTERM
+        await offPoolWait(process)
+        // Then
+        #expect(image.body == body)
+        #expect(health.text == "ok\n")
+        #expect(process.terminationReason == .exit)
+        #expect(process.terminationStatus == 0)
+    }
+}
+
+private func offPoolWait(_ process: Process) async {
+    _ = try? await offPool { process.waitUntilExit() }
+}
