@@ -132,8 +132,10 @@ final class CurlEasy: @unchecked Sendable {
 
     /// One header line (with its CRLF) of any response on the way, redirects and 1xx included.
     fileprivate func receivedHeaderLine(_ bytes: UnsafeRawBufferPointer) -> Bool {
-        var line = String(decoding: bytes, as: UTF8.self)
-        while line.hasSuffix("\n") || line.hasSuffix("\r") { line.removeLast() }
+        var length = bytes.count
+        while length > 0, bytes[length - 1] == 0x0A || bytes[length - 1] == 0x0D { length -= 1 }
+        // Bytes, not Characters: "\r\n" is one Character in Swift.
+        let line = String(decoding: UnsafeRawBufferPointer(rebasing: bytes[..<length]), as: UTF8.self)
         if line.hasPrefix("HTTP/") {
             sectionLines = [line]
             return true
