@@ -45,7 +45,7 @@ struct CurlOriginTests {
         #expect(head.headers["ETag"] == "\"v1\"")
         #expect(head.headers["Connection"] == nil && head.headers["X-Hop"] == nil, "hop-by-hop fields are stripped")
         #expect(url == server.baseURL + "/a.jpg?w=1")
-        #expect(recorder.body == image)
+        expectSameBytes(recorder.body, image)
         let seen = try #require(server.requests("/a.jpg?w=1").first)
         #expect(seen.method == "GET")
         #expect(seen.header("Accept") == "image/webp")
@@ -96,7 +96,7 @@ struct CurlOriginTests {
         // Then
         for (i, recorder) in recorders.enumerated() {
             #expect(try await recorder.completion() == .end)
-            #expect(recorder.body == Fixtures.png(size: 10_000 + i * 997))
+            expectSameBytes(recorder.body, Fixtures.png(size: 10_000 + i * 997))
         }
         #expect(origin.transfersStarted == 50)
         #expect(origin.activeTransfers == 0)
@@ -124,7 +124,7 @@ struct CurlOriginTests {
         #expect(recorder.bodyEventCount == 0)
         gate.open()
         #expect(try await recorder.completion() == .end)
-        #expect(recorder.body == image)
+        expectSameBytes(recorder.body, image)
     }
 
     @Test("redirects are followed and only the final head is reported, with the final URL")
@@ -147,7 +147,7 @@ struct CurlOriginTests {
         #expect(recorder.heads.count == 1)
         #expect(recorder.heads.first?.0.status == 200)
         #expect(recorder.heads.first?.1 == server.baseURL + "/final.png")
-        #expect(recorder.body == Fixtures.png(size: 2000))
+        expectSameBytes(recorder.body, Fixtures.png(size: 2000))
         #expect(server.requestCount("/r2") == 1)
     }
 
@@ -209,7 +209,7 @@ struct CurlOriginTests {
             return
         }
         #expect(recorder.heads.count == 1)
-        #expect(recorder.body == Array(Fixtures.png(size: 100_000).prefix(10_000)))
+        expectSameBytes(recorder.body, Array(Fixtures.png(size: 100_000).prefix(10_000)))
     }
 
     @Test("a closed port fails with .connect")
@@ -392,4 +392,11 @@ struct CurlOriginTests {
             return
         }
     }
+}
+
+/// Byte equality that reports sizes, not megabytes of array literals.
+func expectSameBytes(_ got: [UInt8], _ expected: [UInt8], sourceLocation: SourceLocation = #_sourceLocation) {
+    if got == expected { return }
+    let firstDifference = zip(got, expected).enumerated().first { $0.element.0 != $0.element.1 }?.offset ?? min(got.count, expected.count)
+    Issue.record("got \(got.count) bytes, expected \(expected.count); first difference at \(firstDifference)", sourceLocation: sourceLocation)
 }

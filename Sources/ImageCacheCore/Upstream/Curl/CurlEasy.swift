@@ -132,9 +132,10 @@ final class CurlEasy: @unchecked Sendable {
 
     /// One header line (with its CRLF) of any response on the way, redirects and 1xx included.
     fileprivate func receivedHeaderLine(_ bytes: UnsafeRawBufferPointer) -> Bool {
-        var end = bytes.count
-        while end > 0, bytes[end - 1] == UInt8(ascii: "\n") || bytes[end - 1] == UInt8(ascii: "\r") { end -= 1 }
-        let line = String(decoding: UnsafeRawBufferPointer(rebasing: bytes[..<end]), as: UTF8.self)
+        var length = bytes.count
+        while length > 0, bytes[length - 1] == 0x0A || bytes[length - 1] == 0x0D { length -= 1 }
+        // Bytes, not Characters: "\r\n" is one Character in Swift.
+        let line = String(decoding: UnsafeRawBufferPointer(rebasing: bytes[..<length]), as: UTF8.self)
         if line.hasPrefix("HTTP/") {
             sectionLines = [line]
             return true
