@@ -14,8 +14,50 @@ enum Route: Equatable {
     case error(status: Int, reason: String)
 }
 
+/// A reverse-proxy mapping prepared once: the prefix without its trailing "/" ("" for "/"), and the parsed base.
+struct OriginRoute: Sendable {
+    let prefix: String
+    let base: UpstreamURL
+    /// The base URL's path without a trailing "/" ("" for the root).
+    let basePath: String
+
+    init?(_ mapping: OriginMapping) {
+        guard let base = try? UpstreamURL.parse(mapping.url) else { return nil }
+        var prefix = Substring(mapping.prefix)
+        while prefix.hasSuffix("/") { prefix = prefix.dropLast() }
+        var path = Substring(base.pathAndQuery)
+        while path.hasSuffix("/") { path = path.dropLast() }
+        self.prefix = String(prefix)
+        self.base = base
+        basePath = String(path)
+    }
+
+    /// "/img" matches "/img", "/img/a.jpg" and "/img?x", not "/images"; "" matches everything.
+    func matches(_ path: String) -> Bool {
+        prefix.isEmpty || path == prefix || path.hasPrefix(prefix + "/")
+    }
+
+    /// The upstream URL for a request target this mapping matches. The result must stay on the origin (same scheme,
+    /// host and port) and under its base path: a target cannot name another host or climb out with dot segments.
+    func upstreamURL(for target: String) throws(URLParseError) -> UpstreamURL {
+        var rest = target.dropFirst(prefix.count)
+        if rest.isEmpty || rest.first == "?" { rest = "/" + rest }
+        let url = try UpstreamURL.parse(base.scheme + "://" + base.authority + basePath + rest)
+        let underBase = basePath.isEmpty || url.pathAndQuery == basePath
+            || url.pathAndQuery.hasPrefix(basePath + "/") || url.pathAndQuery.hasPrefix(basePath + "?")
+        guard url.scheme == base.scheme, url.host == base.host, url.effectivePort == base.effectivePort, underBase else {
+            throw URLParseError(reason: "the path leaves the origin's base URL \(base.string)")
+        }
+        return url
+    }
+}
+
 extension Route {
     static func resolve(_ request: HTTPRequestHead, origins: [OriginMapping]) -> Route {
+        resolve(request, origins: origins.compactMap(OriginRoute.init))
+    }
+
+    static func resolve(_ request: HTTPRequestHead, origins: [OriginRoute]) -> Route {
         let target = request.target
         if request.method == "CONNECT" {
             return .error(status: 501, reason: "CONNECT tunnels are not supported; fetch https images with GET /fetch?url=<percent-encoded URL>")
@@ -48,28 +90,17 @@ extension Route {
         if path == "/_imagecached" || path.hasPrefix("/_imagecached/") {
             return .admin(path: path, query: query)
         }
-        guard let mapping = origins.filter({ matches(prefix: $0.prefix, path: path) }).max(by: { $0.prefix.count < $1.prefix.count }) else {
+        guard let mapping = origins.filter({ $0.matches(path) }).max(by: { $0.prefix.count < $1.prefix.count }) else {
             if origins.isEmpty {
                 return .error(status: 400, reason: "not a proxy request: send an absolute URL (curl -x), use /fetch?url=..., or start the daemon with --origin")
             }
             return .error(status: 404, reason: "no origin is configured for path \(path.prefix(200))")
         }
-        var rest = target.dropFirst(mapping.prefix == "/" ? 0 : mapping.prefix.count)
-        if rest.first == "?" || rest.isEmpty { rest = "/" + rest }
-        var base = Substring(mapping.url)
-        while base.hasSuffix("/") { base = base.dropLast() }
         do {
-            return .upstream(try UpstreamURL.parse(String(base + rest)), mode: .reverse, trusted: true)
+            return .upstream(try mapping.upstreamURL(for: target), mode: .reverse, trusted: true)
         } catch {
             return .error(status: 400, reason: "bad URL: \(error.reason)")
         }
-    }
-
-    /// `prefix` "/img" matches "/img", "/img/a.jpg", not "/images".
-    static func matches(prefix: String, path: String) -> Bool {
-        if prefix == "/" { return true }
-        let trimmed = prefix.hasSuffix("/") ? String(prefix.dropLast()) : prefix
-        return path == trimmed || path.hasPrefix(trimmed + "/")
     }
 
     static func splitQuery(_ target: String) -> (path: String, query: String?) {

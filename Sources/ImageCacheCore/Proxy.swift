@@ -30,6 +30,8 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
     let logger: Logger
     let contentPolicy: ContentPolicy
     let freshnessPolicy: FreshnessPolicy
+    /// The reverse-proxy mappings, parsed once.
+    let originRoutes: [OriginRoute]
     /// Wall-clock time source (HTTP dates are wall-clock); injected by tests.
     let now: @Sendable () -> Date
     /// Receives coalescing events (for metrics and tests). Called on `queue`; must return quickly.
@@ -40,8 +42,9 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
 
     // MARK: owned by `queue`
     let queue = DispatchQueue(label: "imagecached.proxy")
-    /// Confined to `queue`: the fetches in flight, by cache key.
-    var coalescer: [CacheKey: Fetch] = [:]
+    /// Confined to `queue`: the fetches in flight, by cache key and trust (a fetch for an untrusted request is
+    /// subject to the private-network check and must not answer requests for a configured origin, nor the reverse).
+    var coalescer: [FetchKey: Fetch] = [:]
     /// Confined to `queue`: waiter identities.
     var nextWaiterID = 0
 
@@ -53,6 +56,7 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
         self.logger = logger
         self.now = now
         contentPolicy = ContentPolicy(allowedTypes: configuration.effectiveContentTypes)
+        originRoutes = configuration.origins.compactMap(OriginRoute.init)
         freshnessPolicy = FreshnessPolicy(
             heuristicFraction: configuration.heuristicFraction, heuristicMaxSeconds: configuration.heuristicMaxSeconds)
         memory = MemoryCache(
@@ -63,7 +67,7 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
     /// Called on the connection's queue.
     public func handle(_ request: HTTPRequestHead, body: [UInt8], client: ClientInfo, sink: any ResponseSink) {
         let sink = configuration.accessLog ? AccessLogSink(wrapping: sink, request: request, client: client, logger: logger) : sink
-        let route = Route.resolve(request, origins: configuration.origins)
+        let route = Route.resolve(request, origins: originRoutes)
         switch route {
         case let .error(status, reason):
             refuse(sink, status: status, reason: reason, request: request, client: client)
@@ -98,7 +102,7 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
             queue.async { self.dispatch(request, key: key, sink: sink, reason: .miss) }
             return
         }
-        if let vary = entry.vary, !vary.matches(request.head.headers) {
+        if let vary = entry.vary, !vary.matches(request.forwardedHeaders) {
             if request.cacheControl.onlyIfCached {
                 refuse(sink, status: 504, reason: "the cached variant does not match this request and it said only-if-cached",
                        request: request.head, client: request.client)
@@ -155,27 +159,28 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
         dispatchPrecondition(condition: .onQueue(queue))
         nextWaiterID += 1
         let waiter = Fetch.Waiter(id: nextWaiterID, sink: sink, request: request)
+        let fetchKey = FetchKey(key: key, trusted: request.trusted)
         if reason != .bypass {
-            if let fetch = coalescer[key] {
+            if let fetch = coalescer[fetchKey] {
                 fetch.attach(waiter, collapsed: true)
                 return
             }
-            // An entry may have landed between the lookup on the connection queue and now.
-            if reason == .miss, let entry = memory.lookup(key), entry.vary?.matches(request.head.headers) ?? true {
+            // An entry may have landed (or been refreshed) between the lookup on the connection queue and now.
+            if let entry = memory.lookup(key), entry.vary?.matches(request.forwardedHeaders) ?? true {
                 let time = now()
-                if case let .fresh(ttl) = Freshness.use(entry, request: request.cacheControl, now: time) {
+                if case let .fresh(ttl) = Freshness.use(entry, request: request.cacheControl, now: time), reason != .request {
                     respond(entry, to: sink, request: request, outcome: .hit(ttl: ttl), now: time)
                     return
                 }
             }
         }
         var revalidating: CacheEntry?
-        if reason == .stale || reason == .request, let entry = memory.lookup(key), entry.vary?.matches(request.head.headers) ?? true,
+        if reason == .stale || reason == .request, let entry = memory.lookup(key), entry.vary?.matches(request.forwardedHeaders) ?? true,
            entry.etag != nil || entry.lastModified != nil {
             revalidating = entry
         }
         let fetch = Fetch(proxy: self, key: key, leader: request, reason: reason, revalidating: revalidating)
-        if reason != .bypass { coalescer[key] = fetch }
+        if reason != .bypass { coalescer[fetchKey] = fetch }
         fetch.attach(waiter, collapsed: false)
         fetch.start()
     }
@@ -183,7 +188,8 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
     /// Called by a fetch when it will take no more waiters. On `queue`.
     func fetchClosed(_ fetch: Fetch) {
         dispatchPrecondition(condition: .onQueue(queue))
-        if coalescer[fetch.key] === fetch { coalescer[fetch.key] = nil }
+        let fetchKey = FetchKey(key: fetch.key, trusted: fetch.leader.trusted)
+        if coalescer[fetchKey] === fetch { coalescer[fetchKey] = nil }
     }
 
     /// Sends waiters that cannot share `fetch`'s response upstream on their own. On `queue`.
@@ -198,6 +204,12 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
 
     /// Waiting fetches for tests and stats. Blocks until the proxy queue answers; never call it on a request path.
     public var fetchesInFlight: Int { queue.sync { coalescer.count } }
+}
+
+/// The coalescer's key: one fetch per cache key and trust level.
+struct FetchKey: Hashable {
+    let key: CacheKey
+    let trusted: Bool
 }
 
 /// What happens to fetches, as seen from the proxy queue.
@@ -216,6 +228,9 @@ struct ClientRequest: Sendable {
     let trusted: Bool
     let client: ClientInfo
     let cacheControl: CacheControl
+    /// The request fields sent upstream. Vary is judged on these: a field we never forward (Origin, Cookie,
+    /// Accept-Encoding ...) is absent for every client, so it cannot split the cache or the coalescing.
+    let forwardedHeaders: HTTPHeaders
 
     init(head: HTTPRequestHead, url: UpstreamURL, mode: Route.Mode, trusted: Bool, client: ClientInfo) {
         self.head = head
@@ -224,20 +239,25 @@ struct ClientRequest: Sendable {
         self.trusted = trusted
         self.client = client
         cacheControl = CacheControl(head.headers)
+        var forwarded = HTTPHeaders()
+        for name in ClientRequest.forwardedNames {
+            if let value = head.headers.combined(name) { forwarded.add(name, value) }
+        }
+        if let authorization = head.headers["Authorization"] { forwarded.add("Authorization", authorization) }
+        forwardedHeaders = forwarded
     }
+
+    /// End-to-end request fields that matter for images and are sent upstream.
+    static let forwardedNames = ["Accept", "Accept-Language", "User-Agent"]
 
     var isHead: Bool { head.method == "HEAD" }
 
     /// Requests the cache may not answer or share: credentials, or the client's no-store.
     var bypassesCache: Bool { head.headers.contains("Authorization") || cacheControl.noStore }
 
-    /// The end-to-end request fields sent upstream: the ones that matter for images, plus credentials on a bypass.
+    /// The end-to-end request fields sent upstream: the ones that matter for images, credentials on a bypass, Via.
     func upstreamHeaders() -> HTTPHeaders {
-        var headers = HTTPHeaders()
-        for name in ["Accept", "Accept-Language", "User-Agent"] {
-            if let value = head.headers.combined(name) { headers.add(name, value) }
-        }
-        if let authorization = head.headers["Authorization"] { headers.add("Authorization", authorization) }
+        var headers = forwardedHeaders
         headers.add("Via", "1.1 imagecached")
         return headers
     }

@@ -351,11 +351,11 @@ struct CachingTests {
         harness.origin.route("/gone.png") { _ in var reply = CachingTests.image(); reply.gate = gate; return reply }
         harness.waiters.expect(1)
         harness.waiters.onFinished = { finished.signal() }
-        do {
-            let client = try harness.connect()
-            try client.request("/gone.png")
-            #expect(await harness.waiters.wait())
-        }  // the client closes its connection here
+        let client = try harness.connect()
+        try client.request("/gone.png")
+        #expect(await harness.waiters.wait())
+        try await harness.origin.waitForRequests("/gone.png", count: 1)  // the transfer is under way
+        client.close()
         #expect(await wait(finished), "the fetch was not cancelled")
         gate.open()
         let again = try await harness.get("/gone.png")
@@ -367,20 +367,27 @@ struct CachingTests {
     func notShareable() async throws {
         let harness = try ProxyHarness()
         let gate = Gate()
+        let served = Mutex(0)
         harness.origin.route("/cookie.png") { _ in
-            var reply = CachingTests.image(extra: [("Set-Cookie", "session=secret")])
+            let n = served.withLock { $0 += 1; return $0 }
+            var reply = CachingTests.image(extra: [("Set-Cookie", "session=\(n)")])
             reply.gate = gate
             return reply
         }
-        harness.waiters.expect(3)
-        let connections = try (0..<3).map { _ in try harness.connect() }
-        for connection in connections { try connection.request("/cookie.png") }
+        harness.waiters.expect(1)
+        let first = try harness.connect()
+        try first.request("/cookie.png")
         #expect(await harness.waiters.wait())
+        let others = try (0..<2).map { _ in try harness.connect() }
+        for connection in others { try connection.request("/cookie.png") }
+        // Each of the others is split off (at once, or when the head shows Set-Cookie) and asks on its own.
+        try await harness.origin.waitForRequests("/cookie.png", count: 3)
         gate.open()
-        let responses = try await readAll(connections)
+        let responses = try await readAll([first] + others)
         #expect(responses.allSatisfy { $0.status == 200 && $0.body == CachingTests.png })
         #expect(harness.origin.requestCount("/cookie.png") == 3)
-        #expect(responses.filter { $0.header("X-Cache") == "BYPASS" }.count == 2)
+        // No client ever sees another client's cookie.
+        #expect(Set(responses.compactMap { $0.header("Set-Cookie") }).count == 3)
     }
 
     @Test("waiters whose request does not match the response's Vary go upstream on their own")
@@ -392,12 +399,15 @@ struct CachingTests {
             reply.gate = gate
             return reply
         }
-        harness.waiters.expect(2)
+        harness.waiters.expect(1)
         let a = try harness.connect()
         try a.request("/vary.png", headers: [("Accept", "image/webp")])
+        #expect(await harness.waiters.wait())
+        // The second client asks while the first fetch is held at the gate: it is split off (at once, or when the
+        // head shows Vary: Accept) and makes its own request.
         let b = try harness.connect()
         try b.request("/vary.png", headers: [("Accept", "image/png")])
-        #expect(await harness.waiters.wait())
+        try await harness.origin.waitForRequests("/vary.png", count: 2)
         gate.open()
         #expect(try await a.response().body == CachingTests.png)
         #expect(try await b.response().body == CachingTests.png)
@@ -426,11 +436,11 @@ struct CachingMoreTests {
         harness.origin.route("/keep.png") { _ in var reply = CachingTests.image(); reply.gate = gate; return reply }
         harness.waiters.expect(1)
         harness.waiters.onFinished = { finished.signal() }
-        do {
-            let client = try harness.connect()
-            try client.request("/keep.png")
-            #expect(await harness.waiters.wait())
-        }  // the only client leaves
+        let client = try harness.connect()
+        try client.request("/keep.png")
+        #expect(await harness.waiters.wait())
+        try await harness.origin.waitForRequests("/keep.png", count: 1)  // the transfer is under way
+        client.close()  // the only client leaves
         gate.open()
         #expect(await wait(finished))
         let again = try await harness.get("/keep.png")
@@ -484,5 +494,67 @@ struct CachingMoreTests {
             #expect(response.header("Keep-Alive") == nil)
             #expect(response.body == CachingTests.png)
         }
+    }
+
+    @Test("an HTTP/1.0 client of a streamed body that breaks upstream gets a reset, not a clean end")
+    func closeDelimitedAbortResets() async throws {
+        let harness = try ProxyHarness()
+        let gate = Gate()
+        harness.origin.route("/drip.png") { _ in
+            var reply = CachingTests.image()
+            reply.chunked = true      // no Content-Length: the HTTP/1.0 client gets a close-delimited body
+            reply.resetAfterBytes = 5000
+            reply.gate = gate
+            return reply
+        }
+        let client = try harness.connect()
+        try client.send("GET /drip.png HTTP/1.0\r\n\r\n")
+        gate.open()
+        let response = try await client.response()
+        #expect(response.header("Content-Length") == nil)
+        #expect(!response.complete, "a broken close-delimited body must not end with a clean close")
+        #expect(client.resetByPeer)
+    }
+
+    @Test("a response reached through a temporary redirect is served but not stored; a permanent one is stored")
+    func redirects() async throws {
+        let harness = try ProxyHarness()
+        harness.origin.route("/temp.png") { _ in Reply.redirect(302, to: "/final.png") }
+        harness.origin.route("/perm.png") { _ in Reply.redirect(301, to: "/final.png") }
+        harness.origin.route("/final.png") { _ in CachingTests.image() }
+        let first = try await harness.get("/temp.png")
+        let second = try await harness.get("/temp.png")
+        #expect(first.body == CachingTests.png && second.body == CachingTests.png)
+        #expect(second.header("X-Cache") == "MISS")
+        #expect(harness.origin.requestCount("/temp.png") == 2)
+        _ = try await harness.get("/perm.png")
+        let permanent = try await harness.get("/perm.png")
+        #expect(permanent.header("X-Cache") == "HIT")
+        #expect(harness.origin.requestCount("/perm.png") == 1)
+    }
+
+    @Test("a fetch-mode request cannot ride on a connection a configured origin opened to a private address")
+    func noReuseOfTrustedConnections() async throws {
+        let harness = try ProxyHarness { $0.allowPrivateNetworks = false }
+        harness.origin.route("/warm.png") { _ in CachingTests.image() }
+        harness.origin.route("/secret.png") { _ in CachingTests.image() }
+        // Given a warm keep-alive connection to the (trusted, loopback) origin
+        #expect(try await harness.get("/warm.png").status == 200)
+        // When an untrusted request names the same host and port
+        let url = (harness.origin.baseURL + "/secret.png").addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
+        let response = try await harness.get("/fetch?url=" + url)
+        // Then it is judged on a connection of its own, and refused
+        #expect(response.status == 403)
+        #expect(harness.origin.requestCount("/secret.png") == 0)
+    }
+
+    @Test("a configured origin's redirect to another private address is refused")
+    func trustedRedirectChecked() async throws {
+        let harness = try ProxyHarness { $0.allowPrivateNetworks = false }
+        let port = harness.origin.port
+        harness.origin.route("/hop.png") { _ in Reply.redirect(302, to: "http://127.0.0.2:\(port)/x.png") }
+        let response = try await harness.get("/hop.png")
+        #expect(response.status == 403)
+        #expect(response.text.contains("127.0.0.2"))
     }
 }

@@ -25,5 +25,6 @@ CURLcode ccurl_easy_getinfo_string(CURL *_Nonnull handle, CURLINFO info, const c
 CURLcode ccurl_easy_getinfo_ptr(CURL *_Nonnull handle, CURLINFO info, void *_Nullable *_Nonnull value);
 
 CURLMcode ccurl_multi_setopt_long(CURLM *_Nonnull multi, CURLMoption option, long value);
+CURLSHcode ccurl_share_setopt_long(CURLSH *_Nonnull share, CURLSHoption option, long value);
 
 #endif

@@ -180,8 +180,8 @@ extension Configuration {
         }
         func seconds() throws(ConfigError) -> Double {
             let text = try scalar()
-            guard let value = DurationText.parse(text), value > 0 else {
-                throw ConfigError(key: source, reason: "'\(text)' is not a positive duration (like 10, 10s, 500ms or 5m)")
+            guard let value = DurationText.parse(text), value > 0, value <= 366 * 86_400 else {
+                throw ConfigError(key: source, reason: "'\(text)' is not a positive duration up to a year (like 10, 10s, 500ms or 5m)")
             }
             return value
         }
@@ -311,10 +311,13 @@ extension Configuration {
         guard lower.hasPrefix("http://") || lower.hasPrefix("https://") else {
             throw ConfigError(key: source, reason: "'\(url)' is not an http:// or https:// URL")
         }
-        let rest = url.drop(while: { $0 != ":" }).dropFirst(3)
-        guard let first = rest.first, first != "/" else { throw ConfigError(key: source, reason: "'\(url)' has no host") }
         guard !url.contains("?"), !url.contains("#") else {
             throw ConfigError(key: source, reason: "'\(url)' must not have a query or fragment")
+        }
+        do {
+            _ = try UpstreamURL.parse(url)
+        } catch {
+            throw ConfigError(key: source, reason: "'\(url)' is not a usable origin URL: \(error.reason)")
         }
     }
 

@@ -68,6 +68,9 @@ extension Connection {
             case shutdownWrite
             /// Close the socket now.
             case close
+            /// Close the socket now with a reset (RST), so that a client reading a close-delimited body cannot take
+            /// the end of the connection for the end of the body.
+            case reset
         }
 
         /// What to do with an onCancel callback registered for an exchange.
@@ -215,7 +218,9 @@ extension Connection {
         /// The handler gave up: close at once so the client sees a truncated response.
         mutating func abort(exchange id: UInt64) -> [Action] {
             guard case let .handling(exchange) = state, exchange.id == id else { return [] }
-            return close()
+            if state == .closed { return [] }
+            state = .closed
+            return [.reset]
         }
 
         mutating func registerCancel(exchange id: UInt64) -> CancelRegistration {

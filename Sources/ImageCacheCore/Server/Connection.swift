@@ -228,6 +228,10 @@ final class Connection: @unchecked Sendable {
             _ = shutdown(fd, Int32(SHUT_WR))
         case .close:
             closeNow()
+        case .reset:
+            var linger = Glibc.linger(l_onoff: 1, l_linger: 0)
+            _ = setsockopt(fd, SOL_SOCKET, SO_LINGER, &linger, socklen_t(MemoryLayout<Glibc.linger>.size))
+            closeNow()
         }
     }
 

@@ -9,7 +9,8 @@
 // 198.18/15, 224/4 (multicast), 240/4 (reserved, including 255.255.255.255).
 // Refused IPv6: ::, ::1, fc00::/7 (unique local), fe80::/10 (link-local), fec0::/10 (old site-local),
 // ff00::/8 (multicast). Forms that embed an IPv4 address are judged by that address: IPv4-mapped
-// ::ffff:a.b.c.d, IPv4-compatible ::a.b.c.d, NAT64 64:ff9b::/96 and 6to4 2002:AABB:CCDD::/48.
+// ::ffff:a.b.c.d, IPv4-compatible ::a.b.c.d, NAT64 64:ff9b::/96 and 6to4 2002:AABB:CCDD::/48; local-use NAT64
+// 64:ff9b:1::/48 and Teredo 2001::/32 are refused whole.
 
 internal import Foundation
 
@@ -83,6 +84,12 @@ public enum AddressPolicy {
             }
             if x[0] == 0x00 && x[1] == 0x64 && x[2] == 0xFF && x[3] == 0x9B && x[4..<12].allSatisfy({ $0 == 0 }) {
                 return refusedRange(v4: embedded).map { "64:ff9b::/96 (NAT64 \($0))" }
+            }
+            if x[0] == 0x00 && x[1] == 0x64 && x[2] == 0xFF && x[3] == 0x9B && x[4] == 0x00 && x[5] == 0x01 {
+                return "64:ff9b:1::/48 (local-use NAT64, RFC 8215)"
+            }
+            if x[0] == 0x20 && x[1] == 0x01 && x[2] == 0x00 && x[3] == 0x00 {
+                return "2001::/32 (Teredo: the embedded client address cannot be judged)"
             }
             if x[0] == 0x20 && x[1] == 0x02 {
                 return refusedRange(v4: (x[2], x[3], x[4], x[5])).map { "2002::/16 (6to4 \($0))" }

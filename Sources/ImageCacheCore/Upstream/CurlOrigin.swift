@@ -110,11 +110,14 @@ public final class CurlOrigin: Origin, @unchecked Sendable {
 
     /// Gives `transfer` (which holds a slot) to the multi handle.
     private func start(_ transfer: Transfer) {
-        let checkAddresses = !(transfer.request.trusted || allowPrivateNetworks)
+        // Untrusted transfers: every connection is judged, and they use their own connection cache.
+        // Trusted ones (configured origins): the first hop is not judged, redirect hops elsewhere are.
+        let guardMode: CurlEasy.AddressGuard = allowPrivateNetworks ? .off : (transfer.request.trusted ? .redirectsOnly : .always)
         let easy: CurlEasy
         do {
             easy = try CurlEasy(id: transfer.id, request: transfer.request, configuration: configuration,
-                                checkAddresses: checkAddresses, logger: logger) { [weak self] event in
+                                addressGuard: guardMode, guardedConnections: multi.guardedConnections,
+                                logger: logger) { [weak self] event in
                 transfer.deliver(event)
                 if event.isTerminal { self?.ended(transfer.id) }
             }

@@ -59,6 +59,8 @@ final class Fetch: @unchecked Sendable {
     private var keepingBody = true
     /// Still in the coalescer map, taking new waiters.
     private var joinable = true
+    /// A HEAD client was answered from this fetch: it runs to the end to fill the cache even with no waiter left.
+    private var fillingForHead = false
     private var transfer: (any UpstreamTransfer)?
     private var requestTime = Date()
     private var responseTime = Date()
@@ -103,17 +105,28 @@ final class Fetch: @unchecked Sendable {
             queue.async { weakSelf?.detach(id) }
         }
         switch state {
-        case .waitingForHead, .checkingBody:
+        case .waitingForHead:
+            waiters.append(waiter)
+            proxy.events?(.waiterAttached(key: key, waiters: waiters.count))
+        case let .checkingBody(head):
+            if let vary = VaryKey.make(response: head, request: leader.forwardedHeaders), !vary.matches(waiter.request.forwardedHeaders) {
+                proxy.redispatchAlone([waiter], key: key)
+                return
+            }
             waiters.append(waiter)
             proxy.events?(.waiterAttached(key: key, waiters: waiters.count))
         case let .streaming(head):
-            if let vary = VaryKey.make(response: head, request: leader.head.headers), !vary.matches(waiter.request.head.headers) {
+            if let vary = VaryKey.make(response: head, request: leader.forwardedHeaders), !vary.matches(waiter.request.forwardedHeaders) {
                 proxy.redispatchAlone([waiter], key: key)
                 return
             }
             waiters.append(waiter)
             proxy.events?(.waiterAttached(key: key, waiters: waiters.count))
             sendHead(head, toWaiterAt: waiters.count - 1)
+            if waiter.request.isHead {
+                dropAnsweredHeadWaiters()
+                return
+            }
             for chunk in chunks { waiter.sink.body(chunk) }
         case .finished:
             // Closed fetches are not in the coalescer; reaching here is a programming error.
@@ -126,7 +139,7 @@ final class Fetch: @unchecked Sendable {
         dispatchPrecondition(condition: .onQueue(queue))
         if case .finished = state { return }
         waiters.removeAll { $0.id == id }
-        if waiters.isEmpty && !proxy.configuration.completeAbandonedFetches {
+        if waiters.isEmpty && !proxy.configuration.completeAbandonedFetches && !fillingForHead {
             proxy.logger.debug("every client left; cancelling upstream \(key)")
             transfer?.cancel()
             finish()
@@ -140,14 +153,14 @@ final class Fetch: @unchecked Sendable {
         guard generation == self.generation else { return }
         if case .finished = state { return }
         switch event {
-        case let .head(head, _): receiveHead(head)
+        case let .head(head, url, redirects): receiveHead(head, url: url, redirects: redirects)
         case let .body(chunk): receiveBody(chunk)
         case .end: receiveEnd()
         case let .failed(error): fail(error)
         }
     }
 
-    private func receiveHead(_ head: HTTPResponseHead) {
+    private func receiveHead(_ head: HTTPResponseHead, url: String, redirects: [Int]) {
         responseTime = proxy.now()
         if let revalidating, head.status == 304 {
             guard revalidating.isSelected(by: head) else {
@@ -161,12 +174,23 @@ final class Fetch: @unchecked Sendable {
             }
             let refreshed = revalidating.refreshed(with: head, requestTime: requestTime, responseTime: responseTime,
                                                    policy: proxy.freshnessPolicy)
-            proxy.memory.insert(refreshed)
+            // The merged head may now forbid storing (a 304 with no-store or private): serve it, keep nothing.
+            var asGET = leader.head
+            asGET.method = "GET"
+            let keep = Storability.decide(request: asGET, requestCacheControl: leader.cacheControl,
+                                          response: refreshed.head, responseCacheControl: refreshed.cacheControl) == .store
+            if keep { proxy.memory.insert(refreshed) } else { proxy.memory.remove(key) }
+            var mismatched: [Waiter] = []
             for waiter in waiters {
-                var outcome = CacheOutcome(forward: reason, forwardStatus: 304, stored: true)
+                if let vary = refreshed.vary, !vary.matches(waiter.request.forwardedHeaders) {
+                    mismatched.append(waiter)
+                    continue
+                }
+                var outcome = CacheOutcome(forward: reason, forwardStatus: 304, stored: keep)
                 outcome.collapsed = waiter.collapsed
                 proxy.respond(refreshed, to: waiter.sink, request: waiter.request, outcome: outcome, now: responseTime)
             }
+            proxy.redispatchAlone(mismatched, key: key)
             // No cancel: the 304 has no body, and letting it end keeps the connection reusable.
             finish()
             return
@@ -183,6 +207,11 @@ final class Fetch: @unchecked Sendable {
         fetched.method = "GET"
         storeDecision = Storability.decide(request: fetched, requestCacheControl: leader.cacheControl,
                                            response: head, responseCacheControl: responseCacheControl)
+        // Reached through a redirect: keeping it under this URL is right only if every hop was permanent (301, 308);
+        // a temporary one (302, 303, 307) may point elsewhere tomorrow.
+        if let temporary = redirects.first(where: { $0 != 301 && $0 != 308 }) {
+            storeDecision = .dontStore(reason: "reached through a \(temporary) redirect to \(url)")
+        }
         if case let .refused(why) = proxy.contentPolicy.checkContentType(head.headers["Content-Type"]) {
             refuseAll(status: 502, reason: why)
             return
@@ -198,12 +227,12 @@ final class Fetch: @unchecked Sendable {
             let others = waiters.filter { !isLeader($0) }
             waiters.removeAll { !isLeader($0) }
             proxy.redispatchAlone(others, key: key)
-        } else if let vary = VaryKey.make(response: head, request: leader.head.headers) {
-            let mismatched = waiters.filter { !isLeader($0) && !vary.matches($0.request.head.headers) }
+        } else if let vary = VaryKey.make(response: head, request: leader.forwardedHeaders) {
+            let mismatched = waiters.filter { !isLeader($0) && !vary.matches($0.request.forwardedHeaders) }
             waiters.removeAll { w in mismatched.contains { $0.id == w.id } }
             proxy.redispatchAlone(mismatched, key: key)
         }
-        if waiters.isEmpty && !proxy.configuration.completeAbandonedFetches {
+        if waiters.isEmpty && !proxy.configuration.completeAbandonedFetches && !fillingForHead {
             transfer?.cancel()
             finish()
             return
@@ -269,7 +298,7 @@ final class Fetch: @unchecked Sendable {
         if keepingBody, case .store = storeDecision {
             let body = chunks.count == 1 ? chunks[0] : Array(chunks.joined())
             let entry = CacheEntry(key: key, head: head, body: body, requestTime: requestTime, responseTime: responseTime,
-                                   requestHeaders: leader.head.headers, policy: proxy.freshnessPolicy)
+                                   requestHeaders: leader.forwardedHeaders, policy: proxy.freshnessPolicy)
             proxy.memory.insert(entry)
         } else if revalidating != nil {
             // The stored entry is outdated and the new one is not kept.
@@ -299,6 +328,7 @@ final class Fetch: @unchecked Sendable {
         case .allowed:
             state = .streaming(head)
             for index in waiters.indices { sendHead(head, toWaiterAt: index) }
+            dropAnsweredHeadWaiters()
             let backlog = pendingWhileChecking
             pendingWhileChecking = []
             let wholeBody = bodyComplete
@@ -324,9 +354,17 @@ final class Fetch: @unchecked Sendable {
                                  bodyLength: bodyLength)
         waiters[index].sentHead = true
         if waiters[index].request.isHead {
-            // A HEAD client has what it asked for; the transfer goes on for the cache and the others.
+            // A HEAD client has what it asked for; the transfer goes on for the cache (see dropAnsweredHeadWaiters).
             waiters[index].sink.end()
         }
+    }
+
+    /// HEAD clients leave once their head is out: no body chunks hop to them. The fetch they started still completes
+    /// and fills the cache (a HEAD miss is fetched with GET, as nginx's proxy_cache_convert_head does).
+    private func dropAnsweredHeadWaiters() {
+        let before = waiters.count
+        waiters.removeAll { $0.request.isHead && $0.sentHead }
+        if waiters.count != before { fillingForHead = true }
     }
 
     /// Answers every waiter with an error status (the head has not gone out) and stops the transfer.
@@ -361,6 +399,9 @@ final class Fetch: @unchecked Sendable {
         waiters = []
         chunks = []
         pendingWhileChecking = []
+        // The transfer's event closure holds this fetch: dropping the transfer breaks the cycle.
+        transfer = nil
+        revalidating = nil
         closeToNewcomers()
     }
 }

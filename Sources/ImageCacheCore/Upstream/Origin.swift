@@ -36,8 +36,9 @@ public struct UpstreamRequest: Sendable, Equatable {
 
 /// What a transfer reports, in order.
 public enum UpstreamEvent: Sendable {
-    /// The final response's status and fields, hop-by-hop fields removed. `url` is the effective URL after redirects.
-    case head(HTTPResponseHead, url: String)
+    /// The final response's status and fields, hop-by-hop fields removed. `url` is the effective URL after redirects;
+    /// `redirects` lists the status of every redirect followed to get there (empty when none).
+    case head(HTTPResponseHead, url: String, redirects: [Int])
     /// Body bytes as they arrive (content codings untouched).
     case body([UInt8])
     /// The body is complete.

@@ -70,4 +70,21 @@ struct RouteTests {
         CacheOutcome.hit(ttl: 5).apply(to: &headers)
         #expect(headers["Cache-Status"] == "cdn; hit, imagecached; hit; ttl=5")
     }
+
+    @Test("a reverse-proxy target cannot name another host or climb out of the origin's base path", arguments: [
+        "/img/.attacker.net/a.jpg", "/img?.attacker.net/a.jpg", "/img/:22/x", "/img/../x", "/img/%2e%2e/x",
+    ])
+    func prefixEscapes(target: String) {
+        let origins = [OriginMapping(prefix: "/img/", url: "https://cdn.example.com/images")]
+        switch route(target, origins: origins) {
+        case let .upstream(url, _, _):
+            #expect(url.host == "cdn.example.com")
+            #expect(url.port == nil)
+            #expect(url.pathAndQuery.hasPrefix("/images/") || url.pathAndQuery.hasPrefix("/images?"), "\(url)")
+        case let .error(status, _):
+            #expect(status == 400)
+        case .admin:
+            Issue.record("routed to admin")
+        }
+    }
 }

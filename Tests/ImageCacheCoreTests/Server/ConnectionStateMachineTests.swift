@@ -192,7 +192,7 @@ struct ConnectionStateMachineTests {
         #expect(machine.registerCancel(exchange: 1) == .drop)
     }
 
-    @Test("abort closes at once without running onCancel")
+    @Test("abort resets the connection at once without running onCancel")
     func abortCloses() {
         // Given
         var machine = Machine(configuration: ServerConfiguration())
@@ -201,7 +201,7 @@ struct ConnectionStateMachineTests {
         // When
         let actions = machine.abort(exchange: 1)
         // Then
-        #expect(actions == [.close])
+        #expect(actions == [.reset])
         #expect(machine.state == .closed)
     }
 

@@ -24,4 +24,17 @@ struct ResponseHeadParserTests {
         #expect(ResponseHeadParser.parse(["HTTP/1.1 OK"]) == nil)
         #expect(ResponseHeadParser.parse([]) == nil)
     }
+
+    @Test("drops fields that could inject headers: control characters in values, non-token names")
+    func dropsInjection() throws {
+        let head = try #require(ResponseHeadParser.parse([
+            "HTTP/1.1 200 OK\rSet-Cookie: x", "X-A: 1\rSet-Cookie: s=evil", "Bad Name: 1", "X-Nul: a\u{0}b", "X-Good: fine\tvalue",
+        ]))
+        #expect(head.reason == "OK" || head.reason == HTTPResponseHead.standardReason(200))
+        #expect(head.headers["X-A"] == nil)
+        #expect(head.headers["Bad Name"] == nil)
+        #expect(head.headers["X-Nul"] == nil)
+        #expect(head.headers["X-Good"] == "fine\tvalue")
+        #expect(!head.serialized().contains(13) || !String(decoding: head.serialized(), as: UTF8.self).contains("evil"))
+    }
 }

@@ -28,6 +28,8 @@ final class TestConnection: @unchecked Sendable {
     let fd: Int32
     private var buffer: [UInt8] = []
     private var closed = false
+    /// The peer reset the connection (RST) rather than closing it (FIN).
+    private(set) var resetByPeer = false
 
     init(port: Int, timeout: Duration = .seconds(15)) throws {
         fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
@@ -42,12 +44,21 @@ final class TestConnection: @unchecked Sendable {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
         guard result == 0 else {
-            close(fd)
+            Foundation.close(fd)
             throw TestClientError(description: "connect to 127.0.0.1:\(port): errno \(errno)")
         }
     }
 
-    deinit { close(fd) }
+    deinit { if !closedByUs { Foundation.close(fd) } }
+
+    private var closedByUs = false
+
+    /// Closes the connection now (the client goes away).
+    func close() {
+        guard !closedByUs else { return }
+        closedByUs = true
+        Foundation.close(fd)
+    }
 
     func send(_ text: String) throws { try send(Array(text.utf8)) }
 
@@ -75,6 +86,7 @@ final class TestConnection: @unchecked Sendable {
         var chunk = [UInt8](repeating: 0, count: 64 << 10)
         let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
         if n <= 0 {
+            if n < 0 && errno == ECONNRESET { resetByPeer = true }
             closed = true
             return false
         }
@@ -158,10 +170,11 @@ final class TestConnection: @unchecked Sendable {
                 buffer.removeFirst(size + 2)
             }
         }
+        // Close-delimited: the end of the connection ends the body, unless it was a reset.
         while fill() {}
         let body = buffer
         buffer = []
-        return TestResponse(status: status, headers: headers, body: body, complete: true)
+        return TestResponse(status: status, headers: headers, body: body, complete: !resetByPeer)
     }
 
     private func readLine() -> String? {

@@ -352,7 +352,8 @@ final class TestOrigin: @unchecked Sendable {
         if bodyless { return true }
 
         if let resetAfter = reply.resetAfterBytes {
-            _ = write(fd, Array(reply.body.prefix(resetAfter)))
+            let sent = Array(reply.body.prefix(resetAfter))
+            _ = write(fd, reply.chunked ? Array(String(sent.count, radix: 16).utf8) + [13, 10] + sent + [13, 10] : sent)
             Thread.sleep(forTimeInterval: 0.2)   // let the client read those bytes before the reset
             var linger = Foundation.linger(l_onoff: 1, l_linger: 0)
             setsockopt(fd, SOL_SOCKET, SO_LINGER, &linger, socklen_t(MemoryLayout<Foundation.linger>.size))

@@ -43,7 +43,7 @@ final class TransferRecorder: Sendable {
     var events: [UpstreamEvent] { state.withLock { $0.events } }
 
     var heads: [(HTTPResponseHead, String)] {
-        events.compactMap { if case let .head(head, url) = $0 { (head, url) } else { nil } }
+        events.compactMap { if case let .head(head, url, _) = $0 { (head, url) } else { nil } }
     }
 
     var body: [UInt8] {
@@ -114,7 +114,7 @@ final class TransferRecorder: Sendable {
     }
 
     private static func head(_ events: [UpstreamEvent]) -> (HTTPResponseHead, String)? {
-        for case let .head(head, url) in events { return (head, url) }
+        for case let .head(head, url, _) in events { return (head, url) }
         return nil
     }
 

@@ -25,7 +25,7 @@ final class CurlEasy: @unchecked Sendable {
     private var headerList: UnsafeMutablePointer<curl_slist>?
     private let errorBuffer: UnsafeMutablePointer<CChar>
     private let events: @Sendable (UpstreamEvent) -> Void
-    private let checkAddresses: Bool
+    private let addressGuard: AddressGuard
     private let followsRedirects: Bool
     private let maxRedirects: Int
     private let maxBodyBytes: Int
@@ -35,16 +35,32 @@ final class CurlEasy: @unchecked Sendable {
     /// The lines of the header section being received (status line first), CRLF removed.
     private var sectionLines: [String] = []
     private var headReported = false
+    /// Statuses of the redirects curl followed, in order (for the cache: only permanent chains are stored).
+    private var redirectStatuses: [Int] = []
     private var bodyBytesReceived = 0
     /// Set by a callback that stopped the transfer on purpose; wins over the CURLcode.
     private var callbackFailure: UpstreamError?
     /// The last address the open-socket callback refused.
     private var refusedAddress: String?
+    /// Addresses a trusted transfer connected to before any redirect: its redirect hops may go back to them.
+    private var firstHopAddresses: Set<IPAddress> = []
+
+    /// When the private-network guard judges a connection.
+    enum AddressGuard {
+        /// Never (allow-private-networks).
+        case off
+        /// Every connection (forward and fetch modes).
+        case always
+        /// Only connections made for redirect hops, to other addresses than the first hop's (configured origins).
+        case redirectsOnly
+    }
     private var completed = false
 
-    /// Configures a handle for `request`. `checkAddresses` turns the private-network guard on.
-    init(id: UInt64, request: UpstreamRequest, configuration: UpstreamConfiguration, checkAddresses: Bool,
-         logger: Logger, events: @escaping @Sendable (UpstreamEvent) -> Void) throws(CurlError) {
+    /// Configures a handle for `request`. `addressGuard` says which connections the private-network guard judges;
+    /// under `.always` the transfer uses `guardedConnections` as its connection cache.
+    init(id: UInt64, request: UpstreamRequest, configuration: UpstreamConfiguration, addressGuard: AddressGuard,
+         guardedConnections: UnsafeMutableRawPointer, logger: Logger,
+         events: @escaping @Sendable (UpstreamEvent) -> Void) throws(CurlError) {
         try CurlGlobal.initialize()
         guard let handle = curl_easy_init() else {
             throw CurlError(code: -1, function: "curl_easy_init", message: "out of memory")
@@ -54,12 +70,15 @@ final class CurlEasy: @unchecked Sendable {
         self.errorBuffer = .allocate(capacity: Int(CURL_ERROR_SIZE))
         self.errorBuffer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE))
         self.events = events
-        self.checkAddresses = checkAddresses
+        self.addressGuard = addressGuard
         self.followsRedirects = configuration.maxRedirects > 0
         self.maxRedirects = configuration.maxRedirects
         self.maxBodyBytes = request.maxBodyBytes
         self.logger = logger
         try configure(request: request, configuration: configuration)
+        if addressGuard == .always {
+            try ccurl_easy_setopt_ptr(handle, CURLOPT_SHARE, guardedConnections).check("CURLOPT_SHARE")
+        }
     }
 
     deinit {
@@ -75,7 +94,9 @@ final class CurlEasy: @unchecked Sendable {
         // HEAD requests are fetched with GET to fill the cache (Origin.swift).
         try ccurl_easy_setopt_long(h, CURLOPT_HTTPGET, 1).check("CURLOPT_HTTPGET")
         try ccurl_easy_setopt_string(h, CURLOPT_PROTOCOLS_STR, "http,https").check("CURLOPT_PROTOCOLS_STR")
-        try ccurl_easy_setopt_string(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https").check("CURLOPT_REDIR_PROTOCOLS_STR")
+        // An https fetch never follows a redirect to plain http: the answer would be cached under the https key.
+        let redirectProtocols = request.url.lowercased().hasPrefix("https:") ? "https" : "http,https"
+        try ccurl_easy_setopt_string(h, CURLOPT_REDIR_PROTOCOLS_STR, redirectProtocols).check("CURLOPT_REDIR_PROTOCOLS_STR")
         // maxRedirects 0 means "do not follow": the 3xx is the final response.
         try ccurl_easy_setopt_long(h, CURLOPT_FOLLOWLOCATION, followsRedirects ? 1 : 0).check("CURLOPT_FOLLOWLOCATION")
         try ccurl_easy_setopt_long(h, CURLOPT_MAXREDIRS, c.maxRedirects).check("CURLOPT_MAXREDIRS")
@@ -158,6 +179,7 @@ final class CurlEasy: @unchecked Sendable {
         sectionLines = []
         if head.status < 200 { return true }
         if followsRedirects, (300..<400).contains(head.status), let location = head.headers["Location"], !location.isEmpty {
+            redirectStatuses.append(head.status)
             return true   // curl follows it (or fails with CURLE_TOO_MANY_REDIRECTS): never reported
         }
         if let length = head.headers["Content-Length"].flatMap({ Int($0.trimmingOWS()) }), length > maxBodyBytes {
@@ -183,8 +205,16 @@ final class CurlEasy: @unchecked Sendable {
     /// curl is about to connect to `address`: refuse private destinations, else make the socket.
     fileprivate func openSocket(_ address: UnsafeMutablePointer<curl_sockaddr>) -> curl_socket_t {
         let family = address.pointee.family
-        if checkAddresses {
+        if addressGuard != .off {
             let ip = Self.ipAddress(address)
+            if addressGuard == .redirectsOnly, let ip {
+                var redirects = 0
+                _ = ccurl_easy_getinfo_long(handle, CURLINFO_REDIRECT_COUNT, &redirects)
+                if redirects == 0 { firstHopAddresses.insert(ip) }
+                if redirects == 0 || firstHopAddresses.contains(ip) {
+                    return socket(family, address.pointee.socktype | Int32(SOCK_CLOEXEC.rawValue), address.pointee.protocol)
+                }
+            }
             let refusal = ip.map(AddressPolicy.refusal(for:)) ?? "address family \(family) is not IPv4 or IPv6"
             if let refusal {
                 refusedAddress = ip?.description ?? "family \(family)"
@@ -214,7 +244,7 @@ final class CurlEasy: @unchecked Sendable {
         var head = parsed
         HopByHop.strip(&head.headers)
         headReported = true
-        events(.head(head, url: effectiveURL))
+        events(.head(head, url: effectiveURL, redirects: redirectStatuses))
     }
 
     private var effectiveURL: String {
@@ -278,19 +308,35 @@ private let curlOpenSocketCallback: ccurl_opensocket_cb = { clientp, _, address 
 
 /// Parses a response header section as curl hands it over ("HTTP/1.1 200 OK" or "HTTP/2 200", then fields).
 enum ResponseHeadParser {
-    /// Nil when the first line is not a status line.
+    /// Nil when the first line is not a status line. Fields whose name is not a token or whose value holds a control
+    /// character (CR, LF, NUL ...) are dropped, and so is such a reason phrase: what an origin sends never reaches a
+    /// client as a header it did not mean (no injection through a bare CR).
     static func parse(_ lines: [String]) -> HTTPResponseHead? {
         guard let statusLine = lines.first, statusLine.hasPrefix("HTTP/") else { return nil }
         let parts = statusLine.split(separator: " ", maxSplits: 2, omittingEmptySubsequences: true)
         guard parts.count >= 2, parts[1].count == 3, let status = Int(parts[1]), status >= 100 else { return nil }
-        let reason = parts.count > 2 ? String(parts[2].trimmingOWS()) : ""
+        var reason = parts.count > 2 ? String(parts[2].trimmingOWS()) : ""
+        if !isFieldValue(reason[...]) { reason = "" }
         var headers = HTTPHeaders()
         for line in lines.dropFirst() {
             guard let colon = line.firstIndex(of: ":") else { continue }
-            let name = line[..<colon].trimmingOWS()
-            guard !name.isEmpty else { continue }
-            headers.add(String(name), String(line[line.index(after: colon)...].trimmingOWS()))
+            let name = line[..<colon]
+            let value = line[line.index(after: colon)...].trimmingOWS()
+            guard isToken(name), isFieldValue(value) else { continue }
+            headers.add(String(name), String(value))
         }
         return HTTPResponseHead(status: status, reason: reason.isEmpty ? nil : reason, headers: headers)
+    }
+
+    /// RFC 9110 token: visible ASCII except delimiters.
+    static func isToken(_ text: Substring) -> Bool {
+        !text.isEmpty && text.utf8.allSatisfy { byte in
+            byte > 0x20 && byte < 0x7F && !"\"(),/:;<=>?@[\\]{}".utf8.contains(byte)
+        }
+    }
+
+    /// RFC 9110 field-value: visible characters, SP, HTAB and obs-text; no other control characters.
+    static func isFieldValue(_ text: Substring) -> Bool {
+        text.utf8.allSatisfy { byte in byte == 0x09 || (byte >= 0x20 && byte != 0x7F) }
     }
 }

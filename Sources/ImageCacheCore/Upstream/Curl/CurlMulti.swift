@@ -47,12 +47,29 @@ final class CurlMulti: @unchecked Sendable {
     private var tick: @Sendable () -> Duration? = { nil }
     private var started = false
 
+    /// A connection cache of its own for transfers under the private-network guard. The guard runs when a
+    /// connection is opened (CURLOPT_OPENSOCKETFUNCTION), so a guarded transfer must never reuse a connection a
+    /// trusted transfer (a configured origin, which may be private) opened: it gets this cache, not the multi's.
+    /// Only the curl thread uses it (no share lock functions needed).
+    let guardedConnections: UnsafeMutableRawPointer
+
     /// Makes the multi handle (HTTP/2 multiplexing, connection limits). Call `start` to run it.
     init(maxHostConnections: Int, maxTotalConnections: Int, logger: Logger) throws(CurlError) {
         try CurlGlobal.initialize()
         guard let multi = curl_multi_init() else {
             throw CurlError(code: -1, function: "curl_multi_init", message: "out of memory")
         }
+        guard let share = curl_share_init() else {
+            curl_multi_cleanup(multi)
+            throw CurlError(code: -1, function: "curl_share_init", message: "out of memory")
+        }
+        let shared = ccurl_share_setopt_long(share, CURLSHOPT_SHARE, Int(CURL_LOCK_DATA_CONNECT.rawValue))
+        guard shared == CURLSHE_OK else {
+            curl_share_cleanup(share)
+            curl_multi_cleanup(multi)
+            throw CurlError(code: Int(shared.rawValue), function: "curl_share_setopt", message: String(cString: curl_share_strerror(shared)))
+        }
+        self.guardedConnections = share
         self.multi = multi
         self.logger = logger
         do {
@@ -61,13 +78,17 @@ final class CurlMulti: @unchecked Sendable {
             try ccurl_multi_setopt_long(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, maxTotalConnections).check("CURLMOPT_MAX_TOTAL_CONNECTIONS")
         } catch {
             curl_multi_cleanup(multi)
+            curl_share_cleanup(share)
             throw error
         }
     }
 
     deinit {
         // The thread holds `self` until it has cleaned up; only a never-started multi is left here.
-        if !started { curl_multi_cleanup(multi) }
+        if !started {
+            curl_multi_cleanup(multi)
+            curl_share_cleanup(guardedConnections)
+        }
     }
 
     /// Starts the curl thread. `tick` runs on it at every loop turn and returns how soon it wants to run again.
@@ -135,6 +156,8 @@ final class CurlMulti: @unchecked Sendable {
                         easy.finish(.failed(.cancelled))
                     }
                     curl_multi_cleanup(multi)
+                    // Still in use only if an easy handle outlives the multi; then it is left to process exit.
+                    _ = curl_share_cleanup(guardedConnections)
                     exited.signal()
                     return
                 }
