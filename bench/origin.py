@@ -8,7 +8,7 @@
         maxage=N      Cache-Control: public, max-age=N
         v=TAG         ignored: makes a URL no cache has seen
   If-None-Match / If-Modified-Since that match answer 304.
-  GET /__stats    JSON {path: {"200": n, "304": n, "first_byte": unix time of the first byte of the last response}}
+  GET /__stats    JSON {path: {"200": n, "304": n, "first_byte": unix time the last 200 was sent (its first slice when dripped)}}
   GET /__reset    clears the counters
 Every request is counted under its full path (options included).
 """
@@ -110,8 +110,9 @@ class Handler(BaseHTTPRequestHandler):
             return
         headers.append(("Content-Type", ctype))
         if "drip" not in options:
-            count(path, 200)
-            return self.reply(200, data, headers)
+            self.reply(200, data, headers)
+            count(path, 200, first_byte=time.time())
+            return
         slices = 20
         step = (len(data) + slices - 1) // slices
         pause = int(options["drip"]) / 1000 / (slices - 1)

@@ -65,6 +65,7 @@ def build_rows(res):
         row(sec, "origin requests", {c: str(v["origin_requests"]) for c, v in co.items()},
             f"{'PASS' if ic.get('origin_requests') == 1 else 'FAIL'}: exactly 1")
         row(sec, "clients with the correct bytes", {c: f"{v['correct']}/{v['clients']}" for c, v in co.items()})
+        row(sec, "origin had sent the image at ms", {c: fmt(v["origin_sent"] * 1000) for c, v in co.items()})
         row(sec, "latency p50 ms", {c: fmt(v["p50"] * 1000) for c, v in co.items()})
         row(sec, "latency p99 ms", {c: fmt(v["p99"] * 1000) for c, v in co.items()})
         row(sec, "latency max ms", {c: fmt(v["max"] * 1000) for c, v in co.items()},
