@@ -48,6 +48,11 @@ final class Connection: @unchecked Sendable {
     /// Which read timer is armed and when it is due (a stale firing after a re-arm is ignored).
     private var readTimerArmed: (timer: StateMachine.ReadTimer, deadline: DispatchTime)?
     private var writeTimerDeadline: DispatchTime?
+    /// When each Dispatch timer is set to fire (nil: not set). Re-setting a Dispatch timer wakes the Dispatch
+    /// manager thread, so it is set only when a deadline comes earlier than it; a firing before the deadline
+    /// (the deadline moved later, or was dropped) sets it again or does nothing.
+    private var readTimerScheduled: DispatchTime?
+    private var writeTimerScheduled: DispatchTime?
     private var readSuspended = false
     /// The write source is resumed only while bytes wait for room in the socket.
     private var writeSourceActive = false
@@ -156,14 +161,24 @@ final class Connection: @unchecked Sendable {
 
     private func readTimerFired() {
         dispatchPrecondition(condition: .onQueue(queue))
-        guard !closed, let armed = readTimerArmed, DispatchTime.now() >= armed.deadline else { return }
+        readTimerScheduled = nil
+        guard !closed, let armed = readTimerArmed else { return }
+        guard DispatchTime.now() >= armed.deadline else {
+            scheduleReadTimer(armed.deadline)
+            return
+        }
         readTimerArmed = nil
         run(stateMachine.readTimerFired(armed.timer, date: HTTPDateCache.shared.current()))
     }
 
     private func writeTimerFired() {
         dispatchPrecondition(condition: .onQueue(queue))
-        guard !closed, let deadline = writeTimerDeadline, DispatchTime.now() >= deadline else { return }
+        writeTimerScheduled = nil
+        guard !closed, let deadline = writeTimerDeadline else { return }
+        guard DispatchTime.now() >= deadline else {
+            scheduleWriteTimer(deadline)
+            return
+        }
         writeTimerDeadline = nil
         logger.notice("write timed out; closing")
         run(stateMachine.writeTimedOut())
@@ -198,10 +213,9 @@ final class Connection: @unchecked Sendable {
         case let .armReadTimer(timer, seconds):
             let deadline = DispatchTime.now() + seconds
             readTimerArmed = (timer, deadline)
-            readTimer?.schedule(deadline: deadline)
+            scheduleReadTimer(deadline)
         case .cancelReadTimer:
-            readTimerArmed = nil
-            readTimer?.schedule(deadline: .distantFuture)
+            readTimerArmed = nil  // a later firing finds nothing armed and does nothing
         case .suspendReading:
             if !readSuspended {
                 readSuspended = true
@@ -252,7 +266,7 @@ final class Connection: @unchecked Sendable {
                 if progressed || writeTimerDeadline == nil {
                     let deadline = DispatchTime.now() + configuration.writeTimeoutSeconds
                     writeTimerDeadline = deadline
-                    writeTimer?.schedule(deadline: deadline)
+                    scheduleWriteTimer(deadline)
                 }
                 if !writeSourceActive {
                     writeSourceActive = true
@@ -269,10 +283,21 @@ final class Connection: @unchecked Sendable {
             writeSourceActive = false
             writeSource?.suspend()
         }
-        if writeTimerDeadline != nil {
-            writeTimerDeadline = nil
-            writeTimer?.schedule(deadline: .distantFuture)
-        }
+        writeTimerDeadline = nil  // a later firing finds nothing armed and does nothing
+    }
+
+    /// Makes the read timer fire no later than `deadline`, touching the Dispatch timer only to bring it forward.
+    private func scheduleReadTimer(_ deadline: DispatchTime) {
+        if let scheduled = readTimerScheduled, scheduled <= deadline { return }
+        readTimerScheduled = deadline
+        readTimer?.schedule(deadline: deadline)
+    }
+
+    /// Makes the write timer fire no later than `deadline`, touching the Dispatch timer only to bring it forward.
+    private func scheduleWriteTimer(_ deadline: DispatchTime) {
+        if let scheduled = writeTimerScheduled, scheduled <= deadline { return }
+        writeTimerScheduled = deadline
+        writeTimer?.schedule(deadline: deadline)
     }
 
     /// Cancels the sources; the fd is closed when both cancellations have completed (Dispatch requires it).

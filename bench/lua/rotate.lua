@@ -1,0 +1,34 @@
+-- wrk script: each thread walks a list of paths (one per line, file named by the first script argument),
+-- starting at its own offset; done() prints one JSON line the runner parses.
+local paths = {}
+local index = 1
+local counter = 0
+local threads = {}
+
+function setup(thread)
+  counter = counter + 1
+  thread:set("id", counter)
+  table.insert(threads, thread)
+end
+
+function init(args)
+  for line in io.lines(args[1]) do
+    if #line > 0 then table.insert(paths, line) end
+  end
+  index = ((id or 1) * 7919) % #paths + 1
+end
+
+function request()
+  local path = paths[index]
+  index = index % #paths + 1
+  return wrk.format("GET", path)
+end
+
+function done(summary, latency, requests)
+  local errors = summary.errors.connect + summary.errors.read + summary.errors.write
+                 + summary.errors.status + summary.errors.timeout
+  io.write(string.format(
+    'WRKJSON {"requests": %d, "bytes": %d, "duration_us": %d, "errors": %d, "p50_us": %d, "p99_us": %d, "max_us": %d}\n',
+    summary.requests, summary.bytes, summary.duration, errors,
+    latency:percentile(50), latency:percentile(99), latency.max))
+end

@@ -1,0 +1,153 @@
+"""Turns the runner's results into one Markdown table (printed, and written to bench/results/<date>.md)."""
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+
+MIB = 1024 * 1024
+COLUMNS = ["imagecached", "nginx", "varnish", "static"]
+
+
+def med(runs, key):
+    return statistics.median(r[key] for r in runs) if runs else None
+
+
+def fmt(v, digits=0, suffix=""):
+    if v is None or v != v:
+        return "-"
+    return f"{v:,.{digits}f}{suffix}"
+
+
+def version(argv):
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+        return (out.stdout + out.stderr).strip().splitlines()[0]
+    except Exception:  # noqa: BLE001
+        return "?"
+
+
+def build_rows(res):
+    rows = []  # (section, metric, {column: text}, bar text)
+
+    def row(section, metric, values, bar=""):
+        rows.append((section, metric, values, bar))
+
+    for corpus in ("small", "mixed"):
+        hits = res["hits"].get(corpus)
+        if not hits:
+            continue
+        sec = f"1. memory hits, {corpus} ({res['corpus'][corpus]} URLs, {res['args']['connections']} conns)"
+        m = {c: {k: med(hits.get(c, []), k) for k in ("rps", "mbps", "p50_us", "p99_us", "cpu_us_per_req")}
+             for c in COLUMNS if c in hits}
+        best = max(("nginx", "varnish"), key=lambda c: m.get(c, {}).get("rps") or 0)
+        ic = m.get("imagecached", {})
+        ok_rps = ic.get("rps") and ic["rps"] >= m[best]["rps"]
+        ok_p99 = ic.get("p99_us") and ic["p99_us"] <= m[best]["p99_us"]
+        row(sec, "requests/s (median of runs)", {c: fmt(v["rps"]) for c, v in m.items()},
+            f"{'PASS' if ok_rps else 'FAIL'}: >= {best} {fmt(m[best]['rps'])}")
+        row(sec, "MB/s", {c: fmt(v["mbps"]) for c, v in m.items()})
+        row(sec, "p50 ms", {c: fmt(v["p50_us"] / 1000, 2) for c, v in m.items()})
+        row(sec, "p99 ms", {c: fmt(v["p99_us"] / 1000, 2) for c, v in m.items()},
+            f"{'PASS' if ok_p99 else 'FAIL'}: <= {best} {fmt(m[best]['p99_us'] / 1000, 2)}")
+        row(sec, "CPU us/request (cache's own)", {c: fmt(v["cpu_us_per_req"], 1) for c, v in m.items()})
+        for ref in ("nginx", "varnish"):
+            if ref in m:
+                row(sec, f"req/s ratio to {ref}", {c: fmt(v["rps"] / m[ref]["rps"], 2) for c, v in m.items()})
+        row(sec, "origin requests during runs, errors",
+            {c: f"{sum(r['origin_requests'] for r in hits[c])}, {sum(r['errors'] for r in hits[c])}" for c in m})
+
+    co = res.get("coalescing") or {}
+    if co:
+        sec = "2. coalescing (200 clients, 1 new URL, origin delay 500 ms)"
+        ic = co.get("imagecached", {})
+        row(sec, "origin requests", {c: str(v["origin_requests"]) for c, v in co.items()},
+            f"{'PASS' if ic.get('origin_requests') == 1 else 'FAIL'}: exactly 1")
+        row(sec, "clients with the correct bytes", {c: f"{v['correct']}/{v['clients']}" for c, v in co.items()})
+        row(sec, "origin had sent the image at ms", {c: fmt(v["origin_sent"] * 1000) for c, v in co.items()})
+        row(sec, "latency p50 ms", {c: fmt(v["p50"] * 1000) for c, v in co.items()})
+        row(sec, "latency p99 ms", {c: fmt(v["p99"] * 1000) for c, v in co.items()})
+        row(sec, "latency max ms", {c: fmt(v["max"] * 1000) for c, v in co.items()},
+            f"{'PASS' if ic.get('max', 9) <= 0.550 else 'FAIL'}: <= 550")
+
+    st = res.get("streaming") or {}
+    if st:
+        sec = "3. streaming (1 MB dripped over 2 s, 50 clients)"
+        ic = st.get("imagecached", {})
+        row(sec, "origin requests", {c: str(v["origin_requests"]) for c, v in st.items()})
+        row(sec, "clients with the correct bytes", {c: f"{v['correct']}/{v['clients']}" for c, v in st.items()})
+        row(sec, "origin first byte ms", {c: fmt(v["origin_first_byte"] * 1000) for c, v in st.items()})
+        row(sec, "client first body byte p50 / max ms",
+            {c: f"{fmt(v['ttfb_p50'] * 1000)} / {fmt(v['ttfb_max'] * 1000)}" for c, v in st.items()})
+        row(sec, "max first byte after origin's, ms", {c: fmt(v["lag_max"] * 1000) for c, v in st.items()},
+            f"{'PASS' if ic.get('lag_max', 9) <= 0.050 else 'FAIL'}: <= 50")
+        row(sec, "client total p50 / max ms",
+            {c: f"{fmt(v['total_p50'] * 1000)} / {fmt(v['total_max'] * 1000)}" for c, v in st.items()})
+
+    rv = res.get("revalidation") or {}
+    if rv:
+        any_v = next(iter(rv.values()))
+        sec = f"4. revalidation ({any_v['urls']} URLs, max-age=1, {any_v['seconds']} s, 16 conns)"
+        row(sec, "origin 304s / 200s", {c: f"{v['origin_304']} / {v['origin_200']}" for c, v in rv.items()})
+        row(sec, "requests/s", {c: fmt(v["rps"]) for c, v in rv.items()})
+
+    mem = res.get("memory") or {}
+    if mem:
+        sec = f"5. memory (corpus loaded: {res['corpus']['files']} files, {res['corpus']['bytes'] / MIB:.1f} MiB)"
+        cached = res["corpus"]["bytes"]
+        limit = 1.2 * cached + 64 * MIB
+        ic = mem.get("imagecached", {})
+        row(sec, "RSS before load MiB", {c: fmt(v["rss0"] / MIB, 1) for c, v in mem.items()})
+        row(sec, "RSS after load MiB (PSS; nginx + its tmpfs cache)",
+            {c: f"{fmt(v['rss'] / MIB, 1)} ({fmt((v['pss'] + v['tmpfs']) / MIB, 1)})" for c, v in mem.items()},
+            f"{'PASS' if ic.get('rss', 1e18) <= limit else 'FAIL'}: <= {limit / MIB:.1f}")
+        if all("rss_end" in v for v in mem.values()):
+            row(sec, "RSS after the hit runs MiB", {c: fmt(v["rss_end"] / MIB, 1) for c, v in mem.items()})
+        row(sec, "wrong answers / origin requests on 2nd pass",
+            {c: f"{v['wrong']} / {v['second_pass_origin_requests']}" for c, v in mem.items()})
+    return rows
+
+
+def table(rows):
+    out = ["| scenario | metric | " + " | ".join(COLUMNS[:-1]) + " | nginx static (ceiling) | imagecached vs bar |",
+           "|---|---|" + "---:|" * len(COLUMNS) + "---|"]
+    last = None
+    for section, metric, values, bar in rows:
+        out.append(f"| {section if section != last else ''} | {metric} | "
+                   + " | ".join(values.get(c, "") for c in COLUMNS) + f" | {bar} |")
+        last = section
+    return "\n".join(out)
+
+
+def write_report(res, results_dir):
+    now = datetime.datetime.now()
+    text = table(build_rows(res))
+    print("\n" + text)
+    header = [
+        f"# imagecached benchmark, {now:%Y-%m-%d %H:%M}",
+        "",
+        f"- machine: {os.cpu_count()} cores, {platform.platform()}",
+        f"- {version(['nginx', '-v'])}; {version(['varnishd', '-V'])}; {version(['wrk', '--version'])}",
+        f"- wrk: 2 threads, {res['args']['connections']} connections, {res['args']['duration']} s x {res['args']['runs']} runs "
+        "(median); caches take turns, the order rotates each run",
+        f"- every cache: {res['args']['memory_mib']} MiB memory budget, keep-alive to the origin, coalescing on, "
+        "no access log, 2 workers (see bench/README.md)",
+        "- CPU us/request: the cache's own utime+stime (/proc/<pid>/stat, process tree) over requests served",
+        "",
+        text,
+        "",
+        "<details><summary>raw results</summary>",
+        "",
+        "```json",
+        json.dumps(res, indent=1, default=str),
+        "```",
+        "</details>",
+        "",
+    ]
+    os.makedirs(results_dir, exist_ok=True)
+    path = os.path.join(results_dir, f"{now:%Y-%m-%d}.md")
+    with open(path + ".tmp", "w") as f:
+        f.write("\n".join(header))
+    os.replace(path + ".tmp", path)
+    return path
