@@ -26,6 +26,14 @@ struct Imagecached: ParsableCommand {
     var origin: String?
     @Option(help: "Directory of the on-disk cache. Default $CACHE_DIRECTORY, else $XDG_CACHE_HOME/imagecached, else ~/.cache/imagecached.")
     var cacheDir: String?
+    @Option(help: "Byte budget of the on-disk tier. Default 10GiB.")
+    var diskLimit: String?
+    @Option(help: "Disk entries not used for this long are removed, fresh or not. Default 7d.")
+    var diskMaxAge: String?
+    @Option(help: "Over --disk-limit, evict down to this fraction of it. Default 0.9.")
+    var diskLowWater: String?
+    @Flag(help: "fsync each disk entry as it is written (slower, survives power loss). Default off.")
+    var diskFsync = false
     @Option(help: "Byte budget of the memory tier. Default 256MiB.")
     var memoryLimit: String?
     @Option(help: "Most entries in the memory tier; 0 means no count limit. Default 0.")
@@ -94,7 +102,9 @@ struct Imagecached: ParsableCommand {
     /// The flags given, as settings keyed like the configuration file.
     func flagSettings() -> [ConfigSetting] {
         let values: [(String, String?)] = [
-            ("listen", listen), ("origin", origin), ("cache-dir", cacheDir), ("memory-limit", memoryLimit),
+            ("listen", listen), ("origin", origin), ("cache-dir", cacheDir),
+            ("disk-limit", diskLimit), ("disk-max-age", diskMaxAge), ("disk-low-water", diskLowWater),
+            ("disk-fsync", diskFsync ? "true" : nil), ("memory-limit", memoryLimit),
             ("memory-count-limit", memoryCountLimit), ("memory-object-limit", memoryObjectLimit),
             ("max-object-size", maxObjectSize), ("content-types", contentTypes),
             ("allow-svg", allowSvg ? "true" : nil), ("allow-private-networks", allowPrivateNetworks ? "true" : nil),

@@ -6,6 +6,10 @@
 //   origin                       IMAGECACHED_ORIGIN                      --origin URL          (maps "/" to URL)
 //   origins  (list of {prefix, url}, file only)
 //   cache-dir                    IMAGECACHED_CACHE_DIR                   --cache-dir DIR
+//   disk-limit                   IMAGECACHED_DISK_LIMIT                  --disk-limit SIZE
+//   disk-max-age                 IMAGECACHED_DISK_MAX_AGE                --disk-max-age DURATION
+//   disk-low-water               IMAGECACHED_DISK_LOW_WATER              --disk-low-water FRACTION
+//   disk-fsync                   IMAGECACHED_DISK_FSYNC                  --disk-fsync
 //   memory-limit                 IMAGECACHED_MEMORY_LIMIT                --memory-limit SIZE
 //   memory-count-limit           IMAGECACHED_MEMORY_COUNT_LIMIT          --memory-count-limit N
 //   memory-object-limit          IMAGECACHED_MEMORY_OBJECT_LIMIT         --memory-object-limit SIZE
@@ -50,7 +54,7 @@ public struct ConfigSetting: Sendable, Equatable {
 extension Configuration {
     /// Every key the configuration understands, in the order of the documentation.
     public static let keys: [String] = [
-        "listen", "origin", "origins", "cache-dir", "memory-limit", "memory-count-limit", "memory-object-limit",
+        "listen", "origin", "origins", "cache-dir", "disk-limit", "disk-max-age", "disk-low-water", "disk-fsync", "memory-limit", "memory-count-limit", "memory-object-limit",
         "max-object-size", "content-types", "allow-svg", "allow-private-networks", "heuristic-fraction",
         "heuristic-max", "complete-abandoned-fetches", "log-level", "access-log",
         "server.max-request-line", "server.max-header-bytes", "server.max-header-count", "server.max-request-body",
@@ -231,6 +235,16 @@ extension Configuration {
             let text = try scalar()
             guard !text.isEmpty else { throw ConfigError(key: source, reason: "must not be empty") }
             cacheDirectory = text
+        case "disk-limit":
+            let bytes = try size()
+            guard bytes > 0 else { throw ConfigError(key: source, reason: "must be more than 0 bytes") }
+            diskLimitBytes = bytes
+        case "disk-max-age": diskMaxAgeSeconds = try seconds()
+        case "disk-low-water":
+            let value = try fraction()
+            guard value > 0 else { throw ConfigError(key: source, reason: "must be more than 0") }
+            diskLowWaterFraction = value
+        case "disk-fsync": diskFsync = try boolean()
         case "memory-limit": memoryLimitBytes = try size()
         case "memory-count-limit": memoryCountLimit = try integer()
         case "memory-object-limit": memoryObjectLimitBytes = try size()

@@ -11,6 +11,14 @@ public struct Configuration: Sendable, Equatable {
     public var origins: [OriginMapping] = []
     /// `cache-dir`: directory of the on-disk tier. Default `$CACHE_DIRECTORY` (systemd), else `$XDG_CACHE_HOME/imagecached`, else `~/.cache/imagecached`.
     public var cacheDirectory: String = Configuration.defaultCacheDirectory()
+    /// `disk-limit`: byte budget of the on-disk tier (files, headers included). Default 10 GiB.
+    public var diskLimitBytes: Int = 10 << 30
+    /// `disk-max-age`: disk entries not used for this long are removed, fresh or not, seconds. Default 7 days.
+    public var diskMaxAgeSeconds: Double = 7 * 86_400
+    /// `disk-low-water`: over disk-limit, least recently used entries are evicted down to this fraction of it. Default 0.9.
+    public var diskLowWaterFraction: Double = 0.9
+    /// `disk-fsync`: fsync each disk entry (and its directory) when it is written; slower, survives power loss. Default false.
+    public var diskFsync: Bool = false
     /// `memory-limit`: byte budget of the memory tier. Default 256 MiB.
     public var memoryLimitBytes: Int = 256 << 20
     /// `memory-count-limit`: most entries in the memory tier; 0 means no count limit. Default 0.

@@ -1,0 +1,159 @@
+// File system calls of the disk tier, each through `syscall` (EINTR retried, errno -> SystemError). Stateless helpers;
+// the caller owns the descriptors: the disk queue, or a DiskBodyReader for the one descriptor it was handed.
+
+internal import Crypto
+internal import Foundation
+#if canImport(Glibc)
+internal import Glibc
+#endif
+
+enum DiskFile {
+    /// First read of a header; most headers fit, larger ones cost one more pread.
+    static let headerReadSize = 4096
+    /// Chunk used to hash or copy a body.
+    static let chunkSize = 256 << 10
+
+    /// open(2) with O_CLOEXEC.
+    static func open(_ path: String, _ flags: Int32, mode: mode_t = 0) throws(SystemError) -> Int32 {
+        try syscall("open") { Glibc.open(path, flags | O_CLOEXEC, mode) }
+    }
+
+    static func unlink(_ path: String) throws(SystemError) {
+        try syscall("unlink") { Glibc.unlink(path) }
+    }
+
+    /// Up to `count` bytes from `offset`; fewer only at the end of the file.
+    static func read(_ fd: Int32, count: Int, offset: Int) throws(SystemError) -> [UInt8] {
+        var bytes = [UInt8](repeating: 0, count: count)
+        let got = try bytes.withUnsafeMutableBytes { raw in
+            Result { () throws(SystemError) in try read(fd, into: raw, offset: offset) }
+        }.get()
+        if got < count { bytes.removeSubrange(got...) }
+        return bytes
+    }
+
+    /// Fills `buffer` from `offset`; returns the bytes read (fewer only at the end of the file).
+    static func read(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, offset: Int) throws(SystemError) -> Int {
+        var done = 0
+        while done < buffer.count {
+            let n = try syscall("pread") {
+                pread(fd, buffer.baseAddress! + done, buffer.count - done, off_t(offset + done))
+            }
+            if n == 0 { break }
+            done += n
+        }
+        return done
+    }
+
+    static func write(_ fd: Int32, _ bytes: [UInt8]) throws(SystemError) {
+        try bytes.withUnsafeBytes { raw in Result { () throws(SystemError) in try write(fd, raw) } }.get()
+    }
+
+    static func write(_ fd: Int32, _ raw: UnsafeRawBufferPointer) throws(SystemError) {
+        var done = 0
+        while done < raw.count {
+            done += try syscall("write") { Glibc.write(fd, raw.baseAddress! + done, raw.count - done) }
+        }
+    }
+
+    /// Copies `count` bytes at `offset` of `source` to the current position of `destination`.
+    static func copy(from source: Int32, offset: Int, count: Int, to destination: Int32) throws(SystemError) {
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: min(max(count, 1), chunkSize), alignment: 16)
+        defer { buffer.deallocate() }
+        var done = 0
+        while done < count {
+            let chunk = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<min(buffer.count, count - done)])
+            let got = try read(source, into: chunk, offset: offset + done)
+            guard got == chunk.count else { throw SystemError(errno: EIO, function: "pread (stored body shorter than its header says)") }
+            try write(destination, UnsafeRawBufferPointer(chunk))
+            done += got
+        }
+    }
+
+    /// Size and mtime (seconds since 1970).
+    static func status(_ fd: Int32) throws(SystemError) -> (size: Int, mtime: Double) {
+        var info = stat()
+        try syscall("fstat") { fstat(fd, &info) }
+        return (Int(info.st_size), Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9)
+    }
+
+    /// Sets access and modification time to `seconds` (the last use; atime is never read).
+    static func setModificationTime(_ fd: Int32, _ seconds: Double) throws(SystemError) {
+        let whole = seconds.rounded(.down)
+        let time = timespec(tv_sec: Int(whole), tv_nsec: Int((seconds - whole) * 1e9))
+        let times = [time, time]
+        try syscall("futimens") { futimens(fd, times) }
+    }
+
+    /// Reads and verifies the header of an open entry file (not the body).
+    /// Throws `DiskEntryFormat.Failure` for a bad file, `SystemError` for a failed call.
+    static func readHeader(_ fd: Int32) throws -> (DiskEntryFormat.Header, size: Int, mtime: Double) {
+        var buffer = [UInt8](repeating: 0, count: headerReadSize)
+        return try readHeader(fd, buffer: &buffer)
+    }
+
+    /// As `readHeader(_:)`, reusing `buffer` (at least `headerReadSize` bytes) for the first read.
+    static func readHeader(_ fd: Int32, buffer: inout [UInt8]) throws -> (DiskEntryFormat.Header, size: Int, mtime: Double) {
+        let (size, mtime) = try status(fd)
+        let got = try buffer.withUnsafeMutableBytes { raw in
+            Result { () throws(SystemError) in
+                try read(fd, into: UnsafeMutableRawBufferPointer(rebasing: raw[0..<headerReadSize]), offset: 0)
+            }
+        }.get()
+        let headerLength = try DiskEntryFormat.decodePrefix(buffer[0..<got])
+        let end = DiskEntryFormat.prefixLength + headerLength
+        if end <= got { return (try DiskEntryFormat.decodeHeader(buffer[0..<end]), size, mtime) }
+        guard end <= size else { throw DiskEntryFormat.Failure("truncated header") }
+        let whole = try read(fd, count: end, offset: 0)
+        return (try DiskEntryFormat.decodeHeader(whole[...]), size, mtime)
+    }
+
+    /// Hashes the body in chunks and compares it with the header's checksum.
+    static func verifyBody(_ fd: Int32, header: DiskEntryFormat.Header) throws {
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: chunkSize, alignment: 16)
+        defer { buffer.deallocate() }
+        var hasher = SHA256()
+        var done = 0
+        while done < header.bodyLength {
+            let chunk = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<min(chunkSize, header.bodyLength - done)])
+            let got = try read(fd, into: chunk, offset: header.bodyOffset + done)
+            guard got == chunk.count else { throw DiskEntryFormat.Failure("body truncated") }
+            hasher.update(bufferPointer: UnsafeRawBufferPointer(chunk))
+            done += got
+        }
+        guard Array(hasher.finalize()) == header.bodyChecksum else { throw DiskEntryFormat.Failure("body checksum mismatch") }
+    }
+
+    /// mkdir -p (mode 0755).
+    static func makeDirectories(_ path: String) throws(SystemError) {
+        var isDirectory = stat()
+        if stat(path, &isDirectory) == 0, isDirectory.st_mode & S_IFMT == S_IFDIR { return }
+        let parent = (path as NSString).deletingLastPathComponent
+        if !parent.isEmpty, parent != path { try makeDirectories(parent) }
+        do {
+            try syscall("mkdir") { mkdir(path, 0o755) }
+        } catch where error.errno == EEXIST {}
+    }
+
+    static func syncDirectory(_ path: String) throws(SystemError) {
+        let fd = try open(path, O_RDONLY | O_DIRECTORY)
+        defer { closeDescriptor(fd) }
+        try syscall("fsync") { fsync(fd) }
+    }
+
+    /// The names in a directory (no "." or ".."); nil when it cannot be opened.
+    static func list(_ path: String) -> [String]? {
+        guard let directory = opendir(path) else { return nil }
+        defer { closedir(directory) }
+        var names: [String] = []
+        while let entry = readdir(directory) {
+            let name = withUnsafePointer(to: &entry.pointee.d_name) { pointer in
+                pointer.withMemoryRebound(to: CChar.self, capacity: MemoryLayout.size(ofValue: entry.pointee.d_name)) {
+                    String(cString: $0)
+                }
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names
+    }
+}

@@ -1,0 +1,160 @@
+// Data model: `DiskIndex` maps an entry's file name (hex SHA-256 of its key) to its file size, last use and use
+// sequence, and keeps the total bytes and the tier's counters. Confined to the disk queue, like every file syscall;
+// the outside world sees it only through the `DiskCacheStats` snapshot the queue publishes.
+//
+// Startup loader (nginx's cache loader): the index starts empty and `loaded == false`. The loader lists the 256
+// possible top-level shard directories, then handles one per queue block (its 256 subdirectories, every file in
+// them) and re-queues itself, so lookups and writes interleave with it. Per file it reads only the header: open,
+// fstat (size, mtime = last use), one pread of 4 KiB (more only for a larger header), header checksum, key hash equal
+// to the file name, size equal to header + body length. Failing files are removed as corrupt; leftover `*.tmp`
+// files (a crash mid-write; our own tmp files never outlive a queue block) are removed. A name already in the index
+// (written or looked up since start) is skipped: the index knows better. While loading, lookups open the file
+// directly; once loaded, a key not in the index is a miss without a syscall.
+
+internal import Dispatch
+internal import Foundation
+internal import Logging
+#if canImport(Glibc)
+internal import Glibc
+#endif
+
+/// Confined to the disk queue.
+final class DiskIndex: @unchecked Sendable {
+    struct Record {
+        var size: Int
+        /// Seconds since 1970 (injected clock).
+        var lastUsed: Double
+        /// The last use as recorded in the file's mtime.
+        var persistedUse: Double
+        /// Orders uses with equal `lastUsed` (0 for entries found by the loader).
+        var sequence: UInt64
+    }
+
+    // MARK: owned by diskQueue
+    var records: [String: Record] = [:]
+    var bytes = 0
+    var nextSequence: UInt64 = 1
+    var loaded = false
+    var loadSeconds: Double?
+    /// Top-level shard directories the loader has still to scan; nil before it has listed them.
+    var pendingShards: [String]?
+    var loadStart = ContinuousClock.now
+    var writeErrors = 0
+    var removedCorrupt = 0
+    var evicted = 0
+    var expired = 0
+    var timer: (any DispatchSourceTimer)?
+
+    func set(_ name: String, size: Int, lastUsed: Double, persistedUse: Double) {
+        if let old = records[name] { bytes -= old.size }
+        records[name] = Record(size: size, lastUsed: lastUsed, persistedUse: persistedUse, sequence: nextSequence)
+        nextSequence += 1
+        bytes += size
+    }
+
+    func remove(_ name: String) {
+        if let old = records.removeValue(forKey: name) { bytes -= old.size }
+    }
+
+    func removeAllRecords() {
+        records = [:]
+        bytes = 0
+    }
+
+    var stats: DiskCacheStats {
+        var stats = DiskCacheStats()
+        stats.entries = records.count
+        stats.bytes = bytes
+        stats.indexLoaded = loaded
+        stats.indexLoadSeconds = loadSeconds
+        stats.writeErrors = writeErrors
+        stats.removedCorrupt = removedCorrupt
+        stats.evicted = evicted
+        stats.expired = expired
+        return stats
+    }
+
+    /// Two lower-case hex digits: a shard directory name.
+    static func isShardName(_ name: String) -> Bool {
+        name.utf8.count == 2 && name.utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) }
+    }
+}
+
+extension DiskCache {
+    /// Queues the first step of the startup loader.
+    func startIndexLoader() {
+        queue.async { self._loadIndexStep() }
+    }
+
+    /// One loader step: lists the shards (first step), or scans one top-level shard and re-queues itself, or
+    /// finishes (marks the index loaded, logs the count and time, sweeps if over the limit).
+    func _loadIndexStep() {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard !index.loaded else { return }
+        if index.pendingShards == nil {
+            index.loadStart = ContinuousClock.now
+            index.pendingShards = (DiskFile.list(root) ?? []).filter(DiskIndex.isShardName).sorted(by: >)
+        }
+        if let shard = index.pendingShards?.popLast() {
+            scanShard(shard)
+            publishStats()
+            queue.async { self._loadIndexStep() }
+            return
+        }
+        let elapsed = ContinuousClock.now - index.loadStart
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        index.loaded = true
+        index.loadSeconds = seconds
+        logger.info("disk index loaded: \(index.records.count) entries, \(index.bytes) bytes in \(String(format: "%.3f", seconds)) s")
+        if index.bytes > configuration.limitBytes { _sweep() } else { publishStats() }
+    }
+
+    private func scanShard(_ top: String) {
+        let topPath = root + "/" + top
+        var buffer = [UInt8](repeating: 0, count: DiskFile.headerReadSize)
+        for sub in DiskFile.list(topPath) ?? [] where DiskIndex.isShardName(sub) {
+            let directory = topPath + "/" + sub
+            for file in DiskFile.list(directory) ?? [] {
+                let path = directory + "/" + file
+                if file.hasSuffix(".tmp") {
+                    logger.info("disk: removing leftover temporary file \(path)")
+                    _ = try? DiskFile.unlink(path)
+                    continue
+                }
+                guard DiskEntryFormat.isEntryName(file), index.records[file] == nil else { continue }
+                let utf8 = file.utf8
+                guard utf8.prefix(2).elementsEqual(top.utf8), utf8.dropFirst(2).prefix(2).elementsEqual(sub.utf8) else {
+                    removeCorrupt(name: file, path: path, why: "in the wrong directory")
+                    continue
+                }
+                loadFile(name: file, path: path, buffer: &buffer)
+            }
+        }
+    }
+
+    private func loadFile(name: String, path: String, buffer: inout [UInt8]) {
+        let fd: Int32
+        do {
+            fd = try DiskFile.open(path, O_RDONLY)
+        } catch {
+            if error.errno != ENOENT { logger.warning("disk loader cannot open \(path): \(error)") }
+            return
+        }
+        defer { closeDescriptor(fd) }
+        do {
+            let (header, size, mtime) = try DiskFile.readHeader(fd, buffer: &buffer)
+            guard DiskEntryFormat.fileName(forKey: header.key) == name else {
+                throw DiskEntryFormat.Failure("holds a key (\(header.key)) whose hash is not its name")
+            }
+            guard size == header.fileSize else {
+                throw DiskEntryFormat.Failure("file is \(size) bytes, its header describes \(header.fileSize) (truncated?)")
+            }
+            index.records[name] = DiskIndex.Record(size: size, lastUsed: mtime, persistedUse: mtime, sequence: 0)
+            index.bytes += size
+        } catch let failure as DiskEntryFormat.Failure {
+            removeCorrupt(name: name, path: path, why: failure.description)
+        } catch {
+            removeCorrupt(name: name, path: path, why: "unreadable: \(error)")
+        }
+    }
+}

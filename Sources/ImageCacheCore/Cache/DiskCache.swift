@@ -1,0 +1,517 @@
+// Data model and ownership (cf. Varnish cache_hash.c, nginx ngx_http_file_cache.c, Nuke DataCache):
+//
+//   DiskCache ──owns── queue "imagecached.disk" (serial, .utility)
+//     on the queue only:  every file syscall (open, read, write, fsync, rename, unlink, mkdir, readdir, futimens),
+//                         `DiskIndex` (file name -> size, last use, use sequence; total bytes; counters), the startup
+//                         loader (one top-level directory per queue block, so lookups interleave with it), the
+//                         30-second sweep timer.
+//     shared, Mutex:      `DiskCacheStats`, a snapshot republished by the queue after each block that changes it.
+//     caller's thread:    a `DiskBodyReader` owns the descriptor it was handed (a large body, already verified) and
+//                         reads it with pread under its own Mutex; nothing else touches that descriptor.
+//
+//   Files: `<directory>/<h[0..1]>/<h[2..3]>/<h>`, h = hex SHA-256 of the key's URL string, format in DiskEntryFormat.
+//   Publishing (nginx): write `<h>.<random>.tmp` in the target directory, optionally fsync, set its mtime to the
+//   injected clock's now, rename(2) onto `<h>`. Readers see the old file or the new one, never a partial file.
+//
+//   Recency: the index keeps each entry's last use (injected clock) and a use sequence (tie-breaker for equal
+//   times); atime is never read. A file's mtime is its last use as known on disk: set when written, pushed forward
+//   (futimens) on a lookup hit when it is more than `touchIntervalSeconds` old, and read back by the loader.
+//
+//   Lookup verifies before handing anything out: magic and format version, header checksum, the stored key equal to
+//   the key asked for, the file size equal to header + body length, then the body checksum (a large body is hashed
+//   through once, then handed out as a `DiskBodyReader` on the same open descriptor, so a concurrent remove or
+//   rename cannot change what is read). A file that fails is a cache fault, never a request fault: it is logged
+//   (warning, with the path and why), removed, counted and reported as a miss.
+//
+//   Limits: after an insert takes the total past `limitBytes`, a sweep runs at once in the same queue block, so usage
+//   never exceeds the limit by more than the writes in flight; it evicts least recently used entries down to
+//   `lowWaterFraction * limitBytes`. Entries unused for `maxAgeSeconds` are removed by every sweep, fresh or not.
+
+internal import Crypto
+internal import Dispatch
+public import Foundation
+public import Logging
+internal import Synchronization
+#if canImport(Glibc)
+internal import Glibc
+#endif
+
+/// The persistent tier: one file per entry under `configuration.directory`, an in-memory index rebuilt at start.
+public final class DiskCache: Sendable {
+    public struct Configuration: Sendable {
+        /// Root directory; created (with parents) if missing.
+        public var directory: String
+        /// Byte budget for the files (header + body). Default 10 GiB.
+        public var limitBytes: Int
+        /// A sweep over the limit evicts down to this fraction of it. Default 0.9.
+        public var lowWaterFraction: Double
+        /// Entries not used for this long are removed by sweeps, fresh or not. Default 7 days.
+        public var maxAgeSeconds: Double
+        /// fsync each file before its rename (and the directory after). Default false.
+        public var fsync: Bool
+        /// Bodies up to this size are read whole (`.entry`); larger ones are returned as a `.stream`. Default 1 MiB.
+        public var memoryReadLimitBytes: Int
+        /// Freshness policy applied to entries rebuilt from disk. Default `FreshnessPolicy()`.
+        public var freshnessPolicy: FreshnessPolicy
+        /// Whether init starts the startup loader (tests turn it off to look up before the index exists).
+        var startsIndexLoader = true
+
+        public init(directory: String, limitBytes: Int = 10 << 30, lowWaterFraction: Double = 0.9,
+                    maxAgeSeconds: Double = 7 * 86_400, fsync: Bool = false, memoryReadLimitBytes: Int = 1 << 20,
+                    freshnessPolicy: FreshnessPolicy = FreshnessPolicy()) {
+            self.directory = directory
+            self.limitBytes = limitBytes
+            self.lowWaterFraction = lowWaterFraction
+            self.maxAgeSeconds = maxAgeSeconds
+            self.fsync = fsync
+            self.memoryReadLimitBytes = memoryReadLimitBytes
+            self.freshnessPolicy = freshnessPolicy
+        }
+    }
+
+    /// A hit's on-disk mtime is pushed forward when it is older than this (bounds futimens calls per entry).
+    static let touchIntervalSeconds: Double = 600
+    /// Period of the background sweep.
+    static let sweepIntervalSeconds = 30
+
+    // MARK: immutable
+    let configuration: Configuration
+    let logger: Logger
+    let now: @Sendable () -> Date
+    /// The directory with no trailing slash.
+    let root: String
+    let queue: DispatchQueue
+
+    // MARK: owned by diskQueue
+    let index: DiskIndex
+
+    // MARK: shared, guarded by lock
+    let published: Mutex<DiskCacheStats>
+
+    /// Creates the directory, starts the sweep timer and the background index loader (which also removes leftover
+    /// `*.tmp` files as it walks the tree); returns at once.
+    public init(configuration: Configuration, logger: Logger,
+                now: @escaping @Sendable () -> Date = { Date() }) throws(DiskCacheError) {
+        guard configuration.limitBytes > 0 else { throw DiskCacheError.invalidConfiguration("limitBytes must be more than 0") }
+        guard configuration.lowWaterFraction > 0, configuration.lowWaterFraction <= 1 else {
+            throw DiskCacheError.invalidConfiguration("lowWaterFraction must be in (0, 1]")
+        }
+        guard configuration.maxAgeSeconds > 0 else { throw DiskCacheError.invalidConfiguration("maxAgeSeconds must be more than 0") }
+        guard configuration.memoryReadLimitBytes >= 0 else {
+            throw DiskCacheError.invalidConfiguration("memoryReadLimitBytes must not be negative")
+        }
+        var root = configuration.directory
+        while root.count > 1, root.hasSuffix("/") { root.removeLast() }
+        guard !root.isEmpty else { throw DiskCacheError.invalidConfiguration("directory must not be empty") }
+        do {
+            try DiskFile.makeDirectories(root)
+        } catch {
+            throw DiskCacheError.cannotCreateDirectory(path: root, error)
+        }
+        guard access(root, W_OK | X_OK | R_OK) == 0 else {
+            throw DiskCacheError.notWritable(path: root, SystemError(errno: errno, function: "access"))
+        }
+
+        self.configuration = configuration
+        self.logger = logger
+        self.now = now
+        self.root = root
+        self.queue = DispatchQueue(label: "imagecached.disk", qos: .utility)
+        self.index = DiskIndex()
+        self.published = Mutex(DiskCacheStats())
+
+        let timer = DispatchSource.makeTimerSource(queue: queue)
+        let interval = DispatchTimeInterval.seconds(DiskCache.sweepIntervalSeconds)
+        timer.schedule(deadline: .now() + interval, repeating: interval, leeway: .seconds(1))
+        timer.setEventHandler { [weak self] in self?._sweep() }
+        index.timer = timer
+        timer.resume()
+        if configuration.startsIndexLoader { startIndexLoader() }
+    }
+
+    deinit {
+        index.timer?.cancel()
+    }
+
+    // MARK: - API
+
+    /// Looks `key` up (index, or the file itself when the index is not loaded yet). Runs on the disk queue;
+    /// `completion` is called there. Verifies format version, key, header and body checksums before returning
+    /// anything; a corrupt, truncated or foreign file is removed, logged and reported as nil.
+    public func lookup(_ key: CacheKey, completion: @escaping @Sendable (DiskLookup?) -> Void) {
+        let keyString = key.description
+        let name = DiskEntryFormat.fileName(forKey: keyString)
+        queue.async {
+            let result = self._lookup(key: key, keyString: keyString, name: name)
+            self.publishStats()
+            completion(result)
+        }
+    }
+
+    /// Writes the entry (tmp file in the target directory, write, optional fsync, rename onto the final name),
+    /// asynchronously on the disk queue. On disk full or an I/O error the write is dropped, the tmp file removed,
+    /// the error logged and counted in `writeErrors`; a partial file is never published.
+    public func insert(_ entry: CacheEntry) {
+        let name = DiskEntryFormat.fileName(forKey: entry.key.description)
+        queue.async {
+            self._insert(entry, name: name)
+            self.publishStats()
+        }
+    }
+
+    /// Rewrites the stored header after a 304 (new head, request and response times), keeping the stored body
+    /// (tmp + rename). `entry.body` is not used: it may be empty for a streamed entry. Nothing is written when no
+    /// valid file is stored for the key.
+    public func update(_ entry: CacheEntry) {
+        let name = DiskEntryFormat.fileName(forKey: entry.key.description)
+        queue.async {
+            self._update(entry, name: name)
+            self.publishStats()
+        }
+    }
+
+    public func remove(_ key: CacheKey) {
+        let name = DiskEntryFormat.fileName(forKey: key.description)
+        queue.async {
+            self._removeFile(name: name)
+            self.publishStats()
+        }
+    }
+
+    /// Removes every entry file (and leftover tmp file); `completion` runs on the disk queue.
+    public func removeAll(completion: (@Sendable () -> Void)? = nil) {
+        queue.async {
+            self._removeAll()
+            self.publishStats()
+            completion?()
+        }
+    }
+
+    /// Removes entries unused for `maxAgeSeconds`, then, when over the limit, least recently used entries down to the
+    /// low-water mark; logs what it removed. Also run every 30 s and after an insert that passes the limit.
+    /// `completion` runs on the disk queue.
+    public func sweep(completion: (@Sendable () -> Void)? = nil) {
+        queue.async {
+            self._sweep()
+            completion?()
+        }
+    }
+
+    /// Blocks until the work queued so far has run (tests and shutdown). Must not be called on the disk queue.
+    public func flush() {
+        dispatchPrecondition(condition: .notOnQueue(queue))
+        queue.sync {}
+    }
+
+    public var stats: DiskCacheStats { published.withLock { $0 } }
+
+    // MARK: - Paths
+
+    func directoryPath(of name: String) -> String {
+        let utf8 = Array(name.utf8)
+        return root + "/" + String(decoding: utf8[0..<2], as: UTF8.self) + "/" + String(decoding: utf8[2..<4], as: UTF8.self)
+    }
+
+    func filePath(of name: String) -> String { directoryPath(of: name) + "/" + name }
+
+    /// Copies the index counters to the shared snapshot. Called on the disk queue after each block.
+    func publishStats() {
+        dispatchPrecondition(condition: .onQueue(queue))
+        let snapshot = index.stats
+        published.withLock { $0 = snapshot }
+    }
+
+    // MARK: - Lookup
+
+    func _lookup(key: CacheKey, keyString: String, name: String) -> DiskLookup? {
+        dispatchPrecondition(condition: .onQueue(queue))
+        if index.loaded, index.records[name] == nil { return nil }
+        let path = filePath(of: name)
+        let fd: Int32
+        do {
+            fd = try DiskFile.open(path, O_RDONLY)
+        } catch {
+            if error.errno != ENOENT { logger.warning("disk lookup cannot open \(path): \(error)") }
+            index.remove(name)
+            return nil
+        }
+        var handedOut = false
+        defer { if !handedOut { closeDescriptor(fd) } }
+        do {
+            let (header, size, _) = try DiskFile.readHeader(fd)
+            guard header.key == keyString else {
+                throw DiskEntryFormat.Failure("holds another key (\(header.key)): a hash collision or a foreign file")
+            }
+            guard size == header.fileSize else {
+                throw DiskEntryFormat.Failure("file is \(size) bytes, its header describes \(header.fileSize) (truncated?)")
+            }
+            let result: DiskLookup
+            if header.bodyLength <= configuration.memoryReadLimitBytes {
+                let body = try DiskFile.read(fd, count: header.bodyLength, offset: header.bodyOffset)
+                guard body.count == header.bodyLength else { throw DiskEntryFormat.Failure("body truncated") }
+                guard DiskEntryFormat.checksum(body) == header.bodyChecksum else {
+                    throw DiskEntryFormat.Failure("body checksum mismatch")
+                }
+                result = .entry(makeEntry(key: key, header: header, body: body))
+            } else {
+                try DiskFile.verifyBody(fd, header: header)
+                handedOut = true
+                result = .stream(head: makeEntry(key: key, header: header, body: []), bodyLength: header.bodyLength,
+                                 file: DiskBodyReader(fd: fd, offset: header.bodyOffset, length: header.bodyLength))
+            }
+            markUsed(name: name, size: size, fd: fd)
+            return result
+        } catch let failure as DiskEntryFormat.Failure {
+            removeCorrupt(name: name, path: path, why: failure.description)
+        } catch {
+            removeCorrupt(name: name, path: path, why: "unreadable: \(error)")
+        }
+        return nil
+    }
+
+    func makeEntry(key: CacheKey, header: DiskEntryFormat.Header, body: [UInt8]) -> CacheEntry {
+        CacheEntry(key: key, head: header.head, body: body, requestTime: header.requestTime,
+                   responseTime: header.responseTime, vary: header.vary, policy: configuration.freshnessPolicy)
+    }
+
+    /// Records a hit in the index; pushes the file's mtime forward when the on-disk last use is stale.
+    private func markUsed(name: String, size: Int, fd: Int32) {
+        let nowSeconds = now().timeIntervalSince1970
+        var persisted = index.records[name]?.persistedUse ?? -Double.infinity
+        if nowSeconds - persisted >= DiskCache.touchIntervalSeconds {
+            if (try? DiskFile.setModificationTime(fd, nowSeconds)) != nil { persisted = nowSeconds }
+        }
+        index.set(name, size: size, lastUsed: nowSeconds, persistedUse: persisted)
+    }
+
+    /// Removes a file that failed verification: logged with the path and why, counted.
+    func removeCorrupt(name: String, path: String, why: String) {
+        logger.warning("disk entry removed: \(path): \(why)")
+        _ = try? DiskFile.unlink(path)
+        index.remove(name)
+        index.removedCorrupt += 1
+    }
+
+    // MARK: - Insert and update
+
+    func _insert(_ entry: CacheEntry, name: String) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        let header = DiskEntryFormat.encodeHeader(
+            key: entry.key.description, head: entry.head, requestTime: entry.requestTime, responseTime: entry.responseTime,
+            vary: entry.vary, bodyLength: entry.body.count, bodyChecksum: DiskEntryFormat.checksum(entry.body))
+        let size = header.count + entry.body.count
+        guard size <= configuration.limitBytes else {
+            logger.debug("disk insert skipped: \(entry.key) is \(size) bytes, over the disk limit")
+            _removeFile(name: name)
+            return
+        }
+        do {
+            try publish(name: name) { fd throws(SystemError) in
+                try DiskFile.write(fd, header)
+                try DiskFile.write(fd, entry.body)
+            }
+        } catch {
+            index.writeErrors += 1
+            logger.error("disk write of \(entry.key) dropped: \(error)")
+            return
+        }
+        let nowSeconds = now().timeIntervalSince1970
+        index.set(name, size: size, lastUsed: nowSeconds, persistedUse: nowSeconds)
+        if index.bytes > configuration.limitBytes { _sweep() }
+    }
+
+    func _update(_ entry: CacheEntry, name: String) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        let path = filePath(of: name)
+        let old: Int32
+        do {
+            old = try DiskFile.open(path, O_RDONLY)
+        } catch {
+            logger.debug("disk update of \(entry.key) skipped: nothing stored (\(error))")
+            index.remove(name)
+            return
+        }
+        defer { closeDescriptor(old) }
+        let stored: DiskEntryFormat.Header
+        do {
+            let (header, size, _) = try DiskFile.readHeader(old)
+            guard header.key == entry.key.description else { throw DiskEntryFormat.Failure("holds another key (\(header.key))") }
+            guard size == header.fileSize else {
+                throw DiskEntryFormat.Failure("file is \(size) bytes, its header describes \(header.fileSize) (truncated?)")
+            }
+            stored = header
+        } catch let failure as DiskEntryFormat.Failure {
+            removeCorrupt(name: name, path: path, why: failure.description)
+            return
+        } catch {
+            removeCorrupt(name: name, path: path, why: "unreadable: \(error)")
+            return
+        }
+        let header = DiskEntryFormat.encodeHeader(
+            key: stored.key, head: entry.head, requestTime: entry.requestTime, responseTime: entry.responseTime,
+            vary: entry.vary, bodyLength: stored.bodyLength, bodyChecksum: stored.bodyChecksum)
+        do {
+            try publish(name: name) { fd throws(SystemError) in
+                try DiskFile.write(fd, header)
+                try DiskFile.copy(from: old, offset: stored.bodyOffset, count: stored.bodyLength, to: fd)
+            }
+        } catch {
+            index.writeErrors += 1
+            logger.error("disk update of \(entry.key) dropped: \(error)")
+            return
+        }
+        let nowSeconds = now().timeIntervalSince1970
+        index.set(name, size: header.count + stored.bodyLength, lastUsed: nowSeconds, persistedUse: nowSeconds)
+        if index.bytes > configuration.limitBytes { _sweep() }
+    }
+
+    /// nginx-style publish: `<h>.<random>.tmp` in the target directory, `fill` writes it, optional fsync, mtime set
+    /// to now, rename onto `<h>` (then, with fsync, the directory is synced). Any failure removes the tmp file.
+    func publish(name: String, fill: (Int32) throws(SystemError) -> Void) throws(SystemError) {
+        let directory = directoryPath(of: name)
+        let tmp = directory + "/" + name + "." + String(UInt64.random(in: 0...UInt64.max), radix: 36) + ".tmp"
+        let flags = O_WRONLY | O_CREAT | O_EXCL
+        let fd: Int32
+        do {
+            fd = try DiskFile.open(tmp, flags, mode: 0o644)
+        } catch where error.errno == ENOENT {
+            try DiskFile.makeDirectories(directory)
+            fd = try DiskFile.open(tmp, flags, mode: 0o644)
+        }
+        do {
+            try fill(fd)
+            if configuration.fsync { try syscall("fsync") { Glibc.fsync(fd) } }
+            try DiskFile.setModificationTime(fd, now().timeIntervalSince1970)
+            try syscall("close") { Glibc.close(fd) }
+        } catch {
+            if error.function != "close" { closeDescriptor(fd) }
+            _ = try? DiskFile.unlink(tmp)
+            throw error
+        }
+        do {
+            try syscall("rename") { rename(tmp, directory + "/" + name) }
+        } catch {
+            _ = try? DiskFile.unlink(tmp)
+            throw error
+        }
+        if configuration.fsync { try? DiskFile.syncDirectory(directory) }
+    }
+
+    // MARK: - Remove
+
+    func _removeFile(name: String) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        let path = filePath(of: name)
+        do {
+            try DiskFile.unlink(path)
+        } catch where error.errno != ENOENT {
+            logger.warning("disk remove of \(path) failed: \(error)")
+        } catch {}
+        index.remove(name)
+    }
+
+    func _removeAll() {
+        dispatchPrecondition(condition: .onQueue(queue))
+        var removed = 0
+        for top in DiskFile.list(root) ?? [] where DiskIndex.isShardName(top) {
+            let topPath = root + "/" + top
+            for sub in DiskFile.list(topPath) ?? [] where DiskIndex.isShardName(sub) {
+                let subPath = topPath + "/" + sub
+                for file in DiskFile.list(subPath) ?? []
+                where DiskEntryFormat.isEntryName(file) || file.hasSuffix(".tmp") {
+                    if (try? DiskFile.unlink(subPath + "/" + file)) != nil { removed += 1 }
+                }
+            }
+        }
+        index.removeAllRecords()
+        logger.info("disk cache emptied: \(removed) files removed")
+    }
+}
+
+/// What a disk lookup found.
+public enum DiskLookup: Sendable {
+    /// A body up to `memoryReadLimitBytes`, read whole and verified.
+    case entry(CacheEntry)
+    /// A larger body, verified; `head.body` is empty and the bytes come from `file`, in chunks.
+    case stream(head: CacheEntry, bodyLength: Int, file: DiskBodyReader)
+}
+
+/// Reads one verified body from a descriptor opened by the lookup, so a concurrent remove or rename of the file
+/// cannot change what is read. Owns its descriptor (guarded by its lock); closes it on `close()` or deinit.
+public final class DiskBodyReader: Sendable {
+    private struct State {
+        var fd: Int32
+        var offset: Int
+        var remaining: Int
+    }
+
+    // MARK: shared, guarded by lock
+    private let state: Mutex<State>
+
+    init(fd: Int32, offset: Int, length: Int) {
+        state = Mutex(State(fd: fd, offset: offset, remaining: length))
+    }
+
+    deinit { close() }
+
+    /// Up to `maxBytes` more body bytes; nil at the end, after `close()`, or on a read error (the caller then has
+    /// fewer than `bodyLength` bytes).
+    public func read(maxBytes: Int) -> [UInt8]? {
+        state.withLock { state in
+            guard state.fd >= 0, state.remaining > 0, maxBytes > 0 else { return nil }
+            guard let bytes = try? DiskFile.read(state.fd, count: min(maxBytes, state.remaining), offset: state.offset),
+                  !bytes.isEmpty
+            else {
+                state.remaining = 0
+                return nil
+            }
+            state.offset += bytes.count
+            state.remaining -= bytes.count
+            return bytes
+        }
+    }
+
+    public func close() {
+        state.withLock { state in
+            if state.fd >= 0 {
+                closeDescriptor(state.fd)
+                state.fd = -1
+            }
+        }
+    }
+}
+
+/// Counters of the disk tier, as last published by the disk queue.
+public struct DiskCacheStats: Sendable, Equatable {
+    /// Entries in the index (all of them once `indexLoaded`).
+    public var entries = 0
+    /// Sum of the indexed files' sizes.
+    public var bytes = 0
+    public var indexLoaded = false
+    /// Wall time the startup loader took; nil until it finishes.
+    public var indexLoadSeconds: Double?
+    /// Writes and header rewrites dropped on an I/O error (disk full, ...).
+    public var writeErrors = 0
+    /// Files removed because they failed verification (corrupt, truncated, foreign, old format).
+    public var removedCorrupt = 0
+    /// Entries evicted to get under the byte limit.
+    public var evicted = 0
+    /// Entries removed because they were not used for max age.
+    public var expired = 0
+    public init() {}
+}
+
+/// Why the disk tier could not start.
+public enum DiskCacheError: Error, Sendable, CustomStringConvertible {
+    case invalidConfiguration(String)
+    case cannotCreateDirectory(path: String, SystemError)
+    case notWritable(path: String, SystemError)
+
+    public var description: String {
+        switch self {
+        case let .invalidConfiguration(reason): "invalid disk cache configuration: \(reason)"
+        case let .cannotCreateDirectory(path, error): "cannot create the disk cache directory \(path): \(error)"
+        case let .notWritable(path, error): "the disk cache directory \(path) is not writable: \(error)"
+        }
+    }
+}

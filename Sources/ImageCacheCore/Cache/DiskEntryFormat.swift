@@ -1,0 +1,234 @@
+// Data model: one disk entry is one file, `<dir>/<h[0..1]>/<h[2..3]>/<h>`, h = lower-case hex SHA-256 of the key's
+// URL string. The file is a versioned header followed by the body bytes (cf. nginx's ngx_http_file_cache_header_t).
+// Pure encoding and decoding, no I/O and no state: whoever holds the bytes owns them (the disk queue, in practice).
+//
+// Layout, version 1 (integers little-endian; a "string" is a u32 byte count and that many UTF-8 bytes):
+//
+//   offset 0   magic "ICD1"                      4 bytes
+//          4   format version                    u16 (1)
+//          6   reserved                          u16 (0)
+//          8   header length L                   u32: bytes from offset 12 to the end of the header checksum
+//         12   key                               string (the normalised URL)
+//              status                            u16
+//              reason                            string
+//              header field count                u32, then per field: name string, value string
+//              request time                      u64: bit pattern of the Double timeIntervalSinceReferenceDate
+//              response time                     u64: the same
+//              vary                              u8: 0 none, 1 present; if present: u8 matchesNothing, u32 count,
+//                                                then per field: name string, u8 has-value, value string if it has
+//              body length                       u64
+//              body checksum                     32 bytes: SHA-256 of the body
+//   12+L-32    header checksum                   32 bytes: SHA-256 of bytes [0, 12+L-32)
+//   12+L       body                              body length bytes; the file ends there (size = 12 + L + body length)
+//
+// A 304 changes only the header: the new header is written to a new file, the body bytes are copied after it, and the
+// file is renamed over the old one (the body checksum travels unchanged with the body). A reader never sees a mix.
+// Any version other than `version` is refused: an old file is a miss and is removed, never migrated.
+
+internal import Crypto
+public import Foundation
+
+enum DiskEntryFormat {
+    static let magic: [UInt8] = Array("ICD1".utf8)
+    static let version: UInt16 = 1
+    /// Bytes before the header fields: magic, version, reserved, header length.
+    static let prefixLength = 12
+    static let checksumLength = 32
+    /// Largest header accepted when reading; anything larger is taken as corruption.
+    static let maxHeaderLength = 1 << 20
+
+    /// Why a file is not a usable entry; `description` goes to the log with the path.
+    struct Failure: Error, CustomStringConvertible {
+        var description: String
+        init(_ description: String) { self.description = description }
+    }
+
+    /// The decoded header of a stored entry.
+    struct Header: Sendable {
+        var key: String
+        var head: HTTPResponseHead
+        var requestTime: Date
+        var responseTime: Date
+        var vary: VaryKey?
+        var bodyLength: Int
+        var bodyChecksum: [UInt8]
+        /// Offset of the first body byte in the file (12 + header length).
+        var bodyOffset: Int
+        /// The size the file must have.
+        var fileSize: Int { bodyOffset + bodyLength }
+    }
+
+    // MARK: - Checksums and names
+
+    static func checksum(_ bytes: some DataProtocol) -> [UInt8] { Array(SHA256.hash(data: bytes)) }
+
+    static func checksum(_ buffer: UnsafeRawBufferPointer) -> [UInt8] { Array(SHA256.hash(data: buffer)) }
+
+    /// Lower-case hex SHA-256 of the key's URL string: the file name.
+    static func fileName(forKey key: String) -> String {
+        let digest = SHA256.hash(data: Array(key.utf8))
+        let hex: [UInt8] = Array("0123456789abcdef".utf8)
+        var out = [UInt8]()
+        out.reserveCapacity(64)
+        for byte in digest {
+            out.append(hex[Int(byte >> 4)])
+            out.append(hex[Int(byte & 0xF)])
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// Whether `name` looks like an entry file name (64 lower-case hex digits).
+    static func isEntryName(_ name: String) -> Bool {
+        name.utf8.count == 64 && name.utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) }
+    }
+
+    // MARK: - Encoding
+
+    /// The header bytes (prefix through header checksum) for `entry` with a body of `bodyLength` bytes whose SHA-256
+    /// is `bodyChecksum`. The body is not included.
+    static func encodeHeader(key: String, head: HTTPResponseHead, requestTime: Date, responseTime: Date, vary: VaryKey?,
+                             bodyLength: Int, bodyChecksum: [UInt8]) -> [UInt8] {
+        precondition(bodyChecksum.count == checksumLength, "body checksum must be a SHA-256 digest")
+        var out: [UInt8] = []
+        out.reserveCapacity(256 + key.utf8.count + head.headers.count * 48)
+        out.append(contentsOf: magic)
+        appendInteger(version, to: &out)
+        appendInteger(UInt16(0), to: &out)
+        appendInteger(UInt32(0), to: &out)  // header length, patched below
+        appendString(key, to: &out)
+        appendInteger(UInt16(truncatingIfNeeded: head.status), to: &out)
+        appendString(head.reason, to: &out)
+        appendInteger(UInt32(head.headers.count), to: &out)
+        for field in head.headers {
+            appendString(field.name, to: &out)
+            appendString(field.value, to: &out)
+        }
+        appendInteger(requestTime.timeIntervalSinceReferenceDate.bitPattern, to: &out)
+        appendInteger(responseTime.timeIntervalSinceReferenceDate.bitPattern, to: &out)
+        if let vary {
+            out.append(1)
+            out.append(vary.matchesNothing ? 1 : 0)
+            appendInteger(UInt32(vary.fields.count), to: &out)
+            for field in vary.fields {
+                appendString(field.name, to: &out)
+                if let value = field.value {
+                    out.append(1)
+                    appendString(value, to: &out)
+                } else {
+                    out.append(0)
+                }
+            }
+        } else {
+            out.append(0)
+        }
+        appendInteger(UInt64(bodyLength), to: &out)
+        out.append(contentsOf: bodyChecksum)
+        let headerLength = UInt32(out.count + checksumLength - prefixLength)
+        withUnsafeBytes(of: headerLength.littleEndian) { raw in
+            for (n, byte) in raw.enumerated() { out[8 + n] = byte }
+        }
+        out.append(contentsOf: checksum(out))
+        return out
+    }
+
+    private static func appendInteger<T: FixedWidthInteger>(_ value: T, to out: inout [UInt8]) {
+        withUnsafeBytes(of: value.littleEndian) { out.append(contentsOf: $0) }
+    }
+
+    private static func appendString(_ string: String, to out: inout [UInt8]) {
+        appendInteger(UInt32(string.utf8.count), to: &out)
+        out.append(contentsOf: string.utf8)
+    }
+
+    // MARK: - Decoding
+
+    /// Checks the prefix (first `prefixLength` bytes) and returns the header length L.
+    static func decodePrefix(_ bytes: ArraySlice<UInt8>) throws(Failure) -> Int {
+        guard bytes.count >= prefixLength else { throw Failure("shorter than the \(prefixLength)-byte prefix") }
+        let start = bytes.startIndex
+        guard bytes[start..<(start + 4)].elementsEqual(magic) else { throw Failure("not an imagecached entry (bad magic)") }
+        let version = UInt16(bytes[start + 4]) | UInt16(bytes[start + 5]) << 8
+        guard version == DiskEntryFormat.version else {
+            throw Failure("unsupported format version \(version) (this build reads \(DiskEntryFormat.version))")
+        }
+        var length = 0
+        for n in 0..<4 { length |= Int(bytes[start + 8 + n]) << (8 * n) }
+        guard length >= checksumLength * 2, length <= maxHeaderLength else { throw Failure("implausible header length \(length)") }
+        return length
+    }
+
+    /// Decodes and verifies a whole header: `bytes` holds at least the first 12 + L bytes of the file.
+    static func decodeHeader(_ bytes: ArraySlice<UInt8>) throws(Failure) -> Header {
+        let headerLength = try decodePrefix(bytes)
+        let end = bytes.startIndex + prefixLength + headerLength
+        guard bytes.endIndex >= end else { throw Failure("truncated header") }
+        let checksumStart = end - checksumLength
+        guard checksum(bytes[bytes.startIndex..<checksumStart]).elementsEqual(bytes[checksumStart..<end]) else {
+            throw Failure("header checksum mismatch")
+        }
+        var reader = Reader(bytes: bytes[(bytes.startIndex + prefixLength)..<checksumStart])
+        let key = try reader.string()
+        let status = Int(try reader.integer(UInt16.self))
+        let reason = try reader.string()
+        let fieldCount = Int(try reader.integer(UInt32.self))
+        var headers = HTTPHeaders()
+        for _ in 0..<fieldCount {
+            let name = try reader.string()
+            headers.add(name, try reader.string())
+        }
+        let requestTime = Date(timeIntervalSinceReferenceDate: Double(bitPattern: try reader.integer(UInt64.self)))
+        let responseTime = Date(timeIntervalSinceReferenceDate: Double(bitPattern: try reader.integer(UInt64.self)))
+        var vary: VaryKey?
+        switch try reader.integer(UInt8.self) {
+        case 0: vary = nil
+        case 1:
+            let matchesNothing = try reader.integer(UInt8.self) != 0
+            let count = Int(try reader.integer(UInt32.self))
+            var fields: [VaryKey.Field] = []
+            for _ in 0..<count {
+                let name = try reader.string()
+                let value: String? = try reader.integer(UInt8.self) != 0 ? try reader.string() : nil
+                fields.append(VaryKey.Field(name: name, value: value))
+            }
+            vary = VaryKey(fields: fields, matchesNothing: matchesNothing)
+        default: throw Failure("bad vary tag")
+        }
+        let bodyLength = try reader.integer(UInt64.self)
+        guard bodyLength <= UInt64(Int.max / 2) else { throw Failure("implausible body length \(bodyLength)") }
+        let bodyChecksum = try reader.bytes(checksumLength)
+        guard reader.isAtEnd else { throw Failure("unexpected bytes after the header fields") }
+        return Header(key: key, head: HTTPResponseHead(status: status, reason: reason, headers: headers),
+                      requestTime: requestTime, responseTime: responseTime, vary: vary, bodyLength: Int(bodyLength),
+                      bodyChecksum: Array(bodyChecksum), bodyOffset: prefixLength + headerLength)
+    }
+
+    /// Bounds-checked little-endian reader over the header fields.
+    private struct Reader {
+        var bytes: ArraySlice<UInt8>
+        var index: Int
+        init(bytes: ArraySlice<UInt8>) {
+            self.bytes = bytes
+            self.index = bytes.startIndex
+        }
+        var isAtEnd: Bool { index == bytes.endIndex }
+
+        mutating func bytes(_ count: Int) throws(Failure) -> ArraySlice<UInt8> {
+            guard count >= 0, bytes.endIndex - index >= count else { throw Failure("header field runs past the header") }
+            defer { index += count }
+            return bytes[index..<(index + count)]
+        }
+
+        mutating func integer<T: FixedWidthInteger & UnsignedInteger>(_: T.Type) throws(Failure) -> T {
+            var value: T = 0
+            for (n, byte) in try bytes(MemoryLayout<T>.size).enumerated() { value |= T(byte) << (8 * n) }
+            return value
+        }
+
+        mutating func string() throws(Failure) -> String {
+            let count = Int(try integer(UInt32.self))
+            let raw = try bytes(count)
+            guard let string = String(validating: raw, as: UTF8.self) else { throw Failure("header string is not UTF-8") }
+            return string
+        }
+    }
+}

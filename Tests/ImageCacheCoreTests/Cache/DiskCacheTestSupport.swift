@@ -1,0 +1,83 @@
+import Foundation
+@testable import ImageCacheCore
+import Logging
+import Synchronization
+
+/// A fresh directory under the system temp directory, removed when the value is released.
+final class DiskTestDirectory: Sendable {
+    let path: String
+
+    init() {
+        path = NSTemporaryDirectory() + "/imagecached-disk-\(UUID().uuidString)"
+        try! FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    }
+
+    deinit { try? FileManager.default.removeItem(atPath: path) }
+
+    /// Every regular file under the directory, as paths relative to it, sorted.
+    var files: [String] {
+        let enumerator = FileManager.default.enumerator(atPath: path)
+        var out: [String] = []
+        while let item = enumerator?.nextObject() as? String {
+            var isDirectory: ObjCBool = false
+            if FileManager.default.fileExists(atPath: path + "/" + item, isDirectory: &isDirectory), !isDirectory.boolValue {
+                out.append(item)
+            }
+        }
+        return out.sorted()
+    }
+}
+
+/// A clock the test moves by hand.
+final class DiskTestClock: Sendable {
+    private let time: Mutex<Date>
+    init(_ start: Date = Fixture.t0) { time = Mutex(start) }
+    func advance(by seconds: Double) { time.withLock { $0 = $0.addingTimeInterval(seconds) } }
+    var now: @Sendable () -> Date { { self.time.withLock { $0 } } }
+}
+
+/// Keeps every log message, to assert on warnings.
+final class DiskTestLog: LogHandler, @unchecked Sendable {
+    private let lines = Mutex<[String]>([])
+    var metadata: Logger.Metadata = [:]
+    var logLevel: Logger.Level = .debug
+
+    var messages: [String] { lines.withLock { $0 } }
+    var warnings: [String] { messages.filter { $0.hasPrefix("warning ") } }
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    func log(event: LogEvent) {
+        lines.withLock { $0.append("\(event.level) \(event.message)") }
+    }
+
+    var logger: Logger { Logger(label: "imagecached-disk-test") { _ in self } }
+}
+
+extension DiskCache {
+    /// `lookup` made synchronous for tests: queues the lookup, waits for the queue, returns what it delivered.
+    func lookupNow(_ key: CacheKey) -> DiskLookup? {
+        let result = Mutex<DiskLookup?>(nil)
+        lookup(key) { found in result.withLock { $0 = found } }
+        flush()
+        return result.withLock { $0 }
+    }
+
+    /// Waits until the startup loader has finished (each flush lets at least one loader step run).
+    func waitForIndex() {
+        while !stats.indexLoaded { flush() }
+    }
+
+    /// The file an entry for `key` is stored in.
+    func path(of key: CacheKey) -> String { filePath(of: DiskEntryFormat.fileName(forKey: key.description)) }
+}
+
+extension DiskLookup {
+    var entry: CacheEntry? {
+        if case let .entry(entry) = self { return entry }
+        return nil
+    }
+}

@@ -1,0 +1,561 @@
+import Foundation
+@testable import ImageCacheCore
+import Logging
+import Synchronization
+import Testing
+
+@Suite("DiskCache")
+struct DiskCacheTests {
+    static func key(_ name: String) -> CacheKey { Fixture.key("http://origin.test/\(name)") }
+
+    static func entry(_ name: String, bytes: Int = 100, fill: UInt8 = 7, time: Date = Fixture.t0) -> CacheEntry {
+        Fixture.entry([("Content-Type", "image/png"), ("ETag", "\"\(name)\"")], key: key(name),
+                      body: Array(repeating: fill, count: bytes), requestTime: time, responseTime: time)
+    }
+
+    static func randomBytes(_ count: Int) -> [UInt8] {
+        var generator = SystemRandomNumberGenerator()
+        return (0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) }
+    }
+
+    static func makeCache(_ directory: DiskTestDirectory, log: DiskTestLog = DiskTestLog(), clock: DiskTestClock = DiskTestClock(),
+                          limit: Int = 1 << 30, maxAge: Double = 7 * 86_400, memoryReadLimit: Int = 1 << 20,
+                          loader: Bool = true) throws -> DiskCache {
+        var configuration = DiskCache.Configuration(directory: directory.path, limitBytes: limit, maxAgeSeconds: maxAge,
+                                                    memoryReadLimitBytes: memoryReadLimit)
+        configuration.startsIndexLoader = loader
+        return try DiskCache(configuration: configuration, logger: log.logger, now: clock.now)
+    }
+
+    /// Overwrites one byte of a file.
+    static func flipByte(in path: String, at offset: Int) throws {
+        let handle = try #require(FileHandle(forUpdatingAtPath: path))
+        try handle.seek(toOffset: UInt64(offset))
+        let old = try #require(try handle.read(upToCount: 1)?.first)
+        try handle.seek(toOffset: UInt64(offset))
+        try handle.write(contentsOf: Data([old ^ 0x01]))
+        try handle.close()
+    }
+
+    // MARK: - Round trips
+
+    @Test("an inserted entry comes back equal: status, reason, fields, times, vary and body")
+    func roundTrip() throws {
+        // Given an entry with repeated fields, a custom reason, fractional times and a Vary key
+        let directory = DiskTestDirectory()
+        let cache = try Self.makeCache(directory)
+        let head = HTTPResponseHead(status: 203, reason: "Non-Authoritative Infø", headers: HTTPHeaders([
+            ("Content-Type", "image/webp"), ("Cache-Control", "max-age=600"), ("Vary", "Accept, Accept-Encoding"),
+            ("X-Repeat", "one"), ("x-repeat", "two"), ("ETag", "W/\"v1\""), ("Empty", ""),
+        ]))
+        let entry = CacheEntry(key: Self.key("round.webp"), head: head, body: Self.randomBytes(5000),
+                               requestTime: Date(timeIntervalSinceReferenceDate: 720_000_000.123456789),
+                               responseTime: Date(timeIntervalSinceReferenceDate: 720_000_000.987654321),
+                               requestHeaders: ["Accept": "image/webp,  image/*"], policy: FreshnessPolicy())
+        #expect(entry.vary?.fields.count == 2)
+        // When
+        cache.insert(entry)
+        let found = try #require(cache.lookupNow(entry.key)?.entry)
+        // Then
+        #expect(found.key == entry.key)
+        #expect(found.head == entry.head)
+        #expect(found.body == entry.body)
+        #expect(found.requestTime == entry.requestTime)
+        #expect(found.responseTime == entry.responseTime)
+        #expect(found.vary == entry.vary)
+        #expect(found.vary?.fields[1].value == nil)
+        #expect(found.freshnessLifetime == entry.freshnessLifetime)
+        #expect(found.correctedInitialAge == entry.correctedInitialAge)
+        #expect(cache.stats.entries == 1)
+        #expect(cache.stats.bytes > 5000)
+        #expect(directory.files.count == 1)
+        #expect(cache.lookupNow(Self.key("other.webp")) == nil)
+    }
+
+    @Test("Vary: * and an empty body round-trip too")
+    func varyStarAndEmptyBody() throws {
+        let directory = DiskTestDirectory()
+        let cache = try Self.makeCache(directory)
+        let entry = Fixture.entry([("Vary", "*")], status: 204, key: Self.key("empty"), body: [])
+        #expect(entry.vary?.matchesNothing == true)
+        cache.insert(entry)
+        let found = try #require(cache.lookupNow(entry.key)?.entry)
+        #expect(found.vary == entry.vary)
+        #expect(found.body.isEmpty)
+        #expect(found.head.status == 204)
+    }
+
+    @Test("a body over the memory read limit comes back as a stream with the exact bytes")
+    func largeBodyStreams() throws {
+        // Given
+        let directory = DiskTestDirectory()
+        let cache = try Self.makeCache(directory, memoryReadLimit: 4096)
+        let body = Self.randomBytes(700_001)
+        let entry = Fixture.entry([("Content-Type", "image/jpeg")], key: Self.key("big.jpg"), body: body)
+        cache.insert(entry)
+        // When
+        let found = try #require(cache.lookupNow(entry.key))
+        guard case let .stream(head, bodyLength, file) = found else {
+            Issue.record("expected a stream, got \(found)")
+            return
+        }
+        // Then
+        #expect(head.body.isEmpty)
+        #expect(head.head == entry.head)
+        #expect(bodyLength == body.count)
+        var read: [UInt8] = []
+        while let chunk = file.read(maxBytes: 65_000) {
+            #expect(chunk.count <= 65_000)
+            read += chunk
+        }
+        #expect(read == body)
+        #expect(file.read(maxBytes: 10) == nil)
+        file.close()
+    }
+
+    @Test("a stream keeps reading the verified file when the entry is removed meanwhile")
+    func streamSurvivesRemove() throws {
+        // Given a stream handed out
+        let directory = DiskTestDirectory()
+        let cache = try Self.makeCache(directory, memoryReadLimit: 10)
+        let body = Self.randomBytes(100_000)
+        cache.insert(Fixture.entry([], key: Self.key("s"), body: body))
+        guard case let .stream(_, _, file) = try #require(cache.lookupNow(Self.key("s"))) else {
+            Issue.record("expected a stream")
+            return
+        }
+        // When the entry is removed and replaced before the body is read
+        cache.remove(Self.key("s"))
+        cache.insert(Fixture.entry([], key: Self.key("s"), body: Array(repeating: 1, count: 100_000)))
+        cache.flush()
+        // Then the reader still delivers the bytes it verified
+        var read: [UInt8] = []
+        while let chunk = file.read(maxBytes: 30_000) { read += chunk }
+        #expect(read == body)
+    }
+
+    // MARK: - Restart
+
+    @Test("a restarted cache finds entries before its index has loaded and after")
+    func restart() throws {
+        // Given entries written by one cache
+        let directory = DiskTestDirectory()
+        do {
+            let first = try Self.makeCache(directory)
+            for n in 0..<20 { first.insert(Self.entry("r\(n)", bytes: 100 + n)) }
+            first.flush()
+        }
+        // When a new cache that has not loaded its index looks them up
+        let log = DiskTestLog()
+        let cold = try Self.makeCache(directory, log: log, loader: false)
+        #expect(cold.lookupNow(Self.key("r3"))?.entry?.body.count == 103)
+        #expect(cold.lookupNow(Self.key("missing")) == nil)
+        #expect(cold.stats.indexLoaded == false)
+        #expect(cold.stats.entries == 1)  // the hit is indexed
+        // Then after loading, it knows every entry and their bytes
+        cold.startIndexLoader()
+        cold.waitForIndex()
+        #expect(cold.stats.entries == 20)
+        #expect(cold.stats.indexLoadSeconds != nil)
+        #expect(log.messages.contains { $0.contains("disk index loaded: 20 entries") })
+
+        // And a cache started normally finds them after its loader finished
+        let warm = try Self.makeCache(directory)
+        warm.waitForIndex()
+        #expect(warm.stats.entries == 20)
+        #expect(warm.stats.bytes == cold.stats.bytes)
+        for n in 0..<20 { #expect(warm.lookupNow(Self.key("r\(n)"))?.entry?.body.count == 100 + n) }
+        #expect(warm.lookupNow(Self.key("missing")) == nil)
+    }
+
+    @Test("lookups, inserts and removes during the index load leave a consistent index")
+    func workDuringLoad() throws {
+        let directory = DiskTestDirectory()
+        do {
+            let first = try Self.makeCache(directory)
+            for n in 0..<200 { first.insert(Self.entry("w\(n)")) }
+            first.flush()
+        }
+        // When work is queued while the loader runs
+        let cache = try Self.makeCache(directory)
+        cache.remove(Self.key("w1"))
+        cache.insert(Self.entry("new"))
+        _ = cache.lookupNow(Self.key("w2"))
+        cache.waitForIndex()
+        // Then
+        #expect(cache.stats.entries == 200)
+        #expect(cache.lookupNow(Self.key("w1")) == nil)
+        #expect(cache.lookupNow(Self.key("new")) != nil)
+        let fileBytes = try directory.files.reduce(0) { sum, file in
+            sum + (try FileManager.default.attributesOfItem(atPath: directory.path + "/" + file)[.size] as! Int)
+        }
+        #expect(cache.stats.bytes == fileBytes)
+    }
+
+    // MARK: - Corruption
+
+    @Test("a flipped byte in the body is a miss, and the file is removed and logged")
+    func flippedBodyByte() throws {
+        // Given
+        let directory = DiskTestDirectory()
+        let log = DiskTestLog()
+        let cache = try Self.makeCache(directory, log: log)
+        let entry = Self.entry("flip", bytes: 1000)
+        cache.insert(entry)
+        cache.flush()
+        let path = cache.path(of: entry.key)
+        let size = try FileManager.default.attributesOfItem(atPath: path)[.size] as! Int
+        // When the 500th body byte is flipped
+        try Self.flipByte(in: path, at: size - 500)
+        // Then
+        #expect(cache.lookupNow(entry.key) == nil)
+        #expect(!FileManager.default.fileExists(atPath: path))
+        #expect(cache.stats.removedCorrupt == 1)
+        #expect(cache.stats.entries == 0)
+        #expect(log.warnings.contains { $0.contains(path) && $0.contains("body checksum mismatch") })
+    }
+
+    @Test("a flipped byte in a streamed body is caught before the stream is handed out")
+    func flippedStreamByte() throws {
+        let directory = DiskTestDirectory()
+        let cache = try Self.makeCache(directory, memoryReadLimit: 100)
+        let entry = Self.entry("flipbig", bytes: 600_000)
+        cache.insert(entry)
+        cache.flush()
+        let path = cache.path(of: entry.key)
+        try Self.flipByte(in: path, at: 500_000)
+        #expect(cache.lookupNow(entry.key) == nil)
+        #expect(!FileManager.default.fileExists(atPath: path))
+    }
+
+    @Test("a flipped byte anywhere in the header is a miss", arguments: [0, 5, 9, 14, 40, 80, -40, -1])
+    func flippedHeaderByte(offset: Int) throws {
+        let directory = DiskTestDirectory()
+        let cache = try Self.makeCache(directory)
+        let entry = Self.entry("head", bytes: 10)
+        cache.insert(entry)
+        cache.flush()
+        let path = cache.path(of: entry.key)
+        let size = try FileManager.default.attributesOfItem(atPath: path)[.size] as! Int
+        let headerEnd = size - 10
+        try Self.flipByte(in: path, at: offset >= 0 ? offset : headerEnd + offset)
+        #expect(cache.lookupNow(entry.key) == nil)
+        #expect(!FileManager.default.fileExists(atPath: path))
+    }
+
+    @Test("a truncated file is a miss and is removed", arguments: [1, 10, 200])
+    func truncated(cut: Int) throws {
+        // Given
+        let directory = DiskTestDirectory()
+        let log = DiskTestLog()
+        let cache = try Self.makeCache(directory, log: log)
+        let entry = Self.entry("cut", bytes: 150)
+        cache.insert(entry)
+        cache.flush()
+        let path = cache.path(of: entry.key)
+        // When the last bytes are cut off
+        let data = try Data(contentsOf: URL(fileURLWithPath: path))
+        try data.prefix(data.count - cut).write(to: URL(fileURLWithPath: path))
+        // Then
+        #expect(cache.lookupNow(entry.key) == nil)
+        #expect(!FileManager.default.fileExists(atPath: path))
+        #expect(log.warnings.contains { $0.contains(path) })
+    }
+
+    @Test("random bytes at an entry's path are a miss and are removed", arguments: [0, 3, 11, 5000])
+    func foreignFile(length: Int) throws {
+        // Given an indexed entry whose file is replaced by random bytes
+        let directory = DiskTestDirectory()
+        let cache = try Self.makeCache(directory)
+        let key = Self.key("foreign")
+        cache.insert(Self.entry("foreign"))
+        cache.flush()
+        let path = cache.path(of: key)
+        try Data(Self.randomBytes(length)).write(to: URL(fileURLWithPath: path))
+        // Then
+        #expect(cache.lookupNow(key) == nil)
+        #expect(!FileManager.default.fileExists(atPath: path))
+        #expect(cache.stats.removedCorrupt == 1)
+        #expect(cache.stats.entries == 0)
+    }
+
+    @Test("before the index has loaded, a lookup checks the file itself and removes a foreign one")
+    func foreignFileBeforeLoad() throws {
+        // Given random bytes at a key's path, and a cache that has not loaded its index
+        let directory = DiskTestDirectory()
+        let key = Self.key("foreign")
+        let cache = try Self.makeCache(directory, loader: false)
+        let path = cache.path(of: key)
+        try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent,
+                                                withIntermediateDirectories: true)
+        try Data(Self.randomBytes(300)).write(to: URL(fileURLWithPath: path))
+        // Then
+        #expect(cache.lookupNow(key) == nil)
+        #expect(!FileManager.default.fileExists(atPath: path))
+        #expect(cache.stats.removedCorrupt == 1)
+    }
+
+    @Test("a valid entry for another key at a key's path is a miss, at lookup and at load")
+    func keyMismatch() throws {
+        // Given b's file copied over a's
+        let directory = DiskTestDirectory()
+        let log = DiskTestLog()
+        let cache = try Self.makeCache(directory, log: log)
+        cache.insert(Self.entry("a"))
+        cache.insert(Self.entry("b"))
+        cache.flush()
+        let pathA = cache.path(of: Self.key("a"))
+        try Data(contentsOf: URL(fileURLWithPath: cache.path(of: Self.key("b")))).write(to: URL(fileURLWithPath: pathA))
+        // Then a lookup of a misses and removes it
+        #expect(cache.lookupNow(Self.key("a")) == nil)
+        #expect(log.warnings.contains { $0.contains(pathA) && $0.contains("another key") })
+        #expect(!FileManager.default.fileExists(atPath: pathA))
+        #expect(cache.lookupNow(Self.key("b")) != nil)
+
+        // And the loader of a new cache removes such a file too
+        try FileManager.default.copyItem(atPath: cache.path(of: Self.key("b")), toPath: pathA)
+        let restarted = try Self.makeCache(directory)
+        restarted.waitForIndex()
+        #expect(restarted.stats.entries == 1)
+        #expect(restarted.stats.removedCorrupt == 1)
+        #expect(!FileManager.default.fileExists(atPath: pathA))
+    }
+
+    @Test("the loader removes leftover tmp files and corrupt entries, and leaves other files alone")
+    func loaderCleansUp() throws {
+        // Given a tree with a leftover tmp file, a truncated entry and an unrelated file
+        let directory = DiskTestDirectory()
+        do {
+            let first = try Self.makeCache(directory)
+            first.insert(Self.entry("keep"))
+            first.insert(Self.entry("cut"))
+            first.flush()
+            let cut = first.path(of: Self.key("cut"))
+            let data = try Data(contentsOf: URL(fileURLWithPath: cut))
+            try data.prefix(data.count - 1).write(to: URL(fileURLWithPath: cut))
+            try Data([1, 2, 3]).write(to: URL(fileURLWithPath: first.path(of: Self.key("keep")) + ".x1y2.tmp"))
+        }
+        try Data("mine".utf8).write(to: URL(fileURLWithPath: directory.path + "/README"))
+        #expect(directory.files.count == 4)
+        // When a cache starts on it
+        let cache = try Self.makeCache(directory)
+        cache.waitForIndex()
+        // Then
+        #expect(!directory.files.contains { $0.hasSuffix(".tmp") })
+        #expect(directory.files.count == 2)
+        #expect(directory.files.contains("README"))
+        #expect(cache.stats.entries == 1)
+        #expect(cache.stats.removedCorrupt == 1)
+    }
+
+    // MARK: - Update after 304
+
+    @Test("update after a 304 stores the new head and times and keeps the body")
+    func updateKeepsBody() throws {
+        // Given a stored entry
+        let directory = DiskTestDirectory()
+        let clock = DiskTestClock()
+        let cache = try Self.makeCache(directory, clock: clock)
+        let body = Self.randomBytes(3000)
+        let stored = Fixture.entry([("Content-Type", "image/png"), ("ETag", "\"v1\""), ("Cache-Control", "max-age=60")],
+                                   key: Self.key("u"), body: body)
+        cache.insert(stored)
+        // When a 304 refreshes it, handed over without its body (as for a streamed entry)
+        let t1 = Fixture.t0.addingTimeInterval(3600)
+        let refreshed = stored.refreshed(with: HTTPResponseHead(status: 304, headers: ["Cache-Control": "max-age=900", "ETag": "\"v1\""]),
+                                         requestTime: t1, responseTime: t1.addingTimeInterval(0.5), policy: FreshnessPolicy())
+        let headOnly = CacheEntry(key: refreshed.key, head: refreshed.head, body: [], requestTime: refreshed.requestTime,
+                                  responseTime: refreshed.responseTime, vary: refreshed.vary, policy: FreshnessPolicy())
+        cache.update(headOnly)
+        // Then
+        let found = try #require(cache.lookupNow(stored.key)?.entry)
+        #expect(found.body == body)
+        #expect(found.head == refreshed.head)
+        #expect(found.head.headers["Cache-Control"] == "max-age=900")
+        #expect(found.requestTime == t1)
+        #expect(found.responseTime == t1.addingTimeInterval(0.5))
+        #expect(found.freshnessLifetime == 900)
+        #expect(directory.files.count == 1)
+        #expect(cache.stats.entries == 1)
+
+        // And an update for a key with nothing stored writes nothing
+        cache.update(Self.entry("absent"))
+        cache.flush()
+        #expect(directory.files.count == 1)
+    }
+
+    // MARK: - Limits
+
+    @Test("writing well past the limit keeps the bytes within the limit plus one entry, and used entries survive")
+    func lruEviction() throws {
+        // Given room for about ten entries and a constant clock (recency decided by use order)
+        let directory = DiskTestDirectory()
+        let probe = DiskTestDirectory()
+        let unit: Int
+        do {
+            let sizer = try Self.makeCache(probe)
+            sizer.insert(Self.entry("hot0", bytes: 1000))
+            sizer.flush()
+            unit = sizer.stats.bytes
+        }
+        let limit = 10 * unit + unit / 2
+        let cache = try Self.makeCache(directory, limit: limit)
+        cache.insert(Self.entry("hot0", bytes: 1000))
+        cache.insert(Self.entry("hot1", bytes: 1000))
+        // When 100 more entries are written, the hot ones looked up after every write
+        var maxBytes = 0
+        for n in 0..<100 {
+            cache.insert(Self.entry("cold\(n)", bytes: 1000))
+            #expect(cache.lookupNow(Self.key("hot0")) != nil)
+            #expect(cache.lookupNow(Self.key("hot1")) != nil)
+            maxBytes = max(maxBytes, cache.stats.bytes)
+        }
+        // Then
+        #expect(maxBytes <= limit + unit)
+        #expect(cache.stats.bytes <= limit)
+        #expect(cache.stats.evicted >= 90)
+        #expect(cache.lookupNow(Self.key("cold0")) == nil)
+        #expect(cache.lookupNow(Self.key("cold99")) != nil)
+        let onDisk = directory.files.count
+        #expect(onDisk == cache.stats.entries)
+        #expect(onDisk <= 11)
+    }
+
+    @Test("an entry larger than the whole limit is not written")
+    func entryOverLimit() throws {
+        let directory = DiskTestDirectory()
+        let cache = try Self.makeCache(directory, limit: 4096)
+        cache.insert(Self.entry("huge", bytes: 5000))
+        #expect(cache.lookupNow(Self.key("huge")) == nil)
+        #expect(directory.files.isEmpty)
+        #expect(cache.stats.writeErrors == 0)
+    }
+
+    @Test("a sweep removes entries not used for max age, fresh or not, by the injected clock")
+    func maxAge() throws {
+        // Given a written at t0 and b at t0+60, max age 100 s
+        let directory = DiskTestDirectory()
+        let clock = DiskTestClock()
+        let cache = try Self.makeCache(directory, clock: clock, maxAge: 100)
+        cache.insert(Self.entry("a"))
+        cache.flush()
+        clock.advance(by: 60)
+        cache.insert(Self.entry("b"))
+        // When the clock passes a's max age
+        clock.advance(by: 50)
+        cache.sweep()
+        cache.flush()
+        // Then only a is gone
+        #expect(cache.stats.expired == 1)
+        #expect(cache.lookupNow(Self.key("a")) == nil)
+        #expect(cache.lookupNow(Self.key("b")) != nil)  // a use at t0+110
+
+        // And a use pushes the expiry back
+        clock.advance(by: 90)  // t0+200: b last used 90 s ago
+        cache.sweep()
+        cache.flush()
+        #expect(cache.stats.entries == 1)
+        clock.advance(by: 20)  // 110 s since b's last use
+        cache.sweep()
+        cache.flush()
+        #expect(cache.stats.entries == 0)
+        #expect(directory.files.isEmpty)
+    }
+
+    @Test("the last use survives a restart through the file's mtime")
+    func recencyAcrossRestart() throws {
+        let directory = DiskTestDirectory()
+        let clock = DiskTestClock()
+        do {
+            let first = try Self.makeCache(directory, clock: clock, maxAge: 1000)
+            first.insert(Self.entry("old"))
+            first.insert(Self.entry("used"))
+            first.flush()
+            clock.advance(by: 800)
+            _ = first.lookupNow(Self.key("used"))  // over the touch interval: mtime pushed to t0+800
+        }
+        clock.advance(by: 300)  // t0+1100
+        let cache = try Self.makeCache(directory, clock: clock, maxAge: 1000)
+        cache.waitForIndex()
+        cache.sweep()
+        cache.flush()
+        #expect(cache.lookupNow(Self.key("old")) == nil)
+        #expect(cache.lookupNow(Self.key("used")) != nil)
+    }
+
+    @Test("removeAll empties the cache and the directory tree")
+    func removeAll() throws {
+        let directory = DiskTestDirectory()
+        let cache = try Self.makeCache(directory)
+        for n in 0..<10 { cache.insert(Self.entry("e\(n)")) }
+        cache.remove(Self.key("e0"))
+        cache.flush()
+        #expect(cache.stats.entries == 9)
+        let done = Mutex(false)
+        cache.removeAll { done.withLock { $0 = true } }
+        cache.flush()
+        #expect(done.withLock { $0 })
+        #expect(cache.stats.entries == 0)
+        #expect(cache.stats.bytes == 0)
+        #expect(directory.files.isEmpty)
+        #expect(cache.lookupNow(Self.key("e3")) == nil)
+    }
+
+    // MARK: - Write errors
+
+    /// Whether this process may mount a tmpfs (root with CAP_SYS_ADMIN, not in a restricted container).
+    static let canMountTmpfs: Bool = {
+        let directory = DiskTestDirectory()
+        defer { _ = run("/bin/umount", [directory.path]) }
+        return run("/bin/mount", ["-t", "tmpfs", "-o", "size=64k", "tmpfs", directory.path])
+    }()
+
+    static func run(_ tool: String, _ arguments: [String]) -> Bool {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: tool)
+        process.arguments = arguments
+        process.standardError = FileHandle.nullDevice
+        process.standardOutput = FileHandle.nullDevice
+        guard (try? process.run()) != nil else { return false }
+        process.waitUntilExit()
+        return process.terminationStatus == 0
+    }
+
+    @Test("a write that fills the disk is dropped and counted, leaves no tmp file, and lookups still work",
+          .enabled(if: DiskCacheTests.canMountTmpfs, "needs `mount -t tmpfs` (root with CAP_SYS_ADMIN); not permitted here"))
+    func diskFull() throws {
+        // Given a cache on a 1 MiB tmpfs holding one small entry
+        let directory = DiskTestDirectory()
+        #expect(Self.run("/bin/mount", ["-t", "tmpfs", "-o", "size=1m", "tmpfs", directory.path]))
+        defer { _ = Self.run("/bin/umount", [directory.path]) }
+        let log = DiskTestLog()
+        let cache = try Self.makeCache(directory, log: log)
+        cache.insert(Self.entry("small", bytes: 1000))
+        // When a 2 MiB entry is written
+        cache.insert(Self.entry("big", bytes: 2 << 20))
+        cache.flush()
+        // Then
+        #expect(cache.stats.writeErrors == 1)
+        #expect(log.messages.contains { $0.hasPrefix("error ") && $0.contains("dropped") })
+        #expect(!directory.files.contains { $0.hasSuffix(".tmp") })
+        #expect(directory.files.count == 1)
+        #expect(cache.lookupNow(Self.key("big")) == nil)
+        #expect(cache.lookupNow(Self.key("small"))?.entry?.body.count == 1000)
+        // And a later write that fits succeeds
+        cache.insert(Self.entry("after", bytes: 1000))
+        #expect(cache.lookupNow(Self.key("after")) != nil)
+        #expect(cache.stats.entries == 2)
+    }
+
+    @Test("a directory that cannot be created is reported at init")
+    func badDirectory() throws {
+        let directory = DiskTestDirectory()
+        try Data().write(to: URL(fileURLWithPath: directory.path + "/file"))
+        #expect(throws: DiskCacheError.self) {
+            try DiskCache(configuration: .init(directory: directory.path + "/file/sub"), logger: DiskTestLog().logger)
+        }
+        #expect(throws: DiskCacheError.self) {
+            try DiskCache(configuration: .init(directory: directory.path, limitBytes: 0), logger: DiskTestLog().logger)
+        }
+    }
+}
