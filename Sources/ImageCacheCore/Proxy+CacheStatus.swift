@@ -10,6 +10,9 @@
 //   MISS         imagecached; fwd=request; ...                  the request's no-cache forced a revalidation
 //   MISS         imagecached; fwd=vary-miss; ...                stored variant does not match the request's Vary fields
 //   BYPASS       imagecached; fwd=bypass; ...                   not cacheable as asked (Authorization, no-store) or not shareable
+//   HIT          imagecached; hit; ttl=N; detail=disk           fresh on disk (after a restart, or evicted from memory)
+//   STALE        imagecached; hit; ttl=-N; detail=stale-if-error   stale, served because the origin failed and
+//                                                               stale-if-error (directive or the offline policy) allows it
 // A Cache-Status the origin already sent is kept and ours is appended (RFC 9211 section 2).
 
 /// How a response was produced.
@@ -25,8 +28,11 @@ struct CacheOutcome: Sendable, Equatable {
     var forwardStatus: Int?
     var stored = false
     var collapsed = false
+    /// RFC 9211 detail: "disk" for a hit read from the disk tier, "stale-if-error" for a stale entry served because
+    /// the origin failed.
+    var detail: String?
 
-    static func hit(ttl: Double) -> CacheOutcome { CacheOutcome(forward: nil, ttl: ttl) }
+    static func hit(ttl: Double, detail: String? = nil) -> CacheOutcome { CacheOutcome(forward: nil, ttl: ttl, detail: detail) }
 
     var xCache: String {
         guard let forward else { return (ttl ?? 0) < 0 ? "STALE" : "HIT" }
@@ -49,6 +55,7 @@ struct CacheOutcome: Sendable, Equatable {
             value += "; hit"
             if let ttl { value += "; ttl=\(Int(ttl.rounded(.down)))" }
         }
+        if let detail { value += "; detail=\(detail)" }
         return value
     }
 

@@ -39,6 +39,8 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
 
     // MARK: shared, guarded by its own lock
     public let memory: MemoryCache
+    /// The disk tier, if on; it owns its queue.
+    public let disk: DiskCache?
 
     // MARK: owned by `queue`
     let queue = DispatchQueue(label: "imagecached.proxy")
@@ -48,10 +50,11 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
     /// Confined to `queue`: waiter identities.
     var nextWaiterID = 0
 
-    public init(configuration: Configuration, origin: any Origin, logger: Logger, now: @escaping @Sendable () -> Date = { Date() },
-                events: (@Sendable (ProxyEvent) -> Void)? = nil) {
+    public init(configuration: Configuration, origin: any Origin, disk: DiskCache? = nil, logger: Logger,
+                now: @escaping @Sendable () -> Date = { Date() }, events: (@Sendable (ProxyEvent) -> Void)? = nil) {
         self.configuration = configuration
         self.events = events
+        self.disk = disk
         self.origin = origin
         self.logger = logger
         self.now = now
@@ -95,7 +98,7 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
             return
         }
         guard let entry = memory.lookup(key) else {
-            if request.cacheControl.onlyIfCached {
+            if request.cacheControl.onlyIfCached && disk == nil {
                 refuse(sink, status: 504, reason: "not in the cache and the request said only-if-cached", request: request.head, client: request.client)
                 return
             }
@@ -130,6 +133,18 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
 
     /// Writes a stored entry: the full response, or 304 when the client's own validators match.
     func respond(_ entry: CacheEntry, to sink: any ResponseSink, request: ClientRequest, outcome: CacheOutcome, now: Date) {
+        let (head, notModified) = clientHead(for: entry, request: request, outcome: outcome, now: now)
+        if notModified {
+            sink.head(head, bodyLength: nil)
+            sink.end()
+            return
+        }
+        sink.respond(head, body: entry.body)
+    }
+
+    /// The head a client gets for a stored entry (Age, Cache-Status, X-Cache set; no Content-Length, the sink frames
+    /// the body), or a 304 head when the client's own validators match (`notModified`).
+    func clientHead(for entry: CacheEntry, request: ClientRequest, outcome: CacheOutcome, now: Date) -> (HTTPResponseHead, notModified: Bool) {
         var headers = entry.head.headers
         headers.remove("Content-Length")
         headers.set("Age", String(Int(Freshness.currentAge(entry, now: now))))
@@ -138,11 +153,9 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
             let kept = ["ETag", "Cache-Control", "Expires", "Last-Modified", "Date", "Vary", "Content-Location", "Age",
                         "Cache-Status", "X-Cache"]
             headers.removeAll { field in !kept.contains { $0.equalsIgnoringASCIICase(field.name) } }
-            sink.head(HTTPResponseHead(status: 304, headers: headers), bodyLength: nil)
-            sink.end()
-            return
+            return (HTTPResponseHead(status: 304, headers: headers), true)
         }
-        sink.respond(HTTPResponseHead(status: entry.head.status, reason: entry.head.reason, headers: headers), body: entry.body)
+        return (HTTPResponseHead(status: entry.head.status, reason: entry.head.reason, headers: headers), false)
     }
 
     /// A clear error: status, one-line reason in the body and the log.
@@ -182,7 +195,11 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
         let fetch = Fetch(proxy: self, key: key, leader: request, reason: reason, revalidating: revalidating)
         if reason != .bypass { coalescer[fetchKey] = fetch }
         fetch.attach(waiter, collapsed: false)
-        fetch.start()
+        if reason == .miss, let disk {
+            fetch.lookUpDisk(disk)
+        } else {
+            fetch.start()
+        }
     }
 
     /// Called by a fetch when it will take no more waiters. On `queue`.

@@ -42,6 +42,8 @@ struct Imagecached: ParsableCommand {
     var memoryObjectLimit: String?
     @Option(help: "Largest upstream object served or stored; larger transfers are stopped. Default 50MiB.")
     var maxObjectSize: String?
+    @Option(help: "Offline policy: how long past its freshness a stored entry may still be served when the origin fails (0 = only where stale-if-error says so). Default 0.")
+    var staleIfError: String?
     @Option(help: "Comma-separated media types served and stored; */* turns the image checks off. Default image/jpeg,image/png,image/gif,image/webp,image/avif.")
     var contentTypes: String?
     @Flag(help: "Allow SVG (image/svg+xml), which can carry script. Default off.")
@@ -106,7 +108,7 @@ struct Imagecached: ParsableCommand {
             ("disk-limit", diskLimit), ("disk-max-age", diskMaxAge), ("disk-low-water", diskLowWater),
             ("disk-fsync", diskFsync ? "true" : nil), ("memory-limit", memoryLimit),
             ("memory-count-limit", memoryCountLimit), ("memory-object-limit", memoryObjectLimit),
-            ("max-object-size", maxObjectSize), ("content-types", contentTypes),
+            ("max-object-size", maxObjectSize), ("stale-if-error", staleIfError), ("content-types", contentTypes),
             ("allow-svg", allowSvg ? "true" : nil), ("allow-private-networks", allowPrivateNetworks ? "true" : nil),
             ("heuristic-fraction", heuristicFraction), ("heuristic-max", heuristicMax),
             ("complete-abandoned-fetches", completeAbandonedFetches ? "true" : nil),

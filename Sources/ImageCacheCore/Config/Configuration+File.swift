@@ -14,6 +14,7 @@
 //   memory-count-limit           IMAGECACHED_MEMORY_COUNT_LIMIT          --memory-count-limit N
 //   memory-object-limit          IMAGECACHED_MEMORY_OBJECT_LIMIT         --memory-object-limit SIZE
 //   max-object-size              IMAGECACHED_MAX_OBJECT_SIZE             --max-object-size SIZE
+//   stale-if-error               IMAGECACHED_STALE_IF_ERROR              --stale-if-error DURATION
 //   content-types  (list or comma-separated)  IMAGECACHED_CONTENT_TYPES  --content-types LIST
 //   allow-svg                    IMAGECACHED_ALLOW_SVG                   --allow-svg
 //   allow-private-networks       IMAGECACHED_ALLOW_PRIVATE_NETWORKS      --allow-private-networks
@@ -55,7 +56,7 @@ extension Configuration {
     /// Every key the configuration understands, in the order of the documentation.
     public static let keys: [String] = [
         "listen", "origin", "origins", "cache-dir", "disk-limit", "disk-max-age", "disk-low-water", "disk-fsync", "memory-limit", "memory-count-limit", "memory-object-limit",
-        "max-object-size", "content-types", "allow-svg", "allow-private-networks", "heuristic-fraction",
+        "max-object-size", "stale-if-error", "content-types", "allow-svg", "allow-private-networks", "heuristic-fraction",
         "heuristic-max", "complete-abandoned-fetches", "log-level", "access-log",
         "server.max-request-line", "server.max-header-bytes", "server.max-header-count", "server.max-request-body",
         "server.header-timeout", "server.idle-timeout", "server.write-timeout", "server.max-connections",
@@ -182,9 +183,9 @@ extension Configuration {
             }
             return value
         }
-        func seconds() throws(ConfigError) -> Double {
+        func seconds(allowingZero: Bool = false) throws(ConfigError) -> Double {
             let text = try scalar()
-            guard let value = DurationText.parse(text), value > 0, value <= 366 * 86_400 else {
+            guard let value = DurationText.parse(text), value > 0 || (allowingZero && value == 0), value <= 366 * 86_400 else {
                 throw ConfigError(key: source, reason: "'\(text)' is not a positive duration up to a year (like 10, 10s, 500ms or 5m)")
             }
             return value
@@ -236,9 +237,7 @@ extension Configuration {
             guard !text.isEmpty else { throw ConfigError(key: source, reason: "must not be empty") }
             cacheDirectory = text
         case "disk-limit":
-            let bytes = try size()
-            guard bytes > 0 else { throw ConfigError(key: source, reason: "must be more than 0 bytes") }
-            diskLimitBytes = bytes
+            diskLimitBytes = try size()
         case "disk-max-age": diskMaxAgeSeconds = try seconds()
         case "disk-low-water":
             let value = try fraction()
@@ -268,6 +267,7 @@ extension Configuration {
                 }
             }
             contentTypes = types
+        case "stale-if-error": staleIfErrorSeconds = try seconds(allowingZero: true)
         case "allow-svg": allowSVG = try boolean()
         case "allow-private-networks": allowPrivateNetworks = try boolean()
         case "heuristic-fraction": heuristicFraction = try fraction()

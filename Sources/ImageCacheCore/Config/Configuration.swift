@@ -11,7 +11,7 @@ public struct Configuration: Sendable, Equatable {
     public var origins: [OriginMapping] = []
     /// `cache-dir`: directory of the on-disk tier. Default `$CACHE_DIRECTORY` (systemd), else `$XDG_CACHE_HOME/imagecached`, else `~/.cache/imagecached`.
     public var cacheDirectory: String = Configuration.defaultCacheDirectory()
-    /// `disk-limit`: byte budget of the on-disk tier (files, headers included). Default 10 GiB.
+    /// `disk-limit`: byte budget of the on-disk tier (files, headers included); 0 turns the disk tier off. Default 10 GiB.
     public var diskLimitBytes: Int = 10 << 30
     /// `disk-max-age`: disk entries not used for this long are removed, fresh or not, seconds. Default 7 days.
     public var diskMaxAgeSeconds: Double = 7 * 86_400
@@ -25,6 +25,10 @@ public struct Configuration: Sendable, Equatable {
     public var memoryCountLimit: Int = 0
     /// `memory-object-limit`: larger objects are streamed but not kept in memory. Default: 1/8 of memory-limit.
     public var memoryObjectLimitBytes: Int? = nil
+    /// `stale-if-error`: offline policy: how long past its freshness a stored entry may still be served when the
+    /// origin cannot be reached or answers 5xx (RFC 5861 stale-if-error for every response); 0 = only when the
+    /// response or request says stale-if-error. Default 0.
+    public var staleIfErrorSeconds: Double = 0
     /// `max-object-size`: largest upstream body served or stored; larger transfers are stopped. Default 50 MiB.
     public var maxObjectSizeBytes: Int = 50 << 20
     /// `content-types`: media types served and stored; "*/*" turns the image checks off. Default JPEG, PNG, GIF, WebP, AVIF.

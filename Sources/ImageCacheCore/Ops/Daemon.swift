@@ -23,7 +23,20 @@ public final class Daemon: @unchecked Sendable {
         self.logger = logger
         origin = try CurlOrigin(configuration: configuration.upstream, allowPrivateNetworks: configuration.allowPrivateNetworks,
                                 logger: logger)
-        proxy = Proxy(configuration: configuration, origin: origin, logger: logger, now: now, events: events)
+        var disk: DiskCache?
+        if configuration.diskLimitBytes > 0 {
+            disk = try DiskCache(
+                configuration: DiskCache.Configuration(
+                    directory: configuration.cacheDirectory, limitBytes: configuration.diskLimitBytes,
+                    lowWaterFraction: configuration.diskLowWaterFraction, maxAgeSeconds: configuration.diskMaxAgeSeconds,
+                    fsync: configuration.diskFsync,
+                    // Bodies that fit the memory tier are read whole and promoted; larger ones stream from the file.
+                    memoryReadLimitBytes: configuration.effectiveMemoryObjectLimitBytes,
+                    freshnessPolicy: FreshnessPolicy(heuristicFraction: configuration.heuristicFraction,
+                                                     heuristicMaxSeconds: configuration.heuristicMaxSeconds)),
+                logger: logger, now: now)
+        }
+        proxy = Proxy(configuration: configuration, origin: origin, disk: disk, logger: logger, now: now, events: events)
         listener = Listener(configuration: configuration.server, handler: proxy, logger: logger)
     }
 
@@ -37,7 +50,7 @@ public final class Daemon: @unchecked Sendable {
             modes.append("reverse proxy (" + configuration.origins.map { "\($0.prefix) -> \($0.url)" }.joined(separator: ", ") + ")")
         }
         let address = ListenAddress(host: configuration.listen.host, port: port)
-        logger.info("imagecached \(imagecachedVersion) listening on http://\(address); modes: \(modes.joined(separator: ", ")); memory limit \(configuration.memoryLimitBytes) bytes; private networks \(configuration.allowPrivateNetworks ? "allowed" : "refused")")
+        logger.info("imagecached \(imagecachedVersion) listening on http://\(address); modes: \(modes.joined(separator: ", ")); memory limit \(configuration.memoryLimitBytes) bytes; disk \(configuration.diskLimitBytes > 0 ? "\(configuration.cacheDirectory) limit \(configuration.diskLimitBytes) bytes" : "off"); private networks \(configuration.allowPrivateNetworks ? "allowed" : "refused")")
         return port
     }
 
@@ -45,6 +58,7 @@ public final class Daemon: @unchecked Sendable {
     public func stop() {
         listener.stop()
         origin.shutdown()
+        proxy.disk?.flush()
     }
 
     /// Serves until SIGTERM or SIGINT, then stops and exits 0.

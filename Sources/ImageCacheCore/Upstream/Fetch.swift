@@ -34,6 +34,10 @@ final class Fetch: @unchecked Sendable {
     }
 
     enum State {
+        /// Asking the disk tier first (a memory miss); waiters wait for its answer.
+        case lookingOnDisk
+        /// Serving a large stored body from its file to every waiter; takes no newcomers.
+        case streamingFromDisk
         case waitingForHead
         case checkingBody(HTTPResponseHead)
         case streaming(HTTPResponseHead)
@@ -48,22 +52,24 @@ final class Fetch: @unchecked Sendable {
 
     // MARK: owned by proxy.queue
     /// The stored entry being revalidated (conditional request), if any.
-    private var revalidating: CacheEntry?
+    var revalidating: CacheEntry?
     /// Counts transfers started; events of an earlier transfer are ignored.
-    private var generation = 0
-    private var state = State.waitingForHead
-    private var waiters: [Waiter] = []
+    var generation = 0
+    var state = State.waitingForHead
+    var waiters: [Waiter] = []
     private var chunks: [[UInt8]] = []
     private var prefix: [UInt8] = []
     private var receivedBytes = 0
     private var keepingBody = true
     /// Still in the coalescer map, taking new waiters.
-    private var joinable = true
+    var joinable = true
     /// A HEAD client was answered from this fetch: it runs to the end to fill the cache even with no waiter left.
-    private var fillingForHead = false
-    private var transfer: (any UpstreamTransfer)?
-    private var requestTime = Date()
-    private var responseTime = Date()
+    var fillingForHead = false
+    /// `revalidating` came from the disk tier with its body left in the file (a large entry).
+    var revalidatingFromDisk = false
+    var transfer: (any UpstreamTransfer)?
+    var requestTime = Date()
+    var responseTime = Date()
     private var bodyLength: Int?
     private var storeDecision = StoreDecision.dontStore(reason: "no response yet")
 
@@ -75,7 +81,7 @@ final class Fetch: @unchecked Sendable {
         self.revalidating = revalidating
     }
 
-    private var queue: DispatchQueue { proxy.queue }
+    var queue: DispatchQueue { proxy.queue }
 
     func start() {
         dispatchPrecondition(condition: .onQueue(queue))
@@ -105,7 +111,7 @@ final class Fetch: @unchecked Sendable {
             queue.async { weakSelf?.detach(id) }
         }
         switch state {
-        case .waitingForHead:
+        case .waitingForHead, .lookingOnDisk:
             waiters.append(waiter)
             proxy.events?(.waiterAttached(key: key, waiters: waiters.count))
         case let .checkingBody(head):
@@ -128,9 +134,9 @@ final class Fetch: @unchecked Sendable {
                 return
             }
             for chunk in chunks { waiter.sink.body(chunk) }
-        case .finished:
+        case .finished, .streamingFromDisk:
             // Closed fetches are not in the coalescer; reaching here is a programming error.
-            preconditionFailure("attach to a finished fetch")
+            preconditionFailure("attach to a closed fetch")
         }
     }
 
@@ -167,7 +173,9 @@ final class Fetch: @unchecked Sendable {
                 // The 304 names other validators than the stored ones: drop the entry and fetch it whole.
                 proxy.logger.notice("\(key): 304 does not match the stored validators; fetching the whole response")
                 proxy.memory.remove(key)
+                proxy.disk?.remove(key)
                 self.revalidating = nil
+                revalidatingFromDisk = false
                 transfer?.cancel()
                 start()
                 return
@@ -179,7 +187,25 @@ final class Fetch: @unchecked Sendable {
             asGET.method = "GET"
             let keep = Storability.decide(request: asGET, requestCacheControl: leader.cacheControl,
                                           response: refreshed.head, responseCacheControl: refreshed.cacheControl) == .store
-            if keep { proxy.memory.insert(refreshed) } else { proxy.memory.remove(key) }
+            if revalidatingFromDisk {
+                // The body is in the file: write the refreshed header, then stream the body from there.
+                if keep { proxy.disk?.update(refreshed) } else { proxy.disk?.remove(key) }
+                let outcome = CacheOutcome(forward: reason, forwardStatus: 304, stored: keep)
+                if keep { return serveFromDiskAfterRevalidation(outcome) }
+                // Not kept: the file is gone; fetch the whole response instead.
+                self.revalidating = nil
+                revalidatingFromDisk = false
+                transfer?.cancel()
+                start()
+                return
+            }
+            if keep {
+                proxy.memory.insert(refreshed)
+                proxy.disk?.update(refreshed)
+            } else {
+                proxy.memory.remove(key)
+                proxy.disk?.remove(key)
+            }
             var mismatched: [Waiter] = []
             for waiter in waiters {
                 if let vary = refreshed.vary, !vary.matches(waiter.request.forwardedHeaders) {
@@ -196,7 +222,11 @@ final class Fetch: @unchecked Sendable {
             return
         }
         guard head.status == 200 || head.status == 203 else {
-            if revalidating != nil && (head.status == 404 || head.status == 410) { proxy.memory.remove(key) }
+            if revalidating != nil && (head.status == 404 || head.status == 410) {
+                proxy.memory.remove(key)
+                proxy.disk?.remove(key)
+            }
+            if head.status >= 500, serveStaleIfError(because: "upstream answered \(head.status)") { return }
             let status = (400...599).contains(head.status) ? head.status : 502
             refuseAll(status: status, reason: "upstream answered \(head.status) \(head.reason)")
             return
@@ -249,7 +279,8 @@ final class Fetch: @unchecked Sendable {
         }
         if keepingBody {
             chunks.append(chunk)
-            if receivedBytes > proxy.configuration.effectiveMemoryObjectLimitBytes {
+            // With a disk tier the body is kept whole (up to max-object-size) to be written there.
+            if proxy.disk == nil, receivedBytes > proxy.configuration.effectiveMemoryObjectLimitBytes {
                 // Too large to keep: stream it on, but stop retaining it and take no new waiters.
                 keepingBody = false
                 chunks = []
@@ -268,7 +299,7 @@ final class Fetch: @unchecked Sendable {
             if bodyComplete { store(head) }
             for waiter in waiters { waiter.sink.body(chunk) }
             if bodyComplete { endAll() }
-        case .waitingForHead, .finished:
+        case .waitingForHead, .finished, .lookingOnDisk, .streamingFromDisk:
             break
         }
     }
@@ -300,9 +331,11 @@ final class Fetch: @unchecked Sendable {
             let entry = CacheEntry(key: key, head: head, body: body, requestTime: requestTime, responseTime: responseTime,
                                    requestHeaders: leader.forwardedHeaders, policy: proxy.freshnessPolicy)
             proxy.memory.insert(entry)
+            proxy.disk?.insert(entry)
         } else if revalidating != nil {
             // The stored entry is outdated and the new one is not kept.
             proxy.memory.remove(key)
+            proxy.disk?.remove(key)
         }
         if case let .dontStore(why) = storeDecision {
             proxy.logger.debug("not stored \(key): \(why)")
@@ -376,6 +409,7 @@ final class Fetch: @unchecked Sendable {
     }
 
     private func fail(_ error: UpstreamError) {
+        if case .cancelled = error {} else if serveStaleIfError(because: error.description) { return }
         proxy.logger.warning("\(error.httpStatus) \(key): \(error)")
         for waiter in waiters {
             if waiter.sentHead { waiter.sink.abort() } else { waiter.sink.fail(status: error.httpStatus, reason: error.description) }
@@ -386,13 +420,34 @@ final class Fetch: @unchecked Sendable {
 
     private func isLeader(_ waiter: Waiter) -> Bool { !waiter.collapsed }
 
-    private func closeToNewcomers() {
+    /// A revalidation failed before any head went out: waiters that stale-if-error lets have the stale entry get it;
+    /// true when every waiter was answered that way (the fetch is then over).
+    private func serveStaleIfError(because why: String) -> Bool {
+        guard let revalidating, waiters.allSatisfy({ !$0.sentHead }) else { return false }
+        let time = proxy.now()
+        guard waiters.allSatisfy({ staleIfErrorAllows(revalidating, for: $0.request, now: time) }) else { return false }
+        proxy.logger.warning("\(key): \(why); serving the stale copy (stale-if-error)")
+        let staleness = Freshness.currentAge(revalidating, now: time) - revalidating.freshnessLifetime
+        let outcome = CacheOutcome.hit(ttl: -max(staleness, 1), detail: "stale-if-error")
+        if revalidatingFromDisk {
+            serveFromDiskAfterRevalidation(outcome)
+            return true
+        }
+        for waiter in waiters {
+            proxy.respond(revalidating, to: waiter.sink, request: waiter.request, outcome: outcome, now: time)
+        }
+        transfer?.cancel()
+        finish()
+        return true
+    }
+
+    func closeToNewcomers() {
         guard joinable else { return }
         joinable = false
         proxy.fetchClosed(self)
     }
 
-    private func finish() {
+    func finish() {
         if case .finished = state { return }
         proxy.events?(.fetchFinished(key: key))
         state = .finished
@@ -402,6 +457,7 @@ final class Fetch: @unchecked Sendable {
         // The transfer's event closure holds this fetch: dropping the transfer breaks the cycle.
         transfer = nil
         revalidating = nil
+        revalidatingFromDisk = false
         closeToNewcomers()
     }
 }

@@ -50,6 +50,8 @@ final class ProxyHarness {
     let daemon: Daemon
     let clock = TestClock()
     let waiters = WaiterBarrier()
+    /// This harness's own disk tier directory, removed at the end.
+    let cacheDirectory: String
     var port: Int { daemon.port }
 
     /// A daemon in reverse-proxy mode for `origin` (paths map 1:1), private networks allowed so that forward and
@@ -60,7 +62,8 @@ final class ProxyHarness {
         configuration.listen = ListenAddress(host: "127.0.0.1", port: 0)
         configuration.origins = [OriginMapping(prefix: "/", url: origin.baseURL)]
         configuration.allowPrivateNetworks = true
-        configuration.cacheDirectory = NSTemporaryDirectory() + "imagecached-tests"
+        cacheDirectory = NSTemporaryDirectory() + "imagecached-test-" + UUID().uuidString
+        configuration.cacheDirectory = cacheDirectory
         configure(&configuration)
         var logger: Logger
         if let logCapture {
@@ -80,6 +83,7 @@ final class ProxyHarness {
     deinit {
         daemon.stop()
         origin.stop()
+        try? FileManager.default.removeItem(atPath: cacheDirectory)
     }
 
     /// One request on a new connection; the blocking socket work runs off the Swift concurrency pool.

@@ -1,0 +1,184 @@
+// Fetch, the disk stage: a memory miss asks the disk tier before the origin, on the proxy queue.
+//
+//   lookingOnDisk ── nil ─────────────────────────────> upstream (only-if-cached waiters get 504 first)
+//                 ── .entry (small, verified) ────────> promoted into memory; each waiter it is fresh for (or whose
+//                                                        max-stale allows it) is answered; the rest revalidate it
+//                 ── .stream (large, verified) ───────> every waiter may use it: streamingFromDisk (chunks read on a
+//                                                        utility queue, fanned out here); else revalidate, and after
+//                                                        a 304 the refreshed header is written and the body streamed
+//   A revalidation that fails (connect error, timeout, 5xx) serves the stale entry when stale-if-error allows it
+//   (the response's or request's directive, or the configured offline policy), else the error.
+// Waiters that leave stop the pump; the file descriptor is closed on every path.
+
+internal import Dispatch
+internal import Foundation
+internal import Logging
+
+extension Fetch {
+    /// Size of the reads when a large body streams from its file.
+    static let diskChunkBytes = 256 << 10
+
+    /// Asks the disk tier; the waiters are answered when it answers.
+    func lookUpDisk(_ disk: DiskCache) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        state = .lookingOnDisk
+        disk.lookup(key) { [self] result in
+            queue.async { self.diskAnswered(result, afterRevalidation: nil) }
+        }
+    }
+
+    /// The disk's answer. `afterRevalidation` is the outcome to report when the origin has just confirmed the entry
+    /// (a 304, or a failure where stale-if-error allows the stale copy): then every waiter is served from it.
+    func diskAnswered(_ result: DiskLookup?, afterRevalidation: CacheOutcome?) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard case .lookingOnDisk = state else {
+            if case let .stream(_, _, file) = result { file.close() }
+            return
+        }
+        switch result {
+        case nil:
+            goUpstream()
+        case let .entry(entry):
+            guard entry.vary?.matches(leader.forwardedHeaders) ?? true else { return goUpstream() }
+            proxy.memory.insert(entry)
+            let time = proxy.now()
+            var remaining: [Waiter] = []
+            for waiter in waiters {
+                if let confirmed = afterRevalidation {
+                    proxy.respond(entry, to: waiter.sink, request: waiter.request, outcome: confirmed, now: time)
+                    continue
+                }
+                switch Freshness.use(entry, request: waiter.request.cacheControl, now: time) {
+                case let .fresh(ttl):
+                    proxy.respond(entry, to: waiter.sink, request: waiter.request, outcome: .hit(ttl: ttl, detail: "disk"), now: time)
+                case let .staleAllowed(staleness):
+                    proxy.respond(entry, to: waiter.sink, request: waiter.request, outcome: .hit(ttl: -max(staleness, 1), detail: "disk"), now: time)
+                case .revalidate:
+                    remaining.append(waiter)
+                }
+            }
+            waiters = remaining
+            guard !waiters.isEmpty else { return finish() }
+            if entry.etag != nil || entry.lastModified != nil { revalidating = entry }
+            goUpstream()
+        case let .stream(head, length, file):
+            guard head.vary?.matches(leader.forwardedHeaders) ?? true else {
+                file.close()
+                return goUpstream()
+            }
+            let time = proxy.now()
+            var outcomes: [CacheOutcome] = []
+            for waiter in waiters {
+                if let confirmed = afterRevalidation {
+                    outcomes.append(confirmed)
+                    continue
+                }
+                switch Freshness.use(head, request: waiter.request.cacheControl, now: time) {
+                case let .fresh(ttl): outcomes.append(.hit(ttl: ttl, detail: "disk"))
+                case let .staleAllowed(staleness): outcomes.append(.hit(ttl: -max(staleness, 1), detail: "disk"))
+                case .revalidate: break
+                }
+            }
+            guard outcomes.count == waiters.count else {
+                // Someone needs it revalidated: ask the origin once for all of them.
+                file.close()
+                if head.etag != nil || head.lastModified != nil {
+                    revalidating = head
+                    revalidatingFromDisk = true
+                }
+                return goUpstream()
+            }
+            streamFromDisk(head, length: length, file: file, outcomes: outcomes, now: time)
+        }
+    }
+
+    /// Leaves the disk stage for the origin. Waiters that said only-if-cached get 504 instead.
+    func goUpstream() {
+        state = .waitingForHead
+        let offline = waiters.filter { $0.request.cacheControl.onlyIfCached }
+        for waiter in offline {
+            proxy.logger.notice("504 \(key): not in the cache and the request said only-if-cached")
+            waiter.sink.fail(status: 504, reason: "not in the cache and the request said only-if-cached")
+        }
+        waiters.removeAll { $0.request.cacheControl.onlyIfCached }
+        guard !waiters.isEmpty else { return finish() }
+        start()
+    }
+
+    /// Serves a large stored body from its (verified, open) file to every waiter.
+    private func streamFromDisk(_ entry: CacheEntry, length: Int, file: DiskBodyReader, outcomes: [CacheOutcome], now: Date) {
+        closeToNewcomers()
+        state = .streamingFromDisk
+        var streaming: [Waiter] = []
+        for (waiter, outcome) in zip(waiters, outcomes) {
+            let (head, notModified) = proxy.clientHead(for: entry, request: waiter.request, outcome: outcome, now: now)
+            if notModified || waiter.request.isHead {
+                waiter.sink.head(head, bodyLength: notModified ? nil : length)
+                waiter.sink.end()
+                continue
+            }
+            waiter.sink.head(head, bodyLength: length)
+            var started = waiter
+            started.sentHead = true
+            streaming.append(started)
+        }
+        waiters = streaming
+        guard !waiters.isEmpty else {
+            file.close()
+            return finish()
+        }
+        pump(file, sent: 0, length: length)
+    }
+
+    /// Reads the next chunk off the proxy queue, then fans it out here.
+    private func pump(_ file: DiskBodyReader, sent: Int, length: Int) {
+        DispatchQueue.global(qos: .utility).async { [self] in
+            let chunk = file.read(maxBytes: Fetch.diskChunkBytes)
+            queue.async { self.diskChunk(chunk, file: file, sent: sent, length: length) }
+        }
+    }
+
+    private func diskChunk(_ chunk: [UInt8]?, file: DiskBodyReader, sent: Int, length: Int) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard case .streamingFromDisk = state, !waiters.isEmpty else {
+            file.close()
+            return
+        }
+        guard let chunk, !chunk.isEmpty else {
+            file.close()
+            if sent == length {
+                for waiter in waiters { waiter.sink.end() }
+            } else {
+                // A read failed part way: the clients must see a broken response, never a short complete one.
+                proxy.logger.warning("\(key): disk read stopped at \(sent) of \(length) bytes; closing the clients' connections")
+                for waiter in waiters { waiter.sink.abort() }
+            }
+            return finish()
+        }
+        for waiter in waiters { waiter.sink.body(chunk) }
+        pump(file, sent: sent + chunk.count, length: length)
+    }
+
+    /// After a revalidation of a large disk entry: the refreshed header is written, then the body streams from the file.
+    func serveFromDiskAfterRevalidation(_ outcome: CacheOutcome) {
+        guard let disk = proxy.disk else { return finish() }
+        transfer?.cancel()
+        transfer = nil
+        generation += 1   // ignore whatever the upstream transfer still reports
+        state = .lookingOnDisk
+        disk.lookup(key) { [self] result in
+            queue.async { self.diskAnswered(result, afterRevalidation: outcome) }
+        }
+    }
+
+    /// How long past its freshness `entry` may be served when the origin fails, for `request`: the response's or the
+    /// request's stale-if-error, else the configured offline policy (RFC 5861 section 4).
+    func staleIfErrorAllows(_ entry: CacheEntry, for request: ClientRequest, now: Date) -> Bool {
+        let staleness = Freshness.currentAge(entry, now: now) - entry.freshnessLifetime
+        guard staleness > 0 else { return true }
+        if entry.cacheControl.mustRevalidate || entry.cacheControl.proxyRevalidate { return false }
+        let window = [entry.cacheControl.staleIfError, request.cacheControl.staleIfError].compactMap { $0 }.map(Double.init).max()
+            ?? proxy.configuration.staleIfErrorSeconds
+        return staleness <= max(window, proxy.configuration.staleIfErrorSeconds)
+    }
+}
