@@ -14,7 +14,8 @@ struct Imagecached: ParsableCommand {
             (IMAGECACHED_ + the key upper-cased, e.g. IMAGECACHED_MEMORY_LIMIT), then these flags: flags win. \
             Sizes take KiB/MiB/GiB (1024) or KB/MB/GB (1000); durations take ms, s, m, h (plain numbers are seconds).
             """,
-        version: imagecachedVersion
+        version: imagecachedVersion,
+        subcommands: [Purge.self]
     )
 
     @Option(help: "Configuration file (YAML). Default: none, or $IMAGECACHED_CONFIG.")
@@ -149,6 +150,50 @@ struct Imagecached: ParsableCommand {
             throw ExitCode(1)
         }
         daemon.runUntilSignalled()
+    }
+}
+
+/// `imagecached purge URL` / `imagecached purge --all`: removes from a running daemon's memory and disk tiers.
+struct Purge: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Remove one URL, or everything, from a running daemon's cache (memory and disk).")
+
+    @Argument(help: "The URL to remove (as a client asked for it: http://host/path).")
+    var url: String?
+    @Flag(help: "Remove everything.")
+    var all = false
+    // Not --listen: the top-level command owns that name and would take it.
+    @Option(name: .customLong("address"), help: "The daemon's address, HOST:PORT. Default: listen from --config / IMAGECACHED_LISTEN, else 127.0.0.1:8080.")
+    var address: String?
+    @Option(name: .customLong("daemon-config"), help: "The daemon's configuration file, to find where it listens.")
+    var daemonConfig: String?
+
+    func validate() throws {
+        guard all != (url != nil) else { throw ValidationError("give either a URL or --all") }
+    }
+
+    func run() throws {
+        let environment = ProcessInfo.processInfo.environment
+        let flags = address.map { [ConfigSetting(key: "listen", value: .scalar($0), source: "--address")] } ?? []
+        let configuration: Configuration
+        do {
+            configuration = try Configuration.load(file: daemonConfig ?? environment["IMAGECACHED_CONFIG"], environment: environment, flags: flags)
+        } catch {
+            FileHandle.standardError.write(Data("imagecached: \(error)\n".utf8))
+            throw ExitCode(2)
+        }
+        var target = "/_imagecached/cache"
+        if let url {
+            target += "?url=" + (url.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? url)
+        }
+        do {
+            let response = try AdminClient.send("DELETE", target, to: AdminClient.address(for: configuration.listen))
+            print(response.body.trimmingCharacters(in: .whitespacesAndNewlines))
+            if response.status != 200 { throw ExitCode(1) }
+        } catch let error as AdminClientError {
+            FileHandle.standardError.write(Data("imagecached: \(error)\n".utf8))
+            throw ExitCode(1)
+        }
     }
 }
 

@@ -170,11 +170,13 @@ public final class DiskCache: Sendable {
         }
     }
 
-    public func remove(_ key: CacheKey) {
+    /// Removes the entry for `key`, if any; `completion` runs on the disk queue once the file is gone.
+    public func remove(_ key: CacheKey, completion: (@Sendable () -> Void)? = nil) {
         let name = DiskEntryFormat.fileName(forKey: key.description)
         queue.async {
             self._removeFile(name: name)
             self.publishStats()
+            completion?()
         }
     }
 

@@ -47,8 +47,11 @@ final class WaiterBarrier: Sendable {
 
 final class ProxyHarness {
     let origin: TestOrigin
-    let daemon: Daemon
+    /// The running daemon; `restart` replaces it with a new one on the same configuration and cache directory.
+    private(set) var daemon: Daemon
     let clock = TestClock()
+    let configuration: Configuration
+    private let logger: Logger
     let waiters = WaiterBarrier()
     /// This harness's own disk tier directory, removed at the end.
     let cacheDirectory: String
@@ -74,10 +77,30 @@ final class ProxyHarness {
             // IMAGECACHED_TEST_LOG=debug shows the daemon's log while debugging a test.
             logger.logLevel = ProcessInfo.processInfo.environment["IMAGECACHED_TEST_LOG"].flatMap { Logger.Level(rawValue: $0) } ?? .critical
         }
-        let clock = clock
-        let waiters = waiters
-        daemon = try Daemon(configuration: configuration, logger: logger, now: { clock.now() }, events: { waiters.observe($0) })
+        self.configuration = configuration
+        self.logger = logger
+        daemon = try ProxyHarness.makeDaemon(configuration, logger: logger, clock: clock, waiters: waiters)
         try daemon.start()
+    }
+
+    private static func makeDaemon(_ configuration: Configuration, logger: Logger, clock: TestClock, waiters: WaiterBarrier) throws -> Daemon {
+        try Daemon(configuration: configuration, logger: logger, now: { clock.now() }, events: { waiters.observe($0) })
+    }
+
+    /// Stops the daemon (its disk writes flushed) and starts a new one on the same cache directory: memory is empty,
+    /// the disk tier is what survived. `configure` may change settings for the new one.
+    func restart(_ configure: (inout Configuration) -> Void = { _ in }) throws {
+        daemon.stop()
+        var configuration = configuration
+        configure(&configuration)
+        daemon = try ProxyHarness.makeDaemon(configuration, logger: logger, clock: clock, waiters: waiters)
+        try daemon.start()
+    }
+
+    /// Waits until the disk tier has written what it was given.
+    func flushDisk() async {
+        let disk = daemon.proxy.disk
+        _ = try? await offPool { disk?.flush() }
     }
 
     deinit {

@@ -1,0 +1,211 @@
+// The disk tier end to end: restarts, offline serving, corruption, bounds, faults and purge, with the real daemon.
+
+
+import Foundation
+import Synchronization
+import Testing
+@testable import ImageCacheCore
+
+@Suite("Disk tier end to end")
+struct DiskTierTests {
+    static let small = Fixtures.png(size: 30_000)
+    static let large = Fixtures.jpeg(size: 700_000)
+
+    /// An origin serving `small` at /s.png and `large` at /l.jpg, max-age 60 with an ETag.
+    static func routes(_ origin: TestOrigin) {
+        origin.route("/s.png") { _ in CachingTests.image(DiskTierTests.small) }
+        origin.route("/l.jpg") { _ in
+            Reply(status: 200, headers: [("Content-Type", "image/jpeg"), ("Cache-Control", "max-age=60"), ("ETag", "\"L1\"")],
+                  body: DiskTierTests.large)
+        }
+    }
+
+    /// The daemon's settings for these tests: a memory tier small enough that the large image streams from its file.
+    static func settings(_ configuration: inout Configuration) {
+        configuration.memoryLimitBytes = 4 << 20
+        configuration.memoryObjectLimitBytes = 256 << 10
+    }
+
+    @Test("after a restart, with the origin stopped, stored images are served from disk with their exact bytes")
+    func restartOffline() async throws {
+        let harness = try ProxyHarness(DiskTierTests.settings)
+        DiskTierTests.routes(harness.origin)
+        _ = try await harness.get("/s.png")
+        _ = try await harness.get("/l.jpg")
+        await harness.flushDisk()
+        // When: restart with the origin gone
+        harness.origin.stop()
+        try harness.restart()
+        let small = try await harness.get("/s.png")
+        let large = try await harness.get("/l.jpg")
+        // Then
+        #expect(small.status == 200 && small.body == DiskTierTests.small)
+        #expect(small.header("Cache-Status")?.contains("hit") == true)
+        #expect(small.header("Cache-Status")?.contains("detail=disk") == true)
+        #expect(large.status == 200 && large.complete && large.body == DiskTierTests.large)
+        #expect(large.header("X-Cache") == "HIT")
+        // The small one was promoted into memory: the next hit does not say disk.
+        #expect(try await harness.get("/s.png").header("Cache-Status")?.contains("detail=disk") == false)
+    }
+
+    @Test("stale entries with the origin down: 502 by default, served with max-stale or the stale-if-error policy")
+    func staleOffline() async throws {
+        let harness = try ProxyHarness(DiskTierTests.settings)
+        DiskTierTests.routes(harness.origin)
+        _ = try await harness.get("/s.png")
+        _ = try await harness.get("/l.jpg")
+        await harness.flushDisk()
+        harness.origin.stop()
+        harness.clock.advance(3600)
+        try harness.restart()
+        #expect(try await harness.get("/s.png").status == 502)
+        let maxStale = try await harness.get("/l.jpg", headers: [("Cache-Control", "max-stale")])
+        #expect(maxStale.status == 200 && maxStale.body == DiskTierTests.large)
+        #expect(maxStale.header("X-Cache") == "STALE")
+        // With the offline policy, stale entries are served when the origin fails.
+        try harness.restart { $0.staleIfErrorSeconds = 86_400 }
+        let small = try await harness.get("/s.png")
+        let large = try await harness.get("/l.jpg")
+        #expect(small.status == 200 && small.body == DiskTierTests.small)
+        #expect(small.header("Cache-Status")?.contains("detail=stale-if-error") == true)
+        #expect(large.status == 200 && large.complete && large.body == DiskTierTests.large)
+    }
+
+    @Test("a 304 for a large disk entry refreshes it and the body still streams from the file")
+    func revalidateLargeFromDisk() async throws {
+        let harness = try ProxyHarness(DiskTierTests.settings)
+        harness.origin.route("/l.jpg") { request in
+            if request.header("If-None-Match") == "\"L1\"" { return Reply(status: 304, headers: [("ETag", "\"L1\""), ("Cache-Control", "max-age=60")]) }
+            return Reply(status: 200, headers: [("Content-Type", "image/jpeg"), ("Cache-Control", "max-age=60"), ("ETag", "\"L1\"")],
+                         body: DiskTierTests.large)
+        }
+        _ = try await harness.get("/l.jpg")
+        harness.clock.advance(120)
+        let revalidated = try await harness.get("/l.jpg")
+        let after = try await harness.get("/l.jpg")
+        #expect(revalidated.body == DiskTierTests.large && revalidated.complete)
+        #expect(revalidated.header("X-Cache") == "REVALIDATED")
+        #expect(after.header("X-Cache") == "HIT")
+        #expect(harness.origin.requestCount("/l.jpg") == 2)
+    }
+
+    @Test("flipped bytes in a cache file are never served: the entry is fetched again")
+    func flippedBytes() async throws {
+        let harness = try ProxyHarness(DiskTierTests.settings)
+        DiskTierTests.routes(harness.origin)
+        _ = try await harness.get("/s.png")
+        _ = try await harness.get("/l.jpg")
+        await harness.flushDisk()
+        for file in try DiskTierTests.entryFiles(in: harness.cacheDirectory) {
+            var bytes = try [UInt8](Data(contentsOf: URL(fileURLWithPath: file)))
+            bytes[bytes.count - 100] ^= 0xFF  // a body byte
+            try Data(bytes).write(to: URL(fileURLWithPath: file))
+        }
+        try harness.restart()
+        let small = try await harness.get("/s.png")
+        let large = try await harness.get("/l.jpg")
+        #expect(small.body == DiskTierTests.small && large.body == DiskTierTests.large)
+        #expect(small.header("X-Cache") == "MISS" && large.header("X-Cache") == "MISS")
+        #expect(harness.origin.requestCount("/s.png") == 2)
+        #expect(harness.origin.requestCount("/l.jpg") == 2)
+    }
+
+    @Test("writing well past --disk-limit keeps usage bounded and the recently used entry survives")
+    func diskLimit() async throws {
+        let harness = try ProxyHarness { configuration in
+            DiskTierTests.settings(&configuration)
+            configuration.diskLimitBytes = 300_000
+        }
+        for i in 0..<20 {
+            harness.origin.route("/i\(i).png") { _ in CachingTests.image(Fixtures.png(size: 30_000 + i)) }
+        }
+        for i in 0..<20 {
+            _ = try await harness.get("/i\(i).png")
+            // keep /i0.png recently used, on disk too (a memory miss after restart would tell; here: purge memory)
+            await harness.flushDisk()
+            harness.daemon.proxy.memory.removeAll()
+            _ = try await harness.get("/i0.png")
+        }
+        await harness.flushDisk()
+        let bytes = try DiskTierTests.entryFiles(in: harness.cacheDirectory).reduce(0) { total, file in
+            total + ((try? FileManager.default.attributesOfItem(atPath: file)[.size] as? Int) ?? 0)
+        }
+        #expect(bytes <= 300_000 + 31_000, "disk usage \(bytes) bytes")
+        harness.origin.stop()
+        try harness.restart()
+        let survivor = try await harness.get("/i0.png")
+        #expect(survivor.status == 200 && survivor.body == Fixtures.png(size: 30_000))
+    }
+
+    @Test("a full disk (a small tmpfs) drops writes and the daemon keeps serving")
+    func fullDisk() async throws {
+        let directory = NSTemporaryDirectory() + "imagecached-tmpfs-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer {
+            _ = DiskTierTests.run("/bin/umount", [directory])
+            try? FileManager.default.removeItem(atPath: directory)
+        }
+        guard DiskTierTests.run("/bin/mount", ["-t", "tmpfs", "-o", "size=128k", "tmpfs", directory]) == 0 else {
+            // Not root or no mount permission here: this environment cannot make a full disk.
+            withKnownIssue("mounting a tmpfs is not permitted here") { throw CancellationError() }
+            return
+        }
+        let harness = try ProxyHarness { $0.cacheDirectory = directory }
+        for i in 0..<10 {
+            harness.origin.route("/f\(i).png") { _ in CachingTests.image(Fixtures.png(size: 40_000 + i)) }
+        }
+        for i in 0..<10 {
+            let response = try await harness.get("/f\(i).png")
+            #expect(response.status == 200 && response.body == Fixtures.png(size: 40_000 + i))
+        }
+        await harness.flushDisk()
+        #expect(harness.daemon.proxy.disk?.stats.writeErrors ?? 0 > 0)
+        let leftovers = try FileManager.default.subpathsOfDirectory(atPath: directory).filter { $0.hasSuffix(".tmp") }
+        #expect(leftovers.isEmpty)
+        // Still serving: from memory now.
+        #expect(try await harness.get("/f9.png").header("X-Cache") == "HIT")
+    }
+
+    @Test("purge removes one URL, or everything, from memory and disk")
+    func purge() async throws {
+        let harness = try ProxyHarness(DiskTierTests.settings)
+        DiskTierTests.routes(harness.origin)
+        _ = try await harness.get("/s.png")
+        _ = try await harness.get("/l.jpg")
+        let url = (harness.origin.baseURL + "/s.png").addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
+        let one = try await harness.get("/_imagecached/cache?url=" + url, method: "DELETE")
+        #expect(one.status == 200)
+        #expect(one.text.hasPrefix("purged"))
+        try harness.restart()
+        #expect(try await harness.get("/s.png").header("X-Cache") == "MISS")
+        #expect(try await harness.get("/l.jpg").header("X-Cache") == "HIT")
+        // The command line purges everything
+        let port = harness.port
+        let (status, stdout, stderr) = try await CLITests.run(["purge", "--all", "--address", "127.0.0.1:\(port)"])
+        #expect(stderr.isEmpty, "\(stderr)")
+        #expect(status == 0)
+        #expect(stdout.contains("purged everything"))
+        try harness.restart()
+        #expect(try await harness.get("/l.jpg").header("X-Cache") == "MISS")
+        #expect(try await harness.get("/_imagecached/cache", method: "GET").status == 405)
+    }
+
+    /// Every entry file under a cache directory (not tmp files).
+    static func entryFiles(in directory: String) throws -> [String] {
+        try FileManager.default.subpathsOfDirectory(atPath: directory)
+            .filter { $0.split(separator: "/").count == 3 && !$0.hasSuffix(".tmp") }
+            .map { directory + "/" + $0 }
+    }
+
+    @discardableResult
+    static func run(_ executable: String, _ arguments: [String]) -> Int32 {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        process.standardError = FileHandle.nullDevice
+        process.standardOutput = FileHandle.nullDevice
+        guard (try? process.run()) != nil else { return -1 }
+        process.waitUntilExit()
+        return process.terminationStatus
+    }
+}
