@@ -108,6 +108,28 @@ enum DiskFile {
         return (try DiskEntryFormat.decodeHeader(whole[...]), size, mtime)
     }
 
+    /// The loader's cheap read: size, mtime, and the checksum-verified key and body length from the first pread.
+    static func readIndexFields(_ fd: Int32, buffer: inout [UInt8]) throws
+        -> (key: String, fileSize: Int, actualSize: Int, mtime: Double)
+    {
+        let (size, mtime) = try status(fd)
+        let got = try buffer.withUnsafeMutableBytes { raw in
+            Result { () throws(SystemError) in
+                try read(fd, into: UnsafeMutableRawBufferPointer(rebasing: raw[0..<headerReadSize]), offset: 0)
+            }
+        }.get()
+        let headerLength = try DiskEntryFormat.decodePrefix(buffer[0..<got])
+        let end = DiskEntryFormat.prefixLength + headerLength
+        let fields: (key: String, bodyOffset: Int, bodyLength: Int)
+        if end <= got {
+            fields = try DiskEntryFormat.decodeIndexFields(buffer[0..<end])
+        } else {
+            guard end <= size else { throw DiskEntryFormat.Failure("truncated header") }
+            fields = try DiskEntryFormat.decodeIndexFields(try read(fd, count: end, offset: 0)[...])
+        }
+        return (fields.key, fields.bodyOffset + fields.bodyLength, size, mtime)
+    }
+
     /// Hashes the body in chunks and compares it with the header's checksum.
     static func verifyBody(_ fd: Int32, header: DiskEntryFormat.Header) throws {
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: chunkSize, alignment: 16)

@@ -142,12 +142,12 @@ extension DiskCache {
         }
         defer { closeDescriptor(fd) }
         do {
-            let (header, size, mtime) = try DiskFile.readHeader(fd, buffer: &buffer)
-            guard DiskEntryFormat.fileName(forKey: header.key) == name else {
-                throw DiskEntryFormat.Failure("holds a key (\(header.key)) whose hash is not its name")
+            let (key, fileSize, size, mtime) = try DiskFile.readIndexFields(fd, buffer: &buffer)
+            guard DiskEntryFormat.fileName(forKey: key) == name else {
+                throw DiskEntryFormat.Failure("holds a key (\(key)) whose hash is not its name")
             }
-            guard size == header.fileSize else {
-                throw DiskEntryFormat.Failure("file is \(size) bytes, its header describes \(header.fileSize) (truncated?)")
+            guard size == fileSize else {
+                throw DiskEntryFormat.Failure("file is \(size) bytes, its header describes \(fileSize) (truncated?)")
             }
             index.records[name] = DiskIndex.Record(size: size, lastUsed: mtime, persistedUse: mtime, sequence: 0)
             index.bytes += size

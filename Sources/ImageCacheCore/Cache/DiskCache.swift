@@ -384,9 +384,14 @@ public final class DiskCache: Sendable {
             try fill(fd)
             if configuration.fsync { try syscall("fsync") { Glibc.fsync(fd) } }
             try DiskFile.setModificationTime(fd, now().timeIntervalSince1970)
-            try syscall("close") { Glibc.close(fd) }
         } catch {
-            if error.function != "close" { closeDescriptor(fd) }
+            closeDescriptor(fd)
+            _ = try? DiskFile.unlink(tmp)
+            throw error
+        }
+        // close is not retried (the descriptor is gone even on EINTR), but a reported write-back error drops the file.
+        if Glibc.close(fd) != 0, errno != EINTR {
+            let error = SystemError(errno: errno, function: "close")
             _ = try? DiskFile.unlink(tmp)
             throw error
         }

@@ -26,7 +26,7 @@
 // Any version other than `version` is refused: an old file is a miss and is removed, never migrated.
 
 internal import Crypto
-public import Foundation
+internal import Foundation
 
 enum DiskEntryFormat {
     static let magic: [UInt8] = Array("ICD1".utf8)
@@ -200,6 +200,25 @@ enum DiskEntryFormat {
         return Header(key: key, head: HTTPResponseHead(status: status, reason: reason, headers: headers),
                       requestTime: requestTime, responseTime: responseTime, vary: vary, bodyLength: Int(bodyLength),
                       bodyChecksum: Array(bodyChecksum), bodyOffset: prefixLength + headerLength)
+    }
+
+    /// What the startup loader needs from a header, verified by the header checksum but not otherwise parsed:
+    /// the key (first field) and the body length (fixed place before the two checksums).
+    static func decodeIndexFields(_ bytes: ArraySlice<UInt8>) throws(Failure) -> (key: String, bodyOffset: Int, bodyLength: Int) {
+        let headerLength = try decodePrefix(bytes)
+        let start = bytes.startIndex
+        let end = start + prefixLength + headerLength
+        guard bytes.endIndex >= end else { throw Failure("truncated header") }
+        let checksumStart = end - checksumLength
+        guard checksum(bytes[start..<checksumStart]).elementsEqual(bytes[checksumStart..<end]) else {
+            throw Failure("header checksum mismatch")
+        }
+        var reader = Reader(bytes: bytes[(start + prefixLength)..<checksumStart])
+        let key = try reader.string()
+        var lengthReader = Reader(bytes: bytes[(checksumStart - checksumLength - 8)..<(checksumStart - checksumLength)])
+        let bodyLength = try lengthReader.integer(UInt64.self)
+        guard bodyLength <= UInt64(Int.max / 2) else { throw Failure("implausible body length \(bodyLength)") }
+        return (key, prefixLength + headerLength, Int(bodyLength))
     }
 
     /// Bounds-checked little-endian reader over the header fields.

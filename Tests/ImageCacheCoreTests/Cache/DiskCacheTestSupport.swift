@@ -9,10 +9,20 @@ final class DiskTestDirectory: Sendable {
 
     init() {
         path = NSTemporaryDirectory() + "/imagecached-disk-\(UUID().uuidString)"
+        keep = false
         try! FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
     }
 
-    deinit { try? FileManager.default.removeItem(atPath: path) }
+    private let keep: Bool
+
+    /// An existing directory that is kept afterwards (benchmarks reuse their data).
+    init(keeping path: String) {
+        self.path = path
+        keep = true
+        try! FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    }
+
+    deinit { if !keep { try? FileManager.default.removeItem(atPath: path) } }
 
     /// Every regular file under the directory, as paths relative to it, sorted.
     var files: [String] {

@@ -559,3 +559,110 @@ struct DiskCacheTests {
         }
     }
 }
+
+/// Measurements, not assertions: run with `DISK_BENCH=100000 swift test --filter DiskBenchmark` (add `-c release`
+/// for release numbers). Prints the insert rate, the startup index load time for N entries and the lookup rate.
+@Suite("DiskBenchmark", .serialized, .enabled(if: ProcessInfo.processInfo.environment["DISK_BENCH"] != nil, "set DISK_BENCH=N to run"))
+struct DiskBenchmark {
+    static var count: Int { Int(ProcessInfo.processInfo.environment["DISK_BENCH"] ?? "") ?? 100_000 }
+
+    static func seconds(_ body: () -> Void) -> Double {
+        let start = ContinuousClock.now
+        body()
+        let elapsed = ContinuousClock.now - start
+        return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+    }
+
+    @Test("index load, insert and lookup rates for N entries")
+    func indexLoad() throws {
+        let n = Self.count
+        let directory = ProcessInfo.processInfo.environment["DISK_BENCH_DIR"].map(DiskTestDirectory.init(keeping:)) ?? DiskTestDirectory()
+        let headers: [(String, String)] = [
+            ("Content-Type", "image/jpeg"), ("Cache-Control", "public, max-age=86400"), ("ETag", "\"0123456789abcdef\""),
+            ("Last-Modified", Fixture.date(-86_400)), ("Date", Fixture.date(0)), ("Content-Length", "2048"),
+        ]
+        let body = DiskCacheTests.randomBytes(2048)
+        let writer = try DiskCacheTests.makeCache(directory)
+        writer.waitForIndex()
+        let insertSeconds = Self.seconds {
+            for i in writer.stats.entries..<n {
+                writer.insert(Fixture.entry(headers, key: Fixture.key("http://img.example.com/photos/\(i).jpg"), body: body))
+            }
+            writer.flush()
+        }
+        let bytes = writer.stats.bytes
+        print("disk bench: inserted \(n) entries (\(bytes) bytes) in \(insertSeconds) s: \(Double(n) / insertSeconds) entries/s")
+
+        let reader = try DiskCacheTests.makeCache(directory)
+        reader.waitForIndex()
+        let stats = reader.stats
+        print("disk bench: index of \(stats.entries) entries loaded in \(stats.indexLoadSeconds ?? -1) s")
+        #expect(stats.entries == n)
+        #expect(stats.bytes == bytes)
+
+        let lookups = min(n, 20_000)
+        let lookupSeconds = Self.seconds {
+            for i in 0..<lookups { reader.lookup(Fixture.key("http://img.example.com/photos/\(i * 7919 % n).jpg")) { _ in } }
+            reader.flush()
+        }
+        print("disk bench: \(lookups) verified lookups of 2 KiB bodies in \(lookupSeconds) s: \(Double(lookups) / lookupSeconds) /s")
+    }
+
+    @Test("SHA-256 throughput of the body checksum")
+    func checksumRate() {
+        let buffer = [UInt8]((0..<(4 << 20)).lazy.map { UInt8(truncatingIfNeeded: $0 &* 2_654_435_761 >> 13) })
+        var digest: [UInt8] = []
+        let seconds = Self.seconds { for _ in 0..<64 { digest = DiskEntryFormat.checksum(buffer) } }
+        print("disk bench: SHA-256 of 256 MiB in \(seconds) s: \(256.0 / seconds) MiB/s (\(digest.count)-byte digest)")
+    }
+}
+
+@Suite("DiskEntryFormat")
+struct DiskEntryFormatTests {
+    static func encoded(bodyLength: Int = 5) -> [UInt8] {
+        let entry = Fixture.entry([("Vary", "Accept"), ("ETag", "\"x\"")], requestHeaders: ["Accept": "image/*"])
+        return DiskEntryFormat.encodeHeader(key: entry.key.description, head: entry.head, requestTime: entry.requestTime,
+                                            responseTime: entry.responseTime, vary: entry.vary, bodyLength: bodyLength,
+                                            bodyChecksum: DiskEntryFormat.checksum([UInt8](repeating: 1, count: bodyLength)))
+    }
+
+    @Test("a header decodes to what was encoded, and the loader's cheap read agrees")
+    func roundTrip() throws {
+        let bytes = Self.encoded()
+        let header = try DiskEntryFormat.decodeHeader(bytes[...])
+        #expect(header.key == Fixture.key().description)
+        #expect(header.bodyOffset == bytes.count)
+        #expect(header.bodyLength == 5)
+        #expect(header.vary?.fields == [VaryKey.Field(name: "accept", value: "image/*")])
+        let fields = try DiskEntryFormat.decodeIndexFields(bytes[...])
+        #expect(fields.key == header.key && fields.bodyOffset == header.bodyOffset && fields.bodyLength == 5)
+        #expect(Array(bytes[0..<4]) == Array("ICD1".utf8))
+    }
+
+    @Test("every flipped header byte is refused")
+    func everyByte() {
+        let bytes = Self.encoded()
+        for offset in bytes.indices {
+            var damaged = bytes
+            damaged[offset] ^= 0x80
+            #expect(throws: DiskEntryFormat.Failure.self) { try DiskEntryFormat.decodeHeader(damaged[...]) }
+        }
+    }
+
+    @Test("another format version is refused with its number")
+    func otherVersion() {
+        var bytes = Self.encoded()
+        bytes[4] = 2
+        #expect { try DiskEntryFormat.decodePrefix(bytes[...]) } throws: { error in
+            "\(error)".contains("unsupported format version 2")
+        }
+    }
+
+    @Test("file names are the hex SHA-256 of the key")
+    func fileName() {
+        // SHA-256("abc")
+        #expect(DiskEntryFormat.fileName(forKey: "abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+        #expect(DiskEntryFormat.isEntryName(DiskEntryFormat.fileName(forKey: "x")))
+        #expect(!DiskEntryFormat.isEntryName("ba7816bf.tmp"))
+    }
+}
