@@ -190,6 +190,73 @@ struct DiskTierTests {
         #expect(try await harness.get("/_imagecached/cache", method: "GET").status == 405)
     }
 
+    @Test("kill -9 during a burst of writes, then restart: every image served has the origin's exact bytes")
+    func killDuringWrites() async throws {
+        let origin = try TestOrigin()
+        defer { origin.stop() }
+        let count = 120
+        for i in 0..<count {
+            origin.route("/k\(i).png") { _ in CachingTests.image(Fixtures.png(size: 20_000 + 97 * i)) }
+        }
+        let directory = NSTemporaryDirectory() + "imagecached-kill-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let config = directory + ".yaml"
+        try "listen: 127.0.0.1:0\norigin: \(origin.baseURL)\ncache-dir: \(directory)\n".write(toFile: config, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: config) }
+
+        // Given a daemon taking a burst of misses (each one a disk write)
+        let (first, firstPort) = try await DiskTierTests.startDaemon(config: config)
+        let done = Mutex(0)
+        let halfway = DispatchSemaphore(value: 0)
+        let burst = Thread {
+            for i in 0..<count {
+                _ = try? TestClient.get(port: firstPort, "/k\(i).png")
+                if done.withLock({ $0 += 1; return $0 }) == count / 2 { halfway.signal() }
+            }
+        }
+        burst.start()
+        // When it is killed half way through
+        #expect(await wait(halfway))
+        kill(first.processIdentifier, SIGKILL)
+        _ = try? await offPool { first.waitUntilExit() }
+        #expect(first.terminationReason == .uncaughtSignal)
+
+        // Then a new daemon on the same directory serves every image exactly, some of them from disk
+        let (second, secondPort) = try await DiskTierTests.startDaemon(config: config)
+        defer { second.terminate(); second.waitUntilExit() }
+        var hits = 0
+        for i in 0..<count {
+            let response = try await offPool { try TestClient.get(port: secondPort, "/k\(i).png") }
+            #expect(response.status == 200 && response.complete && response.body == Fixtures.png(size: 20_000 + 97 * i), "image \(i)")
+            if response.header("X-Cache") == "HIT" { hits += 1 }
+        }
+        #expect(hits > 0, "nothing survived on disk")
+    }
+
+    /// Starts the imagecached binary with `config`; returns it and the port from its start line.
+    static func startDaemon(config: String) async throws -> (Process, Int) {
+        let process = Process()
+        process.executableURL = CLITests.binary
+        process.arguments = ["--config", config]
+        let err = Pipe()
+        process.standardError = err
+        try process.run()
+        let startLine = try await offPool { () -> String in
+            var text = ""
+            while !text.contains("modes:") {
+                let data = err.fileHandleForReading.availableData
+                if data.isEmpty { break }
+                text += String(decoding: data, as: UTF8.self)
+            }
+            return text
+        }
+        guard let port = startLine.firstMatch(of: /listening on http:\/\/127\.0\.0\.1:(\d+)/).flatMap({ Int($0.1) }) else {
+            process.terminate()
+            throw TestClientError(description: "no start line: \(startLine)")
+        }
+        return (process, port)
+    }
+
     /// Every entry file under a cache directory (not tmp files).
     static func entryFiles(in directory: String) throws -> [String] {
         try FileManager.default.subpathsOfDirectory(atPath: directory)
