@@ -1,0 +1,80 @@
+// Test doubles for the proxy's seams: an origin whose transfers the test drives by hand, and a response sink that
+// records what a client would have received. Pure logic only: no sockets, no curl.
+
+import Foundation
+import Synchronization
+@testable import ImageCacheCore
+
+/// A transfer the test feeds events into.
+final class MockTransfer: UpstreamTransfer, @unchecked Sendable {
+    let request: UpstreamRequest
+    let events: @Sendable (UpstreamEvent) -> Void
+    private let cancelled = Mutex(false)
+    init(request: UpstreamRequest, events: @escaping @Sendable (UpstreamEvent) -> Void) {
+        self.request = request
+        self.events = events
+    }
+    func cancel() { cancelled.withLock { $0 = true } }
+    var isCancelled: Bool { cancelled.withLock { $0 } }
+
+    /// Sends a whole 200 response: head, body, end.
+    func respond(_ head: HTTPResponseHead, body: [UInt8]) {
+        events(.head(head, url: request.url, redirects: []))
+        if !body.isEmpty { events(.body(body)) }
+        events(.end)
+    }
+}
+
+/// Counts fetches and hands each transfer to the test, suspended until the test sends its events (Nuke's MockDataLoader).
+final class MockOrigin: Origin, @unchecked Sendable {
+    private let state = Mutex<[MockTransfer]>([])
+    /// Weak references to every transfer made, to prove none outlives its fetch.
+    private let made = Mutex<[WeakTransfer]>([])
+
+    struct WeakTransfer { weak var transfer: MockTransfer? }
+
+    func fetch(_ request: UpstreamRequest, events: @escaping @Sendable (UpstreamEvent) -> Void) -> any UpstreamTransfer {
+        let transfer = MockTransfer(request: request, events: events)
+        state.withLock { $0.append(transfer) }
+        made.withLock { $0.append(WeakTransfer(transfer: transfer)) }
+        return transfer
+    }
+
+    var fetchCount: Int { made.withLock { $0.count } }
+    var requests: [UpstreamRequest] { state.withLock { $0.map(\.request) } }
+    /// Removes and returns the oldest transfer not yet taken.
+    func take() -> MockTransfer? { state.withLock { $0.isEmpty ? nil : $0.removeFirst() } }
+    var liveTransfers: Int { made.withLock { $0.filter { $0.transfer != nil }.count } }
+}
+
+/// Records a response as a client would see it.
+final class MockSink: ResponseSink, @unchecked Sendable {
+    private struct State {
+        var status: Int?
+        var headers = HTTPHeaders()
+        var body: [UInt8] = []
+        var ended = false
+        var aborted = false
+        var cancel: (@Sendable () -> Void)?
+    }
+    private let state = Mutex(State())
+
+    func head(_ head: HTTPResponseHead, bodyLength: Int?) {
+        state.withLock { $0.status = head.status; $0.headers = head.headers }
+    }
+    func body(_ chunk: [UInt8]) { state.withLock { $0.body += chunk } }
+    func end() { state.withLock { $0.ended = true } }
+    func respond(_ head: HTTPResponseHead, body: [UInt8]) {
+        state.withLock { $0.status = head.status; $0.headers = head.headers; $0.body = body; $0.ended = true }
+    }
+    func abort() { state.withLock { $0.aborted = true } }
+    func onCancel(_ callback: @escaping @Sendable () -> Void) { state.withLock { $0.cancel = callback } }
+
+    var status: Int? { state.withLock { $0.status } }
+    var body: [UInt8] { state.withLock { $0.body } }
+    var ended: Bool { state.withLock { $0.ended } }
+    var aborted: Bool { state.withLock { $0.aborted } }
+    func header(_ name: String) -> String? { state.withLock { $0.headers[name] } }
+    /// The client goes away.
+    func leave() { state.withLock { $0.cancel }?() }
+}
