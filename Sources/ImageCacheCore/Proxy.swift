@@ -129,12 +129,15 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
     }
 
     /// Writes a stored entry: the full response, or 304 when the client's own validators match.
+    /// The full response sends the entry's head as rendered at store time plus Age, Cache-Status and X-Cache
+    /// (`CacheEntry.serializedHead`): no per-field work per hit.
     func respond(_ entry: CacheEntry, to sink: any ResponseSink, request: ClientRequest, outcome: CacheOutcome, now: Date) {
-        var headers = entry.head.headers
-        headers.remove("Content-Length")
-        headers.set("Age", String(Int(Freshness.currentAge(entry, now: now))))
-        outcome.apply(to: &headers)
+        let age = String(Int(Freshness.currentAge(entry, now: now)))
         if request.clientValidatorsMatch(entry) {
+            var headers = entry.head.headers
+            headers.remove("Content-Length")
+            headers.set("Age", age)
+            outcome.apply(to: &headers)
             let kept = ["ETag", "Cache-Control", "Expires", "Last-Modified", "Date", "Vary", "Content-Location", "Age",
                         "Cache-Status", "X-Cache"]
             headers.removeAll { field in !kept.contains { $0.equalsIgnoringASCIICase(field.name) } }
@@ -142,7 +145,13 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
             sink.end()
             return
         }
-        sink.respond(HTTPResponseHead(status: entry.head.status, reason: entry.head.reason, headers: headers), body: entry.body)
+        let cacheStatus = outcome.cacheStatus
+        let extra = HTTPHeaders([
+            ("Age", age),
+            ("Cache-Status", entry.upstreamCacheStatus.map { $0 + ", " + cacheStatus } ?? cacheStatus),
+            ("X-Cache", outcome.xCache),
+        ])
+        sink.respond(entry.serializedHead, extra: extra, body: entry.body)
     }
 
     /// A clear error: status, one-line reason in the body and the log.

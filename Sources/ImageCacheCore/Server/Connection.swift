@@ -356,6 +356,11 @@ final class Connection: @unchecked Sendable {
         run(stateMachine.respond(head, body: body, exchange: exchange, date: HTTPDateCache.shared.current()))
     }
 
+    fileprivate func sinkRespond(_ prepared: SerializedResponseHead, extra: HTTPHeaders, body: [UInt8], exchange: UInt64) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        run(stateMachine.respond(prepared, extra: extra, body: body, exchange: exchange, date: HTTPDateCache.shared.current()))
+    }
+
     fileprivate func sinkAbort(exchange: UInt64) {
         dispatchPrecondition(condition: .onQueue(queue))
         run(stateMachine.abort(exchange: exchange))
@@ -400,6 +405,11 @@ final class ConnectionResponseSink: ResponseSink, @unchecked Sendable {
     func respond(_ head: HTTPResponseHead, body: [UInt8]) {
         let connection = connection, exchange = exchange
         connection.onQueue { connection.sinkRespond(head, body: body, exchange: exchange) }
+    }
+
+    func respond(_ head: SerializedResponseHead, extra: HTTPHeaders, body: [UInt8]) {
+        let connection = connection, exchange = exchange
+        connection.onQueue { connection.sinkRespond(head, extra: extra, body: body, exchange: exchange) }
     }
 
     func abort() {
