@@ -27,12 +27,15 @@ let package = Package(
             pkgConfig: "libcurl",
             providers: [.apt(["libcurl4-openssl-dev"])]
         ),
+        // <sys/epoll.h>, which Glibc's Swift module leaves out (the server's event loops).
+        .systemLibrary(name: "CEpoll"),
         // Typed one-line forwarders for libcurl's variadic functions: the only C in the repository.
         .target(name: "CCurlShim", dependencies: ["CCurl"]),
         .target(
             name: "ImageCacheCore",
             dependencies: [
                 "CCurlShim",
+                "CEpoll",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Yams", package: "Yams"),

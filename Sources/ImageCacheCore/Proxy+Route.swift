@@ -20,6 +20,8 @@ struct OriginRoute: Sendable {
     let base: UpstreamURL
     /// The base URL's path without a trailing "/" ("" for the root).
     let basePath: String
+    /// A base URL with a query takes the full parse for every target.
+    let baseHasQuery: Bool
 
     init?(_ mapping: OriginMapping) {
         guard let base = try? UpstreamURL.parse(mapping.url) else { return nil }
@@ -30,19 +32,22 @@ struct OriginRoute: Sendable {
         self.prefix = String(prefix)
         self.base = base
         basePath = String(path)
+        baseHasQuery = path.contains("?")
     }
 
     /// "/img" matches "/img", "/img/a.jpg" and "/img?x", not "/images"; "" matches everything.
-    func matches(_ path: String) -> Bool {
+    func matches(_ path: Substring) -> Bool {
         prefix.isEmpty || path == prefix || path.hasPrefix(prefix + "/")
     }
 
     /// The upstream URL for a request target this mapping matches. The result must stay on the origin (same scheme,
     /// host and port) and under its base path: a target cannot name another host or climb out with dot segments.
     func upstreamURL(for target: String) throws(URLParseError) -> UpstreamURL {
-        var rest = target.dropFirst(prefix.count)
-        if rest.isEmpty || rest.first == "?" { rest = "/" + rest }
-        let url = try UpstreamURL.parse(base.scheme + "://" + base.authority + basePath + rest)
+        let rest = target.dropFirst(prefix.count)
+        let pathAndQuery = (rest.isEmpty || rest.utf8.first == UInt8(ascii: "?")) ? basePath + "/" + rest : basePath + rest
+        // A target already in normal form stays on the origin and under its base path by construction.
+        if !baseHasQuery, let url = UpstreamURL.withNormalPath(origin: base, pathAndQuery) { return url }
+        let url = try UpstreamURL.parse(base.scheme + "://" + base.authority + pathAndQuery)
         let underBase = basePath.isEmpty || url.pathAndQuery == basePath
             || url.pathAndQuery.hasPrefix(basePath + "/") || url.pathAndQuery.hasPrefix(basePath + "?")
         guard url.scheme == base.scheme, url.host == base.host, url.effectivePort == base.effectivePort, underBase else {
@@ -62,7 +67,7 @@ extension Route {
         if request.method == "CONNECT" {
             return .error(status: 501, reason: "CONNECT tunnels are not supported; fetch https images with GET /fetch?url=<percent-encoded URL>")
         }
-        if target.first != "/" {
+        if target.utf8.first != UInt8(ascii: "/") {
             // Absolute form: forward proxy (curl -x). Any other form is malformed here.
             guard target.contains("://") else {
                 return .error(status: 400, reason: "request target '\(target.prefix(200))' is not a path or an absolute URL")
@@ -73,8 +78,10 @@ extension Route {
                 return .error(status: 400, reason: "bad URL: \(error.reason)")
             }
         }
-        let (path, query) = splitQuery(target)
+        let mark = target.utf8.firstIndex(of: UInt8(ascii: "?"))
+        let path = target[..<(mark ?? target.endIndex)]
         if path == "/fetch" {
+            let (_, query) = splitQuery(target)
             guard let query, let encoded = queryParameter("url", in: query) else {
                 return .error(status: 400, reason: "missing url parameter: use /fetch?url=<percent-encoded absolute http or https URL>")
             }
@@ -88,9 +95,15 @@ extension Route {
             }
         }
         if path == "/_imagecached" || path.hasPrefix("/_imagecached/") {
+            let (path, query) = splitQuery(target)
             return .admin(path: path, query: query)
         }
-        guard let mapping = origins.filter({ $0.matches(path) }).max(by: { $0.prefix.count < $1.prefix.count }) else {
+        // The longest matching prefix (the first of equals).
+        var best: OriginRoute?
+        for route in origins where route.matches(path) && route.prefix.count > (best?.prefix.count ?? -1) {
+            best = route
+        }
+        guard let mapping = best else {
             if origins.isEmpty {
                 return .error(status: 400, reason: "not a proxy request: send an absolute URL (curl -x), use /fetch?url=..., or start the daemon with --origin")
             }

@@ -132,18 +132,28 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
     }
 
     /// Writes a stored entry: the full response, or 304 when the client's own validators match.
+    /// The full response sends the entry's head as rendered at store time plus Age, Cache-Status and X-Cache
+    /// (`CacheEntry.serializedHead`): no per-field work per hit.
     func respond(_ entry: CacheEntry, to sink: any ResponseSink, request: ClientRequest, outcome: CacheOutcome, now: Date) {
-        let (head, notModified) = clientHead(for: entry, request: request, outcome: outcome, now: now)
-        if notModified {
+        if request.clientValidatorsMatch(entry) {
+            let (head, _) = clientHead(for: entry, request: request, outcome: outcome, now: now)
             sink.head(head, bodyLength: nil)
             sink.end()
             return
         }
-        sink.respond(head, body: entry.body)
+        let age = String(Int(Freshness.currentAge(entry, now: now)))
+        let cacheStatus = outcome.cacheStatus
+        let extra = HTTPHeaders([
+            ("Age", age),
+            ("Cache-Status", entry.upstreamCacheStatus.map { $0 + ", " + cacheStatus } ?? cacheStatus),
+            ("X-Cache", outcome.xCache),
+        ])
+        sink.respond(entry.serializedHead, extra: extra, body: entry.body)
     }
 
     /// The head a client gets for a stored entry (Age, Cache-Status, X-Cache set; no Content-Length, the sink frames
-    /// the body), or a 304 head when the client's own validators match (`notModified`).
+    /// the body), or a 304 head when the client's own validators match (`notModified`). Used where the body is not in
+    /// the entry (a large body streamed from its file) and for 304s; hits of whole entries use `respond`.
     func clientHead(for entry: CacheEntry, request: ClientRequest, outcome: CacheOutcome, now: Date) -> (HTTPResponseHead, notModified: Bool) {
         var headers = entry.head.headers
         headers.remove("Content-Length")

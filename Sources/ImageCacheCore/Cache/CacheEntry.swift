@@ -4,6 +4,10 @@
 // changed in place by anyone; a 304 produces a new entry (`refreshed`) that the owner of the map (MemoryCache's
 // lock, the disk queue) swaps in. The body array is shared, not copied, between the copies of an entry.
 //
+// What is derived once per entry also includes the wire form of the stored head (`serializedHead`: status line and
+// fields, hop-by-hop, Content-Length, Age, Cache-Status and X-Cache left out), so a hit writes those bytes as they are
+// and adds only Age, Cache-Status, X-Cache and the framing fields; a refresh renders them again.
+//
 // 304 merging (RFC 9111 sections 3.2 and 4.3.4), cf. Varnish vbf_304_logic:
 //   - every field of the 304 replaces the stored fields of that name, and fields the 304 lacks are kept,
 //   - except the fields describing the stored body, which stay as stored: Content-Length, Content-Encoding,
@@ -30,8 +34,16 @@ public struct CacheEntry: Sendable {
     public private(set) var freshnessLifetime: Double
     /// Seconds; computed at store / refresh.
     public private(set) var correctedInitialAge: Double
-    /// Bytes charged against the memory budget: body + approximate header bytes + fixed overhead.
+    /// Bytes charged against the memory budget: body + approximate header bytes (counted twice: the fields and
+    /// their serialised form) + fixed overhead.
     public private(set) var cost: Int
+    /// The stored head as sent on a hit, rendered once (see above).
+    public private(set) var serializedHead: SerializedResponseHead
+    /// The origin's own Cache-Status (all its fields combined), to which ours is appended; nil when it sent none.
+    public private(set) var upstreamCacheStatus: String?
+
+    /// Fields left out of `serializedHead`: they change with every response and are sent with it.
+    public static let perResponseFields = ["Age", "Cache-Status", "X-Cache"]
 
     /// Per-entry bookkeeping bytes counted in `cost`.
     public static let fixedOverheadBytes = 256
@@ -56,7 +68,9 @@ public struct CacheEntry: Sendable {
         self.cacheControl = cacheControl
         self.freshnessLifetime = Freshness.lifetime(of: head, cacheControl: cacheControl, responseTime: responseTime, policy: policy)
         self.correctedInitialAge = Freshness.correctedInitialAge(of: head, requestTime: requestTime, responseTime: responseTime)
-        self.cost = CacheEntry.cost(head: head, bodyCount: body.count)
+        self.serializedHead = SerializedResponseHead(head, excluding: CacheEntry.perResponseFields)
+        self.upstreamCacheStatus = head.headers.combined("Cache-Status")
+        self.cost = CacheEntry.cost(head: head, bodyCount: body.count) + serializedHead.bytes.count
     }
 
     public var etag: String? { head.headers["ETag"] }
@@ -90,7 +104,9 @@ public struct CacheEntry: Sendable {
                                                          responseTime: responseTime, policy: policy)
         refreshed.correctedInitialAge = Freshness.correctedInitialAge(of: refreshed.head, requestTime: requestTime,
                                                                       responseTime: responseTime)
-        refreshed.cost = CacheEntry.cost(head: refreshed.head, bodyCount: body.count)
+        refreshed.serializedHead = SerializedResponseHead(refreshed.head, excluding: CacheEntry.perResponseFields)
+        refreshed.upstreamCacheStatus = headers.combined("Cache-Status")
+        refreshed.cost = CacheEntry.cost(head: refreshed.head, bodyCount: body.count) + refreshed.serializedHead.bytes.count
         return refreshed
     }
 

@@ -131,6 +131,47 @@ public struct UpstreamURL: Sendable, Hashable, CustomStringConvertible {
         return UpstreamURL(scheme: scheme, host: host, port: port, pathAndQuery: String(decoding: path, as: UTF8.self))
     }
 
+    /// `origin`'s scheme, host and port with `pathAndQuery`, without a parse, when `pathAndQuery` is already in
+    /// normal form: it starts with "/", every byte is one normalisation keeps as it is (no "%", "#", space, control,
+    /// non-ASCII or other character that would be escaped) and no path segment is "." or "..". Then the result equals
+    /// `parse` of the same absolute URL (the tests check it does); nil otherwise, and the caller parses.
+    /// The reverse proxy's hit path: most targets are plain paths.
+    static func withNormalPath(origin: UpstreamURL, _ pathAndQuery: String) -> UpstreamURL? {
+        // Conservative length bound: near the limit, the full parse decides.
+        guard pathAndQuery.utf8.count + origin.scheme.utf8.count + origin.host.utf8.count + 12 <= maxLength else { return nil }
+        var inQuery = false
+        var segmentStart = true
+        var segmentDots = 0  // dots seen since the segment started, while it holds nothing else
+        var first = true
+        for b in pathAndQuery.utf8 {
+            if first {
+                guard b == 0x2F else { return nil }
+                first = false
+                continue
+            }
+            if inQuery {
+                guard isAllowed(b, query: true) else { return nil }
+                continue
+            }
+            if b == 0x2F || b == 0x3F {
+                if segmentStart && (segmentDots == 1 || segmentDots == 2) { return nil }
+                segmentStart = true
+                segmentDots = 0
+                if b == 0x3F { inQuery = true }
+                continue
+            }
+            guard isAllowed(b, query: false) else { return nil }
+            if segmentStart && b == 0x2E {
+                segmentDots += 1
+            } else {
+                segmentStart = false
+            }
+        }
+        if first { return nil }
+        if !inQuery && segmentStart && (segmentDots == 1 || segmentDots == 2) { return nil }
+        return UpstreamURL(scheme: origin.scheme, host: origin.host, port: origin.port, pathAndQuery: pathAndQuery)
+    }
+
     private init(scheme: String, host: String, port: Int?, pathAndQuery: String) {
         self.scheme = scheme
         self.host = host

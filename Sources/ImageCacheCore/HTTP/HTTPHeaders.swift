@@ -73,9 +73,11 @@ public struct HTTPHeaders: Sendable, Equatable, Sequence, ExpressibleByDictionar
 }
 
 extension String {
-    /// ASCII case-insensitive comparison, as header names and tokens need; no allocation.
+    /// ASCII case-insensitive comparison, as header names and tokens need; no allocation. Lengths are compared
+    /// first (O(1) for native strings), so most non-matching names cost no byte loop.
     @inlinable
     public func equalsIgnoringASCIICase(_ other: String) -> Bool {
+        guard utf8.count == other.utf8.count else { return false }
         var a = utf8.makeIterator()
         var b = other.utf8.makeIterator()
         while true {

@@ -84,3 +84,36 @@ public enum HopByHop {
         }
     }
 }
+
+/// A response head whose fixed part is rendered once and sent many times (a stored entry's status and fields).
+///
+/// `bytes` holds the HTTP/1.1 status line and every field of `headers` that the server may send as is, each
+/// ending in CRLF, without the empty line that ends the head. Left out: hop-by-hop fields (and the fields the
+/// Connection header names), Content-Length (the server sets it), and the `excluded` names (the fields that
+/// change per response and travel with it, e.g. Age, Cache-Status, X-Cache). `headers` keeps exactly the fields
+/// written in `bytes`, in order, for sinks that cannot use the bytes.
+public struct SerializedResponseHead: Sendable, Equatable {
+    public let status: Int
+    public let reason: String
+    /// The fields rendered in `bytes`, in order.
+    public let headers: HTTPHeaders
+    /// Status line and fields, CRLF after each, no final empty line.
+    public let bytes: [UInt8]
+    /// Whether `headers` has a Date field (the server adds its own only when it has none).
+    public let hasDate: Bool
+
+    public init(_ head: HTTPResponseHead, excluding excluded: [String] = []) {
+        var headers = head.headers
+        HopByHop.strip(&headers)
+        headers.removeAll { field in
+            field.name.equalsIgnoringASCIICase("Content-Length") || excluded.contains { $0.equalsIgnoringASCIICase(field.name) }
+        }
+        status = head.status
+        reason = head.reason
+        self.headers = headers
+        hasDate = headers.contains("Date")
+        var full = HTTPResponseHead(status: head.status, reason: head.reason, headers: headers).serialized(version: .http1_1)
+        full.removeLast(2)  // the empty line: the server appends the per-response fields first
+        bytes = full
+    }
+}

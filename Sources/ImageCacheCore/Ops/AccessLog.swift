@@ -69,6 +69,16 @@ final class AccessLogSink: ResponseSink {
         finish("")
     }
 
+    func respond(_ head: SerializedResponseHead, extra: HTTPHeaders, body: [UInt8]) {
+        state.withLock {
+            $0.status = head.status
+            $0.xCache = extra["X-Cache"] ?? head.headers["X-Cache"] ?? "-"
+            $0.bytes += body.count
+        }
+        inner.respond(head, extra: extra, body: body)
+        finish("")
+    }
+
     func abort() {
         inner.abort()
         finish(" aborted")

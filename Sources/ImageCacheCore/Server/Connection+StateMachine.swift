@@ -215,6 +215,18 @@ extension Connection {
             return [.write(buffers)]
         }
 
+        /// A whole response whose head was serialised once: the prepared bytes, the rest of the head and the body go
+        /// out in one write, none of them copied.
+        mutating func respond(_ prepared: SerializedResponseHead, extra: HTTPHeaders, body: [UInt8], exchange id: UInt64,
+                              date: String) -> [Action] {
+            guard case var .handling(exchange) = state, exchange.id == id, !exchange.responseStarted else { return [] }
+            var buffers = exchange.writer.head(prepared, extra: extra, bodyLength: body.count, date: date)
+            buffers += exchange.writer.body(body)
+            buffers += exchange.writer.end()
+            state = .writing(keepAlive: exchange.writer.keepAlive)
+            return [.write(buffers)]
+        }
+
         /// The handler gave up: close at once so the client sees a truncated response.
         mutating func abort(exchange id: UInt64) -> [Action] {
             guard case let .handling(exchange) = state, exchange.id == id else { return [] }

@@ -1,13 +1,19 @@
-// One accepted client socket, driven by Dispatch.
+// One accepted client socket, driven by its event loop (see EventLoop.swift).
 //
-// Each connection has its own serial queue (`imagecached.connection`) that targets one shared concurrent
-// queue, so thousands of connections share a few threads. Everything mutable here is owned by that queue:
-// the fd, the read and write sources, the two timers, the write queue and the `StateMachine` (which owns
-// the parser). The sources report events; the state machine decides; `run(_:)` performs its actions.
+// Each connection belongs to one `EventLoop`, and its queue IS that loop's serial queue
+// (`imagecached.loop.<i>`): a few loops serve thousands of connections. Everything mutable here is owned by that
+// queue: the fd, the read and write deadlines, the write queue and the `StateMachine` (which owns the parser).
+// The loop reports readiness (edge-triggered epoll) and ticks the deadlines; the state machine decides;
+// `run(_:)` performs its actions.
+//
+// Edge-triggered reading: on a readable event the connection reads until the socket has nothing more (a short
+// read or EAGAIN) or reading is suspended; resuming reading tries a read at once (no new edge may come for bytes
+// already waiting). Writing: whatever the socket does not take waits in the `WriteQueue` until a writable event.
+// Timeouts are deadlines checked by the loop's tick, so they fire up to `EventLoop.tickInterval` late.
 //
 // Each request is answered through its own `ConnectionResponseSink`, tagged with the exchange id, so a late
-// call for an earlier request is ignored. A sink call made on this connection's queue acts at once (the queue
-// is recognised through `DispatchQueue.getSpecific`); from any other queue it hops here with `queue.async`,
+// call for an earlier request is ignored. A sink call made on this connection's queue acts at once (the loop's
+// queue is recognised through `DispatchQueue.getSpecific`); from any other queue it hops here with `queue.async`,
 // which keeps the order of calls made from one serial queue.
 //
 // Writes go out with `sendmsg` (a vectored write, like `writev`, that also takes MSG_NOSIGNAL: a peer that
@@ -21,16 +27,15 @@ internal import Darwin
 internal import Dispatch
 internal import Logging
 
-/// One client connection. Confined to `queue`.
+/// One client connection. Confined to `queue` (its event loop's queue).
 final class Connection: @unchecked Sendable {
-    /// Marks each connection's queue with its connection id, to recognise calls already on it.
-    private static let queueKey = DispatchSpecificKey<UInt64>()
     /// Largest single read.
     private static let readChunkBytes = 16_384
 
     // MARK: immutable
     let id: UInt64
     let queue: DispatchQueue
+    let loop: EventLoop
     let client: ClientInfo
     private let fd: Int32
     private let handler: any RequestHandler
@@ -41,21 +46,13 @@ final class Connection: @unchecked Sendable {
 
     // MARK: owned by queue
     private var stateMachine: StateMachine
-    private var readSource: (any DispatchSourceRead)?
-    private var writeSource: (any DispatchSourceWrite)?
-    private var readTimer: (any DispatchSourceTimer)?
-    private var writeTimer: (any DispatchSourceTimer)?
-    /// Which read timer is armed and when it is due (a stale firing after a re-arm is ignored).
+    /// Which read timer is armed and when it is due (checked by the loop's tick).
     private var readTimerArmed: (timer: StateMachine.ReadTimer, deadline: DispatchTime)?
+    /// When the bytes waiting for room in the socket must have moved (checked by the loop's tick).
     private var writeTimerDeadline: DispatchTime?
-    /// When each Dispatch timer is set to fire (nil: not set). Re-setting a Dispatch timer wakes the Dispatch
-    /// manager thread, so it is set only when a deadline comes earlier than it; a firing before the deadline
-    /// (the deadline moved later, or was dropped) sets it again or does nothing.
-    private var readTimerScheduled: DispatchTime?
-    private var writeTimerScheduled: DispatchTime?
     private var readSuspended = false
-    /// The write source is resumed only while bytes wait for room in the socket.
-    private var writeSourceActive = false
+    /// The socket may have bytes to read that we have not read (edge-triggered: no new event comes for them).
+    private var readReady = true
     private var writeQueue = WriteQueue()
     /// onCancel callbacks of the current exchange.
     private var cancelCallbacks: [@Sendable () -> Void] = []
@@ -64,11 +61,10 @@ final class Connection: @unchecked Sendable {
     private var pendingActions: [StateMachine.Action] = []
     private var running = false
     private var closed = false
-    /// Source cancellations still to complete before the fd may be closed.
-    private var sourcesToCancel = 0
+    private var registered = false
 
     init(fd: Int32, id: UInt64, client: ClientInfo, handler: any RequestHandler, configuration: ServerConfiguration,
-         targetQueue: DispatchQueue, logger: Logger, onClose: @escaping @Sendable (Connection) -> Void) {
+         loop: EventLoop, logger: Logger, onClose: @escaping @Sendable (Connection) -> Void) {
         self.fd = fd
         self.id = id
         self.client = client
@@ -78,20 +74,20 @@ final class Connection: @unchecked Sendable {
         var logger = logger
         logger[metadataKey: "client"] = "\(client.address)"
         self.logger = logger
-        self.queue = DispatchQueue(label: "imagecached.connection", target: targetQueue)
+        self.loop = loop
+        self.queue = loop.queue
         self.stateMachine = StateMachine(configuration: configuration)
-        queue.setSpecific(key: Self.queueKey, value: id)
     }
 
     /// Whether the caller is running on this connection's queue.
-    var isOnQueue: Bool { DispatchQueue.getSpecific(key: Self.queueKey) == id }
+    var isOnQueue: Bool { loop.isOnQueue }
 
     /// Runs `body` on the queue: at once when already there, else asynchronously.
     func onQueue(_ body: @escaping @Sendable () -> Void) {
         if isOnQueue { body() } else { queue.async(execute: body) }
     }
 
-    /// Sets up the sources and starts reading. Call once, from any queue.
+    /// Registers with the loop and starts reading. Call once, from any queue.
     func start() {
         queue.async { self.setUp() }
     }
@@ -106,82 +102,72 @@ final class Connection: @unchecked Sendable {
 
     private func setUp() {
         dispatchPrecondition(condition: .onQueue(queue))
-        let read = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
-        read.setEventHandler { self.readable() }
-        read.setCancelHandler { self.sourceCancelled() }
-        let write = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
-        write.setEventHandler { self.writable() }
-        write.setCancelHandler { self.sourceCancelled() }
-        let readTimer = DispatchSource.makeTimerSource(queue: queue)
-        readTimer.setEventHandler { self.readTimerFired() }
-        let writeTimer = DispatchSource.makeTimerSource(queue: queue)
-        writeTimer.setEventHandler { self.writeTimerFired() }
-        readTimer.schedule(deadline: .distantFuture)
-        writeTimer.schedule(deadline: .distantFuture)
-        readTimer.resume()
-        writeTimer.resume()
-        self.readSource = read
-        self.writeSource = write
-        self.readTimer = readTimer
-        self.writeTimer = writeTimer
-        sourcesToCancel = 2
-        read.resume()  // the write source stays suspended until a write would block
+        do {
+            try loop.register(self, fd: fd)
+            registered = true
+        } catch {
+            logger.error("cannot watch the connection: \(error)")
+            closeNow()
+            return
+        }
         run(stateMachine.start())
     }
 
     // MARK: - Events
 
+    /// The loop saw the socket become readable and/or writable (or fail, or the peer close). On queue.
+    func ready(readable: Bool, writable: Bool) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard !closed else { return }
+        if readable {
+            readReady = true
+            self.readable()
+        }
+        if writable, !closed, !writeQueue.isEmpty {
+            run([])  // flushes, then moves the state machine on if the queue drained
+        }
+    }
+
+    /// Reads until the socket has nothing more for now, reading is suspended, or the connection closes.
     private func readable() {
         dispatchPrecondition(condition: .onQueue(queue))
-        guard !closed else { return }
-        let result: Result<[UInt8], SystemError> = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: Self.readChunkBytes) { buffer in
-            Result { () throws(SystemError) in
-                let count = try syscall("read") { read(fd, buffer.baseAddress, buffer.count) }
-                return Array(buffer[0..<count])
+        while !closed, !readSuspended, readReady {
+            let result: Result<[UInt8], SystemError> = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: Self.readChunkBytes) { buffer in
+                Result { () throws(SystemError) in
+                    let count = try syscall("read") { read(fd, buffer.baseAddress, buffer.count) }
+                    return Array(buffer[0..<count])
+                }
+            }
+            switch result {
+            case let .success(bytes) where bytes.isEmpty:
+                readReady = false
+                run(stateMachine.readClosed())
+            case let .success(bytes):
+                // A short read emptied the socket: more bytes, or the peer's FIN, come with a new edge.
+                if bytes.count < Self.readChunkBytes { readReady = false }
+                run(stateMachine.bytesReceived(bytes, date: HTTPDateCache.shared.current()))
+            case let .failure(error) where error.isWouldBlock:
+                readReady = false
+            case let .failure(error):
+                logger.debug("read failed: \(error)")
+                readReady = false
+                run(stateMachine.readClosed())
             }
         }
-        switch result {
-        case let .success(bytes) where bytes.isEmpty:
-            run(stateMachine.readClosed())
-        case let .success(bytes):
-            run(stateMachine.bytesReceived(bytes, date: HTTPDateCache.shared.current()))
-        case let .failure(error) where error.isWouldBlock:
-            return
-        case let .failure(error):
-            logger.debug("read failed: \(error)")
-            run(stateMachine.readClosed())
-        }
     }
 
-    private func writable() {
+    /// Fires the read and write timeouts whose deadlines have passed. Called by the loop's tick. On queue.
+    func checkDeadlines(now: DispatchTime) {
         dispatchPrecondition(condition: .onQueue(queue))
-        guard !closed else { return }
-        run([])  // flushes, then moves the state machine on if the queue drained
-    }
-
-    private func readTimerFired() {
-        dispatchPrecondition(condition: .onQueue(queue))
-        readTimerScheduled = nil
-        guard !closed, let armed = readTimerArmed else { return }
-        guard DispatchTime.now() >= armed.deadline else {
-            scheduleReadTimer(armed.deadline)
-            return
+        if !closed, let armed = readTimerArmed, now >= armed.deadline {
+            readTimerArmed = nil
+            run(stateMachine.readTimerFired(armed.timer, date: HTTPDateCache.shared.current()))
         }
-        readTimerArmed = nil
-        run(stateMachine.readTimerFired(armed.timer, date: HTTPDateCache.shared.current()))
-    }
-
-    private func writeTimerFired() {
-        dispatchPrecondition(condition: .onQueue(queue))
-        writeTimerScheduled = nil
-        guard !closed, let deadline = writeTimerDeadline else { return }
-        guard DispatchTime.now() >= deadline else {
-            scheduleWriteTimer(deadline)
-            return
+        if !closed, let deadline = writeTimerDeadline, now >= deadline {
+            writeTimerDeadline = nil
+            logger.notice("write timed out; closing")
+            run(stateMachine.writeTimedOut())
         }
-        writeTimerDeadline = nil
-        logger.notice("write timed out; closing")
-        run(stateMachine.writeTimedOut())
     }
 
     // MARK: - Actions
@@ -211,20 +197,16 @@ final class Connection: @unchecked Sendable {
         guard !closed else { return }
         switch action {
         case let .armReadTimer(timer, seconds):
-            let deadline = DispatchTime.now() + seconds
-            readTimerArmed = (timer, deadline)
-            scheduleReadTimer(deadline)
+            readTimerArmed = (timer, DispatchTime.now() + seconds)
         case .cancelReadTimer:
-            readTimerArmed = nil  // a later firing finds nothing armed and does nothing
+            readTimerArmed = nil
         case .suspendReading:
-            if !readSuspended {
-                readSuspended = true
-                readSource?.suspend()
-            }
+            readSuspended = true
         case .resumeReading:
             if readSuspended {
                 readSuspended = false
-                readSource?.resume()
+                // Bytes may already wait (no new edge will announce them); read them once these actions are done.
+                if readReady { queue.async { self.readable() } }
             }
         case let .write(buffers):
             for buffer in buffers { writeQueue.append(buffer) }
@@ -249,7 +231,8 @@ final class Connection: @unchecked Sendable {
         }
     }
 
-    /// Writes as much of the queue as the socket takes; arms the write source and timer when it takes no more.
+    /// Writes as much of the queue as the socket takes; sets the write deadline when it takes no more (the loop's
+    /// writable event flushes again).
     private func flush() {
         guard !closed else { return }
         var progressed = false
@@ -264,13 +247,7 @@ final class Connection: @unchecked Sendable {
                 if written > 0 { progressed = true }
             } catch where error.isWouldBlock {
                 if progressed || writeTimerDeadline == nil {
-                    let deadline = DispatchTime.now() + configuration.writeTimeoutSeconds
-                    writeTimerDeadline = deadline
-                    scheduleWriteTimer(deadline)
-                }
-                if !writeSourceActive {
-                    writeSourceActive = true
-                    writeSource?.resume()
+                    writeTimerDeadline = DispatchTime.now() + configuration.writeTimeoutSeconds
                 }
                 return
             } catch {
@@ -279,59 +256,21 @@ final class Connection: @unchecked Sendable {
                 return
             }
         }
-        if writeSourceActive {
-            writeSourceActive = false
-            writeSource?.suspend()
-        }
-        writeTimerDeadline = nil  // a later firing finds nothing armed and does nothing
+        writeTimerDeadline = nil
     }
 
-    /// Makes the read timer fire no later than `deadline`, touching the Dispatch timer only to bring it forward.
-    private func scheduleReadTimer(_ deadline: DispatchTime) {
-        if let scheduled = readTimerScheduled, scheduled <= deadline { return }
-        readTimerScheduled = deadline
-        readTimer?.schedule(deadline: deadline)
-    }
-
-    /// Makes the write timer fire no later than `deadline`, touching the Dispatch timer only to bring it forward.
-    private func scheduleWriteTimer(_ deadline: DispatchTime) {
-        if let scheduled = writeTimerScheduled, scheduled <= deadline { return }
-        writeTimerScheduled = deadline
-        writeTimer?.schedule(deadline: deadline)
-    }
-
-    /// Cancels the sources; the fd is closed when both cancellations have completed (Dispatch requires it).
+    /// Stops watching the socket and closes it.
     private func closeNow() {
         dispatchPrecondition(condition: .onQueue(queue))
         guard !closed else { return }
         closed = true
         writeQueue.removeAll()
         cancelCallbacks = []
-        readTimer?.cancel()
-        writeTimer?.cancel()
-        readTimer = nil
-        writeTimer = nil
-        guard let readSource, let writeSource else {
-            closeDescriptor(fd)
-            onClose(self)
-            return
-        }
-        // A suspended source never delivers its cancellation: resume first.
-        if readSuspended { readSuspended = false; readSource.resume() }
-        if !writeSourceActive { writeSourceActive = true; writeSource.resume() }
-        readSource.cancel()
-        writeSource.cancel()
+        readTimerArmed = nil
+        writeTimerDeadline = nil
+        if registered { loop.deregister(self, fd: fd) }
+        closeDescriptor(fd)
         onClose(self)
-    }
-
-    private func sourceCancelled() {
-        dispatchPrecondition(condition: .onQueue(queue))
-        sourcesToCancel -= 1
-        if sourcesToCancel == 0 {
-            closeDescriptor(fd)
-            readSource = nil  // breaks the cycle connection -> source -> handler -> connection
-            writeSource = nil
-        }
     }
 
     // MARK: - Sink calls (on queue)
@@ -354,6 +293,11 @@ final class Connection: @unchecked Sendable {
     fileprivate func sinkRespond(_ head: HTTPResponseHead, body: [UInt8], exchange: UInt64) {
         dispatchPrecondition(condition: .onQueue(queue))
         run(stateMachine.respond(head, body: body, exchange: exchange, date: HTTPDateCache.shared.current()))
+    }
+
+    fileprivate func sinkRespond(_ prepared: SerializedResponseHead, extra: HTTPHeaders, body: [UInt8], exchange: UInt64) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        run(stateMachine.respond(prepared, extra: extra, body: body, exchange: exchange, date: HTTPDateCache.shared.current()))
     }
 
     fileprivate func sinkAbort(exchange: UInt64) {
@@ -400,6 +344,11 @@ final class ConnectionResponseSink: ResponseSink, @unchecked Sendable {
     func respond(_ head: HTTPResponseHead, body: [UInt8]) {
         let connection = connection, exchange = exchange
         connection.onQueue { connection.sinkRespond(head, body: body, exchange: exchange) }
+    }
+
+    func respond(_ head: SerializedResponseHead, extra: HTTPHeaders, body: [UInt8]) {
+        let connection = connection, exchange = exchange
+        connection.onQueue { connection.sinkRespond(head, extra: extra, body: body, exchange: exchange) }
     }
 
     func abort() {

@@ -1,9 +1,10 @@
 // The listening socket: accepts clients and hands each accepted fd to a new `Connection`.
 //
 // Owned by the serial `imagecached.listener` queue: the listening fd, the accept `DispatchSourceRead`, the
-// registry of open connections and the paused/stopped flags. The open-connection count is also kept under a
-// Mutex so that `connectionCount` can be read from anywhere. Connections run on their own serial queues,
-// all targeting one concurrent queue (`imagecached.connections`): no thread per connection.
+// registry of open connections, the event loops and the paused/stopped flags. The open-connection count is also
+// kept under a Mutex so that `connectionCount` can be read from anywhere. Connections are spread round-robin over
+// the event loops (one per active core, see EventLoop.swift) and run on their loop's serial queue: no thread and
+// no Dispatch source per connection.
 //
 // Accepting runs in a loop until EAGAIN. Past `maxConnections` a new client is closed at once. When the
 // process or system runs out of descriptors (EMFILE, ENFILE) or memory, accepting pauses for 100 ms instead
@@ -47,7 +48,6 @@ public final class Listener: @unchecked Sendable {
     private let handler: any RequestHandler
     private let logger: Logger
     private let queue = DispatchQueue(label: "imagecached.listener")
-    private let connectionQueue = DispatchQueue(label: "imagecached.connections", attributes: .concurrent)
     /// Signalled when the accept source's cancellation has closed the listening fd.
     private let listenFDClosed = DispatchSemaphore(value: 0)
 
@@ -58,6 +58,9 @@ public final class Listener: @unchecked Sendable {
     private var stopped = false
     private var connections: [UInt64: Connection] = [:]
     private var nextConnectionID: UInt64 = 1
+    /// One per active core, made at start.
+    private var loops: [EventLoop] = []
+    private var nextLoop = 0
 
     // MARK: shared, guarded by openConnections
     private let openConnections = Mutex<Int>(0)
@@ -110,6 +113,8 @@ public final class Listener: @unchecked Sendable {
         let port = try Self.localPort(of: fd)
         try queue.sync {
             guard listenFD < 0, !stopped else { throw ListenerError.alreadyStarted }
+            let count = max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))
+            loops = try (0..<count).map { index throws(SystemError) in try EventLoop(index: index) }
             listenFD = fd
             let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
             source.setEventHandler { [self] in acceptClients() }
@@ -147,6 +152,8 @@ public final class Listener: @unchecked Sendable {
             connection.stop { group.leave() }
         }
         group.wait()
+        let loops = queue.sync { self.loops }
+        for loop in loops { loop.stop() }
     }
 
     // MARK: - Accepting (on queue)
@@ -193,8 +200,10 @@ public final class Listener: @unchecked Sendable {
             let client = Self.clientInfo(storage)
             let id = nextConnectionID
             nextConnectionID += 1
+            let loop = loops[nextLoop]
+            nextLoop = (nextLoop + 1) % loops.count
             let connection = Connection(fd: fd, id: id, client: client, handler: handler, configuration: configuration,
-                                        targetQueue: connectionQueue, logger: logger) { [self] closed in
+                                        loop: loop, logger: logger) { [self] closed in
                 openConnections.withLock { $0 -= 1 }
                 queue.async { self.connections[closed.id] = nil }
             }

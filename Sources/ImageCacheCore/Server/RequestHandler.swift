@@ -43,6 +43,10 @@ public protocol ResponseSink: AnyObject, Sendable {
     func end()
     /// A whole response with a known body in one call (head, body, end); the body is written without copying.
     func respond(_ head: HTTPResponseHead, body: [UInt8])
+    /// A whole response whose fixed head part was serialised once (a stored entry), the per-response fields in
+    /// `extra` (no hop-by-hop field, no Content-Length). Same meaning as `respond(_:body:)` with the fields of
+    /// `head.headers` followed by `extra`; the server sends the prepared bytes as they are.
+    func respond(_ head: SerializedResponseHead, extra: HTTPHeaders, body: [UInt8])
     /// The response cannot be completed: the connection is closed at once so that the client sees a
     /// truncated response (short Content-Length or no last chunk), never a complete short one.
     func abort()
@@ -52,6 +56,13 @@ public protocol ResponseSink: AnyObject, Sendable {
 }
 
 extension ResponseSink {
+    /// Sinks that cannot use the prepared bytes answer with the fields they stand for.
+    public func respond(_ head: SerializedResponseHead, extra: HTTPHeaders, body: [UInt8]) {
+        var headers = head.headers
+        for field in extra { headers.add(field.name, field.value) }
+        respond(HTTPResponseHead(status: head.status, reason: head.reason, headers: headers), body: body)
+    }
+
     /// A plain-text error response: `status`, and the one-line `reason` as the body.
     public func fail(status: Int, reason: String, headers extra: HTTPHeaders = HTTPHeaders()) {
         var headers = extra

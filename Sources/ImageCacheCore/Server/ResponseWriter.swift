@@ -83,6 +83,44 @@ struct ResponseWriter: Sendable, Equatable {
         return head.serialized(version: .http1_1)
     }
 
+    /// Renders a head whose fixed part was serialised once (`prepared`) plus the per-response `extra` fields, for
+    /// a body of `bodyLength` bytes. Same framing and fields as `head(_:bodyLength:date:)` for
+    /// `prepared.headers` followed by `extra`, and the same bytes; but the prepared bytes are shared, not copied or
+    /// re-rendered: the result is `[prepared.bytes, the rest of the head]`. `extra` must hold no hop-by-hop field and
+    /// no Content-Length.
+    mutating func head(_ prepared: SerializedResponseHead, extra: HTTPHeaders, bodyLength: Int, date: String) -> [[UInt8]] {
+        var tail: [UInt8] = []
+        tail.reserveCapacity(160)
+        for field in extra.fields {
+            tail.append(contentsOf: field.name.utf8)
+            tail.append(contentsOf: ": ".utf8)
+            tail.append(contentsOf: field.value.utf8)
+            tail.append(contentsOf: "\r\n".utf8)
+        }
+        let status = prepared.status
+        if status < 200 || status == 204 || status == 304 {
+            framing = .bodyless
+        } else {
+            tail.append(contentsOf: "Content-Length: ".utf8)
+            tail.append(contentsOf: String(bodyLength).utf8)
+            tail.append(contentsOf: "\r\n".utf8)
+            framing = request.isHEAD ? .bodyless : .contentLength(bodyLength)
+            bytesRemaining = request.isHEAD ? 0 : bodyLength
+        }
+        if !prepared.hasDate && !extra.contains("Date") {
+            tail.append(contentsOf: "Date: ".utf8)
+            tail.append(contentsOf: date.utf8)
+            tail.append(contentsOf: "\r\n".utf8)
+        }
+        if !keepAlive {
+            tail.append(contentsOf: "Connection: close\r\n".utf8)
+        } else if request.version == .http1_0 {
+            tail.append(contentsOf: "Connection: keep-alive\r\n".utf8)
+        }
+        tail.append(contentsOf: "\r\n".utf8)
+        return [prepared.bytes, tail]
+    }
+
     /// The buffers that carry `chunk` under the chosen framing; empty when nothing is to be sent.
     /// Bytes past a declared Content-Length are dropped (the handler broke its promise; the length wins).
     mutating func body(_ chunk: [UInt8]) -> [[UInt8]] {
