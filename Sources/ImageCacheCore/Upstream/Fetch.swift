@@ -360,6 +360,18 @@ final class Fetch: @unchecked Sendable {
             refuseAll(status: 502, reason: why)
         case .allowed:
             state = .streaming(head)
+            if bodyComplete {
+                // The whole body is here already (the common case for a coalesced image): store it, then give each
+                // client its whole response in one call, one hop onto its connection's queue instead of three.
+                store(head)
+                let body = pendingWhileChecking.count == 1 ? pendingWhileChecking[0] : Array(pendingWhileChecking.joined())
+                pendingWhileChecking = []
+                for index in waiters.indices {
+                    waiters[index].sentHead = true
+                    waiters[index].sink.respond(clientHead(head, for: waiters[index]), body: body)
+                }
+                return finish()
+            }
             for index in waiters.indices { sendHead(head, toWaiterAt: index) }
             dropAnsweredHeadWaiters()
             let backlog = pendingWhileChecking
@@ -373,18 +385,22 @@ final class Fetch: @unchecked Sendable {
         }
     }
 
-    private func sendHead(_ upstream: HTTPResponseHead, toWaiterAt index: Int) {
+    /// The head a waiter gets for the upstream response: no Content-Length (the sink frames), Cache-Status, X-Cache.
+    private func clientHead(_ upstream: HTTPResponseHead, for waiter: Waiter) -> HTTPResponseHead {
         var headers = upstream.headers
         headers.remove("Content-Length")
         var outcome = CacheOutcome(forward: reason, forwardStatus: upstream.status)
         if case .store = storeDecision, keepingBody,
-           (bodyLength ?? 0) <= proxy.configuration.effectiveMemoryObjectLimitBytes {
+           proxy.disk != nil || (bodyLength ?? 0) <= proxy.configuration.effectiveMemoryObjectLimitBytes {
             outcome.stored = true
         }
-        outcome.collapsed = waiters[index].collapsed
+        outcome.collapsed = waiter.collapsed
         outcome.apply(to: &headers)
-        waiters[index].sink.head(HTTPResponseHead(status: upstream.status, reason: upstream.reason, headers: headers),
-                                 bodyLength: bodyLength)
+        return HTTPResponseHead(status: upstream.status, reason: upstream.reason, headers: headers)
+    }
+
+    private func sendHead(_ upstream: HTTPResponseHead, toWaiterAt index: Int) {
+        waiters[index].sink.head(clientHead(upstream, for: waiters[index]), bodyLength: bodyLength)
         waiters[index].sentHead = true
         if waiters[index].request.isHead {
             // A HEAD client has what it asked for; the transfer goes on for the cache (see dropAnsweredHeadWaiters).
