@@ -26,7 +26,7 @@ struct DaemonProcessTests {
         return try DaemonStats.decode(Data(response.body))
     }
 
-    @Test("with NOTIFY_SOCKET it sends READY=1 once listening, then STATUS=, then STOPPING=1 on SIGTERM")
+    @Test("with NOTIFY_SOCKET it sends READY=1 once listening, then STATUS=, WATCHDOG=1, RELOADING=1 on SIGHUP, then STOPPING=1 on SIGTERM")
     func notifications() async throws {
         // Given a notification socket and a daemon told about it
         let origin = try TestOrigin()
@@ -34,18 +34,20 @@ struct DaemonProcessTests {
         let config = try DaemonProcessTests.configFile(origin)
         defer { try? FileManager.default.removeItem(at: config) }
         let notify = try NotifySocket()
-        let process = try DaemonProcess(["--config", config.path], environment: ["NOTIFY_SOCKET": notify.path])
+        let process = try DaemonProcess(["--config", config.path], environment: ["NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "200000"])
         defer { process.kill9() }
         // When
         let ready = await notify.receive(until: "READY=1")
         let port = await process.port()
+        let watchdog = await notify.receive(until: "WATCHDOG=1")
         process.send(SIGHUP)
         let reload = await notify.receive(until: "READY=1")
         process.send(SIGTERM)
         let stopping = await notify.receive(until: "STOPPING=1")
         let status = await process.waitForExit()
         // Then
-        let messages = (ready ?? []) + (reload ?? []) + (stopping ?? [])
+        #expect(watchdog != nil, "no WATCHDOG=1 at half of WATCHDOG_USEC")
+        let messages = (ready ?? []) + (watchdog ?? []) + (reload ?? []) + (stopping ?? [])
         let readyIndex = try #require(messages.firstIndex { $0.contains("READY=1") })
         let statusIndex = try #require(messages.firstIndex { $0.contains("STATUS=serving on port") })
         let stoppingIndex = try #require(messages.firstIndex { $0.contains("STOPPING=1") })
