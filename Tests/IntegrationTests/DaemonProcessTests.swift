@@ -169,6 +169,21 @@ struct DaemonProcessTests {
         let (secondStatus, secondOut, _) = try await CLITests.run(["prefetch", list.path, "--address", address])
         try (origin.baseURL + "/absent.png\n" + origin.baseURL + paths[0] + "\n").write(to: list, atomically: true, encoding: .utf8)
         let (failedStatus, failedOut, _) = try await CLITests.run(["prefetch", list.path, "--address", address])
+        let (stdinStatus, stdinOut) = try await offPool { () -> (Int32, String) in
+            let process = Process()
+            process.executableURL = CLITests.binary
+            process.arguments = ["prefetch", "-", "--address", address]
+            let input = Pipe(), output = Pipe()
+            process.standardInput = input
+            process.standardOutput = output
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            input.fileHandleForWriting.write(Data((origin.baseURL + paths[1] + "\n" + origin.baseURL + paths[2] + "\n").utf8))
+            try input.fileHandleForWriting.close()
+            let data = output.fileHandleForReading.readDataToEndOfFile()
+            process.waitUntilExit()
+            return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+        }
         let (statsStatus, statsOut, _) = try await CLITests.run(["stats", "--address", address])
         process.send(SIGTERM)
         // Then
@@ -181,8 +196,10 @@ struct DaemonProcessTests {
         #expect(failedStatus == 1)
         #expect(failedOut.contains("1 failed"))
         #expect(failedOut.contains("failed: \(origin.baseURL)/absent.png"))
+        #expect(stdinStatus == 0)
+        #expect(stdinOut.contains("prefetched 2 of 2 URLs"), "\(stdinOut)")
         #expect(statsStatus == 0)
-        #expect(statsOut.contains("hit ratio 50.0%"), "\(statsOut)")  // 7 hits of 14 requests (6 misses, 1 error)
+        #expect(statsOut.contains("requests      16, hit ratio 56."), "\(statsOut)")  // 9 hits of 16 requests (6 misses, 1 error)
         #expect(statsOut.contains("127.0.0.1: 7 transfers"))
         #expect(statsOut.contains("coalescing"))
         #expect(await process.waitForExit() == 0)

@@ -44,7 +44,13 @@ struct OpsTests {
         #expect(CgroupMemory.limitBytes(procSelfCgroup: "0::/system.slice/imagecached.service/leaf\n", root: root) == 1 << 30)
         #expect(CgroupMemory.limitBytes(procSelfCgroup: "0::/system.slice\n", root: root) == 4 << 30)
         #expect(CgroupMemory.limitBytes(procSelfCgroup: "0::/\n", root: root) == nil)
-        #expect(CgroupMemory.limitBytes(procSelfCgroup: "1:memory:/x\n", root: root) == nil)  // cgroup v1
+        #expect(CgroupMemory.limitBytes(procSelfCgroup: "1:memory:/x\n", root: root) == nil)  // v1, no such group
+        // cgroup v1 (hybrid hosts): memory/<path>/memory.limit_in_bytes, "unlimited" as a value near 2^63
+        try FileManager.default.createDirectory(atPath: root + "/memory/app", withIntermediateDirectories: true)
+        try "9223372036854771712\n".write(toFile: root + "/memory/memory.limit_in_bytes", atomically: true, encoding: .utf8)
+        try "536870912\n".write(toFile: root + "/memory/app/memory.limit_in_bytes", atomically: true, encoding: .utf8)
+        #expect(CgroupMemory.limitBytes(procSelfCgroup: "4:memory:/app\n0::/\n", root: root) == 512 << 20)
+        #expect(CgroupMemory.limitBytes(procSelfCgroup: "4:memory:/\n0::/\n", root: root) == nil)
         #expect(CgroupMemory.limitBytes(procSelfCgroup: nil, root: root) == nil)
     }
 
