@@ -1,18 +1,53 @@
-// The daemon's own endpoints under /_imagecached/ (reserved, as is /fetch). Answered for loopback clients only.
+// The daemon's own endpoints under /_imagecached/ (reserved, as is /fetch). Answered for clients in `admin-allow`
+// only (default loopback: 127.0.0.0/8, ::1); others get 403.
 //   GET    /_imagecached/health              200 "ok" while the daemon serves
+//   GET    /_imagecached/metrics             Prometheus text (Ops/Metrics.swift)
+//   GET    /_imagecached/stats               the same counters as JSON (DaemonStats), read by `imagecached stats`
+//   POST   /_imagecached/prefetch            body: URLs one per line; warms the cache (Proxy+Prefetch.swift)
 //   DELETE /_imagecached/cache?url=<URL>     removes one URL (normalised like every cache key) from memory and disk
 //   DELETE /_imagecached/cache               removes everything from memory and disk
-// Metrics, stats and prefetch come here too (see the README's road map).
 
+internal import Foundation
 internal import Logging
 
 extension Proxy {
-    func handleAdmin(_ request: HTTPRequestHead, path: String, query: String?, body: [UInt8], client: ClientInfo, sink: any ResponseSink) {
-        guard client.isLoopback else {
-            refuse(sink, status: 403, reason: "the /_imagecached/ endpoints answer loopback clients only", request: request, client: client)
+    func handleAdmin(_ request: HTTPRequestHead, path: String, query: String?, body: [UInt8], client: ClientInfo, sink: any ResponseSink,
+                     settings: ProxySettings) {
+        guard settings.configuration.adminAllow.contains(where: { $0.contains(client.address) }) else {
+            refuse(sink, status: 403, reason: "the /_imagecached/ endpoints answer clients in admin-allow only (\(client.address) is not)",
+                   request: request, client: client)
             return
         }
         switch path {
+        case "/_imagecached/metrics", "/_imagecached/stats":
+            guard request.method == "GET" || request.method == "HEAD" else {
+                refuse(sink, status: 405, reason: "use GET", request: request, client: client, headers: ["Allow": "GET, HEAD"])
+                return
+            }
+            let asJSON = path.hasSuffix("/stats")
+            // The in-flight count belongs to the proxy queue: render there (no sync from this queue).
+            queue.async { [self] in
+                let stats = metrics.snapshot(memory: memory, memoryLimitBytes: memory.limitBytes, disk: disk,
+                                             fetchesInFlight: coalescer.count)
+                var headers = HTTPHeaders()
+                headers.add("Cache-Control", "no-store")
+                let body: [UInt8]
+                if asJSON {
+                    headers.add("Content-Type", "application/json")
+                    body = stats.json()
+                } else {
+                    headers.add("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                    body = Array(stats.prometheusText.utf8)
+                }
+                sink.respond(HTTPResponseHead(status: 200, headers: headers), body: body)
+            }
+        case "/_imagecached/prefetch":
+            guard request.method == "POST" else {
+                refuse(sink, status: 405, reason: "use POST with the URLs one per line as the body", request: request,
+                       client: client, headers: ["Allow": "POST"])
+                return
+            }
+            prefetch(body: body, client: client, sink: sink, settings: settings)
         case "/_imagecached/health":
             guard request.method == "GET" || request.method == "HEAD" else {
                 refuse(sink, status: 405, reason: "use GET", request: request, client: client, headers: ["Allow": "GET, HEAD"])

@@ -16,28 +16,30 @@
 //                                                 then ends the waiters, then leaves the coalescer.
 //
 // Ownership: `memory` guards itself (Mutex); `coalescer` and every `Fetch` are confined to `queue`
-// (imagecached.proxy); `origin` is thread-safe; `configuration` and `contentPolicy` are immutable.
+// (imagecached.proxy); `origin` is thread-safe; the reloadable settings (`configuration`, `contentPolicy`,
+// `originRoutes`, ...) are one immutable `ProxySettings` behind a Mutex, swapped whole on reload and read once per
+// request (Proxy+Settings.swift); `metrics` are atomics.
 
 internal import Dispatch
 public import Foundation
 public import Logging
+internal import Synchronization
 
 /// Answers requests from the cache, or through one coalesced upstream fetch per cache key.
 public final class Proxy: RequestHandler, @unchecked Sendable {
     // MARK: immutable after init
-    let configuration: Configuration
     let origin: any Origin
     let logger: Logger
-    let contentPolicy: ContentPolicy
-    let freshnessPolicy: FreshnessPolicy
-    /// The reverse-proxy mappings, parsed once.
-    let originRoutes: [OriginRoute]
     /// Wall-clock time source (HTTP dates are wall-clock); injected by tests.
     let now: @Sendable () -> Date
     /// Receives coalescing events (for metrics and tests). Called on `queue`; must return quickly.
     let events: (@Sendable (ProxyEvent) -> Void)?
 
     // MARK: shared, guarded by its own lock
+    /// The settings in force (configuration, content policy, origin routes); replaced whole by `apply` (reload).
+    let settingsLock: Mutex<ProxySettings>
+    /// Counters for /_imagecached/metrics and /stats (atomics).
+    public let metrics = ProxyMetrics()
     public let memory: MemoryCache
     /// The disk tier, if on; it owns its queue.
     public let disk: DiskCache?
@@ -52,16 +54,12 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
 
     public init(configuration: Configuration, origin: any Origin, disk: DiskCache? = nil, logger: Logger,
                 now: @escaping @Sendable () -> Date = { Date() }, events: (@Sendable (ProxyEvent) -> Void)? = nil) {
-        self.configuration = configuration
+        settingsLock = Mutex(ProxySettings(configuration))
         self.events = events
         self.disk = disk
         self.origin = origin
         self.logger = logger
         self.now = now
-        contentPolicy = ContentPolicy(allowedTypes: configuration.effectiveContentTypes)
-        originRoutes = configuration.origins.compactMap(OriginRoute.init)
-        freshnessPolicy = FreshnessPolicy(
-            heuristicFraction: configuration.heuristicFraction, heuristicMaxSeconds: configuration.heuristicMaxSeconds)
         memory = MemoryCache(
             limitBytes: configuration.memoryLimitBytes, countLimit: configuration.memoryCountLimit,
             objectLimitBytes: configuration.effectiveMemoryObjectLimitBytes)
@@ -69,13 +67,14 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
 
     /// Called on the connection's queue.
     public func handle(_ request: HTTPRequestHead, body: [UInt8], client: ClientInfo, sink: any ResponseSink) {
-        let sink = configuration.accessLog ? AccessLogSink(wrapping: sink, request: request, client: client, logger: logger) : sink
-        let route = Route.resolve(request, origins: originRoutes)
+        let settings = self.settings
+        let sink = settings.configuration.accessLog ? AccessLogSink(wrapping: sink, request: request, client: client, logger: logger) : sink
+        let route = Route.resolve(request, origins: settings.originRoutes)
         switch route {
         case let .error(status, reason):
             refuse(sink, status: status, reason: reason, request: request, client: client)
         case let .admin(path, query):
-            handleAdmin(request, path: path, query: query, body: body, client: client, sink: sink)
+            handleAdmin(request, path: path, query: query, body: body, client: client, sink: sink, settings: settings)
         case let .upstream(url, mode, trusted):
             guard request.method == "GET" || request.method == "HEAD" else {
                 refuse(sink, status: 501, reason: "method \(request.method) is not supported here (only GET and HEAD)",
@@ -94,6 +93,7 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
     func serve(_ request: ClientRequest, sink: any ResponseSink) {
         let key = CacheKey(request.url)
         if request.bypassesCache {
+            let sink = countingSink(sink, request: request)
             queue.async { self.dispatch(request, key: key, sink: sink, reason: .bypass) }
             return
         }
@@ -102,6 +102,7 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
                 refuse(sink, status: 504, reason: "not in the cache and the request said only-if-cached", request: request.head, client: request.client)
                 return
             }
+            let sink = countingSink(sink, request: request)
             queue.async { self.dispatch(request, key: key, sink: sink, reason: .miss) }
             return
         }
@@ -111,6 +112,7 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
                        request: request.head, client: request.client)
                 return
             }
+            let sink = countingSink(sink, request: request)
             queue.async { self.dispatch(request, key: key, sink: sink, reason: .varyMiss) }
             return
         }
@@ -118,8 +120,10 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
         switch Freshness.use(entry, request: request.cacheControl, now: time) {
         case let .fresh(ttl):
             respond(entry, to: sink, request: request, outcome: .hit(ttl: ttl), now: time)
+            countHit(entry, request: request, outcome: .hit)
         case let .staleAllowed(staleness):
             respond(entry, to: sink, request: request, outcome: .hit(ttl: -max(staleness, 1)), now: time)
+            countHit(entry, request: request, outcome: .stale)
         case .revalidate:
             if request.cacheControl.onlyIfCached {
                 refuse(sink, status: 504, reason: "the cached copy is stale and the request said only-if-cached",
@@ -127,6 +131,7 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
                 return
             }
             let reason: CacheOutcome.Forward = request.cacheControl.noCache ? .request : .stale
+            let sink = countingSink(sink, request: request)
             queue.async { self.dispatch(request, key: key, sink: sink, reason: reason) }
         }
     }
@@ -172,6 +177,8 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
     func refuse(_ sink: any ResponseSink, status: Int, reason: String, request: HTTPRequestHead, client: ClientInfo,
                 headers: HTTPHeaders = HTTPHeaders()) {
         logger.notice("\(status) \(request.method) \(request.target.prefix(500)) from \(client.address): \(reason)")
+        metrics.served(.error)
+        metrics.error("refused_\(status)")
         sink.fail(status: status, reason: reason, headers: headers)
     }
 

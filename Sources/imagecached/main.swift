@@ -15,7 +15,7 @@ struct Imagecached: ParsableCommand {
             Sizes take KiB/MiB/GiB (1024) or KB/MB/GB (1000); durations take ms, s, m, h (plain numbers are seconds).
             """,
         version: imagecachedVersion,
-        subcommands: [Purge.self]
+        subcommands: [Purge.self, Stats.self, Prefetch.self]
     )
 
     @Option(help: "Configuration file (YAML). Default: none, or $IMAGECACHED_CONFIG.")
@@ -59,8 +59,12 @@ struct Imagecached: ParsableCommand {
     var completeAbandonedFetches = false
     @Option(help: "trace, debug, info, notice, warning, error or critical. Default info.")
     var logLevel: String?
-    @Option(help: "One log line per request: true or false. Default true.")
+    @Option(help: "One log line per request: true or false. Default false.")
     var accessLog: String?
+    @Option(help: "Comma-separated address ranges (CIDR) allowed to use /_imagecached/. Default 127.0.0.0/8,::1/128.")
+    var adminAllow: String?
+    @Option(help: "On SIGTERM, how long requests in flight may take to finish. Default 30s.")
+    var shutdownTimeout: String?
 
     @Option(help: "Longest request line in bytes (414 beyond). Default 8192.")
     var serverMaxRequestLine: String?
@@ -113,7 +117,7 @@ struct Imagecached: ParsableCommand {
             ("allow-svg", allowSvg ? "true" : nil), ("allow-private-networks", allowPrivateNetworks ? "true" : nil),
             ("heuristic-fraction", heuristicFraction), ("heuristic-max", heuristicMax),
             ("complete-abandoned-fetches", completeAbandonedFetches ? "true" : nil),
-            ("log-level", logLevel), ("access-log", accessLog),
+            ("log-level", logLevel), ("access-log", accessLog), ("admin-allow", adminAllow), ("shutdown-timeout", shutdownTimeout),
             ("server.max-request-line", serverMaxRequestLine), ("server.max-header-bytes", serverMaxHeaderBytes),
             ("server.max-header-count", serverMaxHeaderCount), ("server.max-request-body", serverMaxRequestBody),
             ("server.header-timeout", serverHeaderTimeout), ("server.idle-timeout", serverIdleTimeout),
@@ -132,18 +136,27 @@ struct Imagecached: ParsableCommand {
 
     func run() throws {
         let environment = ProcessInfo.processInfo.environment
+        let file = config ?? environment["IMAGECACHED_CONFIG"]
+        let flags = flagSettings()
+        // The same sources are read again on SIGHUP, with the cgroup limit as it is then.
+        let load: @Sendable () throws -> Configuration = {
+            try Configuration.load(file: file, environment: environment, flags: flags, cgroupMemoryLimitBytes: CgroupMemory.limitBytes())
+        }
         let configuration: Configuration
         do {
-            configuration = try Configuration.load(
-                file: config ?? environment["IMAGECACHED_CONFIG"], environment: environment, flags: flagSettings())
+            configuration = try load()
         } catch {
             FileHandle.standardError.write(Data("imagecached: \(error)\n".utf8))
             throw ExitCode(2)
         }
         let logger = DaemonLogging.makeLogger(level: configuration.logLevel)
+        if !configuration.memoryLimitIsExplicit, let cgroup = CgroupMemory.limitBytes() {
+            logger.info("memory-limit: \(configuration.memoryLimitBytes) bytes, \(Configuration.cgroupMemoryFraction) of the cgroup memory limit (\(cgroup) bytes); set memory-limit to override")
+        }
         let daemon: Daemon
         do {
             daemon = try Daemon(configuration: configuration, logger: logger)
+            daemon.reloadSource = load
             try daemon.start()
         } catch {
             logger.critical("cannot start: \(error)")
@@ -194,6 +207,113 @@ struct Purge: ParsableCommand {
             FileHandle.standardError.write(Data("imagecached: \(error)\n".utf8))
             throw ExitCode(1)
         }
+    }
+}
+
+/// The daemon's address for a subcommand: --address, else listen from --daemon-config / the environment.
+struct DaemonAddress: ParsableArguments {
+    // Not --listen: the top-level command owns that name and would take it.
+    @Option(name: .customLong("address"), help: "The daemon's address, HOST:PORT. Default: listen from --daemon-config / IMAGECACHED_LISTEN, else 127.0.0.1:8080.")
+    var address: String?
+    @Option(name: .customLong("daemon-config"), help: "The daemon's configuration file, to find where it listens.")
+    var daemonConfig: String?
+
+    func resolve() throws -> ListenAddress {
+        let environment = ProcessInfo.processInfo.environment
+        let flags = address.map { [ConfigSetting(key: "listen", value: .scalar($0), source: "--address")] } ?? []
+        do {
+            let configuration = try Configuration.load(file: daemonConfig ?? environment["IMAGECACHED_CONFIG"], environment: environment, flags: flags)
+            return AdminClient.address(for: configuration.listen)
+        } catch {
+            FileHandle.standardError.write(Data("imagecached: \(error)\n".utf8))
+            throw ExitCode(2)
+        }
+    }
+}
+
+/// `imagecached stats`: a readable summary of a running daemon's counters.
+struct Stats: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Print a summary of a running daemon: hit ratio, bytes from cache and fetched, coalescing, tiers, top hosts.")
+
+    @OptionGroup var daemon: DaemonAddress
+    @Flag(help: "Print the raw JSON of /_imagecached/stats.")
+    var json = false
+
+    func run() throws {
+        let address = try daemon.resolve()
+        let response: AdminResponse
+        do {
+            response = try AdminClient.send("GET", "/_imagecached/stats", to: address)
+        } catch {
+            FileHandle.standardError.write(Data("imagecached: \(error)\n".utf8))
+            throw ExitCode(1)
+        }
+        guard response.status == 200 else {
+            FileHandle.standardError.write(Data("imagecached: the daemon answered \(response.status): \(response.body)".utf8))
+            throw ExitCode(1)
+        }
+        if json {
+            print(response.body, terminator: "")
+            return
+        }
+        guard let stats = try? DaemonStats.decode(Data(response.body.utf8)) else {
+            FileHandle.standardError.write(Data("imagecached: the daemon's stats are not readable JSON\n".utf8))
+            throw ExitCode(1)
+        }
+        print(StatsReport.text(stats), terminator: "")
+    }
+}
+
+/// `imagecached prefetch FILE|-`: warms a running daemon's cache with a list of URLs, showing progress.
+struct Prefetch: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Warm a running daemon's cache: URLs one per line from FILE, or - for standard input.",
+        discussion: "Exits 1 naming the URLs that failed, if any did.")
+
+    @Argument(help: "File of URLs, one per line (# comments and blank lines skipped), or - for standard input.")
+    var file: String
+    @OptionGroup var daemon: DaemonAddress
+    @Flag(help: "No progress bar, only the summary.")
+    var quiet = false
+
+    func run() throws {
+        let data: Data
+        if file == "-" {
+            data = FileHandle.standardInput.readDataToEndOfFile()
+        } else if let contents = FileManager.default.contents(atPath: file) {
+            data = contents
+        } else {
+            FileHandle.standardError.write(Data("imagecached: cannot read \(file)\n".utf8))
+            throw ExitCode(2)
+        }
+        let urls = String(decoding: data, as: UTF8.self).split(whereSeparator: \.isNewline)
+            .map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty && !$0.hasPrefix("#") }
+        let address = try daemon.resolve()
+        var progress = PrefetchProgress(total: urls.count, live: !quiet && isatty(STDERR_FILENO) == 1)
+        var pending: [UInt8] = []
+        let status: Int
+        do {
+            status = try AdminClient.stream("POST", "/_imagecached/prefetch", to: address, body: Array((urls.joined(separator: "\n") + "\n").utf8),
+                                            timeoutSeconds: 600) { bytes in
+                pending.append(contentsOf: bytes)
+                while let newline = pending.firstIndex(of: UInt8(ascii: "\n")) {
+                    progress.record(line: String(decoding: pending[..<newline], as: UTF8.self))
+                    pending.removeFirst(newline + 1)
+                }
+            }
+        } catch {
+            progress.finishLine()
+            FileHandle.standardError.write(Data("imagecached: \(error)\n".utf8))
+            throw ExitCode(1)
+        }
+        progress.finishLine()
+        guard status == 200 else {
+            FileHandle.standardError.write(Data("imagecached: the daemon answered \(status)\n".utf8))
+            throw ExitCode(1)
+        }
+        print(progress.summary, terminator: "")
+        if !progress.failures.isEmpty || progress.done < urls.count { throw ExitCode(1) }
     }
 }
 

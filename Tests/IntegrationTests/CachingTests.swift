@@ -2,6 +2,7 @@
 // Every test asserts on what the client received and on what the origin saw.
 
 import Foundation
+import Logging
 import Synchronization
 import Testing
 @testable import ImageCacheCore
@@ -463,6 +464,9 @@ struct CachingMoreTests {
         #expect(access.count == 2)
         #expect(access.first?.contains("200 MISS") == true)
         #expect(access.last?.contains("200 HIT") == true)
+        let structured = lines.metadataOfMessages.filter { $0["target"] == "/log.png" }
+        #expect(structured.map { $0["cache"] } == ["MISS", "HIT"])
+        #expect(structured.allSatisfy { $0["status"] == "200" && $0["method"] == "GET" && $0["bytes"] == "\(CachingTests.png.count)" })
     }
 
     @Test("upstream requests carry Accept and User-Agent but no hop-by-hop fields or cookies")

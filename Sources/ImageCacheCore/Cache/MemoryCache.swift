@@ -101,6 +101,8 @@ public final class MemoryCache: Sendable {
 
     /// Sum of the stored entries' costs, bytes.
     public var totalCost: Int { state.withLock { $0.totalCost } }
+    /// The byte budget in force (changed by `setLimits`).
+    public var limitBytes: Int { state.withLock { $0.limitBytes } }
     public var count: Int { state.withLock { $0.map.count } }
     /// Entries evicted to respect the limits since creation (replacements and removals not counted).
     public var evictionCount: Int { state.withLock { $0.evictionCount } }

@@ -19,6 +19,8 @@
 //   allow-svg                    IMAGECACHED_ALLOW_SVG                   --allow-svg
 //   allow-private-networks       IMAGECACHED_ALLOW_PRIVATE_NETWORKS      --allow-private-networks
 //   heuristic-fraction, heuristic-max, complete-abandoned-fetches, log-level, access-log
+//   admin-allow  (list or comma-separated CIDRs)  IMAGECACHED_ADMIN_ALLOW  --admin-allow LIST
+//   shutdown-timeout             IMAGECACHED_SHUTDOWN_TIMEOUT            --shutdown-timeout DURATION
 //   server.max-request-line, server.max-header-bytes, server.max-header-count, server.max-request-body,
 //   server.header-timeout, server.idle-timeout, server.write-timeout, server.max-connections
 //   upstream.connect-timeout, upstream.timeout, upstream.low-speed-limit, upstream.low-speed-time,
@@ -57,7 +59,7 @@ extension Configuration {
     public static let keys: [String] = [
         "listen", "origin", "origins", "cache-dir", "disk-limit", "disk-max-age", "disk-low-water", "disk-fsync", "memory-limit", "memory-count-limit", "memory-object-limit",
         "max-object-size", "stale-if-error", "content-types", "allow-svg", "allow-private-networks", "heuristic-fraction",
-        "heuristic-max", "complete-abandoned-fetches", "log-level", "access-log",
+        "heuristic-max", "complete-abandoned-fetches", "log-level", "access-log", "admin-allow", "shutdown-timeout",
         "server.max-request-line", "server.max-header-bytes", "server.max-header-count", "server.max-request-body",
         "server.header-timeout", "server.idle-timeout", "server.write-timeout", "server.max-connections",
         "upstream.connect-timeout", "upstream.timeout", "upstream.low-speed-limit", "upstream.low-speed-time",
@@ -66,13 +68,16 @@ extension Configuration {
     ]
 
     /// The configuration from defaults, then `file` (if any), then `environment`, then `flags`.
-    public static func load(file: String?, environment: [String: String], flags: [ConfigSetting]) throws(ConfigError) -> Configuration {
+    /// `cgroupMemoryLimitBytes` (the process's cgroup memory.max, if any) sets the memory tier's default budget.
+    public static func load(file: String?, environment: [String: String], flags: [ConfigSetting],
+                            cgroupMemoryLimitBytes: Int? = nil) throws(ConfigError) -> Configuration {
         var configuration = Configuration()
         if let file {
             for setting in try settings(fromFile: file) { try configuration.apply(setting) }
         }
         for setting in try settings(fromEnvironment: environment) { try configuration.apply(setting) }
         for setting in flags { try configuration.apply(setting) }
+        configuration.applyCgroupMemoryLimit(cgroupMemoryLimitBytes)
         try configuration.validate()
         return configuration
     }
@@ -244,7 +249,9 @@ extension Configuration {
             guard value > 0 else { throw ConfigError(key: source, reason: "must be more than 0") }
             diskLowWaterFraction = value
         case "disk-fsync": diskFsync = try boolean()
-        case "memory-limit": memoryLimitBytes = try size()
+        case "memory-limit":
+            memoryLimitBytes = try size()
+            memoryLimitIsExplicit = true
         case "memory-count-limit": memoryCountLimit = try integer()
         case "memory-object-limit": memoryObjectLimitBytes = try size()
         case "max-object-size":
@@ -280,6 +287,22 @@ extension Configuration {
             }
             logLevel = text
         case "access-log": accessLog = try boolean()
+        case "admin-allow":
+            let items: [String]
+            switch setting.value {
+            case let .list(list): items = list
+            case let .scalar(text): items = text.split(separator: ",").map { String($0) }
+            case .origins: throw ConfigError(key: source, reason: "expected a list of address ranges like 127.0.0.1/32")
+            }
+            var ranges: [AddressRange] = []
+            for item in items.map({ $0.trimmingCharacters(in: .whitespaces) }) where !item.isEmpty {
+                guard let range = AddressRange(item) else {
+                    throw ConfigError(key: source, reason: "'\(item)' is not an address range like 127.0.0.1/32 or ::1/128")
+                }
+                ranges.append(range)
+            }
+            adminAllow = ranges
+        case "shutdown-timeout": shutdownTimeoutSeconds = try seconds(allowingZero: true)
         case "server.max-request-line": server.maxRequestLineBytes = try integer(min: 64)
         case "server.max-header-bytes": server.maxHeaderBytes = try integer(min: 256)
         case "server.max-header-count": server.maxHeaderCount = try integer(min: 1)

@@ -19,8 +19,11 @@ public struct Configuration: Sendable, Equatable {
     public var diskLowWaterFraction: Double = 0.9
     /// `disk-fsync`: fsync each disk entry (and its directory) when it is written; slower, survives power loss. Default false.
     public var diskFsync: Bool = false
-    /// `memory-limit`: byte budget of the memory tier. Default 256 MiB.
+    /// `memory-limit`: byte budget of the memory tier. Default 256 MiB; under a cgroup memory limit (systemd
+    /// `MemoryMax=`), `cgroupMemoryFraction` of that limit instead (see `applyCgroupMemoryLimit`).
     public var memoryLimitBytes: Int = 256 << 20
+    /// Whether `memory-limit` was given by a source (file, environment, flag) rather than left to its default.
+    public var memoryLimitIsExplicit: Bool = false
     /// `memory-count-limit`: most entries in the memory tier; 0 means no count limit. Default 0.
     public var memoryCountLimit: Int = 0
     /// `memory-object-limit`: larger objects are streamed but not kept in memory. Default: 1/8 of memory-limit.
@@ -47,6 +50,12 @@ public struct Configuration: Sendable, Equatable {
     public var logLevel: String = "info"
     /// `access-log`: one log line per request (method, target, status, X-Cache, bytes, time, client). Default false.
     public var accessLog: Bool = false
+    /// `admin-allow`: client address ranges (CIDR) that may use the /_imagecached/ endpoints. Default loopback
+    /// (127.0.0.0/8, ::1/128).
+    public var adminAllow: [AddressRange] = AddressRange.loopback
+    /// `shutdown-timeout`: on SIGTERM/SIGINT, how long responses in flight may take to finish before their
+    /// connections are closed, seconds. Default 30.
+    public var shutdownTimeoutSeconds: Double = 30
     public var server = ServerConfiguration()
     public var upstream = UpstreamConfiguration()
 
@@ -59,6 +68,20 @@ public struct Configuration: Sendable, Equatable {
     public var effectiveContentTypes: [String] {
         if contentTypes.contains("*/*") { return [] }
         return allowSVG && !contentTypes.contains("image/svg+xml") ? contentTypes + ["image/svg+xml"] : contentTypes
+    }
+
+    /// The share of a cgroup memory limit (memory.max) the memory tier takes by default: the rest is left for
+    /// connections, transfers in flight (each up to max-object-size), disk reads and the allocator.
+    public static let cgroupMemoryFraction = 0.5
+
+    /// Under a cgroup memory limit, a memory-limit left to its default becomes `cgroupMemoryFraction` of it (and a
+    /// derived memory-object-limit follows). Returns a line for the log when it changed something.
+    @discardableResult
+    public mutating func applyCgroupMemoryLimit(_ cgroupLimitBytes: Int?) -> String? {
+        guard !memoryLimitIsExplicit, let cgroupLimitBytes, cgroupLimitBytes > 0 else { return nil }
+        memoryLimitBytes = Int(Double(cgroupLimitBytes) * Self.cgroupMemoryFraction)
+        if let objectLimit = memoryObjectLimitBytes, objectLimit > memoryLimitBytes { memoryObjectLimitBytes = memoryLimitBytes }
+        return "memory-limit: \(memoryLimitBytes) bytes, \(Self.cgroupMemoryFraction) of the cgroup memory limit (\(cgroupLimitBytes) bytes); set memory-limit to override"
     }
 
     public static let defaultContentTypes = ["image/jpeg", "image/png", "image/gif", "image/webp", "image/avif"]

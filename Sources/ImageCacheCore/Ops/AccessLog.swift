@@ -1,5 +1,7 @@
 // The access log: one line per request, written when its response ends (or is aborted), when `access-log` is on.
 // A wrapper around the connection's sink; when the log is off nothing is wrapped, so the hot path pays nothing.
+// The line is text for standard error and the same fields as metadata (client, method, target, status, cache,
+// bytes, ms, end) for structured handlers.
 
 internal import Foundation
 internal import Logging
@@ -18,6 +20,9 @@ final class AccessLogSink: ResponseSink {
     private let inner: any ResponseSink
     private let logger: Logger
     private let line: String
+    private let client: String
+    private let method: String
+    private let target: String
     private let started: ContinuousClock.Instant
     private let state = Mutex(State())
 
@@ -25,6 +30,9 @@ final class AccessLogSink: ResponseSink {
         self.inner = inner
         self.logger = logger
         line = "\(client.address) \(request.method) \(request.target.prefix(2000))"
+        self.client = client.address
+        method = request.method
+        target = String(request.target.prefix(2000))
         started = ContinuousClock.now
     }
 
@@ -44,7 +52,14 @@ final class AccessLogSink: ResponseSink {
             return state
         }
         guard let record else { return }
-        logger.info("\(line) \(record.status) \(record.xCache) \(record.bytes)B \(String(format: "%.1f", milliseconds))ms\(outcome)")
+        let time = String(format: "%.1f", milliseconds)
+        // The same fields as metadata, for log handlers that keep structure (journald, JSON).
+        var metadata: Logger.Metadata = [
+            "client": "\(client)", "method": "\(method)", "target": "\(target)", "status": "\(record.status)",
+            "cache": "\(record.xCache)", "bytes": "\(record.bytes)", "ms": "\(time)",
+        ]
+        if !outcome.isEmpty { metadata["end"] = "\(outcome.dropFirst())" }
+        logger.info("\(line) \(record.status) \(record.xCache) \(record.bytes)B \(time)ms\(outcome)", metadata: metadata)
     }
 
     func head(_ head: HTTPResponseHead, bodyLength: Int?) {

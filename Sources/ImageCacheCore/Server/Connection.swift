@@ -100,6 +100,20 @@ final class Connection: @unchecked Sendable {
         }
     }
 
+    /// Closes the connection if it is between requests (server draining); `completion(busy)` runs on the queue and
+    /// says whether a request was in progress (then the connection is left alone).
+    func closeIfIdle(completion: @escaping @Sendable (_ busy: Bool) -> Void) {
+        queue.async {
+            switch self.stateMachine.state {
+            case .idle, .lingering, .closed:
+                self.run(self.stateMachine.stop())
+                completion(false)
+            case .readingHead, .readingBody, .handling, .writing:
+                completion(true)
+            }
+        }
+    }
+
     private func setUp() {
         dispatchPrecondition(condition: .onQueue(queue))
         do {

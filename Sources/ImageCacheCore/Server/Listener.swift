@@ -156,6 +156,38 @@ public final class Listener: @unchecked Sendable {
         for loop in loops { loop.stop() }
     }
 
+    /// Stops accepting (closes the listening socket) and leaves open connections to finish: the first step of a
+    /// graceful shutdown. `stop` closes what is left. Must not be called on the listener queue.
+    public func stopAccepting() {
+        dispatchPrecondition(condition: .notOnQueue(queue))
+        let hadSource: Bool = queue.sync {
+            guard let source = acceptSource else { return false }
+            acceptSource = nil
+            if acceptPaused { acceptPaused = false; source.resume() }
+            source.cancel()
+            return true
+        }
+        if hadSource { listenFDClosed.wait() }
+    }
+
+    /// Closes the connections waiting between requests; returns how many are in the middle of one (reading,
+    /// handling or writing it). Called repeatedly while draining. Must not be called on the listener queue.
+    public func closeIdleConnections() -> Int {
+        dispatchPrecondition(condition: .notOnQueue(queue))
+        let open = queue.sync { Array(connections.values) }
+        let busy = Mutex(0)
+        let group = DispatchGroup()
+        for connection in open {
+            group.enter()
+            connection.closeIfIdle { isBusy in
+                if isBusy { busy.withLock { $0 += 1 } }
+                group.leave()
+            }
+        }
+        group.wait()
+        return busy.withLock { $0 }
+    }
+
     // MARK: - Accepting (on queue)
 
     private func acceptClients() {

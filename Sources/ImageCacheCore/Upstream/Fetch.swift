@@ -72,6 +72,11 @@ final class Fetch: @unchecked Sendable {
     var responseTime = Date()
     private var bodyLength: Int?
     private var storeDecision = StoreDecision.dontStore(reason: "no response yet")
+    // Metrics: when the current transfer started (nil once counted), its status and bytes; clients attached in all.
+    private var transferStarted: ContinuousClock.Instant?
+    private var transferStatus: Int?
+    private var transferBytes = 0
+    private var attachedCount = 0
 
     init(proxy: Proxy, key: CacheKey, leader: ClientRequest, reason: CacheOutcome.Forward, revalidating: CacheEntry?) {
         self.proxy = proxy
@@ -93,6 +98,10 @@ final class Fetch: @unchecked Sendable {
             url: key.url.string, method: "GET", headers: headers, trusted: leader.trusted,
             maxBodyBytes: proxy.configuration.maxObjectSizeBytes)
         requestTime = proxy.now()
+        if transferStarted != nil { countTransfer(result: "restarted") }
+        transferStarted = .now
+        transferStatus = nil
+        transferBytes = 0
         generation += 1
         let generation = generation
         transfer = proxy.origin.fetch(request) { [self] event in
@@ -105,6 +114,7 @@ final class Fetch: @unchecked Sendable {
         dispatchPrecondition(condition: .onQueue(queue))
         var waiter = waiter
         waiter.collapsed = collapsed
+        attachedCount += 1
         let id = waiter.id
         weak let weakSelf = self
         waiter.sink.onCancel { [queue] in
@@ -157,6 +167,15 @@ final class Fetch: @unchecked Sendable {
     func receive(_ event: UpstreamEvent, generation: Int) {
         dispatchPrecondition(condition: .onQueue(queue))
         guard generation == self.generation else { return }
+        switch event {
+        case let .head(head, _, _): transferStatus = head.status
+        case let .body(chunk) where transferStarted != nil:
+            transferBytes += chunk.count
+            proxy.metrics.upstreamBytes.add(chunk.count)
+        case .end: countTransfer(result: transferStatus == 304 ? "not_modified" : "ok")
+        case let .failed(error): countTransfer(result: error.kind)
+        default: break
+        }
         if case .finished = state { return }
         switch event {
         case let .head(head, url, redirects): receiveHead(head, url: url, redirects: redirects)
@@ -228,7 +247,7 @@ final class Fetch: @unchecked Sendable {
             }
             if head.status >= 500, serveStaleIfError(because: "upstream answered \(head.status)") { return }
             let status = (400...599).contains(head.status) ? head.status : 502
-            refuseAll(status: status, reason: "upstream answered \(head.status) \(head.reason)")
+            refuseAll(status: status, reason: "upstream answered \(head.status) \(head.reason)", kind: "upstream_status_\(head.status / 100)xx")
             return
         }
         let responseCacheControl = CacheControl(head.headers)
@@ -417,15 +436,19 @@ final class Fetch: @unchecked Sendable {
     }
 
     /// Answers every waiter with an error status (the head has not gone out) and stops the transfer.
-    private func refuseAll(status: Int, reason: String) {
+    private func refuseAll(status: Int, reason: String, kind: String = "content_refused") {
         proxy.logger.notice("\(status) \(key): \(reason)")
+        proxy.metrics.error(kind)
         for waiter in waiters { waiter.sink.fail(status: status, reason: reason) }
         transfer?.cancel()
         finish()
     }
 
     private func fail(_ error: UpstreamError) {
-        if case .cancelled = error {} else if serveStaleIfError(because: error.description) { return }
+        if case .cancelled = error {} else {
+            proxy.metrics.error("upstream_" + error.kind)
+            if serveStaleIfError(because: error.description) { return }
+        }
         proxy.logger.warning("\(error.httpStatus) \(key): \(error)")
         for waiter in waiters {
             if waiter.sentHead { waiter.sink.abort() } else { waiter.sink.fail(status: error.httpStatus, reason: error.description) }
@@ -466,6 +489,11 @@ final class Fetch: @unchecked Sendable {
     func finish() {
         if case .finished = state { return }
         proxy.events?(.fetchFinished(key: key))
+        if attachedCount > 0 { proxy.metrics.fetchWaiters.observe(Double(attachedCount)) }
+        // A transfer stopped here (no waiter left, refused, or a 304 whose end is still on its way) is counted now.
+        if transferStarted != nil {
+            countTransfer(result: transferStatus == 304 ? "not_modified" : transferStatus != nil ? "ok" : "cancelled")
+        }
         state = .finished
         waiters = []
         chunks = []
@@ -475,5 +503,36 @@ final class Fetch: @unchecked Sendable {
         revalidating = nil
         revalidatingFromDisk = false
         closeToNewcomers()
+    }
+}
+
+extension Fetch {
+    /// Counts the current upstream transfer once: its result, duration and bytes.
+    fileprivate func countTransfer(result: String) {
+        guard let started = transferStarted else { return }
+        transferStarted = nil
+        let elapsed = ContinuousClock.now - started
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        proxy.metrics.upstreamFinished(host: key.url.host, result: result, seconds: seconds, bytes: transferBytes)
+    }
+}
+
+extension UpstreamError {
+    /// A metric label for the error.
+    var kind: String {
+        switch self {
+        case .refusedDestination: "refused_destination"
+        case .badURL: "bad_url"
+        case .dns: "dns"
+        case .connect: "connect"
+        case .tls: "tls"
+        case .timeout: "timeout"
+        case .tooManyRedirects: "too_many_redirects"
+        case .tooLarge: "too_large"
+        case .broken: "broken"
+        case .queueTimeout: "queue_timeout"
+        case .cancelled: "cancelled"
+        case .other: "other"
+        }
     }
 }

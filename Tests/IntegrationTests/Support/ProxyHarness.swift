@@ -151,6 +151,9 @@ final class LogCapture: LogHandler, @unchecked Sendable {
     var logLevel: Logger.Level = .info
 
     var messages: [String] { lines.withLock { $0 } }
+    private let metadataRecords = Mutex<[Logger.Metadata]>([])
+    /// Each message's metadata (the handler's own merged with the call's), in order.
+    var metadataOfMessages: [Logger.Metadata] { metadataRecords.withLock { $0 } }
 
     subscript(metadataKey key: String) -> Logger.Metadata.Value? {
         get { metadata[key] }
@@ -159,5 +162,6 @@ final class LogCapture: LogHandler, @unchecked Sendable {
 
     func log(event: LogEvent) {
         lines.withLock { $0.append("\(event.level) \(event.message)") }
+        metadataRecords.withLock { $0.append(metadata.merging(event.metadata ?? [:]) { $1 }) }
     }
 }

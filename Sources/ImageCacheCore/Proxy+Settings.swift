@@ -1,0 +1,94 @@
+// The reloadable part of the proxy: one immutable `ProxySettings` built from a Configuration, held behind one
+// Mutex and replaced whole by `apply` (SIGHUP). A request reads it once (`settings`), so it sees one version
+// from start to end; a fetch in flight reads it again as it goes (a reload mid-transfer applies to what is left).
+//
+// Reloadable: memory limits (the tier evicts down at once), max-object-size, origins, content-types and allow-svg,
+// stale-if-error, heuristic freshness, complete-abandoned-fetches, access-log, admin-allow, shutdown-timeout.
+// Not reloadable (the daemon logs that a restart is needed): listen, cache-dir and disk-*, server.*, upstream.*,
+// allow-private-networks, log-level. `Configuration.restartOnlyChanges` names them.
+
+internal import Foundation
+internal import Synchronization
+
+/// The settings one request sees. Immutable; shared by reference (one retain per read).
+final class ProxySettings: Sendable {
+    let configuration: Configuration
+    let contentPolicy: ContentPolicy
+    let freshnessPolicy: FreshnessPolicy
+    /// The reverse-proxy mappings, parsed once.
+    let originRoutes: [OriginRoute]
+
+    init(_ configuration: Configuration) {
+        self.configuration = configuration
+        contentPolicy = ContentPolicy(allowedTypes: configuration.effectiveContentTypes)
+        originRoutes = configuration.origins.compactMap(OriginRoute.init)
+        freshnessPolicy = FreshnessPolicy(
+            heuristicFraction: configuration.heuristicFraction, heuristicMaxSeconds: configuration.heuristicMaxSeconds)
+    }
+}
+
+extension Proxy {
+    /// The settings in force. Read once per request.
+    var settings: ProxySettings { settingsLock.withLock { $0 } }
+    public var configuration: Configuration { settings.configuration }
+    var contentPolicy: ContentPolicy { settings.contentPolicy }
+    var freshnessPolicy: FreshnessPolicy { settings.freshnessPolicy }
+    var originRoutes: [OriginRoute] { settings.originRoutes }
+
+    /// Puts the reloadable parts of `configuration` in force: new requests see them at once; the memory tier is
+    /// trimmed to its new limits. Keys that need a restart keep the value they started with.
+    func apply(_ configuration: Configuration) {
+        let current = self.configuration
+        var next = configuration
+        next.keepRestartOnlySettings(of: current)
+        settingsLock.withLock { $0 = ProxySettings(next) }
+        memory.setLimits(bytes: next.memoryLimitBytes, count: next.memoryCountLimit,
+                         objectLimitBytes: next.effectiveMemoryObjectLimitBytes)
+    }
+
+    /// Cache-path sinks that leave the connection queue are wrapped to count their outcome and bytes.
+    func countingSink(_ sink: any ResponseSink, request: ClientRequest) -> any ResponseSink {
+        MetricsSink(wrapping: sink, metrics: metrics, isHead: request.isHead)
+    }
+
+    /// A hit answered on the connection queue: counted here, with no wrapper on the hot path.
+    func countHit(_ entry: CacheEntry, request: ClientRequest, outcome: ServedOutcome) {
+        metrics.served(outcome)
+        if !request.isHead, !request.clientValidatorsMatch(entry) { metrics.servedBytes(outcome, entry.body.count) }
+    }
+}
+
+extension Configuration {
+    /// The keys whose new value is not applied by a reload (they need a restart), as "key: old -> new".
+    public func restartOnlyChanges(to next: Configuration) -> [String] {
+        var changes: [String] = []
+        func check<T: Equatable>(_ key: String, _ path: KeyPath<Configuration, T>) {
+            if self[keyPath: path] != next[keyPath: path] { changes.append("\(key): \(self[keyPath: path]) -> \(next[keyPath: path])") }
+        }
+        check("listen", \.listen)
+        check("cache-dir", \.cacheDirectory)
+        check("disk-limit", \.diskLimitBytes)
+        check("disk-max-age", \.diskMaxAgeSeconds)
+        check("disk-low-water", \.diskLowWaterFraction)
+        check("disk-fsync", \.diskFsync)
+        check("allow-private-networks", \.allowPrivateNetworks)
+        check("log-level", \.logLevel)
+        if server != next.server { changes.append("server.*") }
+        if upstream != next.upstream { changes.append("upstream.*") }
+        return changes
+    }
+
+    /// Takes the restart-only keys from `running`, keeping this configuration's reloadable ones.
+    mutating func keepRestartOnlySettings(of running: Configuration) {
+        listen = running.listen
+        cacheDirectory = running.cacheDirectory
+        diskLimitBytes = running.diskLimitBytes
+        diskMaxAgeSeconds = running.diskMaxAgeSeconds
+        diskLowWaterFraction = running.diskLowWaterFraction
+        diskFsync = running.diskFsync
+        allowPrivateNetworks = running.allowPrivateNetworks
+        logLevel = running.logLevel
+        server = running.server
+        upstream = running.upstream
+    }
+}

@@ -1,0 +1,142 @@
+import Foundation
+import Testing
+@testable import ImageCacheCore
+
+@Suite("Operations, pure parts")
+struct OpsTests {
+    @Test("address ranges match what they contain", arguments: [
+        ("127.0.0.1/32", "127.0.0.1", true), ("127.0.0.1/32", "127.0.0.2", false), ("127.0.0.0/8", "127.9.9.9", true),
+        ("10.0.0.0/8", "11.0.0.1", false), ("192.168.1.0/24", "192.168.1.77", true), ("::1/128", "::1", true),
+        ("::1/128", "::2", false), ("fd00::/8", "fd12:3456::1", true), ("127.0.0.0/8", "::ffff:127.0.0.1", true),
+        ("0.0.0.0/0", "203.0.113.9", true), ("127.0.0.1", "127.0.0.1", true), ("127.0.0.0/8", "::1", false),
+    ])
+    func addressRanges(range: String, address: String, contained: Bool) throws {
+        let parsed = try #require(AddressRange(range))
+        #expect(parsed.contains(address) == contained)
+    }
+
+    @Test("bad address ranges are refused, by the parser and by admin-allow", arguments: ["127.0.0.1/33", "nowhere", "::1/129", "1.2.3/8"])
+    func badRanges(text: String) {
+        #expect(AddressRange(text) == nil)
+        var configuration = Configuration()
+        #expect(throws: ConfigError.self) { try configuration.apply(ConfigSetting(key: "admin-allow", value: .scalar(text), source: "--admin-allow")) }
+    }
+
+    @Test("admin-allow takes a list, and its default is loopback")
+    func adminAllowSetting() throws {
+        var configuration = Configuration()
+        #expect(configuration.adminAllow.map(\.description) == ["127.0.0.0/8", "::1/128"])
+        try configuration.apply(ConfigSetting(key: "admin-allow", value: .scalar("127.0.0.1/32, 10.1.0.0/16"), source: "--admin-allow"))
+        #expect(configuration.adminAllow.map(\.description) == ["127.0.0.1/32", "10.1.0.0/16"])
+    }
+
+    @Test("the cgroup memory limit is the smallest memory.max on the process's cgroup path")
+    func cgroupLimit() throws {
+        // Given a fake /sys/fs/cgroup: the slice limits 4 GiB, the service 1 GiB, the leaf has none
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("cgroup-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let service = root + "/system.slice/imagecached.service"
+        try FileManager.default.createDirectory(atPath: service + "/leaf", withIntermediateDirectories: true)
+        try "4294967296\n".write(toFile: root + "/system.slice/memory.max", atomically: true, encoding: .utf8)
+        try "1073741824\n".write(toFile: service + "/memory.max", atomically: true, encoding: .utf8)
+        try "max\n".write(toFile: service + "/leaf/memory.max", atomically: true, encoding: .utf8)
+        // Then
+        #expect(CgroupMemory.limitBytes(procSelfCgroup: "0::/system.slice/imagecached.service/leaf\n", root: root) == 1 << 30)
+        #expect(CgroupMemory.limitBytes(procSelfCgroup: "0::/system.slice\n", root: root) == 4 << 30)
+        #expect(CgroupMemory.limitBytes(procSelfCgroup: "0::/\n", root: root) == nil)
+        #expect(CgroupMemory.limitBytes(procSelfCgroup: "1:memory:/x\n", root: root) == nil)  // v1, no such group
+        // cgroup v1 (hybrid hosts): memory/<path>/memory.limit_in_bytes, "unlimited" as a value near 2^63
+        try FileManager.default.createDirectory(atPath: root + "/memory/app", withIntermediateDirectories: true)
+        try "9223372036854771712\n".write(toFile: root + "/memory/memory.limit_in_bytes", atomically: true, encoding: .utf8)
+        try "536870912\n".write(toFile: root + "/memory/app/memory.limit_in_bytes", atomically: true, encoding: .utf8)
+        #expect(CgroupMemory.limitBytes(procSelfCgroup: "4:memory:/app\n0::/\n", root: root) == 512 << 20)
+        #expect(CgroupMemory.limitBytes(procSelfCgroup: "4:memory:/\n0::/\n", root: root) == nil)
+        #expect(CgroupMemory.limitBytes(procSelfCgroup: nil, root: root) == nil)
+    }
+
+    @Test("under a cgroup limit the memory tier's default is half of it, and memory-limit still wins")
+    func cgroupDerivedDefault() throws {
+        let derived = try Configuration.load(file: nil, environment: [:], flags: [], cgroupMemoryLimitBytes: 1 << 30)
+        #expect(derived.memoryLimitBytes == 512 << 20)
+        #expect(derived.effectiveMemoryObjectLimitBytes == 64 << 20)
+        let explicit = try Configuration.load(file: nil, environment: [:], flags: [ConfigSetting(key: "memory-limit", value: .scalar("100MiB"), source: "--memory-limit")],
+                                              cgroupMemoryLimitBytes: 1 << 30)
+        #expect(explicit.memoryLimitBytes == 100 << 20)
+        let fromEnvironment = try Configuration.load(file: nil, environment: ["IMAGECACHED_MEMORY_LIMIT": "64MiB"], flags: [], cgroupMemoryLimitBytes: 1 << 30)
+        #expect(fromEnvironment.memoryLimitBytes == 64 << 20)
+        let none = try Configuration.load(file: nil, environment: [:], flags: [], cgroupMemoryLimitBytes: nil)
+        #expect(none.memoryLimitBytes == 256 << 20)
+    }
+
+    @Test("socket activation takes the descriptors only when LISTEN_PID is this process")
+    func listenDescriptors() {
+        #expect(SystemdSocketActivation.descriptors(environment: ["LISTEN_PID": "42", "LISTEN_FDS": "2"], pid: 42) == [3, 4])
+        #expect(SystemdSocketActivation.descriptors(environment: ["LISTEN_PID": "41", "LISTEN_FDS": "2"], pid: 42) == [])
+        #expect(SystemdSocketActivation.descriptors(environment: ["LISTEN_FDS": "1"], pid: 42) == [])
+        #expect(SystemdSocketActivation.descriptors(environment: [:], pid: 42) == [])
+    }
+
+    @Test("the watchdog interval comes from WATCHDOG_USEC, for this process only")
+    func watchdog() {
+        #expect(SystemdNotifier.watchdogInterval(environment: ["WATCHDOG_USEC": "30000000"]) == 30)
+        #expect(SystemdNotifier.watchdogInterval(environment: ["WATCHDOG_USEC": "30000000", "WATCHDOG_PID": "1"]) == nil)
+        #expect(SystemdNotifier.watchdogInterval(environment: [:]) == nil)
+    }
+
+    @Test("histograms are cumulative and the Prometheus text carries every family")
+    func prometheusText() {
+        // Given
+        let metrics = ProxyMetrics()
+        metrics.served(.hit)
+        metrics.served(.hit)
+        metrics.servedBytes(.hit, 100)
+        metrics.fetchWaiters.observe(1)
+        metrics.fetchWaiters.observe(4)
+        metrics.upstreamFinished(host: "cdn.example", result: "ok", seconds: 0.2, bytes: 10)
+        metrics.error("refused_403")
+        // When
+        let stats = metrics.snapshot(memory: MemoryCache(limitBytes: 1000, objectLimitBytes: 100), memoryLimitBytes: 1000, disk: nil, fetchesInFlight: 0)
+        let text = stats.prometheusText
+        // Then
+        for line in ["imagecached_requests_total{outcome=\"hit\"} 2", "imagecached_served_bytes_total{outcome=\"hit\"} 100",
+                     "imagecached_fetch_waiters_bucket{le=\"1\"} 1", "imagecached_fetch_waiters_bucket{le=\"3\"} 1",
+                     "imagecached_fetch_waiters_bucket{le=\"5\"} 2", "imagecached_fetch_waiters_bucket{le=\"+Inf\"} 2",
+                     "imagecached_fetch_waiters_sum 5", "imagecached_fetch_waiters_count 2",
+                     "imagecached_upstream_duration_seconds_bucket{le=\"0.1\"} 0", "imagecached_upstream_duration_seconds_bucket{le=\"0.25\"} 1",
+                     "imagecached_upstream_transfers_total{result=\"ok\"} 1", "imagecached_errors_total{kind=\"refused_403\"} 1",
+                     "imagecached_memory_limit_bytes 1000", "# TYPE imagecached_upstream_duration_seconds histogram"] {
+            #expect(text.contains(line + "\n"), "missing: \(line)")
+        }
+        #expect(stats.topHosts == [HostStats(host: "cdn.example", transfers: 1, bytes: 10)])
+        #expect(stats.hitRatio == 1)
+    }
+
+    @Test("prefetch progress counts the response lines and names failures")
+    func prefetchProgress() {
+        var progress = PrefetchProgress(total: 3, live: false)
+        progress.record(line: "ok 200 MISS 1000 http://a/1.png")
+        progress.record(line: "failed 404 http://a/2.png answered 404: upstream answered 404 Not Found")
+        progress.record(line: "ok 200 HIT 500 http://a/3.png")
+        progress.record(line: "done 3 ok 2 failed 1 bytes 1500")
+        #expect(progress.done == 3)
+        #expect(progress.bytes == 1500)
+        #expect(progress.failures.map(\.url) == ["http://a/2.png"])
+        #expect(progress.summary.contains("prefetched 2 of 3 URLs"))
+        #expect(progress.summary.contains("failed: http://a/2.png (answered 404: upstream answered 404 Not Found)"))
+        #expect(progress.bar.contains("3/3"))
+    }
+
+    @Test("a reload names the keys that need a restart and keeps their running values")
+    func restartOnly() {
+        let running = Configuration()
+        var next = Configuration()
+        next.listen = ListenAddress(host: "127.0.0.1", port: 9)
+        next.memoryLimitBytes = 1 << 20
+        next.upstream.maxRedirects = 1
+        #expect(running.restartOnlyChanges(to: next) == ["listen: 127.0.0.1:8080 -> 127.0.0.1:9", "upstream.*"])
+        next.keepRestartOnlySettings(of: running)
+        #expect(next.listen == running.listen)
+        #expect(next.upstream == running.upstream)
+        #expect(next.memoryLimitBytes == 1 << 20)
+    }
+}
