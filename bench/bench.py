@@ -2,8 +2,10 @@
 """Runs imagecached, nginx proxy_cache and Varnish in front of bench/origin.py and compares them.
 
 Scenarios (see bench/README.md): memory hits (wrk, small and mixed corpus), coalescing, streaming,
-revalidation, memory use, and nginx serving the files statically as the ceiling. Prints one table and
-writes bench/results/<date>.md. Every load loop is bounded by time and count; all traffic is to 127.0.0.1.
+revalidation, memory use, and nginx serving the files statically as the ceiling; then the disk tier: disk hits
+against nginx proxy_cache on disk, and the restart time with 100,000 entries on disk. Prints the tables and
+writes bench/results/<date>.md (and <date>-disk.md for the disk scenarios). Every load loop is bounded by time
+and count; all traffic is to 127.0.0.1.
 """
 import argparse
 import datetime
@@ -13,6 +15,7 @@ import json
 import os
 import platform
 import pwd
+import re
 import shutil
 import signal
 import socket
@@ -31,6 +34,9 @@ SHM = "/dev/shm/imagecached-bench"       # nginx's cache files (tmpfs: its cache
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 CACHES = ["imagecached", "nginx", "varnish"]
+DISK_WORK = f"{WORK}/disk"               # the disk scenario's caches: a real disk (ext4 here), never tmpfs
+DATASET = "/tmp/imagecached-bench-startup"   # the startup scenario's entries, kept between runs (marker READY.json)
+DISK_SCENARIOS = {"disk", "startup"}
 MIB = 1024 * 1024
 
 
@@ -205,13 +211,15 @@ def fetch_all(port, paths, expect=None, threads=4):
     return bad[0]
 
 
-def wrk(port, paths, duration, connections, label):
+def wrk(port, paths, duration, connections, label, script="rotate.lua"):
     path_file = f"{WORK}/paths-{label}.txt"
     with open(path_file, "w") as f:
         f.write("\n".join(paths) + "\n")
     out = subprocess.run(["wrk", "-t2", f"-c{connections}", f"-d{duration}s", "--timeout", "5s",
-                          "-s", os.path.join(BENCH, "lua", "rotate.lua"), f"http://127.0.0.1:{port}", "--", path_file],
+                          "-s", os.path.join(BENCH, "lua", script), f"http://127.0.0.1:{port}", "--", path_file],
                          capture_output=True, text=True, timeout=duration + 60)
+    if script != "rotate.lua":
+        return out.stdout
     for line in out.stdout.splitlines():
         if line.startswith("WRKJSON "):
             r = json.loads(line[8:])
@@ -304,6 +312,300 @@ def pct(values, p):
     return values[lo] + (values[hi] - values[lo]) * (k - lo)
 
 
+# ---------------------------------------------------------------- disk tier
+
+def fs_type(path):
+    """The filesystem type under path (ext4, tmpfs, ...), from df."""
+    out = subprocess.run(["df", "--output=fstype", path], capture_output=True, text=True, timeout=10)
+    return (out.stdout.split() or ["", "?"])[-1]
+
+
+def make_dirs(*dirs):
+    """Creates the directories, owned by nobody when we are root (the caches run unprivileged)."""
+    for d in dirs:
+        os.makedirs(d, exist_ok=True)
+        if os.getuid() == 0:
+            nobody = pwd.getpwnam("nobody")
+            os.chown(d, nobody.pw_uid, nobody.pw_gid)
+
+
+def imagecached_argv(port, origin_port, cache_dir, *extra):
+    return unprivileged() + [
+        os.path.join(REPO, ".build/release/imagecached"), "--listen", f"127.0.0.1:{port}",
+        "--origin", f"http://127.0.0.1:{origin_port}", "--cache-dir", cache_dir, *extra]
+
+
+def tree_bytes(path):
+    """(files, bytes) under path."""
+    files = total = 0
+    for d, _, names in os.walk(path):
+        for name in names:
+            try:
+                total += os.path.getsize(os.path.join(d, name))
+                files += 1
+            except OSError:
+                pass
+    return files, total
+
+
+def cache_status_sample(port, paths, header):
+    """GETs each path once, in order, on one connection; returns the values of `header`."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    out = []
+    for path in paths:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        resp.read()
+        out.append(resp.getheader(header, ""))
+    conn.close()
+    return out
+
+
+def disk_scenario(args, mixed, sha, res):
+    """6. Disk hits: imagecached with a 4 MiB memory tier (far smaller than the 22 MB corpus) against nginx
+    proxy_cache, both caches on the same real-disk filesystem. Two imagecached settings: the default object limit
+    (1/8 of 4 MiB = 512 KiB: thumbnails are promoted into the small memory tier, photos stream from their files),
+    and an 8 KiB object limit, below the smallest file, so that every hit is read from its file."""
+    base = args.base_port + 10
+    ports = {"origin": base, "imagecached": base + 1, "imagecached-file": base + 2, "nginx": base + 3}
+    shutil.rmtree(DISK_WORK, ignore_errors=True)
+    make_dirs(WORK, DISK_WORK, f"{DISK_WORK}/imagecached", f"{DISK_WORK}/imagecached-file", f"{DISK_WORK}/nginx",
+              f"{DISK_WORK}/nginx/cache")
+    memory = ["--memory-limit", "4MiB", "--disk-limit", "1GiB", "--log-level", "warning"]
+    settings = {"imagecached": memory, "imagecached-file": memory + ["--memory-object-limit", "8KiB"]}
+    out = res["disk"] = {"settings": {k: " ".join(v) for k, v in settings.items()},
+                         "fs": {"imagecached": fs_type(f"{DISK_WORK}/imagecached"), "nginx": fs_type(f"{DISK_WORK}/nginx/cache")},
+                         "nginx": "proxy_cache_path on the same filesystem, max_size=1024m, levels=1:2",
+                         "warm": {}, "sample": {}, "under_load": {}, "runs": {}}
+    if "tmpfs" in out["fs"].values():
+        raise RuntimeError(f"{DISK_WORK} is on tmpfs: the disk scenario needs a real disk")
+    procs = {}
+    try:
+        procs["origin"] = Proc("origin", [sys.executable, os.path.join(BENCH, "origin.py"), "--port", str(ports["origin"])],
+                               ports["origin"], f"{DISK_WORK}/origin.log")
+        for name, extra in settings.items():
+            procs[name] = Proc(name, imagecached_argv(ports[name], ports["origin"], f"{DISK_WORK}/{name}", *extra),
+                               ports[name], f"{DISK_WORK}/{name}.log")
+        conf = render("nginx-proxy-disk.conf", f"{DISK_WORK}/nginx/nginx.conf", work=f"{DISK_WORK}/nginx",
+                      cache_dir=f"{DISK_WORK}/nginx/cache", disk_mib=1024, origin_port=ports["origin"], port=ports["nginx"])
+        procs["nginx"] = Proc("nginx", unprivileged() + ["nginx", "-c", conf, "-p", f"{DISK_WORK}/nginx",
+                                                          "-e", f"{DISK_WORK}/nginx/error.log"],
+                              ports["nginx"], f"{DISK_WORK}/nginx.log")
+        targets = ["imagecached", "imagecached-file", "nginx"]
+        # warm: fill, then a second pass and a third that must not reach the origin
+        for name in targets:
+            bad = fetch_all(ports[name], mixed, sha)
+            passes = []
+            for _ in range(2):
+                before = origin_total(origin_stats(ports["origin"]))
+                bad += fetch_all(ports[name], mixed, sha)
+                passes.append(origin_total(origin_stats(ports["origin"])) - before)
+            time.sleep(0.5)   # imagecached writes to disk asynchronously
+            files, size = tree_bytes(f"{DISK_WORK}/{name}" if name != "nginx" else f"{DISK_WORK}/nginx/cache")
+            out["warm"][name] = {"wrong": bad, "origin_requests_pass2_pass3": passes, "files": files, "bytes": size}
+            # a sequential sample: does it say where the answer came from?
+            header = "X-Cache" if name == "nginx" else "Cache-Status"
+            values = cache_status_sample(ports[name], mixed[::7], header)
+            hit = (lambda v: v == "HIT") if name == "nginx" else (lambda v: "detail=disk" in v)
+            out["sample"][name] = {"requests": len(values), "from_disk": sum(1 for v in values if hit(v)),
+                                   "examples": sorted(set(values))[:3]}
+            print(f"disk warm {name}: {out['warm'][name]}; sample {out['sample'][name]}", flush=True)
+        for run in range(args.runs):
+            order = targets[run % len(targets):] + targets[:run % len(targets)]
+            for name in order:
+                cpu0 = procs[name].cpu_seconds()
+                o0 = origin_total(origin_stats(ports["origin"]))
+                r = wrk(ports[name], mixed, args.duration, args.connections, "disk-mixed")
+                r["cpu_s"] = procs[name].cpu_seconds() - cpu0
+                r["cpu_us_per_req"] = r["cpu_s"] * 1e6 / max(1, r["requests"])
+                r["origin_requests"] = origin_total(origin_stats(ports["origin"])) - o0
+                out["runs"].setdefault(name, []).append(r)
+                print(f"disk hits run {run + 1} {name}: {r['rps']:.0f} req/s {r['mbps']:.0f} MB/s "
+                      f"p50 {r['p50_us'] / 1000:.2f} ms p99 {r['p99_us'] / 1000:.2f} ms "
+                      f"cpu {r['cpu_us_per_req']:.1f} us/req errors {r['errors']} origin {r['origin_requests']}", flush=True)
+        # the same load for 3 s with a script that reads every Cache-Status: how many answers came from disk
+        for name in ("imagecached", "imagecached-file"):
+            text = wrk(ports[name], mixed, 3, args.connections, "disk-status", script="rotate-status.lua")
+            line = next((x for x in text.splitlines() if x.startswith("WRKSTATUS ")), None)
+            out["under_load"][name] = json.loads(line[10:]) if line else {"error": text[-500:]}
+            print(f"disk under load {name}: {out['under_load'][name]}", flush=True)
+        for name in ("imagecached", "imagecached-file"):
+            out.setdefault("rss", {})[name] = procs[name].memory()[0]
+    finally:
+        for name in ["nginx", "imagecached-file", "imagecached", "origin"]:
+            if name in procs:
+                procs[name].stop()
+
+
+def stop_popen(popen, wait=60):
+    """SIGTERM to the child's own session (imagecached flushes its disk queue and exits), SIGKILL after `wait` s."""
+    if popen.poll() is None:
+        os.killpg(popen.pid, signal.SIGTERM)
+        try:
+            popen.wait(wait)
+        except subprocess.TimeoutExpired:
+            os.killpg(popen.pid, signal.SIGKILL)
+            popen.wait(5)
+
+
+def build_dataset(args, ports, small, size):
+    """Fills DATASET/cache with args.startup_entries entries by running the daemon itself against the origin (so
+    the files are the daemon's own format): distinct URLs /_o/v=eN/<thumbnail>, the thumbnails of 20 KB or less in
+    turn. Stops at args.startup_build_limit seconds, whatever the count. Writes DATASET/READY.json last."""
+    shutil.rmtree(DATASET, ignore_errors=True)
+    make_dirs(DATASET, f"{DATASET}/cache")
+    bodies = [p for p in small if size[p] <= 20_000] or small[:10]
+    n = args.startup_entries
+    paths = [f"/_o/v=e{i}{bodies[i % len(bodies)]}" for i in range(n)]
+    log = open(f"{DATASET}/build.log", "w")
+    popen = subprocess.Popen(imagecached_argv(ports["imagecached"], ports["origin"], f"{DATASET}/cache",
+                                              "--memory-limit", "16MiB", "--disk-limit", "20GiB", "--log-level", "warning"),
+                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    t0 = time.monotonic()
+    deadline = t0 + args.startup_build_limit
+    done = [0, 0]   # ok, bad
+    lock = threading.Lock()
+
+    def worker(chunk):
+        conn = http.client.HTTPConnection("127.0.0.1", ports["imagecached"], timeout=30)
+        ok = bad = 0
+        for i, path in enumerate(chunk):
+            if i % 256 == 0 and time.monotonic() > deadline:
+                break
+            conn.request("GET", path)
+            resp = conn.getresponse()
+            resp.read()
+            if resp.status == 200:
+                ok += 1
+            else:
+                bad += 1
+        conn.close()
+        with lock:
+            done[0] += ok
+            done[1] += bad
+
+    try:
+        wait_port(ports["imagecached"])
+        threads = [threading.Thread(target=worker, args=(paths[i::8],)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        fetched = time.monotonic() - t0
+    finally:
+        stop_popen(popen, wait=120)
+        log.close()
+    built = time.monotonic() - t0
+    files, total = tree_bytes(f"{DATASET}/cache")
+    info = {"requested": n, "fetched_ok": done[0], "fetched_bad": done[1], "files": files, "bytes": total,
+            "fetch_seconds": round(fetched, 1), "build_seconds": round(built, 1),
+            "stopped_by_time_limit": done[0] + done[1] < n, "built_at": datetime.datetime.now().isoformat(timespec="seconds"),
+            "bodies": f"{len(bodies)} thumbnails of {min(size[p] for p in bodies)}-{max(size[p] for p in bodies)} bytes in turn"}
+    with open(f"{DATASET}/READY.json", "w") as f:
+        json.dump(info, f)
+    print(f"startup data set built: {info}", flush=True)
+    return info
+
+
+LOADED = re.compile(r"disk index loaded: (\d+) entries, (\d+) bytes in ([0-9.]+) s")
+
+
+def timed_start(ports, log_path, probe):
+    """Starts imagecached on the data set; returns the time from exec to the first 200 from /_imagecached/health
+    (polled in a tight loop, bounded to 10 s), one request for a stored URL right after that, and the time until
+    the log says `disk index loaded` (bounded to 60 s), with the loader's own figures."""
+    log = open(log_path, "w")
+    request = f"GET /_imagecached/health HTTP/1.1\r\nHost: 127.0.0.1:{ports['imagecached']}\r\nConnection: close\r\n\r\n".encode()
+    r = {}
+    t0 = time.monotonic()
+    popen = subprocess.Popen(imagecached_argv(ports["imagecached"], ports["origin"], f"{DATASET}/cache",
+                                              "--memory-limit", "256MiB", "--disk-limit", "20GiB", "--log-level", "info"),
+                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = t0 + 10
+        while time.monotonic() < deadline and "accept_s" not in r:
+            try:
+                s = socket.create_connection(("127.0.0.1", ports["imagecached"]), timeout=2)
+            except OSError:
+                time.sleep(0.0005)
+                continue
+            data = b""
+            try:
+                s.sendall(request)
+                while len(data) < 12:
+                    chunk = s.recv(256)
+                    if not chunk:
+                        break
+                    data += chunk
+            except OSError:
+                pass
+            finally:
+                s.close()
+            if data.startswith(b"HTTP/1.1 200"):
+                r["accept_s"] = time.monotonic() - t0
+        # one stored image, asked while the index is (probably) still loading
+        t1 = time.monotonic()
+        status = cache_status_sample(ports["imagecached"], [probe], "Cache-Status")[0]
+        r["probe_s"], r["probe_status"] = time.monotonic() - t1, status
+        deadline = t0 + 60
+        while time.monotonic() < deadline:
+            with open(log_path) as f:
+                m = LOADED.search(f.read())
+            if m:
+                r["loaded_seen_s"] = time.monotonic() - t0
+                r["entries"], r["bytes"], r["loader_s"] = int(m.group(1)), int(m.group(2)), float(m.group(3))
+                break
+            time.sleep(0.002)
+    finally:
+        stop_popen(popen)
+        log.close()
+    return r
+
+
+def startup_scenario(args, small, size, res):
+    """7. Restart with N entries on disk: exec to accepting, and until the index is loaded (runs in background)."""
+    base = args.base_port + 20
+    ports = {"origin": base, "imagecached": base + 1}
+    make_dirs(WORK, DISK_WORK)
+    out = res["startup"] = {"runs": [], "fs": None}
+    origin = Proc("origin", [sys.executable, os.path.join(BENCH, "origin.py"), "--port", str(ports["origin"])],
+                  ports["origin"], f"{DISK_WORK}/startup-origin.log")
+    try:
+        info = None
+        if os.path.exists(f"{DATASET}/READY.json"):
+            with open(f"{DATASET}/READY.json") as f:
+                info = json.load(f)
+            if info.get("requested") != args.startup_entries:
+                info = None
+            else:
+                info["reused"] = True
+                print(f"startup data set reused: {info}", flush=True)
+        for attempt in range(2):
+            if info is None:
+                info = build_dataset(args, ports, small, size)
+                info["reused"] = False
+            bodies = [p for p in small if size[p] <= 20_000] or small[:10]
+            probe_n = info["fetched_ok"] // 2
+            probe = f"/_o/v=e{probe_n}{bodies[probe_n % len(bodies)]}"
+            runs = []
+            for i in range(args.startup_runs):
+                r = timed_start(ports, f"{DISK_WORK}/startup-{i + 1}.log", probe)
+                runs.append(r)
+                print(f"startup run {i + 1}: {r}", flush=True)
+            # the files were written by another build of the daemon, or changed: the loader says how many it kept
+            if attempt == 0 and info["reused"] and runs and runs[0].get("entries") != info["files"]:
+                print(f"startup: the loader found {runs[0].get('entries')} entries, the data set has {info['files']} "
+                      "files (another format version?): rebuilding", flush=True)
+                info = None
+                continue
+            break
+        out["runs"], out["dataset"] = runs, info
+        out["fs"] = fs_type(f"{DATASET}/cache")
+        out["path"] = f"{DATASET}/cache"
+    finally:
+        origin.stop()
+
+
 # ---------------------------------------------------------------- scenarios
 
 def main():
@@ -313,10 +615,16 @@ def main():
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--memory-mib", type=int, default=256)
     parser.add_argument("--base-port", type=int, default=18080)
-    parser.add_argument("--only", default="", help="comma-separated scenarios: hits,coalescing,streaming,revalidation")
+    parser.add_argument("--only", default="",
+                        help="comma-separated scenarios: hits,coalescing,streaming,revalidation,disk,startup")
+    parser.add_argument("--startup-entries", type=int, default=100_000, help="entries on disk for the startup scenario")
+    parser.add_argument("--startup-runs", type=int, default=5, help="restarts measured in the startup scenario")
+    parser.add_argument("--startup-build-limit", type=int, default=300,
+                        help="seconds allowed to build the startup data set (it stops there, whatever the count)")
     args = parser.parse_args()
     only = set(filter(None, args.only.split(",")))
     want = lambda s: not only or s in only  # noqa: E731
+    core = not only or bool(only - DISK_SCENARIOS)   # the memory-tier scenarios (and the memory load they share)
 
     with open(os.path.join(CORPUS, "manifest.json")) as f:
         manifest = json.load(f)
@@ -329,7 +637,21 @@ def main():
     nonce = str(int(time.time()))
     res = {"args": vars(args), "corpus": {"files": len(sha), "bytes": corpus_bytes, "small": len(small), "mixed": len(mixed)},
            "hits": {}, "memory": {}, "coalescing": {}, "streaming": {}, "revalidation": {}}
+    if core:
+        run_core(args, want, ports, res, sha, small, mixed, nonce)
+    from report import write_disk_report, write_report  # noqa: E402,PLC0415 - next to this file
+    if core:
+        print(f"\nwritten {write_report(res, RESULTS)}")
+    if want("disk") or want("startup"):
+        if want("disk"):
+            disk_scenario(args, mixed, sha, res)
+        if want("startup"):
+            startup_scenario(args, small, size, res)
+        print(f"\nwritten {write_disk_report(res, RESULTS)}")
 
+
+def run_core(args, want, ports, res, sha, small, mixed, nonce):
+    """Scenarios 1-5 against the four servers started together (memory tier: 256 MiB each)."""
     procs = start_all(ports, args.memory_mib)
     try:
         time.sleep(1)
@@ -425,10 +747,6 @@ def main():
         for name in ["static", "varnish", "nginx", "imagecached", "origin"]:
             if name in procs:
                 procs[name].stop()
-
-    from report import write_report  # noqa: E402,PLC0415 - next to this file
-    path = write_report(res, RESULTS)
-    print(f"\nwritten {path}")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 
@@ -109,15 +110,140 @@ def build_rows(res):
     return rows
 
 
-def table(rows):
-    out = ["| scenario | metric | " + " | ".join(COLUMNS[:-1]) + " | nginx static (ceiling) | imagecached vs bar |",
-           "|---|---|" + "---:|" * len(COLUMNS) + "---|"]
+def table(rows, columns=COLUMNS, headings=None):
+    headings = headings or COLUMNS[:-1] + ["nginx static (ceiling)"]
+    out = ["| scenario | metric | " + " | ".join(headings) + " | imagecached vs bar |",
+           "|---|---|" + "---:|" * len(columns) + "---|"]
     last = None
     for section, metric, values, bar in rows:
         out.append(f"| {section if section != last else ''} | {metric} | "
-                   + " | ".join(values.get(c, "") for c in COLUMNS) + f" | {bar} |")
+                   + " | ".join(values.get(c, "") for c in columns) + f" | {bar} |")
         last = section
     return "\n".join(out)
+
+
+DISK_COLUMNS = ["imagecached", "imagecached-file", "nginx"]
+DISK_HEADINGS = ["imagecached (4 MiB memory, objects <= 512 KiB promoted)", "imagecached (4 MiB memory, every hit from its file)",
+                 "nginx proxy_cache (disk)"]
+
+
+def build_disk_rows(res):
+    rows = []
+
+    def row(section, metric, values, bar=""):
+        rows.append((section, metric, values, bar))
+
+    dk = res.get("disk") or {}
+    if dk.get("runs"):
+        runs = dk["runs"]
+        sec = f"6. disk hits, mixed ({res['corpus']['mixed']} URLs, {res['corpus']['bytes'] / MIB:.0f} MiB, {res['args']['connections']} conns)"
+        m = {c: {k: med(runs[c], k) for k in ("rps", "mbps", "p50_us", "p99_us", "cpu_us_per_req")} for c in DISK_COLUMNS if c in runs}
+        ng = m.get("nginx", {})
+
+        def vs(c):
+            return f"{m[c]['rps'] / ng['rps']:.2f}x" if ng.get("rps") and c in m else "-"
+        ok = {c: c in m and ng.get("rps") and m[c]["rps"] >= ng["rps"] for c in ("imagecached", "imagecached-file")}
+        row(sec, "requests/s (median of runs)", {c: fmt(v["rps"]) for c, v in m.items()},
+            f"{'PASS' if ok['imagecached'] else 'FAIL'} ({vs('imagecached')}), every hit from file: "
+            f"{'PASS' if ok['imagecached-file'] else 'FAIL'} ({vs('imagecached-file')}): >= nginx {fmt(ng.get('rps'))}")
+        row(sec, "MB/s", {c: fmt(v["mbps"]) for c, v in m.items()})
+        row(sec, "p50 ms", {c: fmt(v["p50_us"] / 1000, 2) for c, v in m.items()})
+        row(sec, "p99 ms", {c: fmt(v["p99_us"] / 1000, 2) for c, v in m.items()})
+        row(sec, "CPU us/request (cache's own)", {c: fmt(v["cpu_us_per_req"], 1) for c, v in m.items()})
+        if ng.get("rps"):
+            row(sec, "req/s ratio to nginx", {c: fmt(v["rps"] / ng["rps"], 2) for c, v in m.items()})
+        row(sec, "origin requests during runs, errors",
+            {c: f"{sum(r['origin_requests'] for r in runs[c])}, {sum(r['errors'] for r in runs[c])}" for c in m})
+        row(sec, "origin requests on warm passes 2 and 3, wrong bytes",
+            {c: f"{'+'.join(map(str, v['origin_requests_pass2_pass3']))}, {v['wrong']}" for c, v in dk["warm"].items()})
+        row(sec, "cache files on disk (MiB)",
+            {c: f"{v['files']} ({v['bytes'] / MIB:.1f})" for c, v in dk["warm"].items()})
+        row(sec, "sequential sample: answers from disk",
+            {c: f"{v['from_disk']}/{v['requests']}" for c, v in dk["sample"].items()},
+            "imagecached: Cache-Status detail=disk; nginx: X-Cache HIT (all its hits are file reads)")
+        row(sec, "under wrk load (3 s, status script): detail=disk",
+            {c: (f"{v['disk']}/{v['disk'] + v['other']} ({100 * v['disk'] / max(1, v['disk'] + v['other']):.0f}%)"
+                 if "disk" in v else "?") for c, v in dk["under_load"].items()})
+
+    su = res.get("startup") or {}
+    if su.get("runs"):
+        runs, ds = su["runs"], su["dataset"]
+        n = ds["files"]
+        sec = f"7. restart with {n:,} entries on disk ({len(runs)} restarts, {su['fs']})"
+
+        def mm(key, scale=1000, digits=0):
+            vals = [r[key] for r in runs if key in r]
+            if not vals:
+                return "-"
+            return f"{fmt(statistics.median(vals) * scale, digits)} / {fmt(max(vals) * scale, digits)}"
+        accept = [r.get("accept_s", 99) for r in runs]
+        ok = len(accept) == len(runs) and max(accept) < 1.0 and n >= 100_000
+        row(sec, "exec to first health 200, ms (median / max)", {"imagecached": mm("accept_s", digits=1)},
+            f"{'PASS' if ok else 'FAIL'}: < 1000 ms with >= 100,000 entries")
+        row(sec, "exec to log `disk index loaded`, ms (median / max)", {"imagecached": mm("loaded_seen_s")})
+        row(sec, "loader's own time, ms (median / max)", {"imagecached": mm("loader_s")})
+        row(sec, "entries / MiB the loader indexed",
+            {"imagecached": " ; ".join(sorted({f"{r.get('entries', '?')} / {r.get('bytes', 0) / MIB:.0f}" for r in runs}))})
+        row(sec, "first stored image asked right after accept: ms (median / max)", {"imagecached": mm("probe_s", digits=1)},
+            "Cache-Status: " + "; ".join(sorted({re.sub(r"ttl=-?[0-9]+", "ttl=N", r.get("probe_status", "?")) for r in runs})))
+        row(sec, "data set", {"imagecached": f"{ds['fetched_ok']:,} fetched in {ds['fetch_seconds']} s"},
+            f"{'reused (built ' + ds['built_at'] + ')' if ds.get('reused') else 'built in this run'}; {ds['bodies']}"
+            + ("; STOPPED BY THE TIME LIMIT" if ds.get("stopped_by_time_limit") else ""))
+    return rows
+
+
+def write_disk_report(res, results_dir):
+    """The disk scenarios' table, printed and written to bench/results/<date>-disk.md."""
+    now = datetime.datetime.now()
+    text = table(build_disk_rows(res), DISK_COLUMNS, DISK_HEADINGS)
+    print("\n" + text)
+    dk, su = res.get("disk") or {}, res.get("startup") or {}
+    header = [
+        f"# imagecached benchmark: disk tier, {now:%Y-%m-%d %H:%M}",
+        "",
+        f"- machine: {os.cpu_count()} cores, {platform.platform()}",
+        f"- {version(['nginx', '-v'])}; {version(['wrk', '--version'])}",
+    ]
+    if dk:
+        header += [
+            f"- disk hits: wrk, 2 threads, {res['args']['connections']} connections, {res['args']['duration']} s x "
+            f"{res['args']['runs']} runs (median), rotate script over the mixed corpus; the caches take turns, the order "
+            "rotates each run",
+            f"- imagecached: `{dk['settings']['imagecached']}` (object limit 1/8 = 512 KiB: thumbnails promoted, photos "
+            f"streamed from their files); imagecached-file: `{dk['settings']['imagecached-file']}` (no corpus file fits: "
+            "every hit is read from its file)",
+            f"- nginx: {dk['nginx']}; cache directories on {dk['fs']['imagecached']} / {dk['fs']['nginx']} "
+            "(a real disk, not tmpfs). After the warm-up both are read from the page cache: the files are on disk, "
+            "the reads are mostly RAM",
+            "- CPU us/request: the cache's own utime+stime (/proc/<pid>/stat, process tree) over requests served",
+        ]
+    if su:
+        header += [
+            f"- restart: the data set in `{su.get('path')}` ({su.get('fs')}) is written by the daemon itself (distinct "
+            "URLs through the bench origin), kept between runs; then the daemon is started "
+            f"{len(su.get('runs', []))} times: time from exec (setpriv included) to the first 200 from "
+            "/_imagecached/health (polled in a tight loop), and to the log line `disk index loaded` (the loader runs "
+            "in the background). Page cache: warm after a build; with a reused data set the first restart may read "
+            "directories and headers from the device (cold), hence its max",
+        ]
+    header += [
+        "",
+        text,
+        "",
+        "<details><summary>raw results</summary>",
+        "",
+        "```json",
+        json.dumps({k: res.get(k) for k in ("args", "corpus", "disk", "startup")}, indent=1, default=str),
+        "```",
+        "</details>",
+        "",
+    ]
+    os.makedirs(results_dir, exist_ok=True)
+    path = os.path.join(results_dir, f"{now:%Y-%m-%d}-disk.md")
+    with open(path + ".tmp", "w") as f:
+        f.write("\n".join(header))
+    os.replace(path + ".tmp", path)
+    return path
 
 
 def write_report(res, results_dir):
