@@ -78,38 +78,24 @@ struct CLITests {
         let body = Fixtures.jpeg(size: 5000)
         origin.route("/x.jpg") { _ in Reply(status: 200, headers: [("Content-Type", "image/jpeg"), ("Cache-Control", "max-age=60")], body: body) }
         let config = FileManager.default.temporaryDirectory.appendingPathComponent("imagecached-cli-\(UUID().uuidString).yaml")
-        try "listen: 127.0.0.1:0\norigin: \(origin.baseURL)\nmemory-limit: 16MiB\n".write(to: config, atomically: true, encoding: .utf8)
-        defer { try? FileManager.default.removeItem(at: config) }
-        let process = Process()
-        process.executableURL = CLITests.binary
-        process.arguments = ["--config", config.path]
-        let err = Pipe()
-        process.standardError = err
-        try process.run()
-        // When: the start line names the port
-        let startLine = try await offPool { () -> String in
-            var text = ""
-            while !text.contains("modes:") {
-                let data = err.fileHandleForReading.availableData
-                if data.isEmpty { break }
-                text += String(decoding: data, as: UTF8.self)
-            }
-            return text
+        let cacheDirectory = config.path + ".cache"
+        try "listen: 127.0.0.1:0\norigin: \(origin.baseURL)\nmemory-limit: 16MiB\ncache-dir: \(cacheDirectory)\n"
+            .write(to: config, atomically: true, encoding: .utf8)
+        defer {
+            try? FileManager.default.removeItem(at: config)
+            try? FileManager.default.removeItem(atPath: cacheDirectory)
         }
-        let port = try #require(startLine.firstMatch(of: /listening on http:\/\/127\.0\.0\.1:(\d+)/).flatMap { Int($0.1) })
-        #expect(startLine.contains("reverse proxy (/ -> \(origin.baseURL))"))
+        let process = try DaemonProcess(["--config", config.path])
+        defer { process.kill9() }
+        // When: the start line names the port
+        let port = try #require(await process.port())
+        #expect(process.log.contains("reverse proxy (/ -> \(origin.baseURL))"))
         let image = try await offPool { try TestClient.get(port: port, "/x.jpg") }
         let health = try await offPool { try TestClient.get(port: port, "/_imagecached/health") }
-        process.terminate()  // SIGTERM
-        await offPoolWait(process)
+        process.send(SIGTERM)
         // Then
+        #expect(await process.waitForExit() == 0)
         #expect(image.body == body)
         #expect(health.text == "ok\n")
-        #expect(process.terminationReason == .exit)
-        #expect(process.terminationStatus == 0)
     }
-}
-
-private func offPoolWait(_ process: Process) async {
-    _ = try? await offPool { process.waitUntilExit() }
 }

@@ -205,7 +205,9 @@ struct DiskTierTests {
         defer { try? FileManager.default.removeItem(atPath: config) }
 
         // Given a daemon taking a burst of misses (each one a disk write)
-        let (first, firstPort) = try await DiskTierTests.startDaemon(config: config)
+        let first = try DaemonProcess(["--config", config])
+        defer { first.kill9() }
+        let firstPort = try #require(await first.port())
         let done = Mutex(0)
         let halfway = DispatchSemaphore(value: 0)
         let burst = Thread {
@@ -217,16 +219,13 @@ struct DiskTierTests {
         burst.start()
         // When it is killed half way through
         #expect(await wait(halfway))
-        kill(first.processIdentifier, SIGKILL)
-        _ = try? await offPool { first.waitUntilExit() }
-        #expect(first.terminationReason == .uncaughtSignal)
+        first.send(SIGKILL)
+        #expect(await first.waitForExit() == 128 + SIGKILL)
 
         // Then a new daemon on the same directory serves every image exactly, some of them from disk
-        let (second, secondPort) = try await DiskTierTests.startDaemon(config: config)
-        defer {
-            kill(second.processIdentifier, SIGKILL)  // only needs it gone; SIGTERM handling has tests of its own
-            second.waitUntilExit()
-        }
+        let second = try DaemonProcess(["--config", config])
+        defer { second.kill9() }
+        let secondPort = try #require(await second.port())
         var hits = 0
         for i in 0..<count {
             let response = try await offPool { try TestClient.get(port: secondPort, "/k\(i).png") }
@@ -234,30 +233,6 @@ struct DiskTierTests {
             if response.header("X-Cache") == "HIT" { hits += 1 }
         }
         #expect(hits > 0, "nothing survived on disk")
-    }
-
-    /// Starts the imagecached binary with `config`; returns it and the port from its start line.
-    static func startDaemon(config: String) async throws -> (Process, Int) {
-        let process = Process()
-        process.executableURL = CLITests.binary
-        process.arguments = ["--config", config]
-        let err = Pipe()
-        process.standardError = err
-        try process.run()
-        let startLine = try await offPool { () -> String in
-            var text = ""
-            while !text.contains("modes:") {
-                let data = err.fileHandleForReading.availableData
-                if data.isEmpty { break }
-                text += String(decoding: data, as: UTF8.self)
-            }
-            return text
-        }
-        guard let port = startLine.firstMatch(of: /listening on http:\/\/127\.0\.0\.1:(\d+)/).flatMap({ Int($0.1) }) else {
-            process.terminate()
-            throw TestClientError(description: "no start line: \(startLine)")
-        }
-        return (process, port)
     }
 
     /// Every entry file under a cache directory (not tmp files).

@@ -125,17 +125,11 @@ final class Fetch: @unchecked Sendable {
             waiters.append(waiter)
             proxy.events?(.waiterAttached(key: key, waiters: waiters.count))
         case let .checkingBody(head):
-            if let vary = VaryKey.make(response: head, request: leader.forwardedHeaders), !vary.matches(waiter.request.forwardedHeaders) {
-                proxy.redispatchAlone([waiter], key: key)
-                return
-            }
+            guard varyAllows(waiter, for: head) else { return proxy.redispatchAlone([waiter], key: key) }
             waiters.append(waiter)
             proxy.events?(.waiterAttached(key: key, waiters: waiters.count))
         case let .streaming(head):
-            if let vary = VaryKey.make(response: head, request: leader.forwardedHeaders), !vary.matches(waiter.request.forwardedHeaders) {
-                proxy.redispatchAlone([waiter], key: key)
-                return
-            }
+            guard varyAllows(waiter, for: head) else { return proxy.redispatchAlone([waiter], key: key) }
             waiters.append(waiter)
             proxy.events?(.waiterAttached(key: key, waiters: waiters.count))
             sendHead(head, toWaiterAt: waiters.count - 1)
@@ -148,6 +142,11 @@ final class Fetch: @unchecked Sendable {
             // Closed fetches are not in the coalescer; reaching here is a programming error.
             preconditionFailure("attach to a closed fetch")
         }
+    }
+
+    /// Whether `waiter` may share the response `head` with the leader: same values for the fields it varies on.
+    private func varyAllows(_ waiter: Waiter, for head: HTTPResponseHead) -> Bool {
+        VaryKey.make(response: head, request: leader.forwardedHeaders)?.matches(waiter.request.forwardedHeaders) ?? true
     }
 
     /// A client went away.
