@@ -192,6 +192,12 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
         let fetchKey = FetchKey(key: key, trusted: request.trusted)
         if reason != .bypass {
             if let fetch = coalescer[fetchKey] {
+                // only-if-cached may share a disk lookup, never wait on the origin.
+                if request.cacheControl.onlyIfCached, !fetch.isLookingOnDisk {
+                    refuse(sink, status: 504, reason: "not in the cache and the request said only-if-cached",
+                           request: request.head, client: request.client)
+                    return
+                }
                 fetch.attach(waiter, collapsed: true)
                 return
             }

@@ -35,11 +35,25 @@ extension Fetch {
             if case let .stream(_, _, file) = result { file.close() }
             return
         }
+        // The origin confirmed an entry that is gone now (purged or evicted meanwhile): fetch it whole, once.
+        let usable: Bool
+        switch result {
+        case nil: usable = false
+        case let .entry(entry): usable = entry.vary?.matches(leader.forwardedHeaders) ?? true
+        case let .stream(head, _, _): usable = head.vary?.matches(leader.forwardedHeaders) ?? true
+        }
+        if !usable {
+            if case let .stream(_, _, file) = result { file.close() }
+            revalidating = nil
+            revalidatingFromDisk = false
+            return goUpstream()
+        }
         switch result {
         case nil:
             goUpstream()
         case let .entry(entry):
-            guard entry.vary?.matches(leader.forwardedHeaders) ?? true else { return goUpstream() }
+            splitOffOtherVariants(entry)
+            guard !waiters.isEmpty else { return finish() }
             proxy.memory.insert(entry)
             let time = proxy.now()
             var remaining: [Waiter] = []
@@ -62,9 +76,10 @@ extension Fetch {
             if entry.etag != nil || entry.lastModified != nil { revalidating = entry }
             goUpstream()
         case let .stream(head, length, file):
-            guard head.vary?.matches(leader.forwardedHeaders) ?? true else {
+            splitOffOtherVariants(head)
+            guard !waiters.isEmpty else {
                 file.close()
-                return goUpstream()
+                return finish()
             }
             let time = proxy.now()
             var outcomes: [CacheOutcome] = []
@@ -90,6 +105,15 @@ extension Fetch {
             }
             streamFromDisk(head, length: length, file: file, outcomes: outcomes, now: time)
         }
+    }
+
+    /// Waiters whose request does not match the stored variant's Vary fields go upstream on their own.
+    func splitOffOtherVariants(_ entry: CacheEntry) {
+        guard let vary = entry.vary else { return }
+        let others = waiters.filter { !vary.matches($0.request.forwardedHeaders) }
+        guard !others.isEmpty else { return }
+        waiters.removeAll { waiter in others.contains { $0.id == waiter.id } }
+        proxy.redispatchAlone(others, key: key)
     }
 
     /// Leaves the disk stage for the origin. Waiters that said only-if-cached get 504 instead.
@@ -140,9 +164,13 @@ extension Fetch {
 
     private func diskChunk(_ chunk: [UInt8]?, file: DiskBodyReader, sent: Int, length: Int) {
         dispatchPrecondition(condition: .onQueue(queue))
-        guard case .streamingFromDisk = state, !waiters.isEmpty else {
+        guard case .streamingFromDisk = state else {
             file.close()
             return
+        }
+        guard !waiters.isEmpty else {
+            file.close()
+            return finish()
         }
         guard let chunk, !chunk.isEmpty else {
             file.close()

@@ -144,6 +144,12 @@ final class Fetch: @unchecked Sendable {
         }
     }
 
+    /// Still waiting for the disk tier's answer (an only-if-cached request may join it).
+    var isLookingOnDisk: Bool {
+        if case .lookingOnDisk = state { return true }
+        return false
+    }
+
     /// Whether `waiter` may share the response `head` with the leader: same values for the fields it varies on.
     private func varyAllows(_ waiter: Waiter, for head: HTTPResponseHead) -> Bool {
         VaryKey.make(response: head, request: leader.forwardedHeaders)?.matches(waiter.request.forwardedHeaders) ?? true
@@ -462,6 +468,7 @@ final class Fetch: @unchecked Sendable {
     /// true when every waiter was answered that way (the fetch is then over).
     private func serveStaleIfError(because why: String) -> Bool {
         guard let revalidating, waiters.allSatisfy({ !$0.sentHead }) else { return false }
+        splitOffOtherVariants(revalidating)
         let time = proxy.now()
         guard waiters.allSatisfy({ staleIfErrorAllows(revalidating, for: $0.request, now: time) }) else { return false }
         proxy.logger.warning("\(key): \(why); serving the stale copy (stale-if-error)")
