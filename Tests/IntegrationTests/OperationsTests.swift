@@ -205,7 +205,7 @@ struct OperationsTests {
 /// A raw HTTP exchange from a chosen local address, read until the server closes.
 enum RawRequest {
     static func send(_ text: String, port: Int, from source: String) throws -> String {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw POSIXError(.EIO) }
         defer { close(fd) }
         var timeout = timeval(tv_sec: 10, tv_usec: 0)

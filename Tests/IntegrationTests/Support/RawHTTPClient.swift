@@ -38,7 +38,7 @@ final class RawHTTPClient {
 
     /// Connects to 127.0.0.1:`port`; receives time out after `timeoutSeconds`.
     init(port: Int, timeoutSeconds: Int = 5) throws {
-        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw RawClientError.system("socket", errno) }
         var timeout = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
@@ -51,9 +51,9 @@ final class RawHTTPClient {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
         guard result == 0 else {
-            let code = errno
-            Glibc.close(fd)
-            throw RawClientError.system("connect", code)
+            // deinit closes the fd (it runs for an initializer that throws once every property is set): closing it
+            // here too would close whatever another test opened under the same number meanwhile.
+            throw RawClientError.system("connect", errno)
         }
     }
 

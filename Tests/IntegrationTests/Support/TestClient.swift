@@ -32,7 +32,7 @@ final class TestConnection: @unchecked Sendable {
     private(set) var resetByPeer = false
 
     init(port: Int, timeout: Duration = .seconds(15)) throws {
-        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw TestClientError(description: "socket: \(errno)") }
         var tv = timeval(tv_sec: Int(timeout.components.seconds), tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
@@ -44,7 +44,8 @@ final class TestConnection: @unchecked Sendable {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
         guard result == 0 else {
-            Foundation.close(fd)
+            // deinit runs for an initializer that throws once every property is set: it closes the fd, exactly once
+            // (closing it here too would close whatever another test opened under the same number meanwhile).
             throw TestClientError(description: "connect to 127.0.0.1:\(port): errno \(errno)")
         }
     }

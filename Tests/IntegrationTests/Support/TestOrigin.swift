@@ -220,13 +220,15 @@ final class TestOrigin: @unchecked Sendable {
 
     /// Closes the listener and every connection; opens every gate a reply used.
     func stop() {
-        let (connections, gates) = state.withLock { state -> ([Int32], [Gate]) in
-            guard !state.stopped else { return ([], []) }
+        let gates = state.withLock { state -> [Gate] in
+            guard !state.stopped else { return [] }
             state.stopped = true
             shutdown(listenFD, Int32(SHUT_RDWR))
-            return (Array(state.connections), state.gates)
+            // Under the lock: a connection's thread removes its fd here before closing it, so every fd in the set is
+            // still ours (outside the lock it could be closed and reused by another test's socket meanwhile).
+            for fd in state.connections { shutdown(fd, Int32(SHUT_RDWR)) }
+            return state.gates
         }
-        for fd in connections { shutdown(fd, Int32(SHUT_RDWR)) }
         gates.forEach { $0.open() }
     }
 
