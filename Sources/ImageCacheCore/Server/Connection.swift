@@ -105,8 +105,12 @@ final class Connection: @unchecked Sendable {
     func closeIfIdle(completion: @escaping @Sendable (_ busy: Bool) -> Void) {
         queue.async {
             switch self.stateMachine.state {
-            case .idle, .lingering, .closed:
+            case .idle, .closed:
                 self.run(self.stateMachine.stop())
+                completion(false)
+            case .lingering:
+                // Its last response is out and its write side shut; closing now with unread input would reset the
+                // connection and could destroy that response in the client's buffer. Its linger timer closes it.
                 completion(false)
             case .readingHead, .readingBody, .handling, .writing:
                 completion(true)
