@@ -38,22 +38,10 @@ final class RawHTTPClient {
 
     /// Connects to 127.0.0.1:`port`; receives time out after `timeoutSeconds`.
     init(port: Int, timeoutSeconds: Int = 5) throws {
-        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw RawClientError.system("socket", errno) }
-        var timeout = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let result = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard result == 0 else {
-            // deinit closes the fd (it runs for an initializer that throws once every property is set): closing it
-            // here too would close whatever another test opened under the same number meanwhile.
-            throw RawClientError.system("connect", errno)
+        do {
+            fd = try connectLoopback(port: port, timeoutSeconds: timeoutSeconds)
+        } catch {
+            throw RawClientError.system(error.function, error.code)
         }
     }
 

@@ -32,21 +32,10 @@ final class TestConnection: @unchecked Sendable {
     private(set) var resetByPeer = false
 
     init(port: Int, timeout: Duration = .seconds(15)) throws {
-        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw TestClientError(description: "socket: \(errno)") }
-        var tv = timeval(tv_sec: Int(timeout.components.seconds), tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let result = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard result == 0 else {
-            // deinit runs for an initializer that throws once every property is set: it closes the fd, exactly once
-            // (closing it here too would close whatever another test opened under the same number meanwhile).
-            throw TestClientError(description: "connect to 127.0.0.1:\(port): errno \(errno)")
+        do {
+            fd = try connectLoopback(port: port, timeoutSeconds: Int(timeout.components.seconds))
+        } catch {
+            throw TestClientError(description: "\(error) (port \(port))")
         }
     }
 
