@@ -268,10 +268,6 @@ struct ClientRequest: Sendable {
     let trusted: Bool
     let client: ClientInfo
     let cacheControl: CacheControl
-    /// The request fields sent upstream. Vary is judged on these: a field we never forward (Origin, Cookie,
-    /// Accept-Encoding ...) is absent for every client, so it cannot split the cache or the coalescing.
-    let forwardedHeaders: HTTPHeaders
-
     init(head: HTTPRequestHead, url: UpstreamURL, mode: Route.Mode, trusted: Bool, client: ClientInfo) {
         self.head = head
         self.url = url
@@ -279,12 +275,18 @@ struct ClientRequest: Sendable {
         self.trusted = trusted
         self.client = client
         cacheControl = CacheControl(head.headers)
+    }
+
+    /// The request fields sent upstream. Vary is judged on these: a field we never forward (Origin, Cookie,
+    /// Accept-Encoding ...) is absent for every client, so it cannot split the cache or the coalescing.
+    /// Computed when asked: a fresh hit of an entry without Vary never needs it.
+    var forwardedHeaders: HTTPHeaders {
         var forwarded = HTTPHeaders()
         for name in ClientRequest.forwardedNames {
             if let value = head.headers.combined(name) { forwarded.add(name, value) }
         }
         if let authorization = head.headers["Authorization"] { forwarded.add("Authorization", authorization) }
-        forwardedHeaders = forwarded
+        return forwarded
     }
 
     /// End-to-end request fields that matter for images and are sent upstream.

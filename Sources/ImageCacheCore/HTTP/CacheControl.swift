@@ -43,6 +43,8 @@ public struct CacheControl: Sendable, Equatable {
 
     /// The directives of every Cache-Control field in `headers` (or `Pragma: no-cache` when there is none).
     public init(_ headers: HTTPHeaders) {
+        // Most requests carry neither field: no allocation for them (this runs on the hit path).
+        guard headers.contains("Cache-Control") || headers.contains("Pragma") else { return }
         let fields = headers.values("Cache-Control")
         if fields.isEmpty {
             noCache = headers.tokens("Pragma").contains { String($0).equalsIgnoringASCIICase("no-cache") }

@@ -42,8 +42,14 @@ public struct HTTPHeaders: Sendable, Equatable, Sequence, ExpressibleByDictionar
 
     /// Every value of `name` joined as one comma-separated list (RFC 9110 section 5.3), or nil when absent.
     public func combined(_ name: String) -> String? {
-        let all = values(name)
-        return all.isEmpty ? nil : all.joined(separator: ", ")
+        // No allocation when the field is absent or appears once (the common cases, on the hit path).
+        var first: String?
+        var more = false
+        for field in fields where field.name.equalsIgnoringASCIICase(name) {
+            if first == nil { first = field.value } else { more = true; break }
+        }
+        guard more else { return first }
+        return values(name).joined(separator: ", ")
     }
 
     /// The comma-separated list elements of every `name` field, trimmed, empty elements dropped.
