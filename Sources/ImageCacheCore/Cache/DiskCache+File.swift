@@ -92,8 +92,9 @@ enum DiskFile {
         return try readHeader(fd, buffer: &buffer)
     }
 
-    /// As `readHeader(_:)`, reusing `buffer` (at least `headerReadSize` bytes) for the first read.
-    static func readHeader(_ fd: Int32, buffer: inout [UInt8]) throws -> (DiskEntryFormat.Header, size: Int, mtime: Double) {
+    /// The file's size and mtime, one pread of up to `headerReadSize` bytes into `buffer` (`got` of them), and where
+    /// the header ends (`end`, from the verified prefix): the first step of every header read.
+    private static func readPrefix(_ fd: Int32, buffer: inout [UInt8]) throws -> (size: Int, mtime: Double, got: Int, end: Int) {
         let (size, mtime) = try status(fd)
         let got = try buffer.withUnsafeMutableBytes { raw in
             Result { () throws(SystemError) in
@@ -101,7 +102,12 @@ enum DiskFile {
             }
         }.get()
         let headerLength = try DiskEntryFormat.decodePrefix(buffer[0..<got])
-        let end = DiskEntryFormat.prefixLength + headerLength
+        return (size, mtime, got, DiskEntryFormat.prefixLength + headerLength)
+    }
+
+    /// As `readHeader(_:)`, reusing `buffer` (at least `headerReadSize` bytes) for the first read.
+    static func readHeader(_ fd: Int32, buffer: inout [UInt8]) throws -> (DiskEntryFormat.Header, size: Int, mtime: Double) {
+        let (size, mtime, got, end) = try readPrefix(fd, buffer: &buffer)
         if end <= got { return (try DiskEntryFormat.decodeHeader(buffer[0..<end]), size, mtime) }
         guard end <= size else { throw DiskEntryFormat.Failure("truncated header") }
         let whole = try read(fd, count: end, offset: 0)
@@ -112,14 +118,7 @@ enum DiskFile {
     static func readIndexFields(_ fd: Int32, buffer: inout [UInt8]) throws
         -> (key: String, fileSize: Int, actualSize: Int, mtime: Double)
     {
-        let (size, mtime) = try status(fd)
-        let got = try buffer.withUnsafeMutableBytes { raw in
-            Result { () throws(SystemError) in
-                try read(fd, into: UnsafeMutableRawBufferPointer(rebasing: raw[0..<headerReadSize]), offset: 0)
-            }
-        }.get()
-        let headerLength = try DiskEntryFormat.decodePrefix(buffer[0..<got])
-        let end = DiskEntryFormat.prefixLength + headerLength
+        let (size, mtime, got, end) = try readPrefix(fd, buffer: &buffer)
         let fields: (key: String, bodyOffset: Int, bodyLength: Int)
         if end <= got {
             fields = try DiskEntryFormat.decodeIndexFields(buffer[0..<end])
