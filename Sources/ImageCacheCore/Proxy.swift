@@ -98,7 +98,11 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
             return
         }
         guard let entry = memory.lookup(key) else {
-            if request.cacheControl.onlyIfCached && disk == nil {
+            if let disk {
+                disk.lookup(key) { result in self.diskAnswered(result, request: request, key: key, sink: sink) }
+                return
+            }
+            if request.cacheControl.onlyIfCached {
                 refuse(sink, status: 504, reason: "not in the cache and the request said only-if-cached", request: request.head, client: request.client)
                 return
             }
@@ -184,14 +188,17 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
 
     // MARK: proxy queue
 
-    /// Joins the fetch in flight for `key`, or starts one. On `queue`.
-    func dispatch(_ request: ClientRequest, key: CacheKey, sink: any ResponseSink, reason: CacheOutcome.Forward) {
+    /// Joins the fetch in flight for `key`, or starts one. On `queue`. `disk` is the disk tier's answer when the
+    /// caller already asked it (a new fetch then starts from that answer instead of asking again).
+    func dispatch(_ request: ClientRequest, key: CacheKey, sink: any ResponseSink, reason: CacheOutcome.Forward,
+                  disk probe: DiskProbe = .notAsked) {
         dispatchPrecondition(condition: .onQueue(queue))
         nextWaiterID += 1
         let waiter = Fetch.Waiter(id: nextWaiterID, sink: sink, request: request)
         let fetchKey = FetchKey(key: key, trusted: request.trusted)
         if reason != .bypass {
             if let fetch = coalescer[fetchKey] {
+                probe.discard()
                 // only-if-cached may share a disk lookup, never wait on the origin.
                 if request.cacheControl.onlyIfCached, !fetch.isLookingOnDisk {
                     refuse(sink, status: 504, reason: "not in the cache and the request said only-if-cached",
@@ -205,6 +212,7 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
             if let entry = memory.lookup(key), entry.vary?.matches(request.forwardedHeaders) ?? true {
                 let time = now()
                 if case let .fresh(ttl) = Freshness.use(entry, request: request.cacheControl, now: time), reason != .request {
+                    probe.discard()
                     respond(entry, to: sink, request: request, outcome: .hit(ttl: ttl), now: time)
                     return
                 }
@@ -218,10 +226,15 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
         let fetch = Fetch(proxy: self, key: key, leader: request, reason: reason, revalidating: revalidating)
         if reason != .bypass { coalescer[fetchKey] = fetch }
         fetch.attach(waiter, collapsed: false)
-        if reason == .miss, let disk {
-            fetch.lookUpDisk(disk)
-        } else {
-            fetch.start()
+        switch probe {
+        case let .answered(result):
+            fetch.startFromDisk(result)
+        case .notAsked:
+            if reason == .miss, let disk {
+                fetch.lookUpDisk(disk)
+            } else {
+                fetch.start()
+            }
         }
     }
 

@@ -77,6 +77,18 @@ enum DiskFile {
         return (Int(info.st_size), Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9)
     }
 
+    /// The inode of an open file (nil if fstat fails).
+    static func inode(_ fd: Int32) -> UInt64? {
+        var info = stat()
+        return fstat(fd, &info) == 0 ? UInt64(info.st_ino) : nil
+    }
+
+    /// The inode `path` names now (nil if nothing is there or stat fails).
+    static func inode(atPath path: String) -> UInt64? {
+        var info = stat()
+        return stat(path, &info) == 0 ? UInt64(info.st_ino) : nil
+    }
+
     /// Sets access and modification time to `seconds` (the last use; atime is never read).
     static func setModificationTime(_ fd: Int32, _ seconds: Double) throws(SystemError) {
         let whole = seconds.rounded(.down)

@@ -1,6 +1,7 @@
 // Data model: `DiskIndex` maps an entry's file name (hex SHA-256 of its key) to its file size, last use and use
-// sequence, and keeps the total bytes and the tier's counters. Confined to the disk queue, like every file syscall;
-// the outside world sees it only through the `DiskCacheStats` snapshot the queue publishes.
+// sequence, and keeps the total bytes and the tier's counters. It is a value guarded by `DiskCache.index` (a Mutex):
+// the disk queue (loader, writes, sweeps) and the lookups on the read queue both update it, never holding the lock
+// across a file call. `stats` reads it under the same lock.
 //
 // Startup loader (nginx's cache loader): the index starts empty and `loaded == false`. The loader lists the 256
 // possible top-level shard directories, then handles one per queue block (its 256 subdirectories, every file in
@@ -9,17 +10,18 @@
 // to the file name, size equal to header + body length. Failing files are removed as corrupt; leftover `*.tmp`
 // files (a crash mid-write; our own tmp files never outlive a queue block) are removed. A name already in the index
 // (written or looked up since start) is skipped: the index knows better. While loading, lookups open the file
-// directly; once loaded, a key not in the index is a miss without a syscall.
+// directly; once loaded, a key not in the index is a miss without a syscall or a queue hop.
 
 internal import Dispatch
 internal import Foundation
 internal import Logging
+internal import Synchronization
 #if canImport(Glibc)
 internal import Glibc
 #endif
 
-/// Confined to the disk queue.
-final class DiskIndex: @unchecked Sendable {
+/// Guarded by `DiskCache.index`.
+struct DiskIndex: Sendable {
     struct Record {
         var size: Int
         /// Seconds since 1970 (injected clock).
@@ -30,7 +32,6 @@ final class DiskIndex: @unchecked Sendable {
         var sequence: UInt64
     }
 
-    // MARK: owned by diskQueue
     var records: [String: Record] = [:]
     var bytes = 0
     var nextSequence: UInt64 = 1
@@ -43,20 +44,37 @@ final class DiskIndex: @unchecked Sendable {
     var removedCorrupt = 0
     var evicted = 0
     var expired = 0
-    var timer: (any DispatchSourceTimer)?
 
-    func set(_ name: String, size: Int, lastUsed: Double, persistedUse: Double) {
+    mutating func set(_ name: String, size: Int, lastUsed: Double, persistedUse: Double) {
         if let old = records[name] { bytes -= old.size }
         records[name] = Record(size: size, lastUsed: lastUsed, persistedUse: persistedUse, sequence: nextSequence)
         nextSequence += 1
         bytes += size
     }
 
-    func remove(_ name: String) {
+    /// A lookup hit: a known record gets the new last use (its size stays: an insert may have replaced the file
+    /// since the lookup opened it); an unknown one is added only while the loader runs (afterwards, a name missing
+    /// from the index was removed meanwhile, and must not come back).
+    mutating func markUsed(_ name: String, size: Int, lastUsed: Double, persistedUse: Double) {
+        if var record = records[name] {
+            record.lastUsed = max(record.lastUsed, lastUsed)
+            record.persistedUse = max(record.persistedUse, persistedUse)
+            record.sequence = nextSequence
+            records[name] = record
+            nextSequence += 1
+        } else if !loaded {
+            set(name, size: size, lastUsed: lastUsed, persistedUse: persistedUse)
+        }
+    }
+
+    /// Whether a lookup of `name` can answer "miss" without opening anything.
+    func knownAbsent(_ name: String) -> Bool { loaded && records[name] == nil }
+
+    mutating func remove(_ name: String) {
         if let old = records.removeValue(forKey: name) { bytes -= old.size }
     }
 
-    func removeAllRecords() {
+    mutating func removeAllRecords() {
         records = [:]
         bytes = 0
     }
@@ -90,23 +108,30 @@ extension DiskCache {
     /// finishes (marks the index loaded, logs the count and time, sweeps if over the limit).
     func _loadIndexStep() {
         dispatchPrecondition(condition: .onQueue(queue))
-        guard !index.loaded else { return }
-        if index.pendingShards == nil {
-            index.loadStart = ContinuousClock.now
-            index.pendingShards = (DiskFile.list(root) ?? []).filter(DiskIndex.isShardName).sorted(by: >)
+        let listed = DiskFile.list(root)
+        let next: String?? = index.withLock { index -> String?? in
+            guard !index.loaded else { return .none }
+            if index.pendingShards == nil {
+                index.loadStart = ContinuousClock.now
+                index.pendingShards = (listed ?? []).filter(DiskIndex.isShardName).sorted(by: >)
+            }
+            return .some(index.pendingShards?.popLast())
         }
-        if let shard = index.pendingShards?.popLast() {
+        guard case let .some(shard) = next else { return }
+        if let shard {
             scanShard(shard)
-            publishStats()
             queue.async { self._loadIndexStep() }
             return
         }
-        let elapsed = ContinuousClock.now - index.loadStart
-        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-        index.loaded = true
-        index.loadSeconds = seconds
-        logger.info("disk index loaded: \(index.records.count) entries, \(index.bytes) bytes in \(String(format: "%.3f", seconds)) s")
-        if index.bytes > configuration.limitBytes { _sweep() } else { publishStats() }
+        let (count, bytes, seconds) = index.withLock { index in
+            let elapsed = ContinuousClock.now - index.loadStart
+            let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+            index.loaded = true
+            index.loadSeconds = seconds
+            return (index.records.count, index.bytes, seconds)
+        }
+        logger.info("disk index loaded: \(count) entries, \(bytes) bytes in \(String(format: "%.3f", seconds)) s")
+        if bytes > configuration.limitBytes { _sweep() }
     }
 
     private func scanShard(_ top: String) {
@@ -121,10 +146,10 @@ extension DiskCache {
                     _ = try? DiskFile.unlink(path)
                     continue
                 }
-                guard DiskEntryFormat.isEntryName(file), index.records[file] == nil else { continue }
+                guard DiskEntryFormat.isEntryName(file), index.withLock({ $0.records[file] == nil }) else { continue }
                 let utf8 = file.utf8
                 guard utf8.prefix(2).elementsEqual(top.utf8), utf8.dropFirst(2).prefix(2).elementsEqual(sub.utf8) else {
-                    removeCorrupt(name: file, path: path, why: "in the wrong directory")
+                    _removeCorrupt(name: file, path: path, inode: nil, why: "in the wrong directory")
                     continue
                 }
                 loadFile(name: file, path: path, buffer: &buffer)
@@ -149,12 +174,16 @@ extension DiskCache {
             guard size == fileSize else {
                 throw DiskEntryFormat.Failure("file is \(size) bytes, its header describes \(fileSize) (truncated?)")
             }
-            index.records[name] = DiskIndex.Record(size: size, lastUsed: mtime, persistedUse: mtime, sequence: 0)
-            index.bytes += size
+            index.withLock { index in
+                // A write or a lookup since start knows better than the file's mtime.
+                guard index.records[name] == nil else { return }
+                index.records[name] = DiskIndex.Record(size: size, lastUsed: mtime, persistedUse: mtime, sequence: 0)
+                index.bytes += size
+            }
         } catch let failure as DiskEntryFormat.Failure {
-            removeCorrupt(name: name, path: path, why: failure.description)
+            _removeCorrupt(name: name, path: path, inode: DiskFile.inode(fd), why: failure.description)
         } catch {
-            removeCorrupt(name: name, path: path, why: "unreadable: \(error)")
+            _removeCorrupt(name: name, path: path, inode: DiskFile.inode(fd), why: "unreadable: \(error)")
         }
     }
 }

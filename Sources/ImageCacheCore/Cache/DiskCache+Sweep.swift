@@ -1,4 +1,5 @@
-// Sweep policy (cf. nginx's cache manager, Nuke DataCache.sweep): runs on the disk queue, over the index only.
+// Sweep policy (cf. nginx's cache manager, Nuke DataCache.sweep): runs on the disk queue, over the index only
+// (read and updated under its lock; the unlinks happen after, outside it).
 //   1. Expire: every entry whose last use (injected clock) is more than maxAgeSeconds ago is removed, fresh or not.
 //   2. Evict: if the indexed bytes are over limitBytes, entries are removed least recently used first (last use,
 //      then use sequence) until the bytes are at most lowWaterFraction * limitBytes.
@@ -9,6 +10,7 @@
 internal import Dispatch
 internal import Foundation
 internal import Logging
+internal import Synchronization
 #if canImport(Glibc)
 internal import Glibc
 #endif
@@ -17,40 +19,40 @@ extension DiskCache {
     func _sweep() {
         dispatchPrecondition(condition: .onQueue(queue))
         let nowSeconds = now().timeIntervalSince1970
-        var expiredCount = 0
-        var expiredBytes = 0
-        let expiredNames = index.records.compactMap { name, record in
-            nowSeconds - record.lastUsed > configuration.maxAgeSeconds ? name : nil
-        }
-        for name in expiredNames {
-            expiredBytes += index.records[name]?.size ?? 0
-            deleteForSweep(name: name, why: "unused for more than \(configuration.maxAgeSeconds) s")
-            expiredCount += 1
-        }
-        index.expired += expiredCount
-
-        var evictedCount = 0
-        var evictedBytes = 0
-        if index.bytes > configuration.limitBytes {
-            let target = Int(Double(configuration.limitBytes) * configuration.lowWaterFraction)
-            let byAge = index.records.sorted { a, b in
-                a.value.lastUsed != b.value.lastUsed ? a.value.lastUsed < b.value.lastUsed : a.value.sequence < b.value.sequence
+        let maxAge = configuration.maxAgeSeconds
+        let limit = configuration.limitBytes
+        let target = Int(Double(limit) * configuration.lowWaterFraction)
+        // Chosen and dropped from the index under the lock; the files go after it, still on the disk queue, so no
+        // write can publish a new file under one of these names in between.
+        let (expired, evicted, entries, bytes) = index.withLock { index in
+            var expired: [(name: String, size: Int)] = []
+            for (name, record) in index.records where nowSeconds - record.lastUsed > maxAge {
+                expired.append((name, record.size))
             }
-            for (name, record) in byAge {
-                if index.bytes <= target { break }
-                deleteForSweep(name: name, why: "least recently used, over the limit")
-                evictedCount += 1
-                evictedBytes += record.size
+            for (name, _) in expired { index.remove(name) }
+            var evicted: [(name: String, size: Int)] = []
+            if index.bytes > limit {
+                let byAge = index.records.sorted { a, b in
+                    a.value.lastUsed != b.value.lastUsed ? a.value.lastUsed < b.value.lastUsed : a.value.sequence < b.value.sequence
+                }
+                for (name, record) in byAge {
+                    if index.bytes <= target { break }
+                    index.remove(name)
+                    evicted.append((name, record.size))
+                }
             }
-            index.evicted += evictedCount
+            index.expired += expired.count
+            index.evicted += evicted.count
+            return (expired, evicted, index.records.count, index.bytes)
         }
-        if expiredCount > 0 || evictedCount > 0 {
+        for (name, _) in expired { deleteForSweep(name: name, why: "unused for more than \(maxAge) s") }
+        for (name, _) in evicted { deleteForSweep(name: name, why: "least recently used, over the limit") }
+        if !expired.isEmpty || !evicted.isEmpty {
             logger.info("""
-                disk sweep: expired \(expiredCount) entries (\(expiredBytes) bytes), evicted \(evictedCount) \
-                (\(evictedBytes) bytes); now \(index.records.count) entries, \(index.bytes) of \(configuration.limitBytes) bytes
+                disk sweep: expired \(expired.count) entries (\(expired.reduce(0) { $0 + $1.size }) bytes), evicted \(evicted.count) \
+                (\(evicted.reduce(0) { $0 + $1.size }) bytes); now \(entries) entries, \(bytes) of \(limit) bytes
                 """)
         }
-        publishStats()
     }
 
     private func deleteForSweep(name: String, why: String) {
@@ -61,6 +63,5 @@ extension DiskCache {
         } catch where error.errno != ENOENT {
             logger.warning("disk sweep cannot remove \(path): \(error)")
         } catch {}
-        index.remove(name)
     }
 }

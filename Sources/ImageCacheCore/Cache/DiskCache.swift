@@ -1,11 +1,16 @@
 // Data model and ownership (cf. Varnish cache_hash.c, nginx ngx_http_file_cache.c, Nuke DataCache):
 //
 //   DiskCache ──owns── queue "imagecached.disk" (serial, .utility)
-//     on the queue only:  every file syscall (open, read, write, fsync, rename, unlink, mkdir, readdir, futimens),
-//                         `DiskIndex` (file name -> size, last use, use sequence; total bytes; counters), the startup
-//                         loader (one top-level directory per queue block, so lookups interleave with it), the
-//                         30-second sweep timer.
-//     shared, Mutex:      `DiskCacheStats`, a snapshot republished by the queue after each block that changes it.
+//     on the queue only:  every file call that changes the tree (open for writing, write, fsync, rename, unlink,
+//                         mkdir, readdir), the startup loader (one top-level directory per queue block, so writes
+//                         interleave with it), the 30-second sweep timer. Serial, so a removal decided there cannot
+//                         race a write of the same name.
+//              ── readQueue "imagecached.disk.read" (concurrent, .userInitiated): the lookups (open O_RDONLY,
+//                         fstat, pread, futimens on the descriptor they opened). Reads need no order among
+//                         themselves; a hit costs one hop here and none through the serial queue. A lookup that
+//                         finds a bad or vanished file asks the serial queue to remove it (checked again there).
+//     shared, Mutex:      `index` (`DiskIndex`: file name -> size, last use, use sequence; total bytes; counters).
+//                         Held only for dictionary work, never across a file call. `stats` reads it.
 //     caller's thread:    a `DiskBodyReader` owns the descriptor it was handed (a large body, already verified) and
 //                         reads it with pread under its own Mutex; nothing else touches that descriptor.
 //
@@ -21,7 +26,8 @@
 //   the key asked for, the file size equal to header + body length, then the body checksum (a large body is hashed
 //   through once, then handed out as a `DiskBodyReader` on the same open descriptor, so a concurrent remove or
 //   rename cannot change what is read). A file that fails is a cache fault, never a request fault: it is logged
-//   (warning, with the path and why), removed, counted and reported as a miss.
+//   (warning, with the path and why), reported as a miss, and removed by the serial queue if the name still points
+//   at the same inode (a good file written meanwhile under the name stays), then counted.
 //
 //   Limits: after an insert takes the total past `limitBytes`, a sweep runs at once in the same queue block, so usage
 //   never exceeds the limit by more than the writes in flight; it evicts least recently used entries down to
@@ -80,13 +86,15 @@ public final class DiskCache: Sendable {
     let now: @Sendable () -> Date
     /// The directory with no trailing slash.
     let root: String
+    /// Serial: writes, removals, the loader, sweeps.
     let queue: DispatchQueue
+    /// Concurrent: lookups.
+    let readQueue: DispatchQueue
+    /// Fires `_sweep` on `queue` every 30 s. Set once in init; Dispatch sources are thread-safe.
+    nonisolated(unsafe) let sweepTimer: any DispatchSourceTimer
 
-    // MARK: owned by diskQueue
-    let index: DiskIndex
-
-    // MARK: shared, guarded by lock
-    let published: Mutex<DiskCacheStats>
+    // MARK: shared, guarded by its lock
+    let index: Mutex<DiskIndex>
 
     /// Creates the directory, starts the sweep timer and the background index loader (which also removes leftover
     /// `*.tmp` files as it walks the tree); returns at once.
@@ -116,35 +124,36 @@ public final class DiskCache: Sendable {
         self.logger = logger
         self.now = now
         self.root = root
-        self.queue = DispatchQueue(label: "imagecached.disk", qos: .utility)
-        self.index = DiskIndex()
-        self.published = Mutex(DiskCacheStats())
+        let queue = DispatchQueue(label: "imagecached.disk", qos: .utility)
+        self.queue = queue
+        self.readQueue = DispatchQueue(label: "imagecached.disk.read", qos: .userInitiated, attributes: .concurrent)
+        self.index = Mutex(DiskIndex())
+        self.sweepTimer = DispatchSource.makeTimerSource(queue: queue)
 
-        let timer = DispatchSource.makeTimerSource(queue: queue)
         let interval = DispatchTimeInterval.seconds(DiskCache.sweepIntervalSeconds)
-        timer.schedule(deadline: .now() + interval, repeating: interval, leeway: .seconds(1))
-        timer.setEventHandler { [weak self] in self?._sweep() }
-        index.timer = timer
-        timer.resume()
+        sweepTimer.schedule(deadline: .now() + interval, repeating: interval, leeway: .seconds(1))
+        sweepTimer.setEventHandler { [weak self] in self?._sweep() }
+        sweepTimer.resume()
         if configuration.startsIndexLoader { startIndexLoader() }
     }
 
     deinit {
-        index.timer?.cancel()
+        sweepTimer.cancel()
     }
 
     // MARK: - API
 
-    /// Looks `key` up (index, or the file itself when the index is not loaded yet). Runs on the disk queue;
-    /// `completion` is called there. Verifies format version, key, header and body checksums before returning
-    /// anything; a corrupt, truncated or foreign file is removed, logged and reported as nil.
+    /// Looks `key` up (index, or the file itself when the index is not loaded yet). A key the loaded index does not
+    /// hold is a miss at once: `completion(nil)` runs on the caller's thread before `lookup` returns. Otherwise the
+    /// file is read on the read queue and `completion` runs there. Verifies format version, key, header and body
+    /// checksums before returning anything; a corrupt, truncated or foreign file is logged, reported as nil, and
+    /// removed.
     public func lookup(_ key: CacheKey, completion: @escaping @Sendable (DiskLookup?) -> Void) {
         let keyString = key.description
         let name = DiskEntryFormat.fileName(forKey: keyString)
-        queue.async {
-            let result = self._lookup(key: key, keyString: keyString, name: name)
-            self.publishStats()
-            completion(result)
+        if index.withLock({ $0.knownAbsent(name) }) { return completion(nil) }
+        readQueue.async {
+            completion(self._lookup(key: key, keyString: keyString, name: name))
         }
     }
 
@@ -155,7 +164,6 @@ public final class DiskCache: Sendable {
         let name = DiskEntryFormat.fileName(forKey: entry.key.description)
         queue.async {
             self._insert(entry, name: name)
-            self.publishStats()
         }
     }
 
@@ -166,7 +174,6 @@ public final class DiskCache: Sendable {
         let name = DiskEntryFormat.fileName(forKey: entry.key.description)
         queue.async {
             self._update(entry, name: name)
-            self.publishStats()
         }
     }
 
@@ -175,7 +182,6 @@ public final class DiskCache: Sendable {
         let name = DiskEntryFormat.fileName(forKey: key.description)
         queue.async {
             self._removeFile(name: name)
-            self.publishStats()
             completion?()
         }
     }
@@ -184,7 +190,6 @@ public final class DiskCache: Sendable {
     public func removeAll(completion: (@Sendable () -> Void)? = nil) {
         queue.async {
             self._removeAll()
-            self.publishStats()
             completion?()
         }
     }
@@ -199,13 +204,16 @@ public final class DiskCache: Sendable {
         }
     }
 
-    /// Blocks until the work queued so far has run (tests and shutdown). Must not be called on the disk queue.
+    /// Blocks until the work queued so far has run (tests and shutdown): the lookups, then what they and the rest
+    /// queued on the serial queue. Must not be called on either queue.
     public func flush() {
         dispatchPrecondition(condition: .notOnQueue(queue))
+        dispatchPrecondition(condition: .notOnQueue(readQueue))
+        readQueue.sync(flags: .barrier) {}
         queue.sync {}
     }
 
-    public var stats: DiskCacheStats { published.withLock { $0 } }
+    public var stats: DiskCacheStats { index.withLock { $0.stats } }
 
     // MARK: - Paths
 
@@ -216,25 +224,21 @@ public final class DiskCache: Sendable {
 
     func filePath(of name: String) -> String { directoryPath(of: name) + "/" + name }
 
-    /// Copies the index counters to the shared snapshot. Called on the disk queue after each block.
-    func publishStats() {
-        dispatchPrecondition(condition: .onQueue(queue))
-        let snapshot = index.stats
-        published.withLock { $0 = snapshot }
-    }
-
     // MARK: - Lookup
 
+    /// On the read queue (or any thread but the serial queue): no file call here changes the tree.
     func _lookup(key: CacheKey, keyString: String, name: String) -> DiskLookup? {
-        dispatchPrecondition(condition: .onQueue(queue))
-        if index.loaded, index.records[name] == nil { return nil }
+        dispatchPrecondition(condition: .notOnQueue(queue))
+        let known = index.withLock { index -> Bool? in index.knownAbsent(name) ? nil : index.records[name] != nil }
+        guard let known else { return nil }
         let path = filePath(of: name)
         let fd: Int32
         do {
             fd = try DiskFile.open(path, O_RDONLY)
         } catch {
             if error.errno != ENOENT { logger.warning("disk lookup cannot open \(path): \(error)") }
-            index.remove(name)
+            // The index says the file is there: let the serial queue, which orders writes, check and forget it.
+            if known { queue.async { self._forgetIfMissing(name: name) } }
             return nil
         }
         var handedOut = false
@@ -264,9 +268,9 @@ public final class DiskCache: Sendable {
             markUsed(name: name, size: size, fd: fd)
             return result
         } catch let failure as DiskEntryFormat.Failure {
-            removeCorrupt(name: name, path: path, why: failure.description)
+            reportCorrupt(name: name, path: path, fd: fd, why: failure.description)
         } catch {
-            removeCorrupt(name: name, path: path, why: "unreadable: \(error)")
+            reportCorrupt(name: name, path: path, fd: fd, why: "unreadable: \(error)")
         }
         return nil
     }
@@ -279,19 +283,40 @@ public final class DiskCache: Sendable {
     /// Records a hit in the index; pushes the file's mtime forward when the on-disk last use is stale.
     private func markUsed(name: String, size: Int, fd: Int32) {
         let nowSeconds = now().timeIntervalSince1970
-        var persisted = index.records[name]?.persistedUse ?? -Double.infinity
+        var persisted = index.withLock { $0.records[name]?.persistedUse } ?? -Double.infinity
         if nowSeconds - persisted >= DiskCache.touchIntervalSeconds {
             if (try? DiskFile.setModificationTime(fd, nowSeconds)) != nil { persisted = nowSeconds }
         }
-        index.set(name, size: size, lastUsed: nowSeconds, persistedUse: persisted)
+        index.withLock { $0.markUsed(name, size: size, lastUsed: nowSeconds, persistedUse: persisted) }
     }
 
-    /// Removes a file that failed verification: logged with the path and why, counted.
-    func removeCorrupt(name: String, path: String, why: String) {
+    /// A lookup found a bad file: logged now (the request is answered as a miss), removed by the serial queue.
+    private func reportCorrupt(name: String, path: String, fd: Int32, why: String) {
+        let inode = DiskFile.inode(fd)
+        queue.async { self._removeCorrupt(name: name, path: path, inode: inode, why: why) }
+    }
+
+    /// Removes a file that failed verification, if `path` still names the same inode (nil: whatever is there):
+    /// logged with the path and why, counted. On the serial queue.
+    func _removeCorrupt(name: String, path: String, inode: UInt64?, why: String) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        if let inode, DiskFile.inode(atPath: path) != inode {
+            logger.warning("disk entry failed verification: \(path): \(why); a new file has replaced it since")
+            return
+        }
         logger.warning("disk entry removed: \(path): \(why)")
         _ = try? DiskFile.unlink(path)
-        index.remove(name)
-        index.removedCorrupt += 1
+        let indexed = path == filePath(of: name)  // a misplaced file does not stand for the record of its name
+        index.withLock { index in
+            if indexed { index.remove(name) }
+            index.removedCorrupt += 1
+        }
+    }
+
+    /// The index holds `name` but a lookup could not open its file: forgets it if the file is really gone.
+    func _forgetIfMissing(name: String) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        if DiskFile.inode(atPath: filePath(of: name)) == nil { index.withLock { $0.remove(name) } }
     }
 
     // MARK: - Insert and update
@@ -313,13 +338,16 @@ public final class DiskCache: Sendable {
                 try DiskFile.write(fd, entry.body)
             }
         } catch {
-            index.writeErrors += 1
+            index.withLock { $0.writeErrors += 1 }
             logger.error("disk write of \(entry.key) dropped: \(error)")
             return
         }
         let nowSeconds = now().timeIntervalSince1970
-        index.set(name, size: size, lastUsed: nowSeconds, persistedUse: nowSeconds)
-        if index.bytes > configuration.limitBytes { _sweep() }
+        let bytes = index.withLock { index in
+            index.set(name, size: size, lastUsed: nowSeconds, persistedUse: nowSeconds)
+            return index.bytes
+        }
+        if bytes > configuration.limitBytes { _sweep() }
     }
 
     func _update(_ entry: CacheEntry, name: String) {
@@ -330,7 +358,7 @@ public final class DiskCache: Sendable {
             old = try DiskFile.open(path, O_RDONLY)
         } catch {
             logger.debug("disk update of \(entry.key) skipped: nothing stored (\(error))")
-            index.remove(name)
+            index.withLock { $0.remove(name) }
             return
         }
         defer { closeDescriptor(old) }
@@ -343,10 +371,10 @@ public final class DiskCache: Sendable {
             }
             stored = header
         } catch let failure as DiskEntryFormat.Failure {
-            removeCorrupt(name: name, path: path, why: failure.description)
+            _removeCorrupt(name: name, path: path, inode: DiskFile.inode(old), why: failure.description)
             return
         } catch {
-            removeCorrupt(name: name, path: path, why: "unreadable: \(error)")
+            _removeCorrupt(name: name, path: path, inode: DiskFile.inode(old), why: "unreadable: \(error)")
             return
         }
         let header = DiskEntryFormat.encodeHeader(
@@ -358,13 +386,16 @@ public final class DiskCache: Sendable {
                 try DiskFile.copy(from: old, offset: stored.bodyOffset, count: stored.bodyLength, to: fd)
             }
         } catch {
-            index.writeErrors += 1
+            index.withLock { $0.writeErrors += 1 }
             logger.error("disk update of \(entry.key) dropped: \(error)")
             return
         }
         let nowSeconds = now().timeIntervalSince1970
-        index.set(name, size: header.count + stored.bodyLength, lastUsed: nowSeconds, persistedUse: nowSeconds)
-        if index.bytes > configuration.limitBytes { _sweep() }
+        let bytes = index.withLock { index in
+            index.set(name, size: header.count + stored.bodyLength, lastUsed: nowSeconds, persistedUse: nowSeconds)
+            return index.bytes
+        }
+        if bytes > configuration.limitBytes { _sweep() }
     }
 
     /// nginx-style publish: `<h>.<random>.tmp` in the target directory, `fill` writes it, optional fsync, mtime set
@@ -414,7 +445,7 @@ public final class DiskCache: Sendable {
         } catch where error.errno != ENOENT {
             logger.warning("disk remove of \(path) failed: \(error)")
         } catch {}
-        index.remove(name)
+        index.withLock { $0.remove(name) }
     }
 
     func _removeAll() {
@@ -430,7 +461,7 @@ public final class DiskCache: Sendable {
                 }
             }
         }
-        index.removeAllRecords()
+        index.withLock { $0.removeAllRecords() }
         logger.info("disk cache emptied: \(removed) files removed")
     }
 }
@@ -488,7 +519,7 @@ public final class DiskBodyReader: Sendable {
     }
 }
 
-/// Counters of the disk tier, as last published by the disk queue.
+/// Counters of the disk tier.
 public struct DiskCacheStats: Sendable, Equatable {
     /// Entries in the index (all of them once `indexLoaded`).
     public var entries = 0

@@ -58,6 +58,25 @@ public final class MemoryCache: Sendable {
         return stored
     }
 
+    /// Stores an entry read back from the disk tier, unless the key already holds one received at the same time or
+    /// later (an upstream fetch may have stored a newer response while the file was read). Limits as `insert`.
+    @discardableResult
+    public func promote(_ entry: CacheEntry) -> Bool {
+        let (stored, released) = state.withLock { state -> (Bool, [CacheEntry]) in
+            var released: [CacheEntry] = []
+            if let old = state.map[entry.key] {
+                guard let stored = state.nodes[old].entry, stored.responseTime < entry.responseTime else { return (false, []) }
+                released.append(state.release(old))
+            }
+            guard entry.cost <= state.objectLimitBytes, entry.cost <= state.limitBytes else { return (false, released) }
+            state.insertAtFront(entry)
+            state._trim(into: &released)
+            return (true, released)
+        }
+        _ = released  // dropped here, outside the lock
+        return stored
+    }
+
     /// Removes and returns the entry under `key`.
     @discardableResult
     public func remove(_ key: CacheKey) -> CacheEntry? {

@@ -71,15 +71,19 @@ public enum ServedOutcome: String, Sendable, CaseIterable, Codable {
 
     /// From the X-Cache and Cache-Status fields of a response head (nil X-Cache: an error answered by the daemon).
     init(head: HTTPResponseHead) {
-        switch head.headers["X-Cache"] {
-        case "HIT"?: self = (head.headers["Cache-Status"]?.contains("detail=disk") ?? false) ? .diskHit : .hit
+        self.init(status: head.status, xCache: head.headers["X-Cache"], cacheStatus: head.headers["Cache-Status"])
+    }
+
+    init(status: Int, xCache: String?, cacheStatus: String?) {
+        switch xCache {
+        case "HIT"?: self = (cacheStatus?.contains("detail=disk") ?? false) ? .diskHit : .hit
         case "STALE"?: self = .stale
         case "MISS"?: self = .miss
         case "COALESCED"?: self = .coalesced
         case "REVALIDATED"?: self = .revalidated
         case "EXPIRED"?: self = .expired
         case "BYPASS"?: self = .bypass
-        default: self = head.status >= 400 ? .error : .miss
+        default: self = status >= 400 ? .error : .miss
         }
     }
 
@@ -353,8 +357,9 @@ final class MetricsSink: ResponseSink {
         countsBody = !isHead
     }
 
-    private func started(_ head: HTTPResponseHead) {
-        let outcome = ServedOutcome(head: head)
+    private func started(_ head: HTTPResponseHead) { started(ServedOutcome(head: head)) }
+
+    private func started(_ outcome: ServedOutcome) {
         let index = ServedOutcome.allCases.firstIndex(of: outcome)!
         guard self.outcome.compareExchange(expected: -1, desired: index, ordering: .relaxed).exchanged else { return }
         metrics.served(outcome)
@@ -382,6 +387,15 @@ final class MetricsSink: ResponseSink {
         started(head)
         if head.status != 304 { count(body.count) }
         inner.respond(head, body: body)
+    }
+
+    /// Passes the prepared head through (the outcome read from the per-response fields), so a hit answered
+    /// through this sink keeps the serialised fast path.
+    func respond(_ head: SerializedResponseHead, extra: HTTPHeaders, body: [UInt8]) {
+        started(ServedOutcome(status: head.status, xCache: extra["X-Cache"] ?? head.headers["X-Cache"],
+                              cacheStatus: extra["Cache-Status"] ?? head.headers["Cache-Status"]))
+        if head.status != 304 { count(body.count) }
+        inner.respond(head, extra: extra, body: body)
     }
 
     func abort() { inner.abort() }

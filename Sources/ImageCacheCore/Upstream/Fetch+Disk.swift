@@ -27,6 +27,13 @@ extension Fetch {
         }
     }
 
+    /// Starts from a disk answer the proxy already has (the hit path asked and could not finish the request).
+    func startFromDisk(_ result: DiskLookup?) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        state = .lookingOnDisk
+        diskAnswered(result, afterRevalidation: nil)
+    }
+
     /// The disk's answer. `afterRevalidation` is the outcome to report when the origin has just confirmed the entry
     /// (a 304, or a failure where stale-if-error allows the stale copy): then every waiter is served from it.
     func diskAnswered(_ result: DiskLookup?, afterRevalidation: CacheOutcome?) {
@@ -54,7 +61,7 @@ extension Fetch {
         case let .entry(entry):
             splitOffOtherVariants(entry)
             guard !waiters.isEmpty else { return finish() }
-            proxy.memory.insert(entry)
+            if afterRevalidation == nil { proxy.memory.promote(entry) } else { proxy.memory.insert(entry) }
             let time = proxy.now()
             var remaining: [Waiter] = []
             for waiter in waiters {

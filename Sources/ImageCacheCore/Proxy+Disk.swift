@@ -1,0 +1,56 @@
+// Proxy, the disk hit path: a memory miss asks the disk tier straight from the connection's queue, and a fresh
+// (or allowed stale) small entry is answered from the disk's read queue without the proxy queue or a Fetch:
+//
+//   connection queue            disk read queue (concurrent)                    proxy queue
+//   memory miss ── lookup ───>  open, pread, verify checksums ── fresh ──> promote into memory, respond
+//        │                                                   └ stale / stream / vary / nil ──> dispatch(answer)
+//        └ index knows the key is absent ── at once ───────────────────────────────────────────> dispatch(nil)
+//
+// Anything the hit path cannot finish goes to `dispatch` with the answer in hand, so the disk is read once per
+// request: a coalesced fetch may start from it (revalidate the stale copy, stream the large body, or go upstream).
+// Concurrent misses of one key each read the file (reads are cheap and need no order); the origin is still asked
+// once, through the coalescer.
+
+internal import Dispatch
+internal import Foundation
+
+/// Whether the disk tier was already asked for a request that reaches `dispatch`.
+enum DiskProbe: Sendable {
+    /// Not asked (no disk tier, or a path that does not look on disk first).
+    case notAsked
+    /// Asked; its answer (nil: not on disk, or unreadable).
+    case answered(DiskLookup?)
+}
+
+extension Proxy {
+    /// Called on the disk's read queue with a lookup's answer (or on the connection's queue when the index knew at
+    /// once that the key is absent).
+    func diskAnswered(_ result: DiskLookup?, request: ClientRequest, key: CacheKey, sink: any ResponseSink) {
+        if case let .entry(entry) = result, entry.vary?.matches(request.forwardedHeaders) ?? true {
+            let time = now()
+            switch Freshness.use(entry, request: request.cacheControl, now: time) {
+            case let .fresh(ttl):
+                memory.promote(entry)
+                respond(entry, to: sink, request: request, outcome: .hit(ttl: ttl, detail: "disk"), now: time)
+                countHit(entry, request: request, outcome: .diskHit)
+                return
+            case let .staleAllowed(staleness):
+                memory.promote(entry)
+                respond(entry, to: sink, request: request, outcome: .hit(ttl: -max(staleness, 1), detail: "disk"), now: time)
+                countHit(entry, request: request, outcome: .stale)
+                return
+            case .revalidate:
+                break
+            }
+        }
+        let sink = countingSink(sink, request: request)
+        queue.async { self.dispatch(request, key: key, sink: sink, reason: .miss, disk: .answered(result)) }
+    }
+}
+
+extension DiskProbe {
+    /// Releases what an unused answer holds (the open file of a large body).
+    func discard() {
+        if case let .answered(.stream(_, _, file)) = self { file.close() }
+    }
+}
