@@ -48,6 +48,49 @@ struct DiskTierTests {
         #expect(try await harness.get("/s.png").header("Cache-Status")?.contains("detail=disk") == false)
     }
 
+    @Test("after a restart, 40 clients at once get a fresh disk entry from the file, and a stale one is revalidated once for all")
+    func concurrentDiskHits() async throws {
+        let harness = try ProxyHarness(DiskTierTests.settings)
+        let gate = Gate()
+        harness.origin.route("/s.png") { request in
+            if request.header("If-None-Match") == "\"v1\"" {
+                gate.wait()  // a 304 has no body to hold back: hold the whole answer
+                return Reply(status: 304, headers: [("ETag", "\"v1\""), ("Cache-Control", "max-age=60")], body: [])
+            }
+            return CachingTests.image(DiskTierTests.small)
+        }
+        harness.origin.route("/fresh.png") { _ in CachingTests.image(DiskTierTests.small, cacheControl: "max-age=86400") }
+        _ = try await harness.get("/s.png")
+        _ = try await harness.get("/fresh.png")
+        await harness.flushDisk()
+        harness.clock.advance(120)  // /s.png is stale now, /fresh.png is not
+        try harness.restart()
+        // When 40 clients ask for each at once (the stale one's revalidation held until all of them wait on it)
+        harness.waiters.expect(40)
+        var fresh: [TestConnection] = []
+        var stale: [TestConnection] = []
+        for _ in 0..<40 {
+            let a = try harness.connect()
+            try a.request("/fresh.png")
+            fresh.append(a)
+            let b = try harness.connect()
+            try b.request("/s.png")
+            stale.append(b)
+        }
+        let freshResponses = try await readAll(fresh)
+        #expect(await harness.waiters.wait(), "the 40 clients of the stale entry never waited on one revalidation")
+        gate.open()
+        let staleResponses = try await readAll(stale)
+        // Then: exact bytes for all; the fresh entry never reached the origin again; one revalidation for the stale one
+        #expect(freshResponses.allSatisfy { $0.status == 200 && $0.body == DiskTierTests.small })
+        #expect(freshResponses.allSatisfy { $0.header("X-Cache") == "HIT" })
+        #expect(freshResponses.contains { $0.header("Cache-Status")?.contains("detail=disk") == true })
+        #expect(harness.origin.requestCount("/fresh.png") == 1)
+        #expect(staleResponses.allSatisfy { $0.status == 200 && $0.body == DiskTierTests.small })
+        #expect(staleResponses.allSatisfy { ["REVALIDATED", "COALESCED"].contains($0.header("X-Cache") ?? "") }, "\(staleResponses.map { ($0.header("X-Cache") ?? "-") + " " + ($0.header("Cache-Status") ?? "-") })")
+        #expect(harness.origin.requestCount("/s.png") == 2)
+    }
+
     @Test("stale entries with the origin down: 502 by default, served with max-stale or the stale-if-error policy")
     func staleOffline() async throws {
         let harness = try ProxyHarness(DiskTierTests.settings)

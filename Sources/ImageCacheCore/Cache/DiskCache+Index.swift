@@ -44,6 +44,35 @@ struct DiskIndex: Sendable {
     var removedCorrupt = 0
     var evicted = 0
     var expired = 0
+    /// Writes, updates and removals queued on the serial queue and not yet run, by file name.
+    var pendingWrites: [String: Int] = [:]
+    /// `removeAll` calls queued and not yet run.
+    var pendingRemoveAll = 0
+
+    /// Where a lookup of `name` goes.
+    enum LookupRoute {
+        /// The loaded index does not hold it and nothing is queued for it: a miss.
+        case absent
+        /// Read it on the read queue.
+        case read
+        /// A write of it (or of everything) is queued: read it on the serial queue, after that write.
+        case afterWrites
+    }
+
+    func route(_ name: String) -> LookupRoute {
+        if pendingRemoveAll > 0 || pendingWrites[name] != nil { return .afterWrites }
+        return knownAbsent(name) ? .absent : .read
+    }
+
+    mutating func writeQueued(_ name: String?) {
+        guard let name else { return pendingRemoveAll += 1 }
+        pendingWrites[name, default: 0] += 1
+    }
+
+    mutating func writeDone(_ name: String?) {
+        guard let name else { return pendingRemoveAll -= 1 }
+        if let count = pendingWrites[name], count > 1 { pendingWrites[name] = count - 1 } else { pendingWrites[name] = nil }
+    }
 
     mutating func set(_ name: String, size: Int, lastUsed: Double, persistedUse: Double) {
         if let old = records[name] { bytes -= old.size }

@@ -151,9 +151,24 @@ public final class DiskCache: Sendable {
     public func lookup(_ key: CacheKey, completion: @escaping @Sendable (DiskLookup?) -> Void) {
         let keyString = key.description
         let name = DiskEntryFormat.fileName(forKey: keyString)
-        if index.withLock({ $0.knownAbsent(name) }) { return completion(nil) }
-        readQueue.async {
-            completion(self._lookup(key: key, keyString: keyString, name: name))
+        switch index.withLock({ $0.route(name) }) {
+        case .absent:
+            completion(nil)
+        case .read:
+            readQueue.async { completion(self._lookup(key: key, keyString: keyString, name: name)) }
+        case .afterWrites:
+            // A write, update or removal of this name is queued: read after it, as the caller's request came after.
+            queue.async { completion(self._lookup(key: key, keyString: keyString, name: name)) }
+        }
+    }
+
+    /// Queues `work` on the serial queue, and marks `name` (nil: every name) as written until it has run, so
+    /// lookups of it wait for it.
+    private func enqueueWrite(_ name: String?, _ work: @escaping @Sendable () -> Void) {
+        index.withLock { $0.writeQueued(name) }
+        queue.async {
+            work()
+            self.index.withLock { $0.writeDone(name) }
         }
     }
 
@@ -162,9 +177,7 @@ public final class DiskCache: Sendable {
     /// the error logged and counted in `writeErrors`; a partial file is never published.
     public func insert(_ entry: CacheEntry) {
         let name = DiskEntryFormat.fileName(forKey: entry.key.description)
-        queue.async {
-            self._insert(entry, name: name)
-        }
+        enqueueWrite(name) { self._insert(entry, name: name) }
     }
 
     /// Rewrites the stored header after a 304 (new head, request and response times), keeping the stored body
@@ -172,15 +185,13 @@ public final class DiskCache: Sendable {
     /// valid file is stored for the key.
     public func update(_ entry: CacheEntry) {
         let name = DiskEntryFormat.fileName(forKey: entry.key.description)
-        queue.async {
-            self._update(entry, name: name)
-        }
+        enqueueWrite(name) { self._update(entry, name: name) }
     }
 
     /// Removes the entry for `key`, if any; `completion` runs on the disk queue once the file is gone.
     public func remove(_ key: CacheKey, completion: (@Sendable () -> Void)? = nil) {
         let name = DiskEntryFormat.fileName(forKey: key.description)
-        queue.async {
+        enqueueWrite(name) {
             self._removeFile(name: name)
             completion?()
         }
@@ -188,7 +199,7 @@ public final class DiskCache: Sendable {
 
     /// Removes every entry file (and leftover tmp file); `completion` runs on the disk queue.
     public func removeAll(completion: (@Sendable () -> Void)? = nil) {
-        queue.async {
+        enqueueWrite(nil) {
             self._removeAll()
             completion?()
         }
@@ -226,9 +237,8 @@ public final class DiskCache: Sendable {
 
     // MARK: - Lookup
 
-    /// On the read queue (or any thread but the serial queue): no file call here changes the tree.
+    /// On the read queue, or on the serial queue after a queued write of the name; no file call here changes the tree.
     func _lookup(key: CacheKey, keyString: String, name: String) -> DiskLookup? {
-        dispatchPrecondition(condition: .notOnQueue(queue))
         let known = index.withLock { index -> Bool? in index.knownAbsent(name) ? nil : index.records[name] != nil }
         guard let known else { return nil }
         let path = filePath(of: name)

@@ -215,6 +215,71 @@ struct DiskCacheTests {
         #expect(log.warnings.contains { $0.contains(path) && $0.contains("body checksum mismatch") })
     }
 
+    @Test("a bad file is removed only while its name still holds the same inode: a good file written since stays")
+    func corruptRemovalKeepsReplacement() throws {
+        let directory = DiskTestDirectory()
+        let cache = try Self.makeCache(directory)
+        let entry = Self.entry("raced", bytes: 1000)
+        cache.insert(entry)
+        cache.flush()
+        let path = cache.path(of: entry.key)
+        let name = DiskEntryFormat.fileName(forKey: entry.key.description)
+        let badInode = try #require(DiskFile.inode(atPath: path))
+        // When the file is replaced by a new write before the removal of the old (bad) one runs
+        cache.insert(Self.entry("raced", bytes: 1000, fill: 9))
+        cache.flush()
+        #expect(DiskFile.inode(atPath: path) != badInode)
+        cache.queue.sync { cache._removeCorrupt(name: name, path: path, inode: badInode, why: "test") }
+        // Then the new file stays and is served
+        #expect(FileManager.default.fileExists(atPath: path))
+        #expect(cache.lookupNow(entry.key)?.entry?.body == Array(repeating: 9, count: 1000))
+        #expect(cache.stats.removedCorrupt == 0)
+        // And with the same inode it goes
+        let inode = DiskFile.inode(atPath: path)
+        cache.queue.sync { cache._removeCorrupt(name: name, path: path, inode: inode, why: "test") }
+        #expect(!FileManager.default.fileExists(atPath: path))
+        #expect(cache.stats.removedCorrupt == 1 && cache.stats.entries == 0)
+    }
+
+    @Test("a lookup asked right after an insert, update or removal sees it: lookups of a written name wait for the write")
+    func lookupAfterWrite() throws {
+        let directory = DiskTestDirectory()
+        let cache = try Self.makeCache(directory)
+        cache.waitForIndex()
+        let found = Mutex<[String: [UInt8]]>([:])  // [] for "not found"
+        // When each lookup is queued right after the write (no flush in between)
+        for n in 0..<50 {
+            cache.insert(Self.entry("w\(n)", bytes: 2000, fill: UInt8(n)))
+            cache.lookup(Self.key("w\(n)")) { result in found.withLock { $0["w\(n)"] = result?.entry?.body ?? [] } }
+        }
+        cache.remove(Self.key("w7"))
+        cache.lookup(Self.key("w7")) { result in found.withLock { $0["w7-removed"] = result?.entry?.body ?? [] } }
+        cache.flush()
+        // Then every lookup saw what was written before it
+        let seen = found.withLock { $0 }
+        for n in 0..<50 { #expect(seen["w\(n)"] == Array(repeating: UInt8(n), count: 2000), "w\(n)") }
+        #expect(seen["w7-removed"] == [])
+        #expect(cache.index.withLock { $0.pendingWrites.isEmpty && $0.pendingRemoveAll == 0 })
+    }
+
+    @Test("a lookup hit keeps the indexed size and never brings back a name removed after the index loaded")
+    func indexMarkUsed() {
+        var index = DiskIndex()
+        // While loading, a hit on a file the loader has not reached yet indexes it
+        index.markUsed("a", size: 100, lastUsed: 5, persistedUse: 5)
+        #expect(index.records["a"]?.size == 100 && index.bytes == 100)
+        // A hit on a record an insert has just replaced keeps the new size
+        index.set("a", size: 300, lastUsed: 6, persistedUse: 6)
+        index.markUsed("a", size: 100, lastUsed: 7, persistedUse: 6)
+        #expect(index.records["a"]?.size == 300 && index.records["a"]?.lastUsed == 7 && index.bytes == 300)
+        // Once loaded, a name swept or purged meanwhile stays out
+        index.loaded = true
+        index.remove("a")
+        index.markUsed("a", size: 300, lastUsed: 8, persistedUse: 8)
+        #expect(index.records["a"] == nil && index.bytes == 0)
+        #expect(index.knownAbsent("a"))
+    }
+
     @Test("a flipped byte in a streamed body is caught before the stream is handed out")
     func flippedStreamByte() throws {
         let directory = DiskTestDirectory()

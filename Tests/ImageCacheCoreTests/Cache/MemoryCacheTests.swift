@@ -1,3 +1,4 @@
+import Foundation
 import Dispatch
 @testable import ImageCacheCore
 import Testing
@@ -73,6 +74,25 @@ struct MemoryCacheTests {
         #expect(cache.lookup(Self.key("a")) == nil)
         #expect(cache.keysByRecency == [Self.key("b")])
         #expect(cache.totalCost == Self.unit)
+    }
+
+    @Test("promote stores a disk entry unless the key already holds one received at the same time or later")
+    func promote() {
+        let cache = MemoryCache(limitBytes: 1 << 20, objectLimitBytes: 1 << 20)
+        let key = Self.key("p")
+        let older = Fixture.entry([], key: key, body: [1], responseTime: Fixture.t0)
+        let newer = Fixture.entry([], key: key, body: [2], responseTime: Fixture.t0.addingTimeInterval(10))
+        // An empty key takes it
+        #expect(cache.promote(older))
+        #expect(cache.lookup(key)?.body == [1])
+        // A newer one replaces it
+        #expect(cache.promote(newer))
+        #expect(cache.lookup(key)?.body == [2])
+        // An older (or equally old) disk copy does not replace what an upstream fetch stored meanwhile
+        #expect(!cache.promote(older))
+        #expect(!cache.promote(Fixture.entry([], key: key, body: [3], responseTime: Fixture.t0.addingTimeInterval(10))))
+        #expect(cache.lookup(key)?.body == [2])
+        #expect(cache.totalCost == newer.cost)
     }
 
     @Test("replacing an entry updates the total cost")
