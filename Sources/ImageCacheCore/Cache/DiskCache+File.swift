@@ -1,7 +1,6 @@
 // File system calls of the disk tier, each through `syscall` (EINTR retried, errno -> SystemError). Stateless helpers;
 // the caller owns the descriptors: the disk queue, or a DiskBodyReader for the one descriptor it was handed.
 
-internal import Crypto
 internal import Foundation
 #if canImport(Glibc)
 internal import Glibc
@@ -145,16 +144,16 @@ enum DiskFile {
     static func verifyBody(_ fd: Int32, header: DiskEntryFormat.Header) throws {
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: chunkSize, alignment: 16)
         defer { buffer.deallocate() }
-        var hasher = SHA256()
+        var hasher = XXH64()
         var done = 0
         while done < header.bodyLength {
             let chunk = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<min(chunkSize, header.bodyLength - done)])
             let got = try read(fd, into: chunk, offset: header.bodyOffset + done)
             guard got == chunk.count else { throw DiskEntryFormat.Failure("body truncated") }
-            hasher.update(bufferPointer: UnsafeRawBufferPointer(chunk))
+            hasher.update(UnsafeRawBufferPointer(chunk))
             done += got
         }
-        guard Array(hasher.finalize()) == header.bodyChecksum else { throw DiskEntryFormat.Failure("body checksum mismatch") }
+        guard hasher.finalize() == header.bodyChecksum else { throw DiskEntryFormat.Failure("body checksum mismatch") }
     }
 
     /// mkdir -p (mode 0755).
