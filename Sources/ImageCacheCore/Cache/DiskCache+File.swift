@@ -22,12 +22,18 @@ enum DiskFile {
     }
 
     /// Up to `count` bytes from `offset`; fewer only at the end of the file.
+    /// The array is filled by pread itself (no zeroing first: a body is read once per disk hit).
     static func read(_ fd: Int32, count: Int, offset: Int) throws(SystemError) -> [UInt8] {
-        var bytes = [UInt8](repeating: 0, count: count)
-        let got = try bytes.withUnsafeMutableBytes { raw in
-            Result { () throws(SystemError) in try read(fd, into: raw, offset: offset) }
-        }.get()
-        if got < count { bytes.removeSubrange(got...) }
+        var failure: SystemError?
+        let bytes = [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
+            do throws(SystemError) {
+                initialized = try read(fd, into: UnsafeMutableRawBufferPointer(buffer), offset: offset)
+            } catch {
+                failure = error
+                initialized = 0
+            }
+        }
+        if let failure { throw failure }
         return bytes
     }
 
@@ -99,7 +105,7 @@ enum DiskFile {
     /// Reads and verifies the header of an open entry file (not the body).
     /// Throws `DiskEntryFormat.Failure` for a bad file, `SystemError` for a failed call.
     static func readHeader(_ fd: Int32) throws -> (DiskEntryFormat.Header, size: Int, mtime: Double) {
-        var buffer = [UInt8](repeating: 0, count: headerReadSize)
+        var buffer = [UInt8](unsafeUninitializedCapacity: headerReadSize) { _, initialized in initialized = headerReadSize }
         return try readHeader(fd, buffer: &buffer)
     }
 

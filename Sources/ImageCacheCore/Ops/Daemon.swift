@@ -48,8 +48,11 @@ public final class Daemon: @unchecked Sendable {
                     directory: configuration.cacheDirectory, limitBytes: configuration.diskLimitBytes,
                     lowWaterFraction: configuration.diskLowWaterFraction, maxAgeSeconds: configuration.diskMaxAgeSeconds,
                     fsync: configuration.diskFsync,
-                    // Bodies that fit the memory tier are read whole and promoted; larger ones stream from the file.
-                    memoryReadLimitBytes: configuration.effectiveMemoryObjectLimitBytes,
+                    // Bodies up to 1 MiB (or the memory tier's object limit, if larger) are read whole: one read,
+                    // verified in memory, served from that array, promoted if they fit the memory tier. Larger ones
+                    // are verified through a small buffer and then streamed from the file, so a hit never holds
+                    // more than that in memory however large the image.
+                    memoryReadLimitBytes: max(configuration.effectiveMemoryObjectLimitBytes, 1 << 20),
                     freshnessPolicy: FreshnessPolicy(heuristicFraction: configuration.heuristicFraction,
                                                      heuristicMaxSeconds: configuration.heuristicMaxSeconds)),
                 logger: logger, now: now)
