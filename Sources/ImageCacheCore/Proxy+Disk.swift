@@ -1,5 +1,7 @@
 // Proxy, the disk hit path: a memory miss asks the disk tier straight from the connection's queue, and a fresh
-// (or allowed stale) small entry is answered from the disk's read queue without the proxy queue or a Fetch:
+// (or allowed stale) entry is answered from the disk's read queue without the proxy queue or a Fetch: one that fits
+// the memory tier from the array it was read and verified into (then promoted), a larger one from its file with
+// sendfile after the lookup verified it in place (FileBody):
 //
 //   connection queue            disk read queue (concurrent)                    proxy queue
 //   memory miss ── lookup ───>  open, pread, verify checksums ── fresh ──> promote into memory, respond
@@ -26,21 +28,34 @@ extension Proxy {
     /// Called on the disk's read queue with a lookup's answer (or on the connection's queue when the index knew at
     /// once that the key is absent).
     func diskAnswered(_ result: DiskLookup?, request: ClientRequest, key: CacheKey, sink: any ResponseSink) {
-        if case let .entry(entry) = result, entry.vary?.matches(request.forwardedHeaders) ?? true {
+        let found: (entry: CacheEntry, file: DiskBodyReader?)?
+        switch result {
+        case let .entry(entry): found = (entry, nil)
+        case let .stream(head, _, file): found = (head, file)
+        case nil: found = nil
+        }
+        if let (entry, file) = found, entry.vary?.matches(request.forwardedHeaders) ?? true {
             let time = now()
+            let hit: (outcome: CacheOutcome, served: ServedOutcome)?
             switch Freshness.use(entry, request: request.cacheControl, now: time) {
-            case let .fresh(ttl):
-                memory.promote(entry)
-                respond(entry, to: sink, request: request, outcome: .hit(ttl: ttl, detail: "disk"), now: time)
-                countHit(entry, request: request, outcome: .diskHit)
-                return
-            case let .staleAllowed(staleness):
-                memory.promote(entry)
-                respond(entry, to: sink, request: request, outcome: .hit(ttl: -max(staleness, 1), detail: "disk"), now: time)
-                countHit(entry, request: request, outcome: .stale)
-                return
-            case .revalidate:
-                break
+            case let .fresh(ttl): hit = (.hit(ttl: ttl, detail: "disk"), .diskHit)
+            case let .staleAllowed(staleness): hit = (.hit(ttl: -max(staleness, 1), detail: "disk"), .stale)
+            case .revalidate: hit = nil
+            }
+            if let hit {
+                if let file {
+                    // Too large for memory: sent from its verified file with sendfile.
+                    if let body = file.detach() {
+                        respond(entry, to: sink, request: request, outcome: hit.outcome, now: time, file: body)
+                        countHit(entry, request: request, outcome: hit.served, bodyBytes: body.length)
+                        return
+                    }
+                } else {
+                    memory.promote(entry)
+                    respond(entry, to: sink, request: request, outcome: hit.outcome, now: time)
+                    countHit(entry, request: request, outcome: hit.served)
+                    return
+                }
             }
         }
         let sink = countingSink(sink, request: request)

@@ -52,9 +52,10 @@ extension Proxy {
     }
 
     /// A hit answered on the connection queue: counted here, with no wrapper on the hot path.
-    func countHit(_ entry: CacheEntry, request: ClientRequest, outcome: ServedOutcome) {
+    /// `bodyBytes`: the body's size when it is not in the entry (sent from its file).
+    func countHit(_ entry: CacheEntry, request: ClientRequest, outcome: ServedOutcome, bodyBytes: Int? = nil) {
         metrics.served(outcome)
-        if !request.isHead, !request.clientValidatorsMatch(entry) { metrics.servedBytes(outcome, entry.body.count) }
+        if !request.isHead, !request.clientValidatorsMatch(entry) { metrics.servedBytes(outcome, bodyBytes ?? entry.body.count) }
     }
 }
 

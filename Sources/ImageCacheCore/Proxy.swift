@@ -142,8 +142,10 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
 
     /// Writes a stored entry: the full response, or 304 when the client's own validators match.
     /// The full response sends the entry's head as rendered at store time plus Age, Cache-Status and X-Cache
-    /// (`CacheEntry.serializedHead`): no per-field work per hit.
-    func respond(_ entry: CacheEntry, to sink: any ResponseSink, request: ClientRequest, outcome: CacheOutcome, now: Date) {
+    /// (`CacheEntry.serializedHead`): no per-field work per hit. The body is the entry's, or `file` (a verified
+    /// disk body too large for memory, sent with sendfile; the entry's own body is then empty).
+    func respond(_ entry: CacheEntry, to sink: any ResponseSink, request: ClientRequest, outcome: CacheOutcome, now: Date,
+                 file: FileBody? = nil) {
         if request.clientValidatorsMatch(entry) {
             let (head, _) = clientHead(for: entry, request: request, outcome: outcome, now: now)
             sink.head(head, bodyLength: nil)
@@ -157,7 +159,11 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
             ("Cache-Status", entry.upstreamCacheStatus.map { $0 + ", " + cacheStatus } ?? cacheStatus),
             ("X-Cache", outcome.xCache),
         ])
-        sink.respond(entry.serializedHead, extra: extra, body: entry.body)
+        if let file {
+            sink.respond(entry.serializedHead, extra: extra, file: file)
+        } else {
+            sink.respond(entry.serializedHead, extra: extra, body: entry.body)
+        }
     }
 
     /// The head a client gets for a stored entry (Age, Cache-Status, X-Cache set; no Content-Length, the sink frames

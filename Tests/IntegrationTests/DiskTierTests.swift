@@ -91,6 +91,35 @@ struct DiskTierTests {
         #expect(harness.origin.requestCount("/s.png") == 2)
     }
 
+    @Test("a disk entry too large for memory is sent from its file: 10 clients at once, HEAD, and a conditional request")
+    func largeFromFile() async throws {
+        let harness = try ProxyHarness(DiskTierTests.settings)
+        DiskTierTests.routes(harness.origin)
+        _ = try await harness.get("/l.jpg")
+        await harness.flushDisk()
+        harness.origin.stop()
+        try harness.restart()
+        // When 10 clients ask at once, and then a HEAD and a conditional GET
+        var connections: [TestConnection] = []
+        for _ in 0..<10 {
+            let connection = try harness.connect()
+            try connection.request("/l.jpg")
+            connections.append(connection)
+        }
+        let responses = try await readAll(connections)
+        let head = try await harness.get("/l.jpg", method: "HEAD")
+        let conditional = try await harness.get("/l.jpg", headers: [("If-None-Match", "\"L1\"")])
+        // Then every client has the exact bytes from the disk tier
+        #expect(responses.allSatisfy { $0.status == 200 && $0.complete && $0.body == DiskTierTests.large })
+        #expect(responses.allSatisfy { $0.header("Cache-Status")?.contains("detail=disk") == true })
+        #expect(head.status == 200 && head.body.isEmpty && head.header("Content-Length") == String(DiskTierTests.large.count))
+        #expect(conditional.status == 304 && conditional.body.isEmpty && conditional.header("ETag") == "\"L1\"")
+        // And the metrics counted the bytes sent from the file (the daemon was restarted: only these requests)
+        let proxy = harness.daemon.proxy
+        let served = proxy.metrics.snapshot(memory: proxy.memory, memoryLimitBytes: 1, disk: nil, fetchesInFlight: 0).servedBytes["disk_hit"] ?? 0
+        #expect(served >= 10 * DiskTierTests.large.count)
+    }
+
     @Test("stale entries with the origin down: 502 by default, served with max-stale or the stale-if-error policy")
     func staleOffline() async throws {
         let harness = try ProxyHarness(DiskTierTests.settings)

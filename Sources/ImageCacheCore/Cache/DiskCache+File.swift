@@ -146,8 +146,24 @@ enum DiskFile {
         return (fields.key, fields.bodyOffset + fields.bodyLength, size, mtime)
     }
 
-    /// Hashes the body in chunks and compares it with the header's checksum.
+    /// Hashes the body and compares it with the header's checksum. The file is mapped (read-only, pre-faulted) and
+    /// hashed in place: no copy of the body into this process, which then sends it with sendfile. Where mapping
+    /// fails, it is read through a buffer instead.
     static func verifyBody(_ fd: Int32, header: DiskEntryFormat.Header) throws {
+        guard header.bodyLength > 0 else {
+            guard XXH64.hash([UInt8]()) == header.bodyChecksum else { throw DiskEntryFormat.Failure("body checksum mismatch") }
+            return
+        }
+        let size = header.bodyOffset + header.bodyLength
+        let mapped = mmap(nil, size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0)
+        guard let mapped, mapped != MAP_FAILED else { return try verifyBodyByReading(fd, header: header) }
+        defer { munmap(mapped, size) }
+        let body = UnsafeRawBufferPointer(start: mapped + header.bodyOffset, count: header.bodyLength)
+        guard XXH64.hash(body) == header.bodyChecksum else { throw DiskEntryFormat.Failure("body checksum mismatch") }
+    }
+
+    /// `verifyBody` through a buffer, in chunks.
+    static func verifyBodyByReading(_ fd: Int32, header: DiskEntryFormat.Header) throws {
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: chunkSize, alignment: 16)
         defer { buffer.deallocate() }
         var hasher = XXH64()

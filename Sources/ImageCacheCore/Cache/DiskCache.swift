@@ -519,6 +519,18 @@ public final class DiskBodyReader: Sendable {
         }
     }
 
+    /// Hands the unread rest of the body over as a FileBody (for sendfile), which then owns the descriptor; nil
+    /// once closed or read to the end.
+    public func detach() -> FileBody? {
+        state.withLock { state in
+            guard state.fd >= 0, state.remaining > 0 else { return nil }
+            let body = FileBody(descriptor: state.fd, offset: state.offset, length: state.remaining)
+            state.fd = -1
+            state.remaining = 0
+            return body
+        }
+    }
+
     public func close() {
         state.withLock { state in
             if state.fd >= 0 {

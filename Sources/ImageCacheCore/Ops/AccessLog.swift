@@ -94,6 +94,16 @@ final class AccessLogSink: ResponseSink {
         finish("")
     }
 
+    func respond(_ head: SerializedResponseHead, extra: HTTPHeaders, file: FileBody) {
+        state.withLock {
+            $0.status = head.status
+            $0.xCache = extra["X-Cache"] ?? head.headers["X-Cache"] ?? "-"
+            $0.bytes += file.length
+        }
+        inner.respond(head, extra: extra, file: file)
+        finish("")
+    }
+
     func abort() {
         inner.abort()
         finish(" aborted")

@@ -398,6 +398,13 @@ final class MetricsSink: ResponseSink {
         inner.respond(head, extra: extra, body: body)
     }
 
+    func respond(_ head: SerializedResponseHead, extra: HTTPHeaders, file: FileBody) {
+        started(ServedOutcome(status: head.status, xCache: extra["X-Cache"] ?? head.headers["X-Cache"],
+                              cacheStatus: extra["Cache-Status"] ?? head.headers["Cache-Status"]))
+        if head.status != 304 { count(file.length) }
+        inner.respond(head, extra: extra, file: file)
+    }
+
     func abort() { inner.abort() }
 
     func onCancel(_ callback: @escaping @Sendable () -> Void) { inner.onCancel(callback) }

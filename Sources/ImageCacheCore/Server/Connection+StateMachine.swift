@@ -58,6 +58,8 @@ extension Connection {
             case resumeReading
             /// Queue these buffers for writing, in order.
             case write([[UInt8]])
+            /// Send a file region after what is queued (sendfile).
+            case sendFile(FileBody)
             /// Give the request to the handler; always the last action of its batch.
             case handle(HTTPRequestHead, body: [UInt8], exchange: UInt64)
             /// Run the onCancel callbacks registered for the current exchange.
@@ -225,6 +227,18 @@ extension Connection {
             buffers += exchange.writer.end()
             state = .writing(keepAlive: exchange.writer.keepAlive)
             return [.write(buffers)]
+        }
+
+        /// A whole response whose body is a file region: the head, then the file, then whatever ends the body.
+        mutating func respond(_ prepared: SerializedResponseHead, extra: HTTPHeaders, file: FileBody, exchange id: UInt64,
+                              date: String) -> [Action] {
+            guard case var .handling(exchange) = state, exchange.id == id, !exchange.responseStarted else { return [] }
+            var actions: [Action] = [.write(exchange.writer.head(prepared, extra: extra, bodyLength: file.length, date: date))]
+            if exchange.writer.fileBody(file.length) { actions.append(.sendFile(file)) }
+            let end = exchange.writer.end()
+            if !end.isEmpty { actions.append(.write(end)) }
+            state = .writing(keepAlive: exchange.writer.keepAlive)
+            return actions
         }
 
         /// The handler gave up: close at once so the client sees a truncated response.

@@ -228,6 +228,8 @@ final class Connection: @unchecked Sendable {
             }
         case let .write(buffers):
             for buffer in buffers { writeQueue.append(buffer) }
+        case let .sendFile(file):
+            writeQueue.append(file)
         case let .handle(head, body, exchange):
             cancelCallbacks = []
             let sink = ConnectionResponseSink(connection: self, exchange: exchange)
@@ -261,6 +263,12 @@ final class Connection: @unchecked Sendable {
                     message.msg_iov = UnsafeMutablePointer(mutating: iovecs.baseAddress)
                     message.msg_iovlen = numericCast(iovecs.count)
                     return try syscall("sendmsg") { sendmsg(fd, &message, Int32(MSG_NOSIGNAL)) }
+                } sendFile: { file, offset, count throws(SystemError) in
+                    var position = off_t(offset)
+                    let sent = try syscall("sendfile") { Glibc.sendfile(fd, file, &position, count) }
+                    // The file ended before its verified length: the client must see a truncated response.
+                    if sent == 0 { throw SystemError(errno: EIO, function: "sendfile (file shorter than its verified length)") }
+                    return sent
                 }
                 if written > 0 { progressed = true }
             } catch where error.isWouldBlock {
@@ -318,6 +326,11 @@ final class Connection: @unchecked Sendable {
         run(stateMachine.respond(prepared, extra: extra, body: body, exchange: exchange, date: HTTPDateCache.shared.current()))
     }
 
+    fileprivate func sinkRespond(_ prepared: SerializedResponseHead, extra: HTTPHeaders, file: FileBody, exchange: UInt64) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        run(stateMachine.respond(prepared, extra: extra, file: file, exchange: exchange, date: HTTPDateCache.shared.current()))
+    }
+
     fileprivate func sinkAbort(exchange: UInt64) {
         dispatchPrecondition(condition: .onQueue(queue))
         run(stateMachine.abort(exchange: exchange))
@@ -367,6 +380,11 @@ final class ConnectionResponseSink: ResponseSink, @unchecked Sendable {
     func respond(_ head: SerializedResponseHead, extra: HTTPHeaders, body: [UInt8]) {
         let connection = connection, exchange = exchange
         connection.onQueue { connection.sinkRespond(head, extra: extra, body: body, exchange: exchange) }
+    }
+
+    func respond(_ head: SerializedResponseHead, extra: HTTPHeaders, file: FileBody) {
+        let connection = connection, exchange = exchange
+        connection.onQueue { connection.sinkRespond(head, extra: extra, file: file, exchange: exchange) }
     }
 
     func abort() {

@@ -47,6 +47,9 @@ public protocol ResponseSink: AnyObject, Sendable {
     /// `extra` (no hop-by-hop field, no Content-Length). Same meaning as `respond(_:body:)` with the fields of
     /// `head.headers` followed by `extra`; the server sends the prepared bytes as they are.
     func respond(_ head: SerializedResponseHead, extra: HTTPHeaders, body: [UInt8])
+    /// As `respond(_:extra:body:)` with the body in a file region (`file.length` bytes, sent with sendfile where
+    /// the sink can; see FileBody).
+    func respond(_ head: SerializedResponseHead, extra: HTTPHeaders, file: FileBody)
     /// The response cannot be completed: the connection is closed at once so that the client sees a
     /// truncated response (short Content-Length or no last chunk), never a complete short one.
     func abort()

@@ -7,7 +7,7 @@
 //
 // `WriteQueue` (value, owned by one connection's queue) holds the byte arrays waiting to be sent, by
 // reference: body arrays are the handler's (shared with the cache), never copied. It hands up to
-// `maxBuffersPerWrite` of them to one vectored send.
+// `maxBuffersPerWrite` of them to one vectored send, and a file region (FileBody) to sendfile.
 //
 // `HTTPDateCache` formats the `Date` field once per second for every connection (shared, guarded by a Mutex).
 
@@ -144,6 +144,14 @@ struct ResponseWriter: Sendable, Equatable {
         }
     }
 
+    /// Accounts for a body of `length` bytes sent from a file after a head that declared exactly that length;
+    /// false when nothing is to be sent (HEAD, bodyless status).
+    mutating func fileBody(_ length: Int) -> Bool {
+        guard case .contentLength = framing, length > 0, bytesRemaining >= length else { return false }
+        bytesRemaining -= length
+        return true
+    }
+
     /// The bytes that end the body. A Content-Length body that fell short cannot be followed by another
     /// response, so the connection is then closed (the client sees a truncated body).
     mutating func end() -> [[UInt8]] {
@@ -188,50 +196,76 @@ struct WriteQueue {
     /// Most buffers handed to one vectored send (well under IOV_MAX).
     static let maxBuffersPerWrite = 64
 
-    private var buffers: [[UInt8]] = []
-    /// Index of the first buffer not fully written.
+    /// One thing to send: bytes (by reference), or a file region (sent with sendfile).
+    private enum Segment {
+        case bytes([UInt8])
+        case file(FileBody)
+
+        var count: Int {
+            switch self {
+            case let .bytes(bytes): bytes.count
+            case let .file(file): file.length
+            }
+        }
+    }
+
+    private var segments: [Segment] = []
+    /// Index of the first segment not fully written.
     private var first = 0
-    /// Bytes of `buffers[first]` already written.
+    /// Bytes of `segments[first]` already written.
     private var offset = 0
 
-    var isEmpty: Bool { first == buffers.count }
+    var isEmpty: Bool { first == segments.count }
 
     /// Bytes queued and not written yet.
     var byteCount: Int {
         guard !isEmpty else { return 0 }
-        return buffers[first...].reduce(0) { $0 + $1.count } - offset
+        return segments[first...].reduce(0) { $0 + $1.count } - offset
     }
 
     mutating func append(_ buffer: [UInt8]) {
         guard !buffer.isEmpty else { return }
-        buffers.append(buffer)
+        segments.append(.bytes(buffer))
+    }
+
+    mutating func append(_ file: FileBody) {
+        guard file.length > 0 else { return }
+        segments.append(.file(file))
     }
 
     mutating func removeAll() {
-        buffers = []
+        segments = []
         first = 0
         offset = 0
     }
 
-    /// Calls `send` once with iovecs over the front of the queue (pointing into the queued arrays, no copy)
-    /// and drops the bytes it reports written. Returns that count; errors from `send` propagate.
-    mutating func write(_ send: (UnsafeBufferPointer<iovec>) throws(SystemError) -> Int) throws(SystemError) -> Int {
+    /// Sends from the front of the queue with one call and drops the bytes it reports written: `send` with
+    /// iovecs over the leading byte arrays (pointing into them, no copy), or `sendFile` (descriptor, file offset,
+    /// count) when a file region is first. Returns that count; errors from either propagate.
+    mutating func write(_ send: (UnsafeBufferPointer<iovec>) throws(SystemError) -> Int,
+                        sendFile: (Int32, Int, Int) throws(SystemError) -> Int) throws(SystemError) -> Int {
         guard !isEmpty else { return 0 }
-        let count = min(buffers.count - first, Self.maxBuffersPerWrite)
+        if case let .file(file) = segments[first] {
+            let written = try sendFile(file.descriptor, file.offset + offset, file.length - offset)
+            consume(written)
+            return written
+        }
+        var last = first + 1
+        while last < segments.count, last - first < Self.maxBuffersPerWrite, case .bytes = segments[last] { last += 1 }
         var iovecs: [iovec] = []
-        iovecs.reserveCapacity(count)
-        let written = try withIOVecs(index: first, last: first + count, skip: offset, into: &iovecs, send)
+        iovecs.reserveCapacity(last - first)
+        let written = try withIOVecs(index: first, last: last, skip: offset, into: &iovecs, send)
         consume(written)
         return written
     }
 
-    /// Nests `withUnsafeBytes` over each buffer so every pointer stays valid for the one send call.
+    /// Nests `withUnsafeBytes` over each byte segment so every pointer stays valid for the one send call.
     private func withIOVecs(index: Int, last: Int, skip: Int, into iovecs: inout [iovec],
                             _ send: (UnsafeBufferPointer<iovec>) throws(SystemError) -> Int) throws(SystemError) -> Int {
-        if index == last {
+        guard index < last, case let .bytes(buffer) = segments[index] else {
             return try iovecs.withUnsafeBufferPointer { pointer throws(SystemError) in try send(pointer) }
         }
-        let result: Result<Int, SystemError> = buffers[index].withUnsafeBytes { bytes in
+        let result: Result<Int, SystemError> = buffer.withUnsafeBytes { bytes in
             let base = UnsafeMutableRawPointer(mutating: bytes.baseAddress!) + skip
             iovecs.append(iovec(iov_base: base, iov_len: bytes.count - skip))
             return Result { () throws(SystemError) in
@@ -243,8 +277,8 @@ struct WriteQueue {
 
     private mutating func consume(_ written: Int) {
         var left = written
-        while left > 0, first < buffers.count {
-            let available = buffers[first].count - offset
+        while left > 0, first < segments.count {
+            let available = segments[first].count - offset
             if left >= available {
                 left -= available
                 first += 1
@@ -254,10 +288,10 @@ struct WriteQueue {
                 left = 0
             }
         }
-        if first == buffers.count {
+        if first == segments.count {
             removeAll()
         } else if first >= 32 {
-            buffers.removeSubrange(0..<first)
+            segments.removeSubrange(0..<first)
             first = 0
         }
     }

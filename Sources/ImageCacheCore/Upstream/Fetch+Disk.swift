@@ -3,21 +3,19 @@
 //   lookingOnDisk ── nil ─────────────────────────────> upstream (only-if-cached waiters get 504 first)
 //                 ── .entry (small, verified) ────────> promoted into memory; each waiter it is fresh for (or whose
 //                                                        max-stale allows it) is answered; the rest revalidate it
-//                 ── .stream (large, verified) ───────> every waiter may use it: streamingFromDisk (chunks read on a
-//                                                        utility queue, fanned out here); else revalidate, and after
-//                                                        a 304 the refreshed header is written and the body streamed
+//                 ── .stream (large, verified) ───────> every waiter may use it: each is answered with the file
+//                                                        (sendfile, one FileBody shared by all); else revalidate,
+//                                                        and after a 304 the refreshed header is written and the
+//                                                        body sent from the file
 //   A revalidation that fails (connect error, timeout, 5xx) serves the stale entry when stale-if-error allows it
 //   (the response's or request's directive, or the configured offline policy), else the error.
-// Waiters that leave stop the pump; the file descriptor is closed on every path.
+// The file descriptor is closed on every path (by the last FileBody reference once sent).
 
 internal import Dispatch
 internal import Foundation
 internal import Logging
 
 extension Fetch {
-    /// Size of the reads when a large body streams from its file.
-    static let diskChunkBytes = 256 << 10
-
     /// Asks the disk tier; the waiters are answered when it answers.
     func lookUpDisk(_ disk: DiskCache) {
         dispatchPrecondition(condition: .onQueue(queue))
@@ -136,62 +134,21 @@ extension Fetch {
         start()
     }
 
-    /// Serves a large stored body from its (verified, open) file to every waiter.
+    /// Serves a large stored body from its (verified, open) file to every waiter: one FileBody, sent to each
+    /// connection with sendfile (each write queue keeps its own position; the descriptor closes after the last).
     private func streamFromDisk(_ entry: CacheEntry, length: Int, file: DiskBodyReader, outcomes: [CacheOutcome], now: Date) {
         closeToNewcomers()
         state = .streamingFromDisk
-        var streaming: [Waiter] = []
+        guard let body = file.detach() else {
+            proxy.logger.warning("\(key): the verified disk body could not be handed out; closing the clients' connections")
+            for waiter in waiters { waiter.sink.abort() }
+            return finish()
+        }
         for (waiter, outcome) in zip(waiters, outcomes) {
-            let (head, notModified) = proxy.clientHead(for: entry, request: waiter.request, outcome: outcome, now: now)
-            if notModified || waiter.request.isHead {
-                waiter.sink.head(head, bodyLength: notModified ? nil : length)
-                waiter.sink.end()
-                continue
-            }
-            waiter.sink.head(head, bodyLength: length)
-            var started = waiter
-            started.sentHead = true
-            streaming.append(started)
+            proxy.respond(entry, to: waiter.sink, request: waiter.request, outcome: outcome, now: now, file: body)
         }
-        waiters = streaming
-        guard !waiters.isEmpty else {
-            file.close()
-            return finish()
-        }
-        pump(file, sent: 0, length: length)
-    }
-
-    /// Reads the next chunk off the proxy queue, then fans it out here.
-    private func pump(_ file: DiskBodyReader, sent: Int, length: Int) {
-        DispatchQueue.global(qos: .utility).async { [self] in
-            let chunk = file.read(maxBytes: Fetch.diskChunkBytes)
-            queue.async { self.diskChunk(chunk, file: file, sent: sent, length: length) }
-        }
-    }
-
-    private func diskChunk(_ chunk: [UInt8]?, file: DiskBodyReader, sent: Int, length: Int) {
-        dispatchPrecondition(condition: .onQueue(queue))
-        guard case .streamingFromDisk = state else {
-            file.close()
-            return
-        }
-        guard !waiters.isEmpty else {
-            file.close()
-            return finish()
-        }
-        guard let chunk, !chunk.isEmpty else {
-            file.close()
-            if sent == length {
-                for waiter in waiters { waiter.sink.end() }
-            } else {
-                // A read failed part way: the clients must see a broken response, never a short complete one.
-                proxy.logger.warning("\(key): disk read stopped at \(sent) of \(length) bytes; closing the clients' connections")
-                for waiter in waiters { waiter.sink.abort() }
-            }
-            return finish()
-        }
-        for waiter in waiters { waiter.sink.body(chunk) }
-        pump(file, sent: sent + chunk.count, length: length)
+        waiters = []
+        finish()
     }
 
     /// After a revalidation of a large disk entry: the refreshed header is written, then the body streams from the file.
