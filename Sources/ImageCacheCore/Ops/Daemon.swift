@@ -48,11 +48,11 @@ public final class Daemon: @unchecked Sendable {
                     directory: configuration.cacheDirectory, limitBytes: configuration.diskLimitBytes,
                     lowWaterFraction: configuration.diskLowWaterFraction, maxAgeSeconds: configuration.diskMaxAgeSeconds,
                     fsync: configuration.diskFsync,
-                    // Bodies up to 1 MiB (or the memory tier's object limit, if larger) are read whole: one read,
-                    // verified in memory, served from that array, promoted if they fit the memory tier. Larger ones
-                    // are verified through a small buffer and then streamed from the file, so a hit never holds
-                    // more than that in memory however large the image.
-                    memoryReadLimitBytes: max(configuration.effectiveMemoryObjectLimitBytes, 1 << 20),
+                    // Bodies that fit the memory tier, and any up to 256 KiB, are read whole (one pread, verified
+                    // in memory; promoted if they fit): for a small file a copy costs less than mapping it. Larger
+                    // ones are verified in place (mapped, not copied) and sent from the file with sendfile, so a
+                    // hit never holds a large body in this process's memory.
+                    memoryReadLimitBytes: max(configuration.effectiveMemoryObjectLimitBytes, 256 << 10),
                     freshnessPolicy: FreshnessPolicy(heuristicFraction: configuration.heuristicFraction,
                                                      heuristicMaxSeconds: configuration.heuristicMaxSeconds)),
                 logger: logger, now: now)
