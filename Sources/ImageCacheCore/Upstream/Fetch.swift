@@ -36,7 +36,7 @@ final class Fetch: @unchecked Sendable {
     enum State {
         /// Asking the disk tier first (a memory miss); waiters wait for its answer.
         case lookingOnDisk
-        /// Serving a large stored body from its file to every waiter; takes no newcomers.
+        /// Handing a large stored body's verified file to every waiter (sendfile); takes no newcomers.
         case streamingFromDisk
         case waitingForHead
         case checkingBody(HTTPResponseHead)
