@@ -155,6 +155,15 @@ final class PrefetchSink: ResponseSink, @unchecked Sendable {
         let reason = head.status >= 400 ? String(decoding: body, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines) : nil
         finish(failure: reason.map { "answered \(head.status): \($0)" })
     }
+    /// A large stored body sent from its file: counted, never read (a prefetch only warms the cache).
+    func respond(_ head: SerializedResponseHead, extra: HTTPHeaders, file: FileBody) {
+        lock.withLock {
+            status = head.status
+            xCache = extra["X-Cache"] ?? head.headers["X-Cache"] ?? "-"
+            bytes += file.length
+        }
+        finish(failure: nil)
+    }
     func abort() { finish(failure: "the transfer broke off") }
     func onCancel(_ callback: @escaping @Sendable () -> Void) {}
 }

@@ -9,7 +9,7 @@ import Testing
 @Suite("Disk tier end to end")
 struct DiskTierTests {
     static let small = Fixtures.png(size: 30_000)
-    static let large = Fixtures.jpeg(size: 1_500_000)  // over the 1 MiB whole-read limit: streamed from its file
+    static let large = Fixtures.jpeg(size: 1_500_000)  // over the 256 KiB whole-read limit: sent from its file
 
     /// An origin serving `small` at /s.png and `large` at /l.jpg, max-age 60 with an ETag.
     static func routes(_ origin: TestOrigin) {

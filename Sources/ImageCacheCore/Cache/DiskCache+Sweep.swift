@@ -22,25 +22,35 @@ extension DiskCache {
         let maxAge = configuration.maxAgeSeconds
         let limit = configuration.limitBytes
         let target = Int(Double(limit) * configuration.lowWaterFraction)
-        // Chosen and dropped from the index under the lock; the files go after it, still on the disk queue, so no
-        // write can publish a new file under one of these names in between.
+        // Chosen from a snapshot taken under the lock (copy-on-write: O(1) there) so lookups never wait on the scan
+        // or the sort; dropped from the index under the lock, skipping any record used since the snapshot; the files
+        // go after that, still on the disk queue, so no write can publish a new file under one of these names.
+        let (snapshot, snapshotBytes) = index.withLock { ($0.records, $0.bytes) }
+        var expiring: [(name: String, record: DiskIndex.Record)] = []
+        for (name, record) in snapshot where nowSeconds - record.lastUsed > maxAge { expiring.append((name, record)) }
+        var evicting: [(name: String, record: DiskIndex.Record)] = []
+        var projected = snapshotBytes - expiring.reduce(0) { $0 + $1.record.size }
+        if projected > limit {
+            let expiringNames = Set(expiring.map(\.name))
+            let byAge = snapshot.filter { !expiringNames.contains($0.key) }.sorted { a, b in
+                a.value.lastUsed != b.value.lastUsed ? a.value.lastUsed < b.value.lastUsed : a.value.sequence < b.value.sequence
+            }
+            for (name, record) in byAge {
+                if projected <= target { break }
+                evicting.append((name, record))
+                projected -= record.size
+            }
+        }
         let (expired, evicted, entries, bytes) = index.withLock { index in
-            var expired: [(name: String, size: Int)] = []
-            for (name, record) in index.records where nowSeconds - record.lastUsed > maxAge {
-                expired.append((name, record.size))
-            }
-            for (name, _) in expired { index.remove(name) }
-            var evicted: [(name: String, size: Int)] = []
-            if index.bytes > limit {
-                let byAge = index.records.sorted { a, b in
-                    a.value.lastUsed != b.value.lastUsed ? a.value.lastUsed < b.value.lastUsed : a.value.sequence < b.value.sequence
-                }
-                for (name, record) in byAge {
-                    if index.bytes <= target { break }
+            func take(_ chosen: [(name: String, record: DiskIndex.Record)]) -> [(name: String, size: Int)] {
+                chosen.compactMap { name, record in
+                    guard let now = index.records[name], now.sequence == record.sequence, now.lastUsed == record.lastUsed else { return nil }
                     index.remove(name)
-                    evicted.append((name, record.size))
+                    return (name, now.size)
                 }
             }
+            let expired = take(expiring)
+            let evicted = take(evicting)
             index.expired += expired.count
             index.evicted += evicted.count
             return (expired, evicted, index.records.count, index.bytes)

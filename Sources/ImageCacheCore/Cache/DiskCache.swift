@@ -12,7 +12,8 @@
 //     shared, Mutex:      `index` (`DiskIndex`: file name -> size, last use, use sequence; total bytes; counters).
 //                         Held only for dictionary work, never across a file call. `stats` reads it.
 //     caller's thread:    a `DiskBodyReader` owns the descriptor it was handed (a large body, already verified) and
-//                         reads it with pread under its own Mutex; nothing else touches that descriptor.
+//                         reads it with pread under its own Mutex, or hands it over whole as a `FileBody` (detach),
+//                         which connections then send with sendfile at their own offsets.
 //
 //   Files: `<directory>/<h[0..1]>/<h[2..3]>/<h>`, h = hex SHA-256 of the key's URL string, format in DiskEntryFormat.
 //   Publishing (nginx): write `<h>.<random>.tmp` in the target directory, optionally fsync, set its mtime to the
@@ -24,8 +25,8 @@
 //
 //   Lookup verifies before handing anything out: magic and format version, header checksum, the stored key equal to
 //   the key asked for, the file size equal to header + body length, then the body checksum (a large body is hashed
-//   through once, then handed out as a `DiskBodyReader` on the same open descriptor, so a concurrent remove or
-//   rename cannot change what is read). A file that fails is a cache fault, never a request fault: it is logged
+//   in place through a read-only mapping, then handed out as a `DiskBodyReader` on the same open descriptor, so a
+//   concurrent remove or rename cannot change what is sent). A file that fails is a cache fault, never a request fault: it is logged
 //   (warning, with the path and why), reported as a miss, and removed by the serial queue if the name still points
 //   at the same inode (a good file written meanwhile under the name stays), then counted.
 //

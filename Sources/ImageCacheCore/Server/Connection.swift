@@ -17,7 +17,7 @@
 // which keeps the order of calls made from one serial queue.
 //
 // Writes go out with `sendmsg` (a vectored write, like `writev`, that also takes MSG_NOSIGNAL: a peer that
-// closed never raises SIGPIPE). Whatever the socket does not take waits in the `WriteQueue` for the write source.
+// closed never raises SIGPIPE), and file bodies with `sendfile` (SIGPIPE ignored process-wide by the daemon). Whatever the socket does not take waits in the `WriteQueue` for the write source.
 
 #if canImport(Glibc)
 internal import Glibc

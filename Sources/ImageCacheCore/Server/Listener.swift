@@ -10,8 +10,9 @@
 // process or system runs out of descriptors (EMFILE, ENFILE) or memory, accepting pauses for 100 ms instead
 // of spinning on a listening socket that stays readable.
 //
-// SIGPIPE: every write uses `sendmsg(..., MSG_NOSIGNAL)`, so a client that went away never raises SIGPIPE
-// here. `main` additionally ignores SIGPIPE (`signal(SIGPIPE, SIG_IGN)`) for any other code that writes to sockets.
+// SIGPIPE: byte writes use `sendmsg(..., MSG_NOSIGNAL)`, so a client that went away never raises SIGPIPE there;
+// `sendfile` (disk bodies) has no such flag, so the daemon ignores SIGPIPE (`signal(SIGPIPE, SIG_IGN)` in
+// `Daemon.start`) and relies on that for it, as for any other code that writes to sockets.
 
 #if canImport(Glibc)
 internal import Glibc

@@ -1,4 +1,5 @@
-// Fetch, the disk stage: a memory miss asks the disk tier before the origin, on the proxy queue.
+// Fetch, the disk stage: what the hit path (Proxy+Disk.swift) could not answer arrives here with the disk's answer
+// (`startFromDisk`); after a 304 for a large entry the fetch asks the disk again (`lookUpDisk`).
 //
 //   lookingOnDisk ── nil ─────────────────────────────> upstream (only-if-cached waiters get 504 first)
 //                 ── .entry (small, verified) ────────> promoted into memory; each waiter it is fresh for (or whose

@@ -71,7 +71,7 @@ extension DiskCache {
     /// `lookup` made synchronous for tests: queues the lookup, waits for the queue, returns what it delivered.
     func lookupNow(_ key: CacheKey) -> DiskLookup? {
         let result = Mutex<DiskLookup?>(nil)
-        flush()  // lookups are not ordered after writes (they run on the concurrent read queue): let those land
+        flush()  // let queued writes land first (lookups of a name with a queued write wait for it anyway)
         lookup(key) { found in result.withLock { $0 = found } }
         flush()
         return result.withLock { $0 }
