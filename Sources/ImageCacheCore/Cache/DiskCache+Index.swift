@@ -155,11 +155,14 @@ extension DiskCache {
         let (count, bytes, seconds) = index.withLock { index in
             let elapsed = ContinuousClock.now - index.loadStart
             let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-            index.loaded = true
-            index.loadSeconds = seconds
             return (index.records.count, index.bytes, seconds)
         }
+        // Logged before `stats` says loaded, so whoever sees the flag finds the line.
         logger.info("disk index loaded: \(count) entries, \(bytes) bytes in \(String(format: "%.3f", seconds)) s")
+        index.withLock { index in
+            index.loaded = true
+            index.loadSeconds = seconds
+        }
         if bytes > configuration.limitBytes { _sweep() }
     }
 
