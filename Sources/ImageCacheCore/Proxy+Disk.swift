@@ -28,10 +28,10 @@ extension Proxy {
     /// Called on the disk's read queue with a lookup's answer (or on the connection's queue when the index knew at
     /// once that the key is absent).
     func diskAnswered(_ result: DiskLookup?, request: ClientRequest, key: CacheKey, sink: any ResponseSink) {
-        let found: (entry: CacheEntry, file: DiskBodyReader?)?
+        let found: (entry: CacheEntry, file: FileBody?)?
         switch result {
         case let .entry(entry): found = (entry, nil)
-        case let .stream(head, _, file): found = (head, file)
+        case let .stream(head, file): found = (head, file)
         case nil: found = nil
         }
         if let (entry, file) = found, entry.vary?.matches(request.forwardedHeaders) ?? true {
@@ -43,19 +43,11 @@ extension Proxy {
             case .revalidate: hit = nil
             }
             if let hit {
-                if let file {
-                    // Too large for memory: sent from its verified file with sendfile.
-                    if let body = file.detach() {
-                        respond(entry, to: sink, request: request, outcome: hit.outcome, now: time, file: body)
-                        countHit(entry, request: request, outcome: hit.served, bodyBytes: body.length)
-                        return
-                    }
-                } else {
-                    memory.promote(entry)
-                    respond(entry, to: sink, request: request, outcome: hit.outcome, now: time)
-                    countHit(entry, request: request, outcome: hit.served)
-                    return
-                }
+                // Too large for memory: sent from its verified file with sendfile. Else promoted.
+                if file == nil { memory.promote(entry) }
+                respond(entry, to: sink, request: request, outcome: hit.outcome, now: time, file: file)
+                countHit(entry, request: request, outcome: hit.served, bodyBytes: file?.length)
+                return
             }
         }
         let sink = countingSink(sink, request: request)
@@ -63,9 +55,3 @@ extension Proxy {
     }
 }
 
-extension DiskProbe {
-    /// Releases what an unused answer holds (the open file of a large body).
-    func discard() {
-        if case let .answered(.stream(_, _, file)) = self { file.close() }
-    }
-}

@@ -204,7 +204,6 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
         let fetchKey = FetchKey(key: key, trusted: request.trusted)
         if reason != .bypass {
             if let fetch = coalescer[fetchKey] {
-                probe.discard()
                 // only-if-cached may share a disk lookup, never wait on the origin.
                 if request.cacheControl.onlyIfCached, !fetch.isLookingOnDisk {
                     refuse(sink, status: 504, reason: "not in the cache and the request said only-if-cached",
@@ -218,8 +217,7 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
             if let entry = memory.lookup(key), entry.vary?.matches(request.forwardedHeaders) ?? true {
                 let time = now()
                 if case let .fresh(ttl) = Freshness.use(entry, request: request.cacheControl, now: time), reason != .request {
-                    probe.discard()
-                    respond(entry, to: sink, request: request, outcome: .hit(ttl: ttl), now: time)
+                        respond(entry, to: sink, request: request, outcome: .hit(ttl: ttl), now: time)
                     return
                 }
             }
@@ -232,15 +230,11 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
         let fetch = Fetch(proxy: self, key: key, leader: request, reason: reason, revalidating: revalidating)
         if reason != .bypass { coalescer[fetchKey] = fetch }
         fetch.attach(waiter, collapsed: false)
-        switch probe {
-        case let .answered(result):
+        // A miss reaches here only after the hit path asked the disk (Proxy+Disk.swift), with its answer.
+        if case let .answered(result) = probe {
             fetch.startFromDisk(result)
-        case .notAsked:
-            if reason == .miss, let disk {
-                fetch.lookUpDisk(disk)
-            } else {
-                fetch.start()
-            }
+        } else {
+            fetch.start()
         }
     }
 

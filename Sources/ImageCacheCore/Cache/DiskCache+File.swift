@@ -1,5 +1,5 @@
 // File system calls of the disk tier, each through `syscall` (EINTR retried, errno -> SystemError). Stateless helpers;
-// the caller owns the descriptors: the disk queue, or a DiskBodyReader for the one descriptor it was handed.
+// the caller owns the descriptors: the disk queue, a lookup, or a FileBody for the one descriptor it was handed.
 
 internal import Foundation
 #if canImport(Glibc)

@@ -11,9 +11,8 @@
 //                         finds a bad or vanished file asks the serial queue to remove it (checked again there).
 //     shared, Mutex:      `index` (`DiskIndex`: file name -> size, last use, use sequence; total bytes; counters).
 //                         Held only for dictionary work, never across a file call. `stats` reads it.
-//     caller's thread:    a `DiskBodyReader` owns the descriptor it was handed (a large body, already verified) and
-//                         reads it with pread under its own Mutex, or hands it over whole as a `FileBody` (detach),
-//                         which connections then send with sendfile at their own offsets.
+//     caller's thread:    a `FileBody` owns the descriptor of a large verified body the lookup handed out
+//                         (immutable; connections send it with sendfile at their own offsets; closed at deinit).
 //
 //   Files: `<directory>/<h[0..1]>/<h[2..3]>/<h>`, h = hex SHA-256 of the key's URL string, format in DiskEntryFormat.
 //   Publishing (nginx): write `<h>.<random>.tmp` in the target directory, optionally fsync, set its mtime to the
@@ -25,7 +24,7 @@
 //
 //   Lookup verifies before handing anything out: magic and format version, header checksum, the stored key equal to
 //   the key asked for, the file size equal to header + body length, then the body checksum (a large body is hashed
-//   in place through a read-only mapping, then handed out as a `DiskBodyReader` on the same open descriptor, so a
+//   in place through a read-only mapping, then handed out as a `FileBody` on the same open descriptor, so a
 //   concurrent remove or rename cannot change what is sent). A file that fails is a cache fault, never a request fault: it is logged
 //   (warning, with the path and why), reported as a miss, and removed by the serial queue if the name still points
 //   at the same inode (a good file written meanwhile under the name stays), then counted.
@@ -273,8 +272,8 @@ public final class DiskCache: Sendable {
             } else {
                 try DiskFile.verifyBody(fd, header: header)
                 handedOut = true
-                result = .stream(head: makeEntry(key: key, header: header, body: []), bodyLength: header.bodyLength,
-                                 file: DiskBodyReader(fd: fd, offset: header.bodyOffset, length: header.bodyLength))
+                result = .stream(head: makeEntry(key: key, header: header, body: []),
+                                 file: FileBody(descriptor: fd, offset: header.bodyOffset, length: header.bodyLength))
             }
             markUsed(name: name, size: size, fd: fd)
             return result
@@ -481,65 +480,8 @@ public final class DiskCache: Sendable {
 public enum DiskLookup: Sendable {
     /// A body up to `memoryReadLimitBytes`, read whole and verified.
     case entry(CacheEntry)
-    /// A larger body, verified; `head.body` is empty and the bytes come from `file`, in chunks.
-    case stream(head: CacheEntry, bodyLength: Int, file: DiskBodyReader)
-}
-
-/// Reads one verified body from a descriptor opened by the lookup, so a concurrent remove or rename of the file
-/// cannot change what is read. Owns its descriptor (guarded by its lock); closes it on `close()` or deinit.
-public final class DiskBodyReader: Sendable {
-    private struct State {
-        var fd: Int32
-        var offset: Int
-        var remaining: Int
-    }
-
-    // MARK: shared, guarded by lock
-    private let state: Mutex<State>
-
-    init(fd: Int32, offset: Int, length: Int) {
-        state = Mutex(State(fd: fd, offset: offset, remaining: length))
-    }
-
-    deinit { close() }
-
-    /// Up to `maxBytes` more body bytes; nil at the end, after `close()`, or on a read error (the caller then has
-    /// fewer than `bodyLength` bytes).
-    public func read(maxBytes: Int) -> [UInt8]? {
-        state.withLock { state in
-            guard state.fd >= 0, state.remaining > 0, maxBytes > 0 else { return nil }
-            guard let bytes = try? DiskFile.read(state.fd, count: min(maxBytes, state.remaining), offset: state.offset),
-                  !bytes.isEmpty
-            else {
-                state.remaining = 0
-                return nil
-            }
-            state.offset += bytes.count
-            state.remaining -= bytes.count
-            return bytes
-        }
-    }
-
-    /// Hands the unread rest of the body over as a FileBody (for sendfile), which then owns the descriptor; nil
-    /// once closed or read to the end.
-    public func detach() -> FileBody? {
-        state.withLock { state in
-            guard state.fd >= 0, state.remaining > 0 else { return nil }
-            let body = FileBody(descriptor: state.fd, offset: state.offset, length: state.remaining)
-            state.fd = -1
-            state.remaining = 0
-            return body
-        }
-    }
-
-    public func close() {
-        state.withLock { state in
-            if state.fd >= 0 {
-                closeDescriptor(state.fd)
-                state.fd = -1
-            }
-        }
-    }
+    /// A larger body, verified; `head.body` is empty and the bytes are `file` (its descriptor closes with it).
+    case stream(head: CacheEntry, file: FileBody)
 }
 
 /// Counters of the disk tier.

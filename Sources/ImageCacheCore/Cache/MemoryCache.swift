@@ -43,29 +43,19 @@ public final class MemoryCache: Sendable {
     /// Stores `entry`, replacing any entry under its key, then evicts least-recently-used entries until within the
     /// limits. False (and any old entry under the key removed) when the entry alone is over the object or total limit.
     @discardableResult
-    public func insert(_ entry: CacheEntry) -> Bool {
-        let (stored, released) = state.withLock { state -> (Bool, [CacheEntry]) in
-            var released: [CacheEntry] = []
-            if let old = state.map[entry.key] {
-                released.append(state.release(old))
-            }
-            guard entry.cost <= state.objectLimitBytes, entry.cost <= state.limitBytes else { return (false, released) }
-            state.insertAtFront(entry)
-            state._trim(into: &released)
-            return (true, released)
-        }
-        _ = released  // dropped here, outside the lock
-        return stored
-    }
+    public func insert(_ entry: CacheEntry) -> Bool { store(entry, keepingNewer: false) }
 
     /// Stores an entry read back from the disk tier, unless the key already holds one received at the same time or
     /// later (an upstream fetch may have stored a newer response while the file was read). Limits as `insert`.
     @discardableResult
-    public func promote(_ entry: CacheEntry) -> Bool {
+    public func promote(_ entry: CacheEntry) -> Bool { store(entry, keepingNewer: true) }
+
+    /// `insert` and `promote`: with `keepingNewer`, an entry under the key received at the same time or later stays.
+    private func store(_ entry: CacheEntry, keepingNewer: Bool) -> Bool {
         let (stored, released) = state.withLock { state -> (Bool, [CacheEntry]) in
             var released: [CacheEntry] = []
             if let old = state.map[entry.key] {
-                guard let stored = state.nodes[old].entry, stored.responseTime < entry.responseTime else { return (false, []) }
+                if keepingNewer, let stored = state.nodes[old].entry, stored.responseTime >= entry.responseTime { return (false, []) }
                 released.append(state.release(old))
             }
             guard entry.cost <= state.objectLimitBytes, entry.cost <= state.limitBytes else { return (false, released) }

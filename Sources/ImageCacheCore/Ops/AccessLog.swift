@@ -85,23 +85,23 @@ final class AccessLogSink: ResponseSink {
     }
 
     func respond(_ head: SerializedResponseHead, extra: HTTPHeaders, body: [UInt8]) {
-        state.withLock {
-            $0.status = head.status
-            $0.xCache = extra["X-Cache"] ?? head.headers["X-Cache"] ?? "-"
-            $0.bytes += body.count
-        }
+        startedPrepared(head, extra: extra, bodyBytes: body.count)
         inner.respond(head, extra: extra, body: body)
         finish("")
     }
 
     func respond(_ head: SerializedResponseHead, extra: HTTPHeaders, file: FileBody) {
+        startedPrepared(head, extra: extra, bodyBytes: file.length)
+        inner.respond(head, extra: extra, file: file)
+        finish("")
+    }
+
+    private func startedPrepared(_ head: SerializedResponseHead, extra: HTTPHeaders, bodyBytes: Int) {
         state.withLock {
             $0.status = head.status
             $0.xCache = extra["X-Cache"] ?? head.headers["X-Cache"] ?? "-"
-            $0.bytes += file.length
+            $0.bytes += bodyBytes
         }
-        inner.respond(head, extra: extra, file: file)
-        finish("")
     }
 
     func abort() {

@@ -74,6 +74,12 @@ public enum ServedOutcome: String, Sendable, CaseIterable, Codable {
         self.init(status: head.status, xCache: head.headers["X-Cache"], cacheStatus: head.headers["Cache-Status"])
     }
 
+    /// From a prepared head and its per-response fields (which carry X-Cache and Cache-Status for stored entries).
+    init(prepared head: SerializedResponseHead, extra: HTTPHeaders) {
+        self.init(status: head.status, xCache: extra["X-Cache"] ?? head.headers["X-Cache"],
+                  cacheStatus: extra["Cache-Status"] ?? head.headers["Cache-Status"])
+    }
+
     init(status: Int, xCache: String?, cacheStatus: String?) {
         switch xCache {
         case "HIT"?: self = (cacheStatus?.contains("detail=disk") ?? false) ? .diskHit : .hit
@@ -392,17 +398,18 @@ final class MetricsSink: ResponseSink {
     /// Passes the prepared head through (the outcome read from the per-response fields), so a hit answered
     /// through this sink keeps the serialised fast path.
     func respond(_ head: SerializedResponseHead, extra: HTTPHeaders, body: [UInt8]) {
-        started(ServedOutcome(status: head.status, xCache: extra["X-Cache"] ?? head.headers["X-Cache"],
-                              cacheStatus: extra["Cache-Status"] ?? head.headers["Cache-Status"]))
-        if head.status != 304 { count(body.count) }
+        startedPrepared(head, extra: extra, bodyBytes: body.count)
         inner.respond(head, extra: extra, body: body)
     }
 
     func respond(_ head: SerializedResponseHead, extra: HTTPHeaders, file: FileBody) {
-        started(ServedOutcome(status: head.status, xCache: extra["X-Cache"] ?? head.headers["X-Cache"],
-                              cacheStatus: extra["Cache-Status"] ?? head.headers["Cache-Status"]))
-        if head.status != 304 { count(file.length) }
+        startedPrepared(head, extra: extra, bodyBytes: file.length)
         inner.respond(head, extra: extra, file: file)
+    }
+
+    private func startedPrepared(_ head: SerializedResponseHead, extra: HTTPHeaders, bodyBytes: Int) {
+        started(ServedOutcome(prepared: head, extra: extra))
+        if head.status != 304 { count(bodyBytes) }
     }
 
     func abort() { inner.abort() }

@@ -1,5 +1,5 @@
 // Fetch, the disk stage: what the hit path (Proxy+Disk.swift) could not answer arrives here with the disk's answer
-// (`startFromDisk`); after a 304 for a large entry the fetch asks the disk again (`lookUpDisk`).
+// (`startFromDisk`); after a 304 for a large entry the fetch asks the disk again (`serveFromDiskAfterRevalidation`).
 //
 //   lookingOnDisk ── nil ─────────────────────────────> upstream (only-if-cached waiters get 504 first)
 //                 ── .entry (small, verified) ────────> promoted into memory; each waiter it is fresh for (or whose
@@ -17,15 +17,6 @@ internal import Foundation
 internal import Logging
 
 extension Fetch {
-    /// Asks the disk tier; the waiters are answered when it answers.
-    func lookUpDisk(_ disk: DiskCache) {
-        dispatchPrecondition(condition: .onQueue(queue))
-        state = .lookingOnDisk
-        disk.lookup(key) { [self] result in
-            queue.async { self.diskAnswered(result, afterRevalidation: nil) }
-        }
-    }
-
     /// Starts from a disk answer the proxy already has (the hit path asked and could not finish the request).
     func startFromDisk(_ result: DiskLookup?) {
         dispatchPrecondition(condition: .onQueue(queue))
@@ -37,19 +28,15 @@ extension Fetch {
     /// (a 304, or a failure where stale-if-error allows the stale copy): then every waiter is served from it.
     func diskAnswered(_ result: DiskLookup?, afterRevalidation: CacheOutcome?) {
         dispatchPrecondition(condition: .onQueue(queue))
-        guard case .lookingOnDisk = state else {
-            if case let .stream(_, _, file) = result { file.close() }
-            return
-        }
+        guard case .lookingOnDisk = state else { return }
         // The origin confirmed an entry that is gone now (purged or evicted meanwhile): fetch it whole, once.
         let usable: Bool
         switch result {
         case nil: usable = false
         case let .entry(entry): usable = entry.vary?.matches(leader.forwardedHeaders) ?? true
-        case let .stream(head, _, _): usable = head.vary?.matches(leader.forwardedHeaders) ?? true
+        case let .stream(head, _): usable = head.vary?.matches(leader.forwardedHeaders) ?? true
         }
         if !usable {
-            if case let .stream(_, _, file) = result { file.close() }
             revalidating = nil
             revalidatingFromDisk = false
             return goUpstream()
@@ -81,12 +68,9 @@ extension Fetch {
             guard !waiters.isEmpty else { return finish() }
             if entry.etag != nil || entry.lastModified != nil { revalidating = entry }
             goUpstream()
-        case let .stream(head, length, file):
+        case let .stream(head, file):
             splitOffOtherVariants(head)
-            guard !waiters.isEmpty else {
-                file.close()
-                return finish()
-            }
+            guard !waiters.isEmpty else { return finish() }
             let time = proxy.now()
             var outcomes: [CacheOutcome] = []
             for waiter in waiters {
@@ -102,14 +86,13 @@ extension Fetch {
             }
             guard outcomes.count == waiters.count else {
                 // Someone needs it revalidated: ask the origin once for all of them.
-                file.close()
                 if head.etag != nil || head.lastModified != nil {
                     revalidating = head
                     revalidatingFromDisk = true
                 }
                 return goUpstream()
             }
-            streamFromDisk(head, length: length, file: file, outcomes: outcomes, now: time)
+            streamFromDisk(head, file: file, outcomes: outcomes, now: time)
         }
     }
 
@@ -137,16 +120,10 @@ extension Fetch {
 
     /// Serves a large stored body from its (verified, open) file to every waiter: one FileBody, sent to each
     /// connection with sendfile (each write queue keeps its own position; the descriptor closes after the last).
-    private func streamFromDisk(_ entry: CacheEntry, length: Int, file: DiskBodyReader, outcomes: [CacheOutcome], now: Date) {
+    private func streamFromDisk(_ entry: CacheEntry, file: FileBody, outcomes: [CacheOutcome], now: Date) {
         closeToNewcomers()
-        state = .streamingFromDisk
-        guard let body = file.detach() else {
-            proxy.logger.warning("\(key): the verified disk body could not be handed out; closing the clients' connections")
-            for waiter in waiters { waiter.sink.abort() }
-            return finish()
-        }
         for (waiter, outcome) in zip(waiters, outcomes) {
-            proxy.respond(entry, to: waiter.sink, request: waiter.request, outcome: outcome, now: now, file: body)
+            proxy.respond(entry, to: waiter.sink, request: waiter.request, outcome: outcome, now: now, file: file)
         }
         waiters = []
         finish()

@@ -36,8 +36,6 @@ final class Fetch: @unchecked Sendable {
     enum State {
         /// Asking the disk tier first (a memory miss); waiters wait for its answer.
         case lookingOnDisk
-        /// Handing a large stored body's verified file to every waiter (sendfile); takes no newcomers.
-        case streamingFromDisk
         case waitingForHead
         case checkingBody(HTTPResponseHead)
         case streaming(HTTPResponseHead)
@@ -138,7 +136,7 @@ final class Fetch: @unchecked Sendable {
                 return
             }
             for chunk in chunks { waiter.sink.body(chunk) }
-        case .finished, .streamingFromDisk:
+        case .finished:
             // Closed fetches are not in the coalescer; reaching here is a programming error.
             preconditionFailure("attach to a closed fetch")
         }
@@ -323,7 +321,7 @@ final class Fetch: @unchecked Sendable {
             if bodyComplete { store(head) }
             for waiter in waiters { waiter.sink.body(chunk) }
             if bodyComplete { endAll() }
-        case .waitingForHead, .finished, .lookingOnDisk, .streamingFromDisk:
+        case .waitingForHead, .finished, .lookingOnDisk:
             break
         }
     }
