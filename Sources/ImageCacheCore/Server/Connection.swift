@@ -258,11 +258,12 @@ final class Connection: @unchecked Sendable {
         var progressed = false
         while !writeQueue.isEmpty {
             do {
-                let written = try writeQueue.write { iovecs throws(SystemError) in
+                let written = try writeQueue.write { iovecs, fileFollows throws(SystemError) in
                     var message = msghdr()
                     message.msg_iov = UnsafeMutablePointer(mutating: iovecs.baseAddress)
                     message.msg_iovlen = numericCast(iovecs.count)
-                    return try syscall("sendmsg") { sendmsg(fd, &message, Int32(MSG_NOSIGNAL)) }
+                    let flags = Int32(MSG_NOSIGNAL) | (fileFollows ? Int32(MSG_MORE) : 0)
+                    return try syscall("sendmsg") { sendmsg(fd, &message, flags) }
                 } sendFile: { file, offset, count throws(SystemError) in
                     var position = off_t(offset)
                     let sent = try syscall("sendfile") { Glibc.sendfile(fd, file, &position, count) }

@@ -240,9 +240,11 @@ struct WriteQueue {
     }
 
     /// Sends from the front of the queue with one call and drops the bytes it reports written: `send` with
-    /// iovecs over the leading byte arrays (pointing into them, no copy), or `sendFile` (descriptor, file offset,
-    /// count) when a file region is first. Returns that count; errors from either propagate.
-    mutating func write(_ send: (UnsafeBufferPointer<iovec>) throws(SystemError) -> Int,
+    /// iovecs over the leading byte arrays (pointing into them, no copy) and whether a file region follows them
+    /// (the caller passes MSG_MORE, so a head goes out in the same segments as the start of its file body, as
+    /// nginx's tcp_nopush does), or `sendFile` (descriptor, file offset, count) when a file region is first.
+    /// Returns that count; errors from either propagate.
+    mutating func write(_ send: (UnsafeBufferPointer<iovec>, _ fileFollows: Bool) throws(SystemError) -> Int,
                         sendFile: (Int32, Int, Int) throws(SystemError) -> Int) throws(SystemError) -> Int {
         guard !isEmpty else { return 0 }
         if case let .file(file) = segments[first] {
@@ -254,7 +256,11 @@ struct WriteQueue {
         while last < segments.count, last - first < Self.maxBuffersPerWrite, case .bytes = segments[last] { last += 1 }
         var iovecs: [iovec] = []
         iovecs.reserveCapacity(last - first)
-        let written = try withIOVecs(index: first, last: last, skip: offset, into: &iovecs, send)
+        let fileFollows: Bool
+        if last < segments.count, case .file = segments[last] { fileFollows = true } else { fileFollows = false }
+        let written = try withIOVecs(index: first, last: last, skip: offset, into: &iovecs) { iovecs throws(SystemError) in
+            try send(iovecs, fileFollows)
+        }
         consume(written)
         return written
     }
