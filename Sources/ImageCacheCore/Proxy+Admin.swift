@@ -80,11 +80,17 @@ extension Proxy {
             sink.respond(HTTPResponseHead(status: 200, headers: headers), body: Array((message + "\n").utf8))
         }
         guard let query, let encoded = Route.queryParameter("url", in: query) else {
-            let entries = memory.count
-            memory.removeAll()
-            logger.notice("purge: everything (\(entries) entries in memory) by \(client.address)")
-            guard let disk else { return text("purged everything") }
-            disk.removeAll { text("purged everything") }
+            logger.notice("purge: everything (\(memory.count) entries in memory) by \(client.address)")
+            guard let disk else {
+                memory.removeAll()
+                return text("purged everything")
+            }
+            // Memory is emptied once the files are gone: a disk lookup queued behind the removal finds nothing, and
+            // one that started before it cannot promote its copy afterwards (MemoryCache.promote, removal count).
+            disk.removeAll { [memory] in
+                memory.removeAll()
+                text("purged everything")
+            }
             return
         }
         guard let decoded = Route.percentDecode(encoded), let url = try? UpstreamURL.parse(decoded) else {
@@ -92,9 +98,11 @@ extension Proxy {
             return
         }
         let key = CacheKey(url)
-        let inMemory = memory.remove(key) != nil
         logger.notice("purge: \(key) by \(client.address)")
-        guard let disk else { return text(inMemory ? "purged \(key)" : "not cached: \(key)") }
-        disk.remove(key) { text("purged \(key)") }
+        guard let disk else { return text(memory.remove(key) != nil ? "purged \(key)" : "not cached: \(key)") }
+        disk.remove(key) { [memory] in   // memory after the file, as above
+            memory.remove(key)
+            text("purged \(key)")
+        }
     }
 }

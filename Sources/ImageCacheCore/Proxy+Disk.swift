@@ -20,14 +20,16 @@ internal import Foundation
 enum DiskProbe: Sendable {
     /// Not asked (no disk tier, or a path that does not look on disk first).
     case notAsked
-    /// Asked; its answer (nil: not on disk, or unreadable).
-    case answered(DiskLookup?)
+    /// Asked; its answer (nil: not on disk, or unreadable), and the memory tier's removal count read before asking
+    /// (for `MemoryCache.promote`).
+    case answered(DiskLookup?, removalsSeen: UInt64)
 }
 
 extension Proxy {
     /// Called on the disk's read queue with a lookup's answer (or on the connection's queue when the index knew at
     /// once that the key is absent).
-    func diskAnswered(_ result: DiskLookup?, request: ClientRequest, key: CacheKey, sink: any ResponseSink) {
+    func diskAnswered(_ result: DiskLookup?, request: ClientRequest, key: CacheKey, sink: any ResponseSink,
+                      removalsSeen: UInt64) {
         let found: (entry: CacheEntry, file: FileBody?)?
         switch result {
         case let .entry(entry): found = (entry, nil)
@@ -43,15 +45,15 @@ extension Proxy {
             case .revalidate: hit = nil
             }
             if let hit {
-                // Too large for memory: sent from its verified file with sendfile. Else promoted.
-                if file == nil { memory.promote(entry) }
+                // Read whole only when the memory tier admits it (then promoted); else sent from its file.
+                if file == nil { memory.promote(entry, removalsSeen: removalsSeen) }
                 respond(entry, to: sink, request: request, outcome: hit.outcome, now: time, file: file)
                 countHit(entry, request: request, outcome: hit.served, bodyBytes: file?.length)
                 return
             }
         }
         let sink = countingSink(sink, request: request)
-        queue.async { self.dispatch(request, key: key, sink: sink, reason: .miss, disk: .answered(result)) }
+        queue.async { self.dispatch(request, key: key, sink: sink, reason: .miss, disk: .answered(result, removalsSeen: removalsSeen)) }
     }
 }
 

@@ -99,7 +99,11 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
         }
         guard let entry = memory.lookup(key) else {
             if let disk {
-                disk.lookup(key) { result in self.diskAnswered(result, request: request, key: key, sink: sink) }
+                // Small bodies the memory tier would admit are read into memory; the rest are sent from their files.
+                let removals = memory.removals
+                disk.lookup(key, readsWhole: { [memory] length in memory.admits(key, cost: length) }) { result in
+                    self.diskAnswered(result, request: request, key: key, sink: sink, removalsSeen: removals)
+                }
                 return
             }
             if request.cacheControl.onlyIfCached {
@@ -231,8 +235,8 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
         if reason != .bypass { coalescer[fetchKey] = fetch }
         fetch.attach(waiter, collapsed: false)
         // A miss reaches here only after the hit path asked the disk (Proxy+Disk.swift), with its answer.
-        if case let .answered(result) = probe {
-            fetch.startFromDisk(result)
+        if case let .answered(result, removalsSeen) = probe {
+            fetch.startFromDisk(result, removalsSeen: removalsSeen)
         } else {
             fetch.start()
         }

@@ -120,6 +120,37 @@ struct DiskTierTests {
         #expect(served >= 10 * DiskTierTests.large.count)
     }
 
+    @Test("a client cycling over more images than memory holds still gets memory hits: disk hits do not rotate the memory tier")
+    func scanResistantPromotion() async throws {
+        // Memory holds 3 of the 8 images (each costs 30,000 bytes plus its head).
+        let harness = try ProxyHarness { configuration in
+            configuration.memoryLimitBytes = 100_000
+            configuration.memoryObjectLimitBytes = 256 << 10
+        }
+        let images = (0..<8).map { index in Fixtures.png(size: 30_000 + index) }
+        for (index, image) in images.enumerated() {
+            harness.origin.route("/c\(index).png") { _ in CachingTests.image(image) }
+        }
+        var memoryHits: [Int] = []
+        for round in 0..<5 {
+            var hits = 0
+            for (index, image) in images.enumerated() {
+                let response = try await harness.get("/c\(index).png")
+                #expect(response.status == 200 && response.body == image, "round \(round) image \(index)")
+                let status = response.header("Cache-Status") ?? ""
+                if status.contains("hit") && !status.contains("detail=disk") { hits += 1 }
+            }
+            memoryHits.append(hits)
+            if round == 0 { await harness.flushDisk() }
+        }
+        // Round 0 fetched everything. Afterwards every miss in memory is a disk hit; with plain LRU promotion each
+        // would evict an image needed a moment later, and no request would ever be a memory hit. With admission by
+        // frequency, 3 images settle in memory and stay there round after round.
+        #expect(memoryHits[0] == 0)
+        #expect(memoryHits[3] == 3 && memoryHits[4] == 3, "memory hits per round: \(memoryHits)")
+        #expect(harness.origin.allRequests.count == 8)
+    }
+
     @Test("stale entries with the origin down: 502 by default, served with max-stale or the stale-if-error policy")
     func staleOffline() async throws {
         let harness = try ProxyHarness(DiskTierTests.settings)

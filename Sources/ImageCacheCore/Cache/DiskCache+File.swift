@@ -6,6 +6,35 @@ internal import Foundation
 internal import Glibc
 #endif
 
+/// What `fstat` says about an open entry file.
+struct FileStatus {
+    var size: Int
+    /// Seconds since 1970 (the entry's last use as recorded on disk).
+    var mtime: Double
+    var identity: FileIdentity
+}
+
+/// One version of one file: a rename puts another inode under the name, and any write, truncate or metadata change
+/// moves ctime, which no caller can set back. A body verified at an identity is the same body at that identity.
+struct FileIdentity: Hashable, Sendable {
+    var device: UInt64
+    var inode: UInt64
+    var size: Int
+    var changeSeconds: Int
+    var changeNanoseconds: Int
+
+    /// How old a ctime must be (wall clock) before a version may be trusted as verified. File systems without
+    /// fine-grained change times stamp ctime from a coarse clock (a tick of a few ms), so a change within the same
+    /// tick as the previous one can leave ctime as it was; a second later, any change gets a later ctime.
+    static let settleSeconds = 1
+
+    /// Whether this version's ctime is at least `settleSeconds` older than `now` (the wall clock; tests inject one).
+    func isSettled(now: Date) -> Bool {
+        let change = Double(changeSeconds) + Double(changeNanoseconds) / 1e9
+        return now.timeIntervalSince1970 - change >= Double(Self.settleSeconds)
+    }
+}
+
 enum DiskFile {
     /// First read of a header; most headers fit, larger ones cost one more pread.
     static let headerReadSize = 4096
@@ -75,11 +104,14 @@ enum DiskFile {
         }
     }
 
-    /// Size and mtime (seconds since 1970).
-    static func status(_ fd: Int32) throws(SystemError) -> (size: Int, mtime: Double) {
+    /// Size, mtime (seconds since 1970) and identity of an open file.
+    static func status(_ fd: Int32) throws(SystemError) -> FileStatus {
         var info = stat()
         try syscall("fstat") { fstat(fd, &info) }
-        return (Int(info.st_size), Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9)
+        let identity = FileIdentity(device: UInt64(info.st_dev), inode: UInt64(info.st_ino), size: Int(info.st_size),
+                                    changeSeconds: info.st_ctim.tv_sec, changeNanoseconds: info.st_ctim.tv_nsec)
+        return FileStatus(size: Int(info.st_size), mtime: Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9,
+                          identity: identity)
     }
 
     /// The inode of an open file (nil if fstat fails).
@@ -104,38 +136,39 @@ enum DiskFile {
 
     /// Reads and verifies the header of an open entry file (not the body).
     /// Throws `DiskEntryFormat.Failure` for a bad file, `SystemError` for a failed call.
-    static func readHeader(_ fd: Int32) throws -> (DiskEntryFormat.Header, size: Int, mtime: Double) {
+    static func readHeader(_ fd: Int32) throws -> (DiskEntryFormat.Header, FileStatus) {
         var buffer = [UInt8](unsafeUninitializedCapacity: headerReadSize) { _, initialized in initialized = headerReadSize }
         return try readHeader(fd, buffer: &buffer)
     }
 
     /// The file's size and mtime, one pread of up to `headerReadSize` bytes into `buffer` (`got` of them), and where
     /// the header ends (`end`, from the verified prefix): the first step of every header read.
-    private static func readPrefix(_ fd: Int32, buffer: inout [UInt8]) throws -> (size: Int, mtime: Double, got: Int, end: Int) {
-        let (size, mtime) = try status(fd)
+    private static func readPrefix(_ fd: Int32, buffer: inout [UInt8]) throws -> (FileStatus, got: Int, end: Int) {
+        let status = try status(fd)
         let got = try buffer.withUnsafeMutableBytes { raw in
             Result { () throws(SystemError) in
                 try read(fd, into: UnsafeMutableRawBufferPointer(rebasing: raw[0..<headerReadSize]), offset: 0)
             }
         }.get()
         let headerLength = try DiskEntryFormat.decodePrefix(buffer[0..<got])
-        return (size, mtime, got, DiskEntryFormat.prefixLength + headerLength)
+        return (status, got, DiskEntryFormat.prefixLength + headerLength)
     }
 
     /// As `readHeader(_:)`, reusing `buffer` (at least `headerReadSize` bytes) for the first read.
-    static func readHeader(_ fd: Int32, buffer: inout [UInt8]) throws -> (DiskEntryFormat.Header, size: Int, mtime: Double) {
-        let (size, mtime, got, end) = try readPrefix(fd, buffer: &buffer)
-        if end <= got { return (try DiskEntryFormat.decodeHeader(buffer[0..<end]), size, mtime) }
-        guard end <= size else { throw DiskEntryFormat.Failure("truncated header") }
+    static func readHeader(_ fd: Int32, buffer: inout [UInt8]) throws -> (DiskEntryFormat.Header, FileStatus) {
+        let (status, got, end) = try readPrefix(fd, buffer: &buffer)
+        if end <= got { return (try DiskEntryFormat.decodeHeader(buffer[0..<end]), status) }
+        guard end <= status.size else { throw DiskEntryFormat.Failure("truncated header") }
         let whole = try read(fd, count: end, offset: 0)
-        return (try DiskEntryFormat.decodeHeader(whole[...]), size, mtime)
+        return (try DiskEntryFormat.decodeHeader(whole[...]), status)
     }
 
     /// The loader's cheap read: size, mtime, and the checksum-verified key and body length from the first pread.
     static func readIndexFields(_ fd: Int32, buffer: inout [UInt8]) throws
         -> (key: String, fileSize: Int, actualSize: Int, mtime: Double)
     {
-        let (size, mtime, got, end) = try readPrefix(fd, buffer: &buffer)
+        let (status, got, end) = try readPrefix(fd, buffer: &buffer)
+        let (size, mtime) = (status.size, status.mtime)
         let fields: (key: String, bodyOffset: Int, bodyLength: Int)
         if end <= got {
             fields = try DiskEntryFormat.decodeIndexFields(buffer[0..<end])
@@ -146,14 +179,14 @@ enum DiskFile {
         return (fields.key, fields.bodyOffset + fields.bodyLength, size, mtime)
     }
 
-    /// Hashes the body and compares it with the header's checksum. The file is mapped (read-only, pre-faulted) and
-    /// hashed in place: no copy of the body into this process, which then sends it with sendfile. Where mapping
-    /// fails, it is read through a buffer instead.
+    /// Bodies up to this size are verified through a buffer; mapping a small file costs more than copying it.
+    static let mapThreshold = 256 << 10
+
+    /// Hashes the body and compares it with the header's checksum, without keeping it: the caller sends it from the
+    /// file with sendfile. A large body is mapped (read-only, pre-faulted) and hashed in place, with no copy into this
+    /// process; a small one (or where mapping fails) is read through a buffer.
     static func verifyBody(_ fd: Int32, header: DiskEntryFormat.Header) throws {
-        guard header.bodyLength > 0 else {
-            guard XXH64.hash([UInt8]()) == header.bodyChecksum else { throw DiskEntryFormat.Failure("body checksum mismatch") }
-            return
-        }
+        guard header.bodyLength > mapThreshold else { return try verifyBodyByReading(fd, header: header) }
         let size = header.bodyOffset + header.bodyLength
         let mapped = mmap(nil, size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0)
         guard let mapped, mapped != MAP_FAILED else { return try verifyBodyByReading(fd, header: header) }
@@ -164,7 +197,7 @@ enum DiskFile {
 
     /// `verifyBody` through a buffer, in chunks.
     static func verifyBodyByReading(_ fd: Int32, header: DiskEntryFormat.Header) throws {
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: chunkSize, alignment: 16)
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: max(1, min(chunkSize, header.bodyLength)), alignment: 16)
         defer { buffer.deallocate() }
         var hasher = XXH64()
         var done = 0

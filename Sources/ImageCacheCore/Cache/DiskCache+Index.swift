@@ -30,6 +30,10 @@ struct DiskIndex: Sendable {
         var persistedUse: Double
         /// Orders uses with equal `lastUsed` (0 for entries found by the loader).
         var sequence: UInt64
+        /// The file version whose body a lookup hashed and found good (nil: none yet). A lookup that finds the same
+        /// identity (inode, size, ctime) skips hashing the body again; any change to the file, or a new file under
+        /// the name, has another identity.
+        var verified: FileIdentity? = nil
     }
 
     var records: [String: Record] = [:]
@@ -44,6 +48,7 @@ struct DiskIndex: Sendable {
     var removedCorrupt = 0
     var evicted = 0
     var expired = 0
+    var bodiesVerified = 0
     /// Writes, updates and removals queued on the serial queue and not yet run, by file name.
     var pendingWrites: [String: Int] = [:]
     /// `removeAll` calls queued and not yet run.
@@ -84,15 +89,18 @@ struct DiskIndex: Sendable {
     /// A lookup hit: a known record gets the new last use (its size stays: an insert may have replaced the file
     /// since the lookup opened it); an unknown one is added only while the loader runs (afterwards, a name missing
     /// from the index was removed meanwhile, and must not come back).
-    mutating func markUsed(_ name: String, size: Int, lastUsed: Double, persistedUse: Double) {
+    /// `verified`: the identity of the file version the lookup verified (nil: not to be trusted later).
+    mutating func markUsed(_ name: String, size: Int, lastUsed: Double, persistedUse: Double, verified: FileIdentity?) {
         if var record = records[name] {
             record.lastUsed = max(record.lastUsed, lastUsed)
             record.persistedUse = max(record.persistedUse, persistedUse)
             record.sequence = nextSequence
+            record.verified = verified
             records[name] = record
             nextSequence += 1
         } else if !loaded {
             set(name, size: size, lastUsed: lastUsed, persistedUse: persistedUse)
+            records[name]?.verified = verified
         }
     }
 
@@ -118,6 +126,7 @@ struct DiskIndex: Sendable {
         stats.removedCorrupt = removedCorrupt
         stats.evicted = evicted
         stats.expired = expired
+        stats.bodiesVerified = bodiesVerified
         return stats
     }
 

@@ -147,18 +147,20 @@ public final class DiskCache: Sendable {
     /// hold is a miss at once: `completion(nil)` runs on the caller's thread before `lookup` returns. Otherwise the
     /// file is read on the read queue and `completion` runs there. Verifies format version, key, header and body
     /// checksums before returning anything; a corrupt, truncated or foreign file is logged, reported as nil, and
-    /// removed.
-    public func lookup(_ key: CacheKey, completion: @escaping @Sendable (DiskLookup?) -> Void) {
+    /// removed. A body up to `memoryReadLimitBytes` that `readsWhole` (given the body length; nil: every such body)
+    /// wants is read into memory (`.entry`); any other is verified and handed out as its open file (`.stream`).
+    public func lookup(_ key: CacheKey, readsWhole: (@Sendable (_ bodyLength: Int) -> Bool)? = nil,
+                       completion: @escaping @Sendable (DiskLookup?) -> Void) {
         let keyString = key.description
         let name = DiskEntryFormat.fileName(forKey: keyString)
         switch index.withLock({ $0.route(name) }) {
         case .absent:
             completion(nil)
         case .read:
-            readQueue.async { completion(self._lookup(key: key, keyString: keyString, name: name)) }
+            readQueue.async { completion(self._lookup(key: key, keyString: keyString, name: name, readsWhole: readsWhole)) }
         case .afterWrites:
             // A write, update or removal of this name is queued: read after it, as the caller's request came after.
-            queue.async { completion(self._lookup(key: key, keyString: keyString, name: name)) }
+            queue.async { completion(self._lookup(key: key, keyString: keyString, name: name, readsWhole: readsWhole)) }
         }
     }
 
@@ -238,9 +240,12 @@ public final class DiskCache: Sendable {
     // MARK: - Lookup
 
     /// On the read queue, or on the serial queue after a queued write of the name; no file call here changes the tree.
-    func _lookup(key: CacheKey, keyString: String, name: String) -> DiskLookup? {
-        let known = index.withLock { index -> Bool? in index.knownAbsent(name) ? nil : index.records[name] != nil }
-        guard let known else { return nil }
+    func _lookup(key: CacheKey, keyString: String, name: String,
+                 readsWhole: (@Sendable (_ bodyLength: Int) -> Bool)? = nil) -> DiskLookup? {
+        let known = index.withLock { index -> (indexed: Bool, verified: FileIdentity?)? in
+            index.knownAbsent(name) ? nil : (index.records[name] != nil, index.records[name]?.verified)
+        }
+        guard let (indexed, verified) = known else { return nil }
         let path = filePath(of: name)
         let fd: Int32
         do {
@@ -248,34 +253,37 @@ public final class DiskCache: Sendable {
         } catch {
             if error.errno != ENOENT { logger.warning("disk lookup cannot open \(path): \(error)") }
             // The index says the file is there: let the serial queue, which orders writes, check and forget it.
-            if known { queue.async { self._forgetIfMissing(name: name) } }
+            if indexed { queue.async { self._forgetIfMissing(name: name) } }
             return nil
         }
         var handedOut = false
         defer { if !handedOut { closeDescriptor(fd) } }
         do {
-            let (header, size, _) = try DiskFile.readHeader(fd)
+            let (header, status) = try DiskFile.readHeader(fd)
             guard header.key == keyString else {
                 throw DiskEntryFormat.Failure("holds another key (\(header.key)): a hash collision or a foreign file")
             }
-            guard size == header.fileSize else {
-                throw DiskEntryFormat.Failure("file is \(size) bytes, its header describes \(header.fileSize) (truncated?)")
+            guard status.size == header.fileSize else {
+                throw DiskEntryFormat.Failure("file is \(status.size) bytes, its header describes \(header.fileSize) (truncated?)")
             }
+            // This version of the file (identity taken before reading) had its body hashed by an earlier lookup.
+            let alreadyVerified = verified == status.identity
             let result: DiskLookup
-            if header.bodyLength <= configuration.memoryReadLimitBytes {
+            if header.bodyLength <= configuration.memoryReadLimitBytes, readsWhole?(header.bodyLength) ?? true {
                 let body = try DiskFile.read(fd, count: header.bodyLength, offset: header.bodyOffset)
                 guard body.count == header.bodyLength else { throw DiskEntryFormat.Failure("body truncated") }
-                guard DiskEntryFormat.checksum(body) == header.bodyChecksum else {
+                guard alreadyVerified || DiskEntryFormat.checksum(body) == header.bodyChecksum else {
                     throw DiskEntryFormat.Failure("body checksum mismatch")
                 }
                 result = .entry(makeEntry(key: key, header: header, body: body))
             } else {
-                try DiskFile.verifyBody(fd, header: header)
+                if !alreadyVerified { try DiskFile.verifyBody(fd, header: header) }
                 handedOut = true
                 result = .stream(head: makeEntry(key: key, header: header, body: []),
                                  file: FileBody(descriptor: fd, offset: header.bodyOffset, length: header.bodyLength))
             }
-            markUsed(name: name, size: size, fd: fd)
+            markUsed(name: name, size: status.size, fd: fd, verified: status.identity.isSettled(now: now()) ? status.identity : nil,
+                     hashed: !alreadyVerified)
             return result
         } catch let failure as DiskEntryFormat.Failure {
             reportCorrupt(name: name, path: path, fd: fd, why: failure.description)
@@ -290,14 +298,19 @@ public final class DiskCache: Sendable {
                    responseTime: header.responseTime, vary: header.vary, policy: configuration.freshnessPolicy)
     }
 
-    /// Records a hit in the index; pushes the file's mtime forward when the on-disk last use is stale.
-    private func markUsed(name: String, size: Int, fd: Int32) {
+    /// Records a hit in the index, with the file version whose body it verified (nil: too recently changed to
+    /// trust, see `FileIdentity.settleSeconds`) and whether it hashed the body; pushes the file's mtime forward
+    /// when the on-disk last use is stale (which moves its ctime: the next lookup verifies the body again).
+    private func markUsed(name: String, size: Int, fd: Int32, verified: FileIdentity?, hashed: Bool) {
         let nowSeconds = now().timeIntervalSince1970
         var persisted = index.withLock { $0.records[name]?.persistedUse } ?? -Double.infinity
         if nowSeconds - persisted >= DiskCache.touchIntervalSeconds {
             if (try? DiskFile.setModificationTime(fd, nowSeconds)) != nil { persisted = nowSeconds }
         }
-        index.withLock { $0.markUsed(name, size: size, lastUsed: nowSeconds, persistedUse: persisted) }
+        index.withLock { index in
+            index.markUsed(name, size: size, lastUsed: nowSeconds, persistedUse: persisted, verified: verified)
+            if hashed { index.bodiesVerified += 1 }
+        }
     }
 
     /// A lookup found a bad file: logged now (the request is answered as a miss), removed by the serial queue.
@@ -374,7 +387,8 @@ public final class DiskCache: Sendable {
         defer { closeDescriptor(old) }
         let stored: DiskEntryFormat.Header
         do {
-            let (header, size, _) = try DiskFile.readHeader(old)
+            let (header, status) = try DiskFile.readHeader(old)
+            let size = status.size
             guard header.key == entry.key.description else { throw DiskEntryFormat.Failure("holds another key (\(header.key))") }
             guard size == header.fileSize else {
                 throw DiskEntryFormat.Failure("file is \(size) bytes, its header describes \(header.fileSize) (truncated?)")
@@ -501,6 +515,8 @@ public struct DiskCacheStats: Sendable, Equatable {
     public var evicted = 0
     /// Entries removed because they were not used for max age.
     public var expired = 0
+    /// Bodies hashed by lookups and found good (a hit on a file version verified before does not hash it again).
+    public var bodiesVerified = 0
     public init() {}
 }
 

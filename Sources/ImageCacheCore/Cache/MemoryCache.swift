@@ -5,6 +5,8 @@
 //     State.nodes   [Node]                       array-backed doubly linked LRU list; `head` is the most recently
 //                                                used, `tail` the least; free slots are chained through `free`
 //     State.totalCost, evictionCount, limits
+//     State.sketch  FrequencySketch             recent accesses by key hash (every lookup, hit or miss)
+//     State.removals                            remove/removeAll calls so far (a purge's mark)
 //
 //   Entries are immutable `CacheEntry` values: a lookup hands out a copy (the body buffer is shared, not copied),
 //   so no one outside the lock ever touches State. Entries leaving the cache (evicted, replaced, removed) are
@@ -18,6 +20,18 @@
 // Policy: LRU bounded by total cost (bytes) and optionally by count (0 = unbounded). An entry costing more than
 // the per-object limit or the whole budget is refused (and any old entry under its key removed). Inserting
 // evicts least-recently-used entries until both limits hold again; `setLimits` does so at once.
+//
+// Admission of copies read back from the disk tier (`promote`): LRU alone thrashes when the working set is larger
+// than memory and is scanned in a cycle (every disk hit would evict an entry needed soon, and none would ever be hit
+// in memory). A promotion that needs an eviction is admitted only when the candidate was asked for more often lately
+// than the entry it would evict first (TinyLFU, see FrequencySketch.swift); ties keep the resident entry, so a scan
+// settles on a stable resident set instead of rotating through it. A promotion that fits without evicting is always
+// admitted. A refused promotion is not an error: the disk tier serves the entry from its file. `insert` (a response
+// just received from the origin) always admits, as plain LRU.
+//
+// Purges: `remove` and `removeAll` count removals. A disk hit notes the count before it looks on disk and promotes
+// with it; a purge in between makes the promotion a no-op, so a purged entry never comes back into memory from a
+// read that started before the purge (the purge queues the disk removal first, then empties memory).
 
 import Synchronization
 
@@ -31,9 +45,14 @@ public final class MemoryCache: Sendable {
         state = Mutex(State(limitBytes: limitBytes, countLimit: countLimit, objectLimitBytes: objectLimitBytes))
     }
 
-    /// The entry stored under `key`, marked most recently used.
+    /// Counters of the admission sketch for a byte budget: one per 4 KiB of budget, 4096 to 1 Mi.
+    static func sketchWidth(limitBytes: Int) -> Int { min(max(limitBytes >> 12, 4096), 1 << 20) }
+
+    /// The entry stored under `key`, marked most recently used. Counts the access (hit or miss) for admission.
     public func lookup(_ key: CacheKey) -> CacheEntry? {
-        state.withLock { state in
+        let hash = key.hashValue
+        return state.withLock { state in
+            state.sketch.increment(hash)
             guard let index = state.map[key] else { return nil }
             state.moveToFront(index)
             return state.nodes[index].entry
@@ -43,21 +62,39 @@ public final class MemoryCache: Sendable {
     /// Stores `entry`, replacing any entry under its key, then evicts least-recently-used entries until within the
     /// limits. False (and any old entry under the key removed) when the entry alone is over the object or total limit.
     @discardableResult
-    public func insert(_ entry: CacheEntry) -> Bool { store(entry, keepingNewer: false) }
+    public func insert(_ entry: CacheEntry) -> Bool { store(entry) }
 
-    /// Stores an entry read back from the disk tier, unless the key already holds one received at the same time or
-    /// later (an upstream fetch may have stored a newer response while the file was read). Limits as `insert`.
+    /// Stores an entry read back from the disk tier, if admitted (see the policy at the top) and unless the key already
+    /// holds one received at the same time or later (an upstream fetch may have stored a newer response while the
+    /// file was read), or a removal came after `removalsSeen` (the `removals` count read before the disk lookup).
     @discardableResult
-    public func promote(_ entry: CacheEntry) -> Bool { store(entry, keepingNewer: true) }
+    public func promote(_ entry: CacheEntry, removalsSeen: UInt64) -> Bool {
+        store(entry, promotion: removalsSeen)
+    }
 
-    /// `insert` and `promote`: with `keepingNewer`, an entry under the key received at the same time or later stays.
-    private func store(_ entry: CacheEntry, keepingNewer: Bool) -> Bool {
+    /// Whether `promote` would admit an entry of `cost` bytes under `key` now (the disk tier asks before it reads a
+    /// body into memory; a refused one is sent from its file instead).
+    public func admits(_ key: CacheKey, cost: Int) -> Bool {
+        let hash = key.hashValue
+        return state.withLock { $0.admits(hash: hash, cost: cost, replacing: $0.map[key]) }
+    }
+
+    /// `remove` and `removeAll` calls so far: read before a disk lookup, handed to `promote`.
+    public var removals: UInt64 { state.withLock { $0.removals } }
+
+    /// `insert` and `promote` (`promotion`: the removals seen): a promotion keeps an entry under the key received at
+    /// the same time or later, and is subject to admission.
+    private func store(_ entry: CacheEntry, promotion removalsSeen: UInt64? = nil) -> Bool {
+        let hash = removalsSeen == nil ? 0 : entry.key.hashValue
         let (stored, released) = state.withLock { state -> (Bool, [CacheEntry]) in
             var released: [CacheEntry] = []
-            if let old = state.map[entry.key] {
-                if keepingNewer, let stored = state.nodes[old].entry, stored.responseTime >= entry.responseTime { return (false, []) }
-                released.append(state.release(old))
+            let old = state.map[entry.key]
+            if let removalsSeen {
+                guard removalsSeen == state.removals else { return (false, []) }
+                if let old, let stored = state.nodes[old].entry, stored.responseTime >= entry.responseTime { return (false, []) }
+                guard state.admits(hash: hash, cost: entry.cost, replacing: old) else { return (false, []) }
             }
+            if let old { released.append(state.release(old)) }
             guard entry.cost <= state.objectLimitBytes, entry.cost <= state.limitBytes else { return (false, released) }
             state.insertAtFront(entry)
             state._trim(into: &released)
@@ -71,7 +108,8 @@ public final class MemoryCache: Sendable {
     @discardableResult
     public func remove(_ key: CacheKey) -> CacheEntry? {
         state.withLock { state in
-            state.map[key].map { state.release($0) }
+            state.removals += 1
+            return state.map[key].map { state.release($0) }
         }
     }
 
@@ -79,6 +117,7 @@ public final class MemoryCache: Sendable {
         let released = state.withLock { state -> [Node] in
             let nodes = state.nodes
             state.removeAll()
+            state.removals += 1
             return nodes
         }
         _ = released
@@ -91,6 +130,8 @@ public final class MemoryCache: Sendable {
             state.limitBytes = bytes
             state.countLimit = count
             state.objectLimitBytes = objectLimitBytes
+            let width = MemoryCache.sketchWidth(limitBytes: bytes)
+            if width != state.sketch.width { state.sketch = FrequencySketch(width: width) }
             var released: [CacheEntry] = []
             // Entries now over the per-object limit go first, then LRU order.
             var index = state.tail
@@ -155,11 +196,27 @@ public final class MemoryCache: Sendable {
         var limitBytes: Int
         var countLimit: Int
         var objectLimitBytes: Int
+        var sketch: FrequencySketch
+        var removals: UInt64 = 0
 
         init(limitBytes: Int, countLimit: Int, objectLimitBytes: Int) {
             self.limitBytes = limitBytes
             self.countLimit = countLimit
             self.objectLimitBytes = objectLimitBytes
+            sketch = FrequencySketch(width: MemoryCache.sketchWidth(limitBytes: limitBytes))
+        }
+
+        /// Admission of a promotion of `cost` bytes (key hash `hash`; `replacing`: the node it would replace): within
+        /// the limits after the replacement, or asked for more often lately than the first entry it would evict.
+        func admits(hash: Int, cost: Int, replacing: Int?) -> Bool {
+            guard cost <= objectLimitBytes, cost <= limitBytes else { return false }
+            let freed = replacing.flatMap { nodes[$0].entry?.cost } ?? 0
+            let count = map.count + (replacing == nil ? 1 : 0)
+            if totalCost - freed + cost <= limitBytes, countLimit == 0 || count <= countLimit { return true }
+            var victim = tail
+            if victim == replacing, victim != State.none { victim = nodes[victim].prev }
+            guard victim != State.none, let victimKey = nodes[victim].entry?.key else { return true }
+            return sketch.estimate(hash) > sketch.estimate(victimKey.hashValue)
         }
 
         mutating func insertAtFront(_ entry: CacheEntry) {

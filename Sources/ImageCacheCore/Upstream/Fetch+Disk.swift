@@ -18,15 +18,17 @@ internal import Logging
 
 extension Fetch {
     /// Starts from a disk answer the proxy already has (the hit path asked and could not finish the request).
-    func startFromDisk(_ result: DiskLookup?) {
+    func startFromDisk(_ result: DiskLookup?, removalsSeen: UInt64) {
         dispatchPrecondition(condition: .onQueue(queue))
         state = .lookingOnDisk
-        diskAnswered(result, afterRevalidation: nil)
+        diskAnswered(result, afterRevalidation: nil, removalsSeen: removalsSeen)
     }
 
     /// The disk's answer. `afterRevalidation` is the outcome to report when the origin has just confirmed the entry
-    /// (a 304, or a failure where stale-if-error allows the stale copy): then every waiter is served from it.
-    func diskAnswered(_ result: DiskLookup?, afterRevalidation: CacheOutcome?) {
+    /// (a 304, or a failure where stale-if-error allows the stale copy): then every waiter is served from it, and a
+    /// small entry is stored in memory as a fresh response would be. Otherwise a small entry is promoted with the
+    /// memory tier's removal count read before the lookup (`removalsSeen`).
+    func diskAnswered(_ result: DiskLookup?, afterRevalidation: CacheOutcome?, removalsSeen: UInt64?) {
         dispatchPrecondition(condition: .onQueue(queue))
         guard case .lookingOnDisk = state else { return }
         // The origin confirmed an entry that is gone now (purged or evicted meanwhile): fetch it whole, once.
@@ -47,7 +49,11 @@ extension Fetch {
         case let .entry(entry):
             splitOffOtherVariants(entry)
             guard !waiters.isEmpty else { return finish() }
-            if afterRevalidation == nil { proxy.memory.promote(entry) } else { proxy.memory.insert(entry) }
+            if afterRevalidation != nil {
+                proxy.memory.insert(entry)
+            } else if let removalsSeen {
+                proxy.memory.promote(entry, removalsSeen: removalsSeen)
+            }
             let time = proxy.now()
             var remaining: [Waiter] = []
             for waiter in waiters {
@@ -137,7 +143,7 @@ extension Fetch {
         generation += 1   // ignore whatever the upstream transfer still reports
         state = .lookingOnDisk
         disk.lookup(key) { [self] result in
-            queue.async { self.diskAnswered(result, afterRevalidation: outcome) }
+            queue.async { self.diskAnswered(result, afterRevalidation: outcome, removalsSeen: nil) }
         }
     }
 

@@ -27,6 +27,19 @@ struct DiskCacheTests {
         return try DiskCache(configuration: configuration, logger: log.logger, now: clock.now)
     }
 
+    /// The body a lookup found, read whole or from its file (nil: a miss).
+    static func body(_ found: DiskLookup?) -> [UInt8]? {
+        switch found {
+        case let .entry(entry): entry.body
+        case let .stream(_, file): file.readAll()
+        case nil: nil
+        }
+    }
+
+    static func fileSize(_ path: String) throws -> Int {
+        try FileManager.default.attributesOfItem(atPath: path)[.size] as! Int
+    }
+
     /// Overwrites one byte of a file.
     static func flipByte(in path: String, at offset: Int) throws {
         let handle = try #require(FileHandle(forUpdatingAtPath: path))
@@ -257,18 +270,51 @@ struct DiskCacheTests {
     func indexMarkUsed() {
         var index = DiskIndex()
         // While loading, a hit on a file the loader has not reached yet indexes it
-        index.markUsed("a", size: 100, lastUsed: 5, persistedUse: 5)
+        index.markUsed("a", size: 100, lastUsed: 5, persistedUse: 5, verified: nil)
         #expect(index.records["a"]?.size == 100 && index.bytes == 100)
         // A hit on a record an insert has just replaced keeps the new size
         index.set("a", size: 300, lastUsed: 6, persistedUse: 6)
-        index.markUsed("a", size: 100, lastUsed: 7, persistedUse: 6)
+        index.markUsed("a", size: 100, lastUsed: 7, persistedUse: 6, verified: nil)
         #expect(index.records["a"]?.size == 300 && index.records["a"]?.lastUsed == 7 && index.bytes == 300)
         // Once loaded, a name swept or purged meanwhile stays out
         index.loaded = true
         index.remove("a")
-        index.markUsed("a", size: 300, lastUsed: 8, persistedUse: 8)
+        index.markUsed("a", size: 300, lastUsed: 8, persistedUse: 8, verified: nil)
         #expect(index.records["a"] == nil && index.bytes == 0)
         #expect(index.knownAbsent("a"))
+    }
+
+    @Test("a body is hashed once per file version: an unchanged file is not hashed again, a change in place is caught", arguments: [100, 600_000])
+    func verifiedOnce(bytes: Int) throws {
+        let directory = DiskTestDirectory()
+        // The clock runs 5 s ahead of the files' change times, so a verified version counts as settled.
+        let cache = try Self.makeCache(directory, clock: DiskTestClock(Date().addingTimeInterval(5)), memoryReadLimit: 1000)
+        let entry = Self.entry("once", bytes: bytes, fill: 3)
+        cache.insert(entry)
+        let path = cache.path(of: entry.key)
+        for round in 1...3 {
+            #expect(Self.body(cache.lookupNow(entry.key)) == entry.body, "round \(round)")
+        }
+        #expect(cache.stats.bodiesVerified == 1)
+        // A byte flipped in place (same size, same inode) moves ctime: hashed again, caught, removed.
+        try Self.flipByte(in: path, at: try Self.fileSize(path) - 1)
+        #expect(cache.lookupNow(entry.key) == nil)
+        #expect(cache.stats.bodiesVerified == 1 && cache.stats.removedCorrupt == 1)
+        #expect(!FileManager.default.fileExists(atPath: path))
+        // A new file under the name (tmp + rename: another inode) is hashed again too.
+        cache.insert(entry)
+        #expect(Self.body(cache.lookupNow(entry.key)) == entry.body)
+        #expect(cache.stats.bodiesVerified == 2)
+    }
+
+    @Test("a file version changed less than a second ago is hashed on every lookup (coarse ctime clocks)")
+    func recentVersionNotTrusted() throws {
+        let directory = DiskTestDirectory()
+        let cache = try Self.makeCache(directory, clock: DiskTestClock(Date()))
+        let entry = Self.entry("recent", bytes: 100)
+        cache.insert(entry)
+        for _ in 1...3 { #expect(Self.body(cache.lookupNow(entry.key)) == entry.body) }
+        #expect(cache.stats.bodiesVerified == 3)
     }
 
     @Test("a flipped byte in a streamed body is caught before the stream is handed out")

@@ -83,16 +83,64 @@ struct MemoryCacheTests {
         let older = Fixture.entry([], key: key, body: [1], responseTime: Fixture.t0)
         let newer = Fixture.entry([], key: key, body: [2], responseTime: Fixture.t0.addingTimeInterval(10))
         // An empty key takes it
-        #expect(cache.promote(older))
+        #expect(cache.promote(older, removalsSeen: cache.removals))
         #expect(cache.lookup(key)?.body == [1])
         // A newer one replaces it
-        #expect(cache.promote(newer))
+        #expect(cache.promote(newer, removalsSeen: cache.removals))
         #expect(cache.lookup(key)?.body == [2])
         // An older (or equally old) disk copy does not replace what an upstream fetch stored meanwhile
-        #expect(!cache.promote(older))
-        #expect(!cache.promote(Fixture.entry([], key: key, body: [3], responseTime: Fixture.t0.addingTimeInterval(10))))
+        #expect(!cache.promote(older, removalsSeen: cache.removals))
+        #expect(!cache.promote(Fixture.entry([], key: key, body: [3], responseTime: Fixture.t0.addingTimeInterval(10)), removalsSeen: cache.removals))
         #expect(cache.lookup(key)?.body == [2])
         #expect(cache.totalCost == newer.cost)
+    }
+
+    @Test("a promotion started before a purge (remove or removeAll) does not bring the entry back")
+    func promoteAfterPurge() {
+        let cache = MemoryCache(limitBytes: 1 << 20, objectLimitBytes: 1 << 20)
+        let seen = cache.removals               // read by a disk hit before it looks on disk
+        cache.remove(Self.key("p"))             // a purge of the key (nothing in memory) while the file is read
+        #expect(!cache.promote(Self.entry("p"), removalsSeen: seen))
+        #expect(cache.lookup(Self.key("p")) == nil)
+        let seenAgain = cache.removals
+        cache.removeAll()
+        #expect(!cache.promote(Self.entry("p"), removalsSeen: seenAgain))
+        #expect(cache.promote(Self.entry("p"), removalsSeen: cache.removals))   // a lookup after the purge may
+    }
+
+    @Test("admission: a promotion that fits is admitted; a full cache keeps its entries against a cyclic scan and takes a key asked for more often than its LRU victim")
+    func admission() {
+        // Room for exactly 4 entries.
+        let cache = MemoryCache(limitBytes: 4 * Self.unit, objectLimitBytes: 1 << 20)
+        let resident = ["r0", "r1", "r2", "r3"]
+        for name in resident {
+            _ = cache.lookup(Self.key(name))    // the miss that made the disk hit
+            #expect(cache.admits(Self.key(name), cost: Self.unit))
+            #expect(cache.promote(Self.entry(name), removalsSeen: cache.removals))
+        }
+        // A scan over 12 other keys, 3 rounds, as a client rotating over a set larger than memory: each is asked for
+        // as often as the residents, so none displaces them (plain LRU would evict on every miss and never hit).
+        for _ in 0..<3 {
+            for name in resident { #expect(cache.lookup(Self.key(name)) != nil) }
+            for index in 0..<12 {
+                let name = "s\(index)"
+                _ = cache.lookup(Self.key(name))
+                #expect(!cache.admits(Self.key(name), cost: Self.unit))
+                #expect(!cache.promote(Self.entry(name), removalsSeen: cache.removals))
+            }
+        }
+        #expect(Set(cache.keysByRecency) == Set(resident.map(Self.key)))
+        #expect(cache.evictionCount == 0)
+        // A key asked for more often than the least recently used resident is admitted and evicts it.
+        for _ in 0..<6 { _ = cache.lookup(Self.key("hot")) }
+        let victim = cache.keysByRecency.last!
+        #expect(cache.admits(Self.key("hot"), cost: Self.unit))
+        #expect(cache.promote(Self.entry("hot"), removalsSeen: cache.removals))
+        #expect(cache.lookup(Self.key("hot")) != nil)
+        #expect(!cache.keysByRecency.contains(victim))
+        // insert (a response from the origin) is plain LRU: always stored.
+        #expect(cache.insert(Self.entry("fetched")))
+        #expect(cache.checkInvariants())
     }
 
     @Test("replacing an entry updates the total cost")
