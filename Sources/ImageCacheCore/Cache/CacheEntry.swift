@@ -23,7 +23,7 @@ public struct CacheEntry: Sendable {
     public let key: CacheKey
     /// Stored status and fields (hop-by-hop fields already removed by the caller).
     public private(set) var head: HTTPResponseHead
-    public let body: [UInt8]
+    public private(set) var body: [UInt8]
     public private(set) var requestTime: Date
     public private(set) var responseTime: Date
     /// The request field values it was selected with; nil when the response has no Vary.
@@ -71,6 +71,14 @@ public struct CacheEntry: Sendable {
         self.serializedHead = SerializedResponseHead(head, excluding: CacheEntry.perResponseFields)
         self.upstreamCacheStatus = head.headers.combined("Cache-Status")
         self.cost = CacheEntry.cost(head: head, bodyCount: body.count) + serializedHead.bytes.count
+    }
+
+    /// The same response with another body (the disk tier keeps decoded heads without one): cost follows the body.
+    func withBody(_ body: [UInt8]) -> CacheEntry {
+        var copy = self
+        copy.cost += body.count - self.body.count
+        copy.body = body
+        return copy
     }
 
     public var etag: String? { head.headers["ETag"] }

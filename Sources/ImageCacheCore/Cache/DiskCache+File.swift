@@ -136,15 +136,17 @@ enum DiskFile {
 
     /// Reads and verifies the header of an open entry file (not the body).
     /// Throws `DiskEntryFormat.Failure` for a bad file, `SystemError` for a failed call.
-    static func readHeader(_ fd: Int32) throws -> (DiskEntryFormat.Header, FileStatus) {
+    static func readHeader(_ fd: Int32, status: FileStatus? = nil) throws -> (DiskEntryFormat.Header, FileStatus) {
         var buffer = [UInt8](unsafeUninitializedCapacity: headerReadSize) { _, initialized in initialized = headerReadSize }
-        return try readHeader(fd, buffer: &buffer)
+        return try readHeader(fd, buffer: &buffer, status: status)
     }
 
-    /// The file's size and mtime, one pread of up to `headerReadSize` bytes into `buffer` (`got` of them), and where
-    /// the header ends (`end`, from the verified prefix): the first step of every header read.
-    private static func readPrefix(_ fd: Int32, buffer: inout [UInt8]) throws -> (FileStatus, got: Int, end: Int) {
-        let status = try status(fd)
+    /// The file's status (`known`, else fstat), one pread of up to `headerReadSize` bytes into `buffer` (`got` of
+    /// them), and where the header ends (`end`, from the verified prefix): the first step of every header read.
+    private static func readPrefix(_ fd: Int32, buffer: inout [UInt8], status known: FileStatus? = nil) throws
+        -> (FileStatus, got: Int, end: Int)
+    {
+        let status = try known ?? status(fd)
         let got = try buffer.withUnsafeMutableBytes { raw in
             Result { () throws(SystemError) in
                 try read(fd, into: UnsafeMutableRawBufferPointer(rebasing: raw[0..<headerReadSize]), offset: 0)
@@ -155,8 +157,10 @@ enum DiskFile {
     }
 
     /// As `readHeader(_:)`, reusing `buffer` (at least `headerReadSize` bytes) for the first read.
-    static func readHeader(_ fd: Int32, buffer: inout [UInt8]) throws -> (DiskEntryFormat.Header, FileStatus) {
-        let (status, got, end) = try readPrefix(fd, buffer: &buffer)
+    static func readHeader(_ fd: Int32, buffer: inout [UInt8], status known: FileStatus? = nil) throws
+        -> (DiskEntryFormat.Header, FileStatus)
+    {
+        let (status, got, end) = try readPrefix(fd, buffer: &buffer, status: known)
         if end <= got { return (try DiskEntryFormat.decodeHeader(buffer[0..<end]), status) }
         guard end <= status.size else { throw DiskEntryFormat.Failure("truncated header") }
         let whole = try read(fd, count: end, offset: 0)

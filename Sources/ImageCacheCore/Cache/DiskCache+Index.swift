@@ -1,5 +1,6 @@
 // Data model: `DiskIndex` maps an entry's file name (hex SHA-256 of its key) to its file size, last use and use
-// sequence, and keeps the total bytes and the tier's counters. It is a value guarded by `DiskCache.index` (a Mutex):
+// sequence, and the file version a lookup last verified (with, for recently hit entries, the decoded header), and
+// keeps the total bytes and the tier's counters. It is a value guarded by `DiskCache.index` (a Mutex):
 // the disk queue (loader, writes, sweeps) and the lookups on the read queue both update it, never holding the lock
 // across a file call. `stats` reads it under the same lock.
 //
@@ -30,11 +31,28 @@ struct DiskIndex: Sendable {
         var persistedUse: Double
         /// Orders uses with equal `lastUsed` (0 for entries found by the loader).
         var sequence: UInt64
-        /// The file version whose body a lookup hashed and found good (nil: none yet). A lookup that finds the same
-        /// identity (inode, size, ctime) skips hashing the body again; any change to the file, or a new file under
-        /// the name, has another identity.
-        var verified: FileIdentity? = nil
+        /// The file version a lookup verified (nil: none yet). A lookup that finds the same identity (inode, size,
+        /// ctime) skips hashing the body again, and with a kept head skips reading the header too; any change to
+        /// the file, or a new file under the name, has another identity.
+        var verified: VerifiedVersion? = nil
     }
+
+    /// A file version whose header and body a lookup verified.
+    struct VerifiedVersion: Sendable {
+        var identity: FileIdentity
+        /// The decoded header as an entry without a body, kept for recently hit entries (`heads`); nil when dropped.
+        var head: CacheEntry?
+        var bodyOffset: Int
+        var bodyLength: Int
+    }
+
+    /// Decoded heads kept in `records`, by total cost: a few MiB serve the hot set of entries sent from their files.
+    static let headLimitBytes = 4 << 20
+    /// Names given a head, oldest first (may hold names whose head is gone since; compacted when mostly such).
+    var headNames: [String] = []
+    var headStart = 0
+    var headCount = 0
+    var headBytes = 0
 
     var records: [String: Record] = [:]
     var bytes = 0
@@ -80,7 +98,10 @@ struct DiskIndex: Sendable {
     }
 
     mutating func set(_ name: String, size: Int, lastUsed: Double, persistedUse: Double) {
-        if let old = records[name] { bytes -= old.size }
+        if let old = records[name] {
+            bytes -= old.size
+            forgetHead(old)
+        }
         records[name] = Record(size: size, lastUsed: lastUsed, persistedUse: persistedUse, sequence: nextSequence)
         nextSequence += 1
         bytes += size
@@ -89,18 +110,59 @@ struct DiskIndex: Sendable {
     /// A lookup hit: a known record gets the new last use (its size stays: an insert may have replaced the file
     /// since the lookup opened it); an unknown one is added only while the loader runs (afterwards, a name missing
     /// from the index was removed meanwhile, and must not come back).
-    /// `verified`: the identity of the file version the lookup verified (nil: not to be trusted later).
-    mutating func markUsed(_ name: String, size: Int, lastUsed: Double, persistedUse: Double, verified: FileIdentity?) {
-        if var record = records[name] {
-            record.lastUsed = max(record.lastUsed, lastUsed)
-            record.persistedUse = max(record.persistedUse, persistedUse)
-            record.sequence = nextSequence
-            record.verified = verified
-            records[name] = record
-            nextSequence += 1
-        } else if !loaded {
+    /// `verified`: the file version the lookup verified (nil: not to be trusted later).
+    mutating func markUsed(_ name: String, size: Int, lastUsed: Double, persistedUse: Double, verified: VerifiedVersion?) {
+        if records[name] == nil {
+            guard !loaded else { return }
             set(name, size: size, lastUsed: lastUsed, persistedUse: persistedUse)
-            records[name]?.verified = verified
+        }
+        guard var record = records[name] else { return }
+        record.lastUsed = max(record.lastUsed, lastUsed)
+        record.persistedUse = max(record.persistedUse, persistedUse)
+        record.sequence = nextSequence
+        nextSequence += 1
+        if record.verified?.identity != verified?.identity || (record.verified?.head == nil) != (verified?.head == nil) {
+            forgetHead(record)
+            record.verified = verified
+            if let head = verified?.head { keepHead(name, cost: head.cost) }
+        }
+        records[name] = record
+        dropOldHeads()
+    }
+
+    /// Counts a head just stored in `name`'s record.
+    private mutating func keepHead(_ name: String, cost: Int) {
+        headNames.append(name)
+        headCount += 1
+        headBytes += cost
+    }
+
+    /// Uncounts the head `record` holds (it is being replaced or removed).
+    private mutating func forgetHead(_ record: Record) {
+        guard let head = record.verified?.head else { return }
+        headCount -= 1
+        headBytes -= head.cost
+    }
+
+    /// Drops the oldest heads until within `headLimitBytes` (their records keep the identity: no hash, one header
+    /// read), and compacts `headNames` when most of it names records without a head.
+    private mutating func dropOldHeads() {
+        while headBytes > Self.headLimitBytes, headStart < headNames.count {
+            let name = headNames[headStart]
+            headStart += 1
+            if var record = records[name], record.verified?.head != nil {
+                forgetHead(record)
+                record.verified?.head = nil
+                records[name] = record
+            }
+        }
+        if headStart > 1024, headStart > headNames.count / 2 {
+            headNames.removeFirst(headStart)
+            headStart = 0
+        }
+        if headNames.count - headStart > 2 * headCount + 1024 {
+            headNames = headNames[headStart...].filter { records[$0]?.verified?.head != nil }
+            headStart = 0
         }
     }
 
@@ -108,12 +170,19 @@ struct DiskIndex: Sendable {
     func knownAbsent(_ name: String) -> Bool { loaded && records[name] == nil }
 
     mutating func remove(_ name: String) {
-        if let old = records.removeValue(forKey: name) { bytes -= old.size }
+        if let old = records.removeValue(forKey: name) {
+            bytes -= old.size
+            forgetHead(old)
+        }
     }
 
     mutating func removeAllRecords() {
         records = [:]
         bytes = 0
+        headNames = []
+        headStart = 0
+        headCount = 0
+        headBytes = 0
     }
 
     var stats: DiskCacheStats {

@@ -242,10 +242,12 @@ public final class DiskCache: Sendable {
     /// On the read queue, or on the serial queue after a queued write of the name; no file call here changes the tree.
     func _lookup(key: CacheKey, keyString: String, name: String,
                  readsWhole: (@Sendable (_ bodyLength: Int) -> Bool)? = nil) -> DiskLookup? {
-        let known = index.withLock { index -> (indexed: Bool, verified: FileIdentity?)? in
-            index.knownAbsent(name) ? nil : (index.records[name] != nil, index.records[name]?.verified)
+        let known = index.withLock { index -> (indexed: Bool, verified: DiskIndex.VerifiedVersion?, persistedUse: Double)? in
+            guard !index.knownAbsent(name) else { return nil }
+            let record = index.records[name]
+            return (record != nil, record?.verified, record?.persistedUse ?? -Double.infinity)
         }
-        guard let (indexed, verified) = known else { return nil }
+        guard let (indexed, verified, persistedUse) = known else { return nil }
         let path = filePath(of: name)
         let fd: Int32
         do {
@@ -259,35 +261,48 @@ public final class DiskCache: Sendable {
         var handedOut = false
         defer { if !handedOut { closeDescriptor(fd) } }
         do {
-            let (header, status) = try DiskFile.readHeader(fd)
-            guard header.key == keyString else {
-                throw DiskEntryFormat.Failure("holds another key (\(header.key)): a hash collision or a foreign file")
+            let status = try DiskFile.status(fd)
+            // The version verified before (same identity, taken before reading): trusted as it was found then.
+            let trusted = verified?.identity == status.identity ? verified : nil
+            let version: DiskIndex.VerifiedVersion
+            let unverified: DiskEntryFormat.Header?   // the header whose body checksum is still to be checked
+            if let trusted, trusted.head != nil {
+                (version, unverified) = (trusted, nil)   // neither the header nor the body is read to check them
+            } else {
+                let (header, _) = try DiskFile.readHeader(fd, status: status)
+                guard header.key == keyString else {
+                    throw DiskEntryFormat.Failure("holds another key (\(header.key)): a hash collision or a foreign file")
+                }
+                guard status.size == header.fileSize else {
+                    throw DiskEntryFormat.Failure("file is \(status.size) bytes, its header describes \(header.fileSize) (truncated?)")
+                }
+                version = DiskIndex.VerifiedVersion(identity: status.identity, head: makeEntry(key: key, header: header, body: []),
+                                                    bodyOffset: header.bodyOffset, bodyLength: header.bodyLength)
+                unverified = trusted == nil ? header : nil
             }
-            guard status.size == header.fileSize else {
-                throw DiskEntryFormat.Failure("file is \(status.size) bytes, its header describes \(header.fileSize) (truncated?)")
-            }
-            // This version of the file (identity taken before reading) had its body hashed by an earlier lookup.
-            let alreadyVerified = verified == status.identity
+            let head = version.head!
             let result: DiskLookup
-            if header.bodyLength <= configuration.memoryReadLimitBytes, readsWhole?(header.bodyLength) ?? true {
-                let body = try DiskFile.read(fd, count: header.bodyLength, offset: header.bodyOffset)
-                guard body.count == header.bodyLength else { throw DiskEntryFormat.Failure("body truncated") }
-                guard alreadyVerified || DiskEntryFormat.checksum(body) == header.bodyChecksum else {
+            if version.bodyLength <= configuration.memoryReadLimitBytes, readsWhole?(version.bodyLength) ?? true {
+                let body = try DiskFile.read(fd, count: version.bodyLength, offset: version.bodyOffset)
+                guard body.count == version.bodyLength else { throw DiskEntryFormat.Failure("body truncated") }
+                if let unverified, DiskEntryFormat.checksum(body) != unverified.bodyChecksum {
                     throw DiskEntryFormat.Failure("body checksum mismatch")
                 }
-                result = .entry(makeEntry(key: key, header: header, body: body))
+                result = .entry(head.withBody(body))
             } else {
-                if !alreadyVerified { try DiskFile.verifyBody(fd, header: header) }
+                if let unverified { try DiskFile.verifyBody(fd, header: unverified) }
                 handedOut = true
-                result = .stream(head: makeEntry(key: key, header: header, body: []),
-                                 file: FileBody(descriptor: fd, offset: header.bodyOffset, length: header.bodyLength))
+                result = .stream(head: head, file: FileBody(descriptor: fd, offset: version.bodyOffset, length: version.bodyLength))
             }
-            markUsed(name: name, size: status.size, fd: fd, verified: status.identity.isSettled(now: now()) ? status.identity : nil,
-                     hashed: !alreadyVerified)
+            // Kept for later lookups once its ctime has settled (see FileIdentity.settleSeconds).
+            markUsed(name: name, size: status.size, fd: fd, persistedUse: persistedUse,
+                     verified: version.identity.isSettled(now: now()) ? version : nil, hashed: unverified != nil)
             return result
         } catch let failure as DiskEntryFormat.Failure {
+            handedOut = true
             reportCorrupt(name: name, path: path, fd: fd, why: failure.description)
         } catch {
+            handedOut = true
             reportCorrupt(name: name, path: path, fd: fd, why: "unreadable: \(error)")
         }
         return nil
@@ -298,12 +313,13 @@ public final class DiskCache: Sendable {
                    responseTime: header.responseTime, vary: header.vary, policy: configuration.freshnessPolicy)
     }
 
-    /// Records a hit in the index, with the file version whose body it verified (nil: too recently changed to
-    /// trust, see `FileIdentity.settleSeconds`) and whether it hashed the body; pushes the file's mtime forward
-    /// when the on-disk last use is stale (which moves its ctime: the next lookup verifies the body again).
-    private func markUsed(name: String, size: Int, fd: Int32, verified: FileIdentity?, hashed: Bool) {
+    /// Records a hit in the index, with the file version it verified or trusted (nil: too recently changed to trust
+    /// later, see `FileIdentity.settleSeconds`) and whether it hashed the body; pushes the file's mtime forward when
+    /// the on-disk last use (`persistedUse`) is stale (which moves its ctime: the next lookup verifies it again).
+    private func markUsed(name: String, size: Int, fd: Int32, persistedUse: Double, verified: DiskIndex.VerifiedVersion?,
+                          hashed: Bool) {
         let nowSeconds = now().timeIntervalSince1970
-        var persisted = index.withLock { $0.records[name]?.persistedUse } ?? -Double.infinity
+        var persisted = persistedUse
         if nowSeconds - persisted >= DiskCache.touchIntervalSeconds {
             if (try? DiskFile.setModificationTime(fd, nowSeconds)) != nil { persisted = nowSeconds }
         }
@@ -314,9 +330,13 @@ public final class DiskCache: Sendable {
     }
 
     /// A lookup found a bad file: logged now (the request is answered as a miss), removed by the serial queue.
+    /// Takes `fd` and keeps it open until then, so its inode cannot be reused by a new file under the name meanwhile.
     private func reportCorrupt(name: String, path: String, fd: Int32, why: String) {
         let inode = DiskFile.inode(fd)
-        queue.async { self._removeCorrupt(name: name, path: path, inode: inode, why: why) }
+        queue.async {
+            self._removeCorrupt(name: name, path: path, inode: inode, why: why)
+            closeDescriptor(fd)
+        }
     }
 
     /// Removes a file that failed verification, if `path` still names the same inode (nil: whatever is there):

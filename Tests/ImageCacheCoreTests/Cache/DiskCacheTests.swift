@@ -36,6 +36,15 @@ struct DiskCacheTests {
         }
     }
 
+    /// The entry a lookup found (without its body when it is sent from the file).
+    static func head(_ found: DiskLookup?) -> CacheEntry? {
+        switch found {
+        case let .entry(entry): entry
+        case let .stream(head, _): head
+        case nil: nil
+        }
+    }
+
     static func fileSize(_ path: String) throws -> Int {
         try FileManager.default.attributesOfItem(atPath: path)[.size] as! Int
     }
@@ -292,8 +301,10 @@ struct DiskCacheTests {
         let entry = Self.entry("once", bytes: bytes, fill: 3)
         cache.insert(entry)
         let path = cache.path(of: entry.key)
-        for round in 1...3 {
-            #expect(Self.body(cache.lookupNow(entry.key)) == entry.body, "round \(round)")
+        for round in 1...3 {   // rounds 2 and 3 use the kept header and skip the hash
+            let found = cache.lookupNow(entry.key)
+            #expect(Self.body(found) == entry.body, "round \(round)")
+            #expect(Self.head(found)?.etag == entry.etag && Self.head(found)?.head.status == 200, "round \(round)")
         }
         #expect(cache.stats.bodiesVerified == 1)
         // A byte flipped in place (same size, same inode) moves ctime: hashed again, caught, removed.
@@ -315,6 +326,34 @@ struct DiskCacheTests {
         cache.insert(entry)
         for _ in 1...3 { #expect(Self.body(cache.lookupNow(entry.key)) == entry.body) }
         #expect(cache.stats.bodiesVerified == 3)
+    }
+
+    @Test("decoded heads kept in the index stay within their byte budget, oldest dropped first, and leave with their records")
+    func indexHeads() {
+        var index = DiskIndex()
+        index.loaded = true
+        let head = Self.entry("h", bytes: 0)
+        let perHead = head.cost
+        let fits = DiskIndex.headLimitBytes / perHead
+        func version(_ inode: UInt64, head: CacheEntry? = head) -> DiskIndex.VerifiedVersion {
+            DiskIndex.VerifiedVersion(identity: FileIdentity(device: 1, inode: inode, size: 10, changeSeconds: 1, changeNanoseconds: 0),
+                                      head: head, bodyOffset: 0, bodyLength: 10)
+        }
+        for n in 0..<(fits + 10) {
+            index.set("n\(n)", size: 10, lastUsed: 1, persistedUse: 1)
+            index.markUsed("n\(n)", size: 10, lastUsed: 2, persistedUse: 1, verified: version(UInt64(n)))
+        }
+        #expect(index.headBytes <= DiskIndex.headLimitBytes && index.headCount == fits)
+        #expect(index.records["n0"]?.verified?.head == nil && index.records["n0"]?.verified?.identity.inode == 0)  // identity stays
+        #expect(index.records["n\(fits + 9)"]?.verified?.head != nil)
+        // A hit on the same version keeps its head; a new file under the name (set) or a removal drops it.
+        index.markUsed("n\(fits + 9)", size: 10, lastUsed: 3, persistedUse: 1, verified: version(UInt64(fits + 9)))
+        #expect(index.headCount == fits)
+        index.set("n\(fits + 9)", size: 20, lastUsed: 4, persistedUse: 4)
+        index.remove("n\(fits + 8)")
+        #expect(index.headCount == fits - 2 && index.headBytes == (fits - 2) * perHead)
+        index.removeAllRecords()
+        #expect(index.headCount == 0 && index.headBytes == 0)
     }
 
     @Test("a flipped byte in a streamed body is caught before the stream is handed out")
