@@ -151,6 +151,55 @@ struct DiskTierTests {
         #expect(harness.origin.allRequests.count == 8)
     }
 
+    /// More than the daemon's socket can hold queued (tcp_wmem's maximum), with 4 MiB to spare for the client's
+    /// receive buffer: a client that reads only the head goes while the file is still queued.
+    static let huge: [UInt8] = {
+        let tcpWmem = try? String(contentsOfFile: "/proc/sys/net/ipv4/tcp_wmem", encoding: .utf8)
+        let sendBufferMax = tcpWmem?.split(whereSeparator: \.isWhitespace).last.flatMap { Int($0) } ?? 4 << 20
+        return Fixtures.png(size: min(sendBufferMax, 32 << 20) + (4 << 20))
+    }()
+
+    @Test("disk hits close every descriptor they open: GET, HEAD, 304, and a client gone after the head of a file body")
+    func descriptorsClosed() async throws {
+        // Given a small entry and one sent from its file, on disk only, and the daemon's descriptors counted once its
+        // startup loader (which opens every file) is done
+        let harness = try ProxyHarness(DiskTierTests.settings)
+        harness.origin.route("/s.png") { _ in CachingTests.image(DiskTierTests.small) }
+        harness.origin.route("/h.png") { _ in CachingTests.image(DiskTierTests.huge) }
+        _ = try await harness.get("/s.png")
+        _ = try await harness.get("/h.png")
+        await harness.flushDisk()
+        try harness.restart()
+        let disk = try #require(harness.daemon.proxy.disk)
+        try await offPool { while !disk.stats.indexLoaded { disk.flush() } }
+        let baseline = DiskTierTests.descriptors(of: harness)
+        // When each is hit from disk (memory emptied first: a small hit may be promoted) in every way
+        var responses: [TestResponse] = []
+        var gone: [TestResponse] = []
+        for path in ["/s.png", "/h.png"] {
+            for (method, headers) in [("GET", []), ("HEAD", []), ("GET", [("If-None-Match", "\"v1\"")])] as [(String, [(String, String)])] {
+                harness.daemon.proxy.memory.removeAll()
+                responses.append(try await harness.get(path, method: method, headers: headers))
+            }
+            harness.daemon.proxy.memory.removeAll()
+            let client = try harness.connect()
+            try client.request(path)
+            let (status, head) = try await client.head()
+            client.close()
+            gone.append(TestResponse(status: status, headers: head, body: [], complete: false))
+        }
+        // Then every answer came from disk
+        #expect(responses.map(\.status) == [200, 200, 304, 200, 200, 304])
+        #expect(responses[0].body == DiskTierTests.small && responses[3].complete && responses[3].body == DiskTierTests.huge)
+        #expect(responses.allSatisfy { $0.header("Cache-Status")?.contains("detail=disk") == true })
+        #expect(gone.allSatisfy { $0.status == 200 && $0.header("Cache-Status")?.contains("detail=disk") == true })
+        // And once the daemon has seen every client go and the disk's lookups are done, its descriptors are back
+        let listener = harness.daemon.listener
+        #expect(await eventually { listener.connectionCount == 0 })
+        await harness.flushDisk()
+        #expect(DiskTierTests.descriptors(of: harness) == baseline)
+    }
+
     @Test("stale entries with the origin down: 502 by default, served with max-stale or the stale-if-error policy")
     func staleOffline() async throws {
         let harness = try ProxyHarness(DiskTierTests.settings)
@@ -336,6 +385,23 @@ struct DiskTierTests {
             if response.header("X-Cache") == "HIT" { hits += 1 }
         }
         #expect(hits > 0, "nothing survived on disk")
+    }
+
+    /// The daemon's open descriptors in this process (other tests run alongside with their own): files under its cache
+    /// directory, and sockets on its port (the listener and the accepted clients).
+    static func descriptors(of harness: ProxyHarness) -> Int {
+        let directory = URL(fileURLWithPath: harness.cacheDirectory).resolvingSymlinksInPath().path + "/"
+        return ((try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []).count { name in
+            if let target = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/" + name) {
+                if target.hasPrefix(directory) { return true }
+            }
+            var address = sockaddr_in()
+            var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+            let named = withUnsafeMutablePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(Int32(name) ?? -1, $0, &length) }
+            }
+            return named == 0 && address.sin_family == sa_family_t(AF_INET) && Int(UInt16(bigEndian: address.sin_port)) == harness.port
+        }
     }
 
     /// Every entry file under a cache directory (not tmp files).

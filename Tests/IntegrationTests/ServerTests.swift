@@ -1,4 +1,5 @@
 import Dispatch
+import Foundation
 import Logging
 import Synchronization
 import Testing
@@ -172,6 +173,51 @@ struct ServerTests {
         #expect(raw.hasPrefix("HTTP/1.1 200 OK\r\n"))
         #expect(raw.contains("Content-Length: 100\r\n"))
         #expect(raw.hasSuffix("\r\n\r\n" + String(repeating: "x", count: 10)))
+    }
+
+    @Test("a file cut short after it was verified ends the response short and closed, never padded; the server keeps serving")
+    func fileCutShort() async throws {
+        // Given a 1 MB file region handed out, then the file cut to its first 100,000 bytes; and a whole one
+        let bytes = (0..<1_000_010).map { UInt8(truncatingIfNeeded: $0 % 251) }
+        let cut = try ServerTests.fileBody(bytes, offset: 10, keeping: 10 + 100_000)
+        let whole = try ServerTests.fileBody(bytes, offset: 10)
+        let handler = ClosureHandler { request, _, _, sink in
+            let head = SerializedResponseHead(HTTPResponseHead(status: 200, headers: ["Content-Type": "image/png"]))
+            sink.respond(head, extra: [:], file: request.target == "/cut" ? cut : whole)
+        }
+        // Not withServer: a connection stuck sending would make stopping the server wait forever, so a failure
+        // here leaves it running.
+        let server = try TestServer(handler: handler)
+        // When
+        let (raw, next) = try await offPool {
+            let client = try server.client()
+            try client.send("GET /cut HTTP/1.1\r\nHost: x\r\n\r\n")
+            let raw = try client.readUntilClose()
+            let other = try server.client()
+            try other.send("GET /whole HTTP/1.1\r\nHost: x\r\n\r\n")
+            return (raw, try other.readResponse())
+        }
+        await server.stop()
+        // Then the client got the head and exactly the bytes the file still had, then the end of the connection
+        // (sendfile found the file's new end: the connection closes, never waits for or makes up the rest)
+        let headEnd = try #require(raw.firstRange(of: Array("\r\n\r\n".utf8)))
+        let head = String(decoding: raw[..<headEnd.lowerBound], as: UTF8.self)
+        #expect(head.hasPrefix("HTTP/1.1 200 OK\r\n") && head.contains("Content-Length: 1000000"))
+        #expect(Array(raw[headEnd.upperBound...]) == Array(bytes[10..<100_010]))
+        #expect(next.status == 200 && next.body == Array(bytes[10...]))
+    }
+
+    /// A FileBody over `bytes[offset...]` in a new temporary file (unlinked: the descriptor keeps it), which is then
+    /// cut to `keeping` bytes if given.
+    static func fileBody(_ bytes: [UInt8], offset: Int, keeping: Int? = nil) throws -> FileBody {
+        let path = NSTemporaryDirectory() + "imagecached-server-\(UUID().uuidString)"
+        try Data(bytes).write(to: URL(fileURLWithPath: path))
+        defer { unlink(path) }
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        try #require(fd >= 0)
+        let file = FileBody(descriptor: fd, offset: offset, length: bytes.count - offset)
+        if let keeping { try #require(truncate(path, off_t(keeping)) == 0) }
+        return file
     }
 
     @Test("answers a malformed request with 400 and closes, then serves the next connection")

@@ -123,6 +123,19 @@ func wait(_ semaphore: DispatchSemaphore, timeout: Double = 15) async -> Bool {
     (try? await offPool { semaphore.wait(timeout: .now() + timeout) == .success }) ?? false
 }
 
+/// Polls `condition` off the Swift concurrency pool until it holds (for what the daemon notices on its own, such as a
+/// client that closed); false after `timeout` seconds.
+func eventually(timeout: Double = 15, _ condition: @escaping @Sendable () -> Bool) async -> Bool {
+    (try? await offPool {
+        let deadline = Date().addingTimeInterval(timeout)
+        while !condition() {
+            if Date() >= deadline { return false }
+            usleep(1_000)
+        }
+        return true
+    }) ?? false
+}
+
 /// Reads one response from each connection, in order.
 func readAll(_ connections: [TestConnection]) async throws -> [TestResponse] {
     var responses: [TestResponse] = []
