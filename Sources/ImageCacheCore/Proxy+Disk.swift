@@ -27,7 +27,7 @@ enum DiskProbe: Sendable {
 
 extension Proxy {
     /// Called on the disk's read queue with a lookup's answer (or on the connection's queue when the index knew at
-    /// once that the key is absent).
+    /// once that the key is absent, or answered from a descriptor it kept open).
     func diskAnswered(_ result: DiskLookup?, request: ClientRequest, key: CacheKey, sink: any ResponseSink,
                       removalsSeen: UInt64) {
         let found: (entry: CacheEntry, file: FileBody?)?

@@ -99,8 +99,13 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
         }
         guard let entry = memory.lookup(key) else {
             if let disk {
-                // Small bodies the memory tier would admit are read into memory; the rest are sent from their files.
                 let removals = memory.removals
+                // A file kept open for this entry, not wanted in memory: answered here, as nginx's open_file_cache.
+                if let (head, file) = disk.openedHit(key), !memory.admits(key, cost: file.length) {
+                    diskAnswered(.stream(head: head, file: file), request: request, key: key, sink: sink, removalsSeen: removals)
+                    return
+                }
+                // Small bodies the memory tier would admit are read into memory; the rest are sent from their files.
                 disk.lookup(key, readsWhole: { [memory] length in memory.admits(key, cost: length) }) { result in
                     self.diskAnswered(result, request: request, key: key, sink: sink, removalsSeen: removals)
                 }

@@ -159,7 +159,7 @@ struct DiskTierTests {
         return Fixtures.png(size: min(sendBufferMax, 32 << 20) + (4 << 20))
     }()
 
-    @Test("disk hits close every descriptor they open: GET, HEAD, 304, and a client gone after the head of a file body")
+    @Test("disk hits close every descriptor they open: GET, HEAD, 304, and a client gone after the head of a file body; the one kept open for the file-sent entry goes with a purge")
     func descriptorsClosed() async throws {
         // Given a small entry and one sent from its file, on disk only, and the daemon's descriptors counted once its
         // startup loader (which opens every file) is done
@@ -193,10 +193,15 @@ struct DiskTierTests {
         #expect(responses[0].body == DiskTierTests.small && responses[3].complete && responses[3].body == DiskTierTests.huge)
         #expect(responses.allSatisfy { $0.header("Cache-Status")?.contains("detail=disk") == true })
         #expect(gone.allSatisfy { $0.status == 200 && $0.header("Cache-Status")?.contains("detail=disk") == true })
-        // And once the daemon has seen every client go and the disk's lookups are done, its descriptors are back
+        // And once the daemon has seen every client go and the disk's lookups are done, its descriptors are back, but
+        // for the one kept open for the entry sent from its file (the next hits use it: HEAD, 304 and the last client)
         let listener = harness.daemon.listener
         #expect(await eventually { listener.connectionCount == 0 })
         await harness.flushDisk()
+        #expect(DiskTierTests.descriptors(of: harness) == baseline + 1)
+        // And a purge closes that one too
+        #expect(try await harness.get("/_imagecached/cache", method: "DELETE").status == 200)
+        #expect(await eventually { listener.connectionCount == 0 })
         #expect(DiskTierTests.descriptors(of: harness) == baseline)
     }
 

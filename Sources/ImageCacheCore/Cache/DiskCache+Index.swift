@@ -44,10 +44,17 @@ struct DiskIndex: Sendable {
         var head: CacheEntry?
         var bodyOffset: Int
         var bodyLength: Int
+        /// The body's region on a descriptor kept open (nginx's open_file_cache), for entries sent from their files;
+        /// dropped with the head, or when the record is replaced or removed (a new file, a purge, an eviction).
+        var file: FileBody?
+        /// When a lookup last opened the name and found this version there (injected clock, seconds).
+        var checkedAt: Double
     }
 
     /// Decoded heads kept in `records`, by total cost: a few MiB serve the hot set of entries sent from their files.
     static let headLimitBytes = 4 << 20
+    /// At most this many heads (and open descriptors with them).
+    var headLimitCount = 1024
     /// Names given a head, oldest first (may hold names whose head is gone since; compacted when mostly such).
     var headNames: [String] = []
     var headStart = 0
@@ -121,7 +128,16 @@ struct DiskIndex: Sendable {
         record.persistedUse = max(record.persistedUse, persistedUse)
         record.sequence = nextSequence
         nextSequence += 1
-        if record.verified?.identity != verified?.identity || (record.verified?.head == nil) != (verified?.head == nil) {
+        if var kept = record.verified, let verified, kept.identity == verified.identity {
+            // The same version again: newer check time; a head (and descriptor) it lacked since one was dropped.
+            kept.checkedAt = max(kept.checkedAt, verified.checkedAt)
+            if kept.head == nil, let head = verified.head {
+                kept.head = head
+                keepHead(name, cost: head.cost)
+            }
+            if kept.head != nil, kept.file == nil { kept.file = verified.file }
+            record.verified = kept
+        } else {
             forgetHead(record)
             record.verified = verified
             if let head = verified?.head { keepHead(name, cost: head.cost) }
@@ -144,15 +160,17 @@ struct DiskIndex: Sendable {
         headBytes -= head.cost
     }
 
-    /// Drops the oldest heads until within `headLimitBytes` (their records keep the identity: no hash, one header
-    /// read), and compacts `headNames` when most of it names records without a head.
+    /// Drops the oldest heads (and kept descriptors) until within `headLimitBytes` and `headLimitCount` (their
+    /// records keep the identity: no hash, one header read), and compacts `headNames` when most of it names records
+    /// without a head.
     private mutating func dropOldHeads() {
-        while headBytes > Self.headLimitBytes, headStart < headNames.count {
+        while headBytes > Self.headLimitBytes || headCount > headLimitCount, headStart < headNames.count {
             let name = headNames[headStart]
             headStart += 1
             if var record = records[name], record.verified?.head != nil {
                 forgetHead(record)
                 record.verified?.head = nil
+                record.verified?.file = nil
                 records[name] = record
             }
         }

@@ -59,6 +59,9 @@ public final class DiskCache: Sendable {
         public var memoryReadLimitBytes: Int
         /// Freshness policy applied to entries rebuilt from disk. Default `FreshnessPolicy()`.
         public var freshnessPolicy: FreshnessPolicy
+        /// Most entry files kept open for hits from the connection's queue (also capped at a quarter of
+        /// RLIMIT_NOFILE). Default 1024; 0 turns that path off.
+        public var openFileLimit = 1024
         /// Whether init starts the startup loader (tests turn it off to look up before the index exists).
         var startsIndexLoader = true
 
@@ -77,6 +80,9 @@ public final class DiskCache: Sendable {
 
     /// A hit's on-disk mtime is pushed forward when it is older than this (bounds futimens calls per entry).
     static let touchIntervalSeconds: Double = 600
+    /// A descriptor kept open for a name is used for this long after a lookup last opened the name and found the
+    /// same file there (as nginx's open_file_cache_valid); then the next hit opens the name again.
+    static let openFileValidSeconds: Double = 60
     /// Period of the background sweep.
     static let sweepIntervalSeconds = 30
 
@@ -127,7 +133,11 @@ public final class DiskCache: Sendable {
         let queue = DispatchQueue(label: "imagecached.disk", qos: .utility)
         self.queue = queue
         self.readQueue = DispatchQueue(label: "imagecached.disk.read", qos: .userInitiated, attributes: .concurrent)
-        self.index = Mutex(DiskIndex())
+        var index = DiskIndex()
+        var files = rlimit()
+        let descriptorCap = getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &files) == 0 ? Int(clamping: files.rlim_cur / 4) : 256
+        index.headLimitCount = max(0, min(configuration.openFileLimit, descriptorCap))
+        self.index = Mutex(index)
         self.sweepTimer = DispatchSource.makeTimerSource(queue: queue)
 
         let interval = DispatchTimeInterval.seconds(DiskCache.sweepIntervalSeconds)
@@ -162,6 +172,30 @@ public final class DiskCache: Sendable {
             // A write, update or removal of this name is queued: read after it, as the caller's request came after.
             queue.async { completion(self._lookup(key: key, keyString: keyString, name: name, readsWhole: readsWhole)) }
         }
+    }
+
+    /// A hit answered at once on the caller's thread, without a hop or a blocking call: the entry's file version was
+    /// verified by an earlier lookup, which kept its decoded header and its descriptor open (see `openFileLimit`), the
+    /// name was opened and found to hold that version within the last `openFileValidSeconds`, no write of the name is
+    /// queued, and `fstat` on the kept descriptor still shows the version (a change in place moves ctime). The hit is
+    /// recorded. nil: ask `lookup` (which opens the name, and keeps the descriptor for next time).
+    public func openedHit(_ key: CacheKey) -> (head: CacheEntry, file: FileBody)? {
+        let name = DiskEntryFormat.fileName(forKey: key.description)
+        let nowSeconds = now().timeIntervalSince1970
+        let kept = index.withLock { index -> (CacheEntry, FileBody, DiskIndex.VerifiedVersion, Int)? in
+            guard index.route(name) == .read, let record = index.records[name], let version = record.verified,
+                  let head = version.head, let file = version.file,
+                  nowSeconds - version.checkedAt < DiskCache.openFileValidSeconds,
+                  nowSeconds - record.persistedUse < DiskCache.touchIntervalSeconds  // the mtime touch is lookup's
+            else { return nil }
+            return (head, file, version, record.size)
+        }
+        guard let (head, file, version, size) = kept,
+              let status = try? DiskFile.status(file.descriptor), status.identity == version.identity else { return nil }
+        index.withLock { index in
+            index.markUsed(name, size: size, lastUsed: nowSeconds, persistedUse: -Double.infinity, verified: version)
+        }
+        return (head, file)
     }
 
     /// Queues `work` on the serial queue, and marks `name` (nil: every name) as written until it has run, so
@@ -277,10 +311,12 @@ public final class DiskCache: Sendable {
                     throw DiskEntryFormat.Failure("file is \(status.size) bytes, its header describes \(header.fileSize) (truncated?)")
                 }
                 version = DiskIndex.VerifiedVersion(identity: status.identity, head: makeEntry(key: key, header: header, body: []),
-                                                    bodyOffset: header.bodyOffset, bodyLength: header.bodyLength)
+                                                    bodyOffset: header.bodyOffset, bodyLength: header.bodyLength,
+                                                    file: nil, checkedAt: 0)
                 unverified = trusted == nil ? header : nil
             }
             let head = version.head!
+            var kept: FileBody?   // the descriptor to keep open for `openedHit`
             let result: DiskLookup
             if version.bodyLength <= configuration.memoryReadLimitBytes, readsWhole?(version.bodyLength) ?? true {
                 let body = try DiskFile.read(fd, count: version.bodyLength, offset: version.bodyOffset)
@@ -292,11 +328,16 @@ public final class DiskCache: Sendable {
             } else {
                 if let unverified { try DiskFile.verifyBody(fd, header: unverified) }
                 handedOut = true
-                result = .stream(head: head, file: FileBody(descriptor: fd, offset: version.bodyOffset, length: version.bodyLength))
+                let file = FileBody(descriptor: fd, offset: version.bodyOffset, length: version.bodyLength)
+                kept = file
+                result = .stream(head: head, file: file)
             }
             // Kept for later lookups once its ctime has settled (see FileIdentity.settleSeconds).
+            var settled = version
+            settled.file = kept
+            settled.checkedAt = now().timeIntervalSince1970
             markUsed(name: name, size: status.size, fd: fd, persistedUse: persistedUse,
-                     verified: version.identity.isSettled(now: now()) ? version : nil, hashed: unverified != nil)
+                     verified: version.identity.isSettled(now: now()) ? settled : nil, hashed: unverified != nil)
             return result
         } catch let failure as DiskEntryFormat.Failure {
             handedOut = true

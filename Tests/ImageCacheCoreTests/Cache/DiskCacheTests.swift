@@ -318,6 +318,43 @@ struct DiskCacheTests {
         #expect(cache.stats.bodiesVerified == 2)
     }
 
+    @Test("a kept descriptor answers hits at once; a change in place, a new file under the name, a purge, or 60 s without a lookup send the next hit through lookup")
+    func openedHits() throws {
+        let directory = DiskTestDirectory()
+        let clock = DiskTestClock(Date().addingTimeInterval(5))   // versions count as settled at once
+        let cache = try Self.makeCache(directory, clock: clock, memoryReadLimit: 100)
+        let first = Self.entry("kept", bytes: 300_000, fill: 1)
+        cache.insert(first)
+        #expect(cache.openedHit(first.key) == nil)                 // nothing verified yet
+        #expect(Self.body(cache.lookupNow(first.key)) == first.body)   // sent from its file, which is kept open
+        let hit = try #require(cache.openedHit(first.key))
+        #expect(hit.file.readAll() == first.body && hit.head.etag == first.etag)
+        // A new file under the name (an insert: tmp + rename) drops the kept descriptor.
+        let second = Self.entry("kept", bytes: 300_000, fill: 2)
+        cache.insert(second)
+        cache.flush()
+        #expect(cache.openedHit(first.key) == nil)
+        #expect(Self.body(cache.lookupNow(first.key)) == second.body)
+        #expect(cache.openedHit(first.key)?.file.readAll() == second.body)
+        // 60 s after the lookup that last opened the name, the next hit opens it again.
+        clock.advance(by: DiskCache.openFileValidSeconds)
+        #expect(cache.openedHit(first.key) == nil)
+        #expect(Self.body(cache.lookupNow(first.key)) == second.body)
+        #expect(cache.openedHit(first.key) != nil)
+        // A byte changed in place moves the file's ctime: the kept descriptor is not used, and lookup catches it.
+        // (On kernels without fine-grained ctime a write in the same clock tick as the last change could keep it.)
+        try Self.flipByte(in: cache.path(of: first.key), at: try Self.fileSize(cache.path(of: first.key)) - 1)
+        #expect(cache.openedHit(first.key) == nil)
+        #expect(cache.lookupNow(first.key) == nil)
+        // A purge drops it as well.
+        cache.insert(first)
+        #expect(Self.body(cache.lookupNow(first.key)) == first.body)
+        #expect(cache.openedHit(first.key) != nil)
+        cache.remove(first.key)
+        cache.flush()
+        #expect(cache.openedHit(first.key) == nil)
+    }
+
     @Test("a file version changed less than a second ago is hashed on every lookup (coarse ctime clocks)")
     func recentVersionNotTrusted() throws {
         let directory = DiskTestDirectory()
@@ -332,12 +369,13 @@ struct DiskCacheTests {
     func indexHeads() {
         var index = DiskIndex()
         index.loaded = true
+        index.headLimitCount = .max
         let head = Self.entry("h", bytes: 0)
         let perHead = head.cost
         let fits = DiskIndex.headLimitBytes / perHead
         func version(_ inode: UInt64, head: CacheEntry? = head) -> DiskIndex.VerifiedVersion {
             DiskIndex.VerifiedVersion(identity: FileIdentity(device: 1, inode: inode, size: 10, changeSeconds: 1, changeNanoseconds: 0),
-                                      head: head, bodyOffset: 0, bodyLength: 10)
+                                      head: head, bodyOffset: 0, bodyLength: 10, file: nil, checkedAt: 0)
         }
         for n in 0..<(fits + 10) {
             index.set("n\(n)", size: 10, lastUsed: 1, persistedUse: 1)
@@ -354,6 +392,13 @@ struct DiskCacheTests {
         #expect(index.headCount == fits - 2 && index.headBytes == (fits - 2) * perHead)
         index.removeAllRecords()
         #expect(index.headCount == 0 && index.headBytes == 0)
+        // The count limit (open descriptors go with heads) holds as well.
+        index.headLimitCount = 5
+        for n in 0..<8 {
+            index.set("c\(n)", size: 10, lastUsed: 1, persistedUse: 1)
+            index.markUsed("c\(n)", size: 10, lastUsed: 2, persistedUse: 1, verified: version(UInt64(n)))
+        }
+        #expect(index.headCount == 5 && index.records["c2"]?.verified?.head == nil && index.records["c3"]?.verified?.head != nil)
     }
 
     @Test("a flipped byte in a streamed body is caught before the stream is handed out")
