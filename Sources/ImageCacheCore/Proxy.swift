@@ -97,9 +97,10 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
             queue.async { self.dispatch(request, key: key, sink: sink, reason: .bypass) }
             return
         }
-        guard let entry = memory.lookup(key) else {
+        var removals: UInt64 = 0
+        guard let entry = memory.lookup(key, removals: &removals) else {
             if let disk {
-                let removals = memory.removals
+                let removals = removals
                 // A file kept open for this entry, not wanted in memory: answered here, as nginx's open_file_cache.
                 if let (head, file) = disk.openedHit(key), !memory.admits(key, cost: file.length) {
                     diskAnswered(.stream(head: head, file: file), request: request, key: key, sink: sink, removalsSeen: removals)

@@ -41,7 +41,8 @@ struct DiskIndex: Sendable {
     struct VerifiedVersion: Sendable {
         var identity: FileIdentity
         /// The decoded header as an entry without a body, kept for recently hit entries (`heads`); nil when dropped.
-        var head: CacheEntry?
+        /// Boxed, so reading a record under the lock copies one reference, not the entry's fields.
+        var head: Head?
         var bodyOffset: Int
         var bodyLength: Int
         /// The body's region on a descriptor kept open (nginx's open_file_cache), for entries sent from their files;
@@ -49,6 +50,12 @@ struct DiskIndex: Sendable {
         var file: FileBody?
         /// When a lookup last opened the name and found this version there (injected clock, seconds).
         var checkedAt: Double
+    }
+
+    /// An immutable decoded header (an entry without a body).
+    final class Head: Sendable {
+        let entry: CacheEntry
+        init(_ entry: CacheEntry) { self.entry = entry }
     }
 
     /// Decoded heads kept in `records`, by total cost: a few MiB serve the hot set of entries sent from their files.
@@ -133,17 +140,25 @@ struct DiskIndex: Sendable {
             kept.checkedAt = max(kept.checkedAt, verified.checkedAt)
             if kept.head == nil, let head = verified.head {
                 kept.head = head
-                keepHead(name, cost: head.cost)
+                keepHead(name, cost: head.entry.cost)
             }
             if kept.head != nil, kept.file == nil { kept.file = verified.file }
             record.verified = kept
         } else {
             forgetHead(record)
             record.verified = verified
-            if let head = verified?.head { keepHead(name, cost: head.cost) }
+            if let head = verified?.head { keepHead(name, cost: head.entry.cost) }
         }
         records[name] = record
         dropOldHeads()
+    }
+
+    /// A hit answered from a kept descriptor: the record's last use, in place.
+    mutating func touch(_ name: String, lastUsed: Double) {
+        guard records[name] != nil else { return }
+        records[name]!.lastUsed = max(records[name]!.lastUsed, lastUsed)
+        records[name]!.sequence = nextSequence
+        nextSequence += 1
     }
 
     /// Counts a head just stored in `name`'s record.
@@ -157,7 +172,7 @@ struct DiskIndex: Sendable {
     private mutating func forgetHead(_ record: Record) {
         guard let head = record.verified?.head else { return }
         headCount -= 1
-        headBytes -= head.cost
+        headBytes -= head.entry.cost
     }
 
     /// Drops the oldest heads (and kept descriptors) until within `headLimitBytes` and `headLimitCount` (their

@@ -182,20 +182,19 @@ public final class DiskCache: Sendable {
     public func openedHit(_ key: CacheKey) -> (head: CacheEntry, file: FileBody)? {
         let name = DiskEntryFormat.fileName(forKey: key.description)
         let nowSeconds = now().timeIntervalSince1970
-        let kept = index.withLock { index -> (CacheEntry, FileBody, DiskIndex.VerifiedVersion, Int)? in
+        // One lock: the hit is recorded before the fstat (if that fails, the lookup that follows records it anyway).
+        let kept = index.withLock { index -> (DiskIndex.Head, FileBody, FileIdentity)? in
             guard index.route(name) == .read, let record = index.records[name], let version = record.verified,
                   let head = version.head, let file = version.file,
                   nowSeconds - version.checkedAt < DiskCache.openFileValidSeconds,
                   nowSeconds - record.persistedUse < DiskCache.touchIntervalSeconds  // the mtime touch is lookup's
             else { return nil }
-            return (head, file, version, record.size)
+            index.touch(name, lastUsed: nowSeconds)
+            return (head, file, version.identity)
         }
-        guard let (head, file, version, size) = kept,
-              let status = try? DiskFile.status(file.descriptor), status.identity == version.identity else { return nil }
-        index.withLock { index in
-            index.markUsed(name, size: size, lastUsed: nowSeconds, persistedUse: -Double.infinity, verified: version)
-        }
-        return (head, file)
+        guard let (head, file, identity) = kept,
+              let status = try? DiskFile.status(file.descriptor), status.identity == identity else { return nil }
+        return (head.entry, file)
     }
 
     /// Queues `work` on the serial queue, and marks `name` (nil: every name) as written until it has run, so
@@ -310,12 +309,13 @@ public final class DiskCache: Sendable {
                 guard status.size == header.fileSize else {
                     throw DiskEntryFormat.Failure("file is \(status.size) bytes, its header describes \(header.fileSize) (truncated?)")
                 }
-                version = DiskIndex.VerifiedVersion(identity: status.identity, head: makeEntry(key: key, header: header, body: []),
+                version = DiskIndex.VerifiedVersion(identity: status.identity,
+                                                    head: DiskIndex.Head(makeEntry(key: key, header: header, body: [])),
                                                     bodyOffset: header.bodyOffset, bodyLength: header.bodyLength,
                                                     file: nil, checkedAt: 0)
                 unverified = trusted == nil ? header : nil
             }
-            let head = version.head!
+            let head = version.head!.entry
             var kept: FileBody?   // the descriptor to keep open for `openedHit`
             let result: DiskLookup
             if version.bodyLength <= configuration.memoryReadLimitBytes, readsWhole?(version.bodyLength) ?? true {

@@ -50,9 +50,16 @@ public final class MemoryCache: Sendable {
 
     /// The entry stored under `key`, marked most recently used. Counts the access (hit or miss) for admission.
     public func lookup(_ key: CacheKey) -> CacheEntry? {
+        var removals: UInt64 = 0
+        return lookup(key, removals: &removals)
+    }
+
+    /// As `lookup`, and reads `removals` under the same lock (for a disk lookup after a miss).
+    public func lookup(_ key: CacheKey, removals: inout UInt64) -> CacheEntry? {
         let hash = key.hashValue
         return state.withLock { state in
             state.sketch.increment(hash)
+            removals = state.removals
             guard let index = state.map[key] else { return nil }
             state.moveToFront(index)
             return state.nodes[index].entry

@@ -373,7 +373,7 @@ struct DiskCacheTests {
         let head = Self.entry("h", bytes: 0)
         let perHead = head.cost
         let fits = DiskIndex.headLimitBytes / perHead
-        func version(_ inode: UInt64, head: CacheEntry? = head) -> DiskIndex.VerifiedVersion {
+        func version(_ inode: UInt64, head: DiskIndex.Head? = DiskIndex.Head(head)) -> DiskIndex.VerifiedVersion {
             DiskIndex.VerifiedVersion(identity: FileIdentity(device: 1, inode: inode, size: 10, changeSeconds: 1, changeNanoseconds: 0),
                                       head: head, bodyOffset: 0, bodyLength: 10, file: nil, checkedAt: 0)
         }
