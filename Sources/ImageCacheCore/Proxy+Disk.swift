@@ -36,13 +36,18 @@ extension Proxy {
         case let .stream(head, file): found = (head, file)
         case nil: found = nil
         }
-        if let (entry, file) = found, entry.vary?.matches(request.forwardedHeaders) ?? true {
+        // Cache-Status fwd (RFC 9211): not stored, a stored variant for other request fields, or too stale to use.
+        var reason = CacheOutcome.Forward.miss
+        if let (entry, _) = found, !(entry.vary?.matches(request.forwardedHeaders) ?? true) { reason = .varyMiss }
+        if let (entry, file) = found, reason == .miss {
             let time = now()
             let hit: (outcome: CacheOutcome, served: ServedOutcome)?
             switch Freshness.use(entry, request: request.cacheControl, now: time) {
             case let .fresh(ttl): hit = (.hit(ttl: ttl, detail: "disk"), .diskHit)
             case let .staleAllowed(staleness): hit = (.hit(ttl: -max(staleness, 1), detail: "disk"), .stale)
-            case .revalidate: hit = nil
+            case .revalidate:
+                hit = nil
+                reason = .stale
             }
             if let hit {
                 // Read whole only when the memory tier admits it (then promoted); else sent from its file.
@@ -53,7 +58,8 @@ extension Proxy {
             }
         }
         let sink = countingSink(sink, request: request)
-        queue.async { self.dispatch(request, key: key, sink: sink, reason: .miss, disk: .answered(result, removalsSeen: removalsSeen)) }
+        let forward = reason
+        queue.async { self.dispatch(request, key: key, sink: sink, reason: forward, disk: .answered(result, removalsSeen: removalsSeen)) }
     }
 }
 

@@ -89,6 +89,8 @@ struct DiskTierTests {
         #expect(staleResponses.allSatisfy { $0.status == 200 && $0.body == DiskTierTests.small })
         #expect(staleResponses.allSatisfy { ["REVALIDATED", "COALESCED"].contains($0.header("X-Cache") ?? "") }, "\(staleResponses.map { ($0.header("X-Cache") ?? "-") + " " + ($0.header("Cache-Status") ?? "-") })")
         #expect(harness.origin.requestCount("/s.png") == 2)
+        // The one that revalidated says why it went to the origin (RFC 9211): stored, but too stale to use
+        #expect(staleResponses.contains { $0.header("Cache-Status")?.contains("fwd=stale; fwd-status=304") == true })
     }
 
     @Test("a disk entry too large for memory is sent from its file: 10 clients at once, HEAD, and a conditional request")
