@@ -102,12 +102,12 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
             if let disk {
                 let removals = removals
                 // A file kept open for this entry, not wanted in memory: answered here, as nginx's open_file_cache.
-                if let (head, file) = disk.openedHit(key), !memory.admits(key, cost: file.length) {
+                if let (head, file) = disk.lookupOpened(key), !memory.admits(key, cost: head.cost + file.length) {
                     diskAnswered(.stream(head: head, file: file), request: request, key: key, sink: sink, removalsSeen: removals)
                     return
                 }
                 // Small bodies the memory tier would admit are read into memory; the rest are sent from their files.
-                disk.lookup(key, readsWhole: { [memory] length in memory.admits(key, cost: length) }) { result in
+                disk.lookup(key, readsWhole: { [memory] cost in memory.admits(key, cost: cost) }) { result in
                     self.diskAnswered(result, request: request, key: key, sink: sink, removalsSeen: removals)
                 }
                 return
@@ -224,7 +224,7 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
                 return
             }
             // An entry may have landed (or been refreshed) between the lookup on the connection queue and now.
-            if let entry = memory.lookup(key), entry.vary?.matches(request.forwardedHeaders) ?? true {
+            if let entry = memory.peek(key), entry.vary?.matches(request.forwardedHeaders) ?? true {
                 let time = now()
                 if case let .fresh(ttl) = Freshness.use(entry, request: request.cacheControl, now: time), reason != .request {
                         respond(entry, to: sink, request: request, outcome: .hit(ttl: ttl), now: time)
@@ -233,7 +233,7 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
             }
         }
         var revalidating: CacheEntry?
-        if reason == .stale || reason == .request, let entry = memory.lookup(key), entry.vary?.matches(request.forwardedHeaders) ?? true,
+        if reason == .stale || reason == .request, let entry = memory.peek(key), entry.vary?.matches(request.forwardedHeaders) ?? true,
            entry.etag != nil || entry.lastModified != nil {
             revalidating = entry
         }

@@ -31,6 +31,9 @@ struct DiskIndex: Sendable {
         var persistedUse: Double
         /// Orders uses with equal `lastUsed` (0 for entries found by the loader).
         var sequence: UInt64
+        /// Which record this is: a new file under the name (`set`) makes a new record, so a lookup that read the old
+        /// file does not attach its version to the new one. 0 for records found by the loader.
+        var created: UInt64 = 0
         /// The file version a lookup verified (nil: none yet). A lookup that finds the same identity (inode, size,
         /// ctime) skips hashing the body again, and with a kept head skips reading the header too; any change to
         /// the file, or a new file under the name, has another identity.
@@ -50,6 +53,8 @@ struct DiskIndex: Sendable {
         var file: FileBody?
         /// When a lookup last opened the name and found this version there (injected clock, seconds).
         var checkedAt: Double
+        /// Which `headQueue` slot holds this head (slots of heads dropped since are skipped).
+        var headTicket: UInt64 = 0
     }
 
     /// An immutable decoded header (an entry without a body).
@@ -62,11 +67,16 @@ struct DiskIndex: Sendable {
     static let headLimitBytes = 4 << 20
     /// At most this many heads (and open descriptors with them).
     var headLimitCount = 1024
-    /// Names given a head, oldest first (may hold names whose head is gone since; compacted when mostly such).
-    var headNames: [String] = []
+    /// Heads in the order they were kept, oldest first, by name and ticket; a slot whose ticket no longer matches
+    /// the record's head (dropped, replaced, kept again later) is skipped, and compacted away when they pile up.
+    var headQueue: [(name: String, ticket: UInt64)] = []
     var headStart = 0
+    var nextHeadTicket: UInt64 = 1
     var headCount = 0
     var headBytes = 0
+    /// Descriptors (kept with heads) let go by the last mutation: the caller drops them after unlocking, so their
+    /// close (the last one of an unlinked file frees its blocks) never runs under the lock (`DiskCache.withIndex`).
+    var released: [FileBody] = []
 
     var records: [String: Record] = [:]
     var bytes = 0
@@ -116,7 +126,8 @@ struct DiskIndex: Sendable {
             bytes -= old.size
             forgetHead(old)
         }
-        records[name] = Record(size: size, lastUsed: lastUsed, persistedUse: persistedUse, sequence: nextSequence)
+        records[name] = Record(size: size, lastUsed: lastUsed, persistedUse: persistedUse, sequence: nextSequence,
+                               created: nextSequence)
         nextSequence += 1
         bytes += size
     }
@@ -124,11 +135,16 @@ struct DiskIndex: Sendable {
     /// A lookup hit: a known record gets the new last use (its size stays: an insert may have replaced the file
     /// since the lookup opened it); an unknown one is added only while the loader runs (afterwards, a name missing
     /// from the index was removed meanwhile, and must not come back).
-    /// `verified`: the file version the lookup verified (nil: not to be trusted later).
-    mutating func markUsed(_ name: String, size: Int, lastUsed: Double, persistedUse: Double, verified: VerifiedVersion?) {
+    /// `verified`: the file version the lookup verified (nil: not to be trusted later); attached only to the record
+    /// the lookup saw (`createdSeen`, its `created`; nil: there was none), not to one a new file made since.
+    mutating func markUsed(_ name: String, size: Int, lastUsed: Double, persistedUse: Double, verified: VerifiedVersion?,
+                           createdSeen: UInt64?) {
+        var verified = verified
         if records[name] == nil {
             guard !loaded else { return }
             set(name, size: size, lastUsed: lastUsed, persistedUse: persistedUse)
+        } else if records[name]?.created != createdSeen {
+            verified = nil
         }
         guard var record = records[name] else { return }
         record.lastUsed = max(record.lastUsed, lastUsed)
@@ -138,16 +154,18 @@ struct DiskIndex: Sendable {
         if var kept = record.verified, let verified, kept.identity == verified.identity {
             // The same version again: newer check time; a head (and descriptor) it lacked since one was dropped.
             kept.checkedAt = max(kept.checkedAt, verified.checkedAt)
-            if kept.head == nil, let head = verified.head {
-                kept.head = head
-                keepHead(name, cost: head.entry.cost)
+            if kept.head == nil, verified.head != nil {
+                kept.head = verified.head
+                kept.file = verified.file
+                keepHead(name, &kept)
+            } else if kept.head != nil, kept.file == nil {
+                kept.file = verified.file
             }
-            if kept.head != nil, kept.file == nil { kept.file = verified.file }
             record.verified = kept
         } else {
             forgetHead(record)
             record.verified = verified
-            if let head = verified?.head { keepHead(name, cost: head.entry.cost) }
+            if record.verified?.head != nil { keepHead(name, &record.verified!) }
         }
         records[name] = record
         dropOldHeads()
@@ -161,40 +179,46 @@ struct DiskIndex: Sendable {
         nextSequence += 1
     }
 
-    /// Counts a head just stored in `name`'s record.
-    private mutating func keepHead(_ name: String, cost: Int) {
-        headNames.append(name)
+    /// Counts a head just stored in `name`'s record (`version`, given its ticket).
+    private mutating func keepHead(_ name: String, _ version: inout VerifiedVersion) {
+        guard let head = version.head else { return }
+        version.headTicket = nextHeadTicket
+        headQueue.append((name, nextHeadTicket))
+        nextHeadTicket += 1
         headCount += 1
-        headBytes += cost
+        headBytes += head.entry.cost
     }
 
-    /// Uncounts the head `record` holds (it is being replaced or removed).
+    /// Uncounts the head `record` holds (it is being replaced or removed) and releases its descriptor.
     private mutating func forgetHead(_ record: Record) {
         guard let head = record.verified?.head else { return }
         headCount -= 1
         headBytes -= head.entry.cost
+        if let file = record.verified?.file { released.append(file) }
     }
 
     /// Drops the oldest heads (and kept descriptors) until within `headLimitBytes` and `headLimitCount` (their
     /// records keep the identity: no hash, one header read), and compacts `headNames` when most of it names records
     /// without a head.
     private mutating func dropOldHeads() {
-        while headBytes > Self.headLimitBytes || headCount > headLimitCount, headStart < headNames.count {
-            let name = headNames[headStart]
+        while headBytes > Self.headLimitBytes || headCount > headLimitCount, headStart < headQueue.count {
+            let (name, ticket) = headQueue[headStart]
             headStart += 1
-            if var record = records[name], record.verified?.head != nil {
+            if var record = records[name], record.verified?.head != nil, record.verified?.headTicket == ticket {
                 forgetHead(record)
                 record.verified?.head = nil
                 record.verified?.file = nil
                 records[name] = record
             }
         }
-        if headStart > 1024, headStart > headNames.count / 2 {
-            headNames.removeFirst(headStart)
+        // Slots of heads dropped or replaced since: compacted once they are most of the queue.
+        if headQueue.count - headStart > 2 * headCount + 1024 {
+            headQueue = headQueue[headStart...].filter { slot in
+                records[slot.name]?.verified.map { $0.head != nil && $0.headTicket == slot.ticket } ?? false
+            }
             headStart = 0
-        }
-        if headNames.count - headStart > 2 * headCount + 1024 {
-            headNames = headNames[headStart...].filter { records[$0]?.verified?.head != nil }
+        } else if headStart > 1024, headStart > headQueue.count / 2 {
+            headQueue.removeFirst(headStart)
             headStart = 0
         }
     }
@@ -210,9 +234,10 @@ struct DiskIndex: Sendable {
     }
 
     mutating func removeAllRecords() {
+        for record in records.values { if let file = record.verified?.file { released.append(file) } }
         records = [:]
         bytes = 0
-        headNames = []
+        headQueue = []
         headStart = 0
         headCount = 0
         headBytes = 0
@@ -249,7 +274,7 @@ extension DiskCache {
     func _loadIndexStep() {
         dispatchPrecondition(condition: .onQueue(queue))
         let listed = DiskFile.list(root)
-        let next: String?? = index.withLock { index -> String?? in
+        let next: String?? = withIndex { index -> String?? in
             guard !index.loaded else { return .none }
             if index.pendingShards == nil {
                 index.loadStart = ContinuousClock.now
@@ -263,14 +288,14 @@ extension DiskCache {
             queue.async { self._loadIndexStep() }
             return
         }
-        let (count, bytes, seconds) = index.withLock { index in
+        let (count, bytes, seconds) = withIndex { index in
             let elapsed = ContinuousClock.now - index.loadStart
             let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
             return (index.records.count, index.bytes, seconds)
         }
         // Logged before `stats` says loaded, so whoever sees the flag finds the line.
         logger.info("disk index loaded: \(count) entries, \(bytes) bytes in \(String(format: "%.3f", seconds)) s")
-        index.withLock { index in
+        withIndex { index in
             index.loaded = true
             index.loadSeconds = seconds
         }
@@ -289,7 +314,7 @@ extension DiskCache {
                     _ = try? DiskFile.unlink(path)
                     continue
                 }
-                guard DiskEntryFormat.isEntryName(file), index.withLock({ $0.records[file] == nil }) else { continue }
+                guard DiskEntryFormat.isEntryName(file), withIndex({ $0.records[file] == nil }) else { continue }
                 let utf8 = file.utf8
                 guard utf8.prefix(2).elementsEqual(top.utf8), utf8.dropFirst(2).prefix(2).elementsEqual(sub.utf8) else {
                     _removeCorrupt(name: file, path: path, inode: nil, why: "in the wrong directory")
@@ -317,7 +342,7 @@ extension DiskCache {
             guard size == fileSize else {
                 throw DiskEntryFormat.Failure("file is \(size) bytes, its header describes \(fileSize) (truncated?)")
             }
-            index.withLock { index in
+            withIndex { index in
                 // A write or a lookup since start knows better than the file's mtime.
                 guard index.records[name] == nil else { return }
                 index.records[name] = DiskIndex.Record(size: size, lastUsed: mtime, persistedUse: mtime, sequence: 0)

@@ -25,7 +25,7 @@ extension DiskCache {
         // Chosen from a snapshot taken under the lock (copy-on-write: O(1) there) so lookups never wait on the scan
         // or the sort; dropped from the index under the lock, skipping any record used since the snapshot; the files
         // go after that, still on the disk queue, so no write can publish a new file under one of these names.
-        let (snapshot, snapshotBytes) = index.withLock { ($0.records, $0.bytes) }
+        let (snapshot, snapshotBytes) = withIndex { ($0.records, $0.bytes) }
         var expiring: [(name: String, record: DiskIndex.Record)] = []
         for (name, record) in snapshot where nowSeconds - record.lastUsed > maxAge { expiring.append((name, record)) }
         var evicting: [(name: String, record: DiskIndex.Record)] = []
@@ -41,7 +41,7 @@ extension DiskCache {
                 projected -= record.size
             }
         }
-        let (expired, evicted, entries, bytes) = index.withLock { index in
+        let (expired, evicted, entries, bytes) = withIndex { index in
             func take(_ chosen: [(name: String, record: DiskIndex.Record)]) -> [(name: String, size: Int)] {
                 chosen.compactMap { name, record in
                     guard let now = index.records[name], now.sequence == record.sequence, now.lastUsed == record.lastUsed else { return nil }

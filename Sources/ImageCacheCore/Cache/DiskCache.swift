@@ -9,10 +9,14 @@
 //                         fstat, pread, futimens on the descriptor they opened). Reads need no order among
 //                         themselves; a hit costs one hop here and none through the serial queue. A lookup that
 //                         finds a bad or vanished file asks the serial queue to remove it (checked again there).
-//     shared, Mutex:      `index` (`DiskIndex`: file name -> size, last use, use sequence; total bytes; counters).
-//                         Held only for dictionary work, never across a file call. `stats` reads it.
-//     caller's thread:    a `FileBody` owns the descriptor of a large verified body the lookup handed out
-//                         (immutable; connections send it with sendfile at their own offsets; closed at deinit).
+//     shared, Mutex:      `index` (`DiskIndex`: file name -> size, last use, use sequence, the verified file
+//                         version with, for recently hit entries, its decoded head and kept descriptor; total bytes;
+//                         counters). Held only for dictionary work, never across a file call: every use goes
+//                         through `withIndex`, which drops the descriptors a mutation let go after unlocking.
+//     caller's thread:    `lookupOpened` (the connection's queue): one index lock and one fstat on a kept
+//                         descriptor, no open, no hop, nothing that waits on the device.
+//                         A `FileBody` owns the descriptor of a verified body the lookup handed out or the index
+//                         keeps (immutable; connections send it with sendfile at their own offsets; closed at deinit).
 //
 //   Files: `<directory>/<h[0..1]>/<h[2..3]>/<h>`, h = hex SHA-256 of the key's URL string, format in DiskEntryFormat.
 //   Publishing (nginx): write `<h>.<random>.tmp` in the target directory, optionally fsync, set its mtime to the
@@ -22,10 +26,12 @@
 //   times); atime is never read. A file's mtime is its last use as known on disk: set when written, pushed forward
 //   (futimens) on a lookup hit when it is more than `touchIntervalSeconds` old, and read back by the loader.
 //
-//   Lookup verifies before handing anything out: magic and format version, header checksum, the stored key equal to
-//   the key asked for, the file size equal to header + body length, then the body checksum (a large body is hashed
-//   in place through a read-only mapping, then handed out as a `FileBody` on the same open descriptor, so a
-//   concurrent remove or rename cannot change what is sent). A file that fails is a cache fault, never a request fault: it is logged
+//   Lookup verifies a file version before handing anything out: magic and format version, header checksum, the stored
+//   key equal to the key asked for, the file size equal to header + body length, then the body checksum (a large body
+//   is hashed in place through a read-only mapping, then handed out as a `FileBody` on the same open descriptor, so a
+//   concurrent remove or rename cannot change what is sent). A version (inode, size, ctime: `FileIdentity`) once
+//   verified and settled is trusted by later lookups of the same version (no hash; with a kept head, no header read).
+//   A file that fails is a cache fault, never a request fault: it is logged
 //   (warning, with the path and why), reported as a miss, and removed by the serial queue if the name still points
 //   at the same inode (a good file written meanwhile under the name stays), then counted.
 //
@@ -59,8 +65,9 @@ public final class DiskCache: Sendable {
         public var memoryReadLimitBytes: Int
         /// Freshness policy applied to entries rebuilt from disk. Default `FreshnessPolicy()`.
         public var freshnessPolicy: FreshnessPolicy
-        /// Most entry files kept open for hits from the connection's queue (also capped at a quarter of
-        /// RLIMIT_NOFILE). Default 1024; 0 turns that path off.
+        /// Most decoded heads the index keeps, each with its entry file kept open when the entry is sent from its
+        /// file (for hits on the connection's queue); also capped at a quarter of RLIMIT_NOFILE. Default 1024; 0
+        /// keeps none (every hit opens and reads the header).
         public var openFileLimit = 1024
         /// Whether init starts the startup loader (tests turn it off to look up before the index exists).
         var startsIndexLoader = true
@@ -157,13 +164,14 @@ public final class DiskCache: Sendable {
     /// hold is a miss at once: `completion(nil)` runs on the caller's thread before `lookup` returns. Otherwise the
     /// file is read on the read queue and `completion` runs there. Verifies format version, key, header and body
     /// checksums before returning anything; a corrupt, truncated or foreign file is logged, reported as nil, and
-    /// removed. A body up to `memoryReadLimitBytes` that `readsWhole` (given the body length; nil: every such body)
+    /// removed. A body up to `memoryReadLimitBytes` that `readsWhole` (given the entry's cost in memory, head and body;
+    /// nil: every such body)
     /// wants is read into memory (`.entry`); any other is verified and handed out as its open file (`.stream`).
-    public func lookup(_ key: CacheKey, readsWhole: (@Sendable (_ bodyLength: Int) -> Bool)? = nil,
+    public func lookup(_ key: CacheKey, readsWhole: (@Sendable (_ cost: Int) -> Bool)? = nil,
                        completion: @escaping @Sendable (DiskLookup?) -> Void) {
         let keyString = key.description
         let name = DiskEntryFormat.fileName(forKey: keyString)
-        switch index.withLock({ $0.route(name) }) {
+        switch withIndex({ $0.route(name) }) {
         case .absent:
             completion(nil)
         case .read:
@@ -179,11 +187,11 @@ public final class DiskCache: Sendable {
     /// name was opened and found to hold that version within the last `openFileValidSeconds`, no write of the name is
     /// queued, and `fstat` on the kept descriptor still shows the version (a change in place moves ctime). The hit is
     /// recorded. nil: ask `lookup` (which opens the name, and keeps the descriptor for next time).
-    public func openedHit(_ key: CacheKey) -> (head: CacheEntry, file: FileBody)? {
+    public func lookupOpened(_ key: CacheKey) -> (head: CacheEntry, file: FileBody)? {
         let name = DiskEntryFormat.fileName(forKey: key.description)
         let nowSeconds = now().timeIntervalSince1970
         // One lock: the hit is recorded before the fstat (if that fails, the lookup that follows records it anyway).
-        let kept = index.withLock { index -> (DiskIndex.Head, FileBody, FileIdentity)? in
+        let kept = withIndex { index -> (DiskIndex.Head, FileBody, FileIdentity)? in
             guard index.route(name) == .read, let record = index.records[name], let version = record.verified,
                   let head = version.head, let file = version.file,
                   nowSeconds - version.checkedAt < DiskCache.openFileValidSeconds,
@@ -200,10 +208,10 @@ public final class DiskCache: Sendable {
     /// Queues `work` on the serial queue, and marks `name` (nil: every name) as written until it has run, so
     /// lookups of it wait for it.
     private func enqueueWrite(_ name: String?, _ work: @escaping @Sendable () -> Void) {
-        index.withLock { $0.writeQueued(name) }
+        withIndex { $0.writeQueued(name) }
         queue.async {
             work()
-            self.index.withLock { $0.writeDone(name) }
+            self.withIndex { $0.writeDone(name) }
         }
     }
 
@@ -259,7 +267,20 @@ public final class DiskCache: Sendable {
         queue.sync {}
     }
 
-    public var stats: DiskCacheStats { index.withLock { $0.stats } }
+    public var stats: DiskCacheStats { withIndex { $0.stats } }
+
+    /// Every use of the index: `body` under its lock, then the descriptors it let go (`DiskIndex.released`) are
+    /// dropped after unlocking, so no close runs under the lock the event loops take.
+    func withIndex<T>(_ body: (inout DiskIndex) throws(Never) -> T) -> T {
+        let (result, released) = index.withLock { index -> (T, [FileBody]) in
+            let result = body(&index)
+            guard !index.released.isEmpty else { return (result, []) }
+            defer { index.released = [] }
+            return (result, index.released)
+        }
+        _ = released  // the last references go here, outside the lock
+        return result
+    }
 
     // MARK: - Paths
 
@@ -274,13 +295,14 @@ public final class DiskCache: Sendable {
 
     /// On the read queue, or on the serial queue after a queued write of the name; no file call here changes the tree.
     func _lookup(key: CacheKey, keyString: String, name: String,
-                 readsWhole: (@Sendable (_ bodyLength: Int) -> Bool)? = nil) -> DiskLookup? {
-        let known = index.withLock { index -> (indexed: Bool, verified: DiskIndex.VerifiedVersion?, persistedUse: Double)? in
+                 readsWhole: (@Sendable (_ cost: Int) -> Bool)? = nil) -> DiskLookup? {
+        let known = withIndex { index -> (created: UInt64?, verified: DiskIndex.VerifiedVersion?, persistedUse: Double)? in
             guard !index.knownAbsent(name) else { return nil }
             let record = index.records[name]
-            return (record != nil, record?.verified, record?.persistedUse ?? -Double.infinity)
+            return (record?.created, record?.verified, record?.persistedUse ?? -Double.infinity)
         }
-        guard let (indexed, verified, persistedUse) = known else { return nil }
+        guard let (created, verified, persistedUse) = known else { return nil }
+        let indexed = created != nil
         let path = filePath(of: name)
         let fd: Int32
         do {
@@ -294,6 +316,7 @@ public final class DiskCache: Sendable {
         var handedOut = false
         defer { if !handedOut { closeDescriptor(fd) } }
         do {
+            let checkedAt = now()   // before fstat: a version is trusted only if its ctime is a second older than this
             let status = try DiskFile.status(fd)
             // The version verified before (same identity, taken before reading): trusted as it was found then.
             let trusted = verified?.identity == status.identity ? verified : nil
@@ -316,9 +339,9 @@ public final class DiskCache: Sendable {
                 unverified = trusted == nil ? header : nil
             }
             let head = version.head!.entry
-            var kept: FileBody?   // the descriptor to keep open for `openedHit`
+            var kept: FileBody?   // the descriptor to keep open for `lookupOpened`
             let result: DiskLookup
-            if version.bodyLength <= configuration.memoryReadLimitBytes, readsWhole?(version.bodyLength) ?? true {
+            if version.bodyLength <= configuration.memoryReadLimitBytes, readsWhole?(head.cost + version.bodyLength) ?? true {
                 let body = try DiskFile.read(fd, count: version.bodyLength, offset: version.bodyOffset)
                 guard body.count == version.bodyLength else { throw DiskEntryFormat.Failure("body truncated") }
                 if let unverified, DiskEntryFormat.checksum(body) != unverified.bodyChecksum {
@@ -335,9 +358,10 @@ public final class DiskCache: Sendable {
             // Kept for later lookups once its ctime has settled (see FileIdentity.settleSeconds).
             var settled = version
             settled.file = kept
-            settled.checkedAt = now().timeIntervalSince1970
+            settled.checkedAt = checkedAt.timeIntervalSince1970
             markUsed(name: name, size: status.size, fd: fd, persistedUse: persistedUse,
-                     verified: version.identity.isSettled(now: now()) ? settled : nil, hashed: unverified != nil)
+                     verified: version.identity.isSettled(now: checkedAt) ? settled : nil, createdSeen: created,
+                     hashed: unverified != nil)
             return result
         } catch let failure as DiskEntryFormat.Failure {
             handedOut = true
@@ -358,14 +382,15 @@ public final class DiskCache: Sendable {
     /// later, see `FileIdentity.settleSeconds`) and whether it hashed the body; pushes the file's mtime forward when
     /// the on-disk last use (`persistedUse`) is stale (which moves its ctime: the next lookup verifies it again).
     private func markUsed(name: String, size: Int, fd: Int32, persistedUse: Double, verified: DiskIndex.VerifiedVersion?,
-                          hashed: Bool) {
+                          createdSeen: UInt64?, hashed: Bool) {
         let nowSeconds = now().timeIntervalSince1970
         var persisted = persistedUse
         if nowSeconds - persisted >= DiskCache.touchIntervalSeconds {
             if (try? DiskFile.setModificationTime(fd, nowSeconds)) != nil { persisted = nowSeconds }
         }
-        index.withLock { index in
-            index.markUsed(name, size: size, lastUsed: nowSeconds, persistedUse: persisted, verified: verified)
+        withIndex { index in
+            index.markUsed(name, size: size, lastUsed: nowSeconds, persistedUse: persisted, verified: verified,
+                           createdSeen: createdSeen)
             if hashed { index.bodiesVerified += 1 }
         }
     }
@@ -391,7 +416,7 @@ public final class DiskCache: Sendable {
         logger.warning("disk entry removed: \(path): \(why)")
         _ = try? DiskFile.unlink(path)
         let indexed = path == filePath(of: name)  // a misplaced file does not stand for the record of its name
-        index.withLock { index in
+        withIndex { index in
             if indexed { index.remove(name) }
             index.removedCorrupt += 1
         }
@@ -400,7 +425,7 @@ public final class DiskCache: Sendable {
     /// The index holds `name` but a lookup could not open its file: forgets it if the file is really gone.
     func _forgetIfMissing(name: String) {
         dispatchPrecondition(condition: .onQueue(queue))
-        if DiskFile.inode(atPath: filePath(of: name)) == nil { index.withLock { $0.remove(name) } }
+        if DiskFile.inode(atPath: filePath(of: name)) == nil { withIndex { $0.remove(name) } }
     }
 
     // MARK: - Insert and update
@@ -422,12 +447,12 @@ public final class DiskCache: Sendable {
                 try DiskFile.write(fd, entry.body)
             }
         } catch {
-            index.withLock { $0.writeErrors += 1 }
+            withIndex { $0.writeErrors += 1 }
             logger.error("disk write of \(entry.key) dropped: \(error)")
             return
         }
         let nowSeconds = now().timeIntervalSince1970
-        let bytes = index.withLock { index in
+        let bytes = withIndex { index in
             index.set(name, size: size, lastUsed: nowSeconds, persistedUse: nowSeconds)
             return index.bytes
         }
@@ -442,7 +467,7 @@ public final class DiskCache: Sendable {
             old = try DiskFile.open(path, O_RDONLY)
         } catch {
             logger.debug("disk update of \(entry.key) skipped: nothing stored (\(error))")
-            index.withLock { $0.remove(name) }
+            withIndex { $0.remove(name) }
             return
         }
         defer { closeDescriptor(old) }
@@ -471,12 +496,12 @@ public final class DiskCache: Sendable {
                 try DiskFile.copy(from: old, offset: stored.bodyOffset, count: stored.bodyLength, to: fd)
             }
         } catch {
-            index.withLock { $0.writeErrors += 1 }
+            withIndex { $0.writeErrors += 1 }
             logger.error("disk update of \(entry.key) dropped: \(error)")
             return
         }
         let nowSeconds = now().timeIntervalSince1970
-        let bytes = index.withLock { index in
+        let bytes = withIndex { index in
             index.set(name, size: header.count + stored.bodyLength, lastUsed: nowSeconds, persistedUse: nowSeconds)
             return index.bytes
         }
@@ -530,7 +555,7 @@ public final class DiskCache: Sendable {
         } catch where error.errno != ENOENT {
             logger.warning("disk remove of \(path) failed: \(error)")
         } catch {}
-        index.withLock { $0.remove(name) }
+        withIndex { $0.remove(name) }
     }
 
     func _removeAll() {
@@ -546,7 +571,7 @@ public final class DiskCache: Sendable {
                 }
             }
         }
-        index.withLock { $0.removeAllRecords() }
+        withIndex { $0.removeAllRecords() }
         logger.info("disk cache emptied: \(removed) files removed")
     }
 }

@@ -54,6 +54,15 @@ public final class MemoryCache: Sendable {
         return lookup(key, removals: &removals)
     }
 
+    /// As `lookup`, without counting an access for admission (a second look for a request already counted).
+    public func peek(_ key: CacheKey) -> CacheEntry? {
+        state.withLock { state in
+            guard let index = state.map[key] else { return nil }
+            state.moveToFront(index)
+            return state.nodes[index].entry
+        }
+    }
+
     /// As `lookup`, and reads `removals` under the same lock (for a disk lookup after a miss).
     public func lookup(_ key: CacheKey, removals: inout UInt64) -> CacheEntry? {
         let hash = key.hashValue

@@ -52,7 +52,7 @@ public final class Daemon: @unchecked Sendable {
                     // in memory; promoted if they fit): for a small file a copy costs less than mapping it. Larger
                     // ones are verified in place (mapped, not copied) and sent from the file with sendfile, so a
                     // hit never holds a large body in this process's memory.
-                    memoryReadLimitBytes: max(configuration.effectiveMemoryObjectLimitBytes, 256 << 10),
+                    memoryReadLimitBytes: max(configuration.effectiveMemoryObjectLimitBytes, DiskFile.mapThreshold),
                     freshnessPolicy: FreshnessPolicy(heuristicFraction: configuration.heuristicFraction,
                                                      heuristicMaxSeconds: configuration.heuristicMaxSeconds)),
                 logger: logger, now: now)

@@ -194,8 +194,8 @@ final class Fetch: @unchecked Sendable {
             guard revalidating.isSelected(by: head) else {
                 // The 304 names other validators than the stored ones: drop the entry and fetch it whole.
                 proxy.logger.notice("\(key): 304 does not match the stored validators; fetching the whole response")
+                proxy.disk?.remove(key)   // the file first: see Proxy.purge
                 proxy.memory.remove(key)
-                proxy.disk?.remove(key)
                 self.revalidating = nil
                 revalidatingFromDisk = false
                 transfer?.cancel()
@@ -225,8 +225,8 @@ final class Fetch: @unchecked Sendable {
                 proxy.memory.insert(refreshed)
                 proxy.disk?.update(refreshed)
             } else {
+                proxy.disk?.remove(key)   // the file first: see Proxy.purge
                 proxy.memory.remove(key)
-                proxy.disk?.remove(key)
             }
             var mismatched: [Waiter] = []
             for waiter in waiters {
@@ -245,8 +245,8 @@ final class Fetch: @unchecked Sendable {
         }
         guard head.status == 200 || head.status == 203 else {
             if revalidating != nil && (head.status == 404 || head.status == 410) {
+                proxy.disk?.remove(key)   // the file first: see Proxy.purge
                 proxy.memory.remove(key)
-                proxy.disk?.remove(key)
             }
             if head.status >= 500, serveStaleIfError(because: "upstream answered \(head.status)") { return }
             let status = (400...599).contains(head.status) ? head.status : 502
@@ -356,8 +356,8 @@ final class Fetch: @unchecked Sendable {
             proxy.disk?.insert(entry)
         } else if revalidating != nil {
             // The stored entry is outdated and the new one is not kept.
+            proxy.disk?.remove(key)   // the file first: see Proxy.purge
             proxy.memory.remove(key)
-            proxy.disk?.remove(key)
         }
         if case let .dontStore(why) = storeDecision {
             proxy.logger.debug("not stored \(key): \(why)")
