@@ -183,24 +183,15 @@ enum DiskFile {
         return (fields.key, fields.bodyOffset + fields.bodyLength, size, mtime)
     }
 
-    /// Bodies up to this size are verified through a buffer; mapping a small file costs more than copying it.
-    static let mapThreshold = 256 << 10
+    /// Bodies up to this size are read whole on a disk hit when memory would keep them (one pread, verified in
+    /// memory); larger ones are verified through a buffer and sent from the file.
+    static let wholeReadLimit = 256 << 10
 
-    /// Hashes the body and compares it with the header's checksum, without keeping it: the caller sends it from the
-    /// file with sendfile. A large body is mapped (read-only, pre-faulted) and hashed in place, with no copy into this
-    /// process; a small one (or where mapping fails) is read through a buffer.
+    /// Hashes the body and compares it with the header's checksum, without keeping it (the caller sends it from the
+    /// file with sendfile): read through a buffer of up to 256 KiB, in chunks. A version is verified once (see
+    /// FileIdentity), so the copy is paid once per file version; reading rather than mapping turns a device error or
+    /// a file cut short by another process into an error return (a miss), where a mapping would raise SIGBUS.
     static func verifyBody(_ fd: Int32, header: DiskEntryFormat.Header) throws {
-        guard header.bodyLength > mapThreshold else { return try verifyBodyByReading(fd, header: header) }
-        let size = header.bodyOffset + header.bodyLength
-        let mapped = mmap(nil, size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0)
-        guard let mapped, mapped != MAP_FAILED else { return try verifyBodyByReading(fd, header: header) }
-        defer { munmap(mapped, size) }
-        let body = UnsafeRawBufferPointer(start: mapped + header.bodyOffset, count: header.bodyLength)
-        guard XXH64.hash(body) == header.bodyChecksum else { throw DiskEntryFormat.Failure("body checksum mismatch") }
-    }
-
-    /// `verifyBody` through a buffer, in chunks.
-    static func verifyBodyByReading(_ fd: Int32, header: DiskEntryFormat.Header) throws {
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: max(1, min(chunkSize, header.bodyLength)), alignment: 16)
         defer { buffer.deallocate() }
         var hasher = XXH64()

@@ -27,8 +27,8 @@
 //   (futimens) on a lookup hit when it is more than `touchIntervalSeconds` old, and read back by the loader.
 //
 //   Lookup verifies a file version before handing anything out: magic and format version, header checksum, the stored
-//   key equal to the key asked for, the file size equal to header + body length, then the body checksum (a large body
-//   is hashed in place through a read-only mapping, then handed out as a `FileBody` on the same open descriptor, so a
+//   key equal to the key asked for, the file size equal to header + body length, then the body checksum (a body sent
+//   from its file is hashed through a buffer, then handed out as a `FileBody` on the same open descriptor, so a
 //   concurrent remove or rename cannot change what is sent). A version (inode, size, ctime: `FileIdentity`) once
 //   verified and settled is trusted by later lookups of the same version (no hash; with a kept head, no header read).
 //   A file that fails is a cache fault, never a request fault: it is logged

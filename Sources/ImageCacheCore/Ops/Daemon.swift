@@ -48,11 +48,10 @@ public final class Daemon: @unchecked Sendable {
                     directory: configuration.cacheDirectory, limitBytes: configuration.diskLimitBytes,
                     lowWaterFraction: configuration.diskLowWaterFraction, maxAgeSeconds: configuration.diskMaxAgeSeconds,
                     fsync: configuration.diskFsync,
-                    // Bodies that fit the memory tier, and any up to 256 KiB, are read whole (one pread, verified
-                    // in memory; promoted if they fit): for a small file a copy costs less than mapping it. Larger
-                    // ones are verified in place (mapped, not copied) and sent from the file with sendfile, so a
-                    // hit never holds a large body in this process's memory.
-                    memoryReadLimitBytes: max(configuration.effectiveMemoryObjectLimitBytes, DiskFile.mapThreshold),
+                    // Bodies that fit the memory tier, and any up to 256 KiB, may be read whole (one pread, verified
+                    // in memory, promoted) when the memory tier admits them. The rest are verified through a buffer
+                    // and sent from the file with sendfile, so a hit never holds a large body in memory.
+                    memoryReadLimitBytes: max(configuration.effectiveMemoryObjectLimitBytes, DiskFile.wholeReadLimit),
                     freshnessPolicy: FreshnessPolicy(heuristicFraction: configuration.heuristicFraction,
                                                      heuristicMaxSeconds: configuration.heuristicMaxSeconds)),
                 logger: logger, now: now)
