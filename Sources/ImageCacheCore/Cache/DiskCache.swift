@@ -164,9 +164,9 @@ public final class DiskCache: Sendable {
     /// hold is a miss at once: `completion(nil)` runs on the caller's thread before `lookup` returns. Otherwise the
     /// file is read on the read queue and `completion` runs there. Verifies format version, key, header and body
     /// checksums before returning anything; a corrupt, truncated or foreign file is logged, reported as nil, and
-    /// removed. A body up to `memoryReadLimitBytes` that `readsWhole` (given the entry's cost in memory, head and body;
-    /// nil: every such body)
-    /// wants is read into memory (`.entry`); any other is verified and handed out as its open file (`.stream`).
+    /// removed. A body up to `memoryReadLimitBytes` is read into memory (`.entry`) when `readsWhole` wants it (asked
+    /// with the entry's cost in memory, head and body; nil: always); any other is verified and handed out as its open
+    /// file (`.stream`).
     public func lookup(_ key: CacheKey, readsWhole: (@Sendable (_ cost: Int) -> Bool)? = nil,
                        completion: @escaping @Sendable (DiskLookup?) -> Void) {
         let keyString = key.description
