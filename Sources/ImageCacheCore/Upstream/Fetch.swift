@@ -43,7 +43,10 @@ final class Fetch: @unchecked Sendable {
     }
 
     // MARK: immutable
-    unowned let proxy: Proxy
+    /// Strong: a transfer can still deliver after the daemon let go of its proxy (a test's teardown, a stop with
+    /// transfers in flight), and an unowned reference then crashed the process. The cycle (proxy -> coalescer ->
+    /// fetch -> proxy) ends when the fetch finishes, as the transfer's does.
+    let proxy: Proxy
     let key: CacheKey
     let leader: ClientRequest
     let reason: CacheOutcome.Forward
