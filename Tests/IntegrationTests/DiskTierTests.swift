@@ -208,6 +208,33 @@ struct DiskTierTests {
         #expect(DiskTierTests.descriptors(of: harness) == baseline)
     }
 
+    @Test("a restart with a fetch in flight: the old daemon's transfer ends after its proxy is let go, and nothing crashes")
+    func restartWithFetchInFlight() async throws {
+        let harness = try ProxyHarness(DiskTierTests.settings)
+        let gate = Gate()
+        harness.origin.route("/held.png") { _ in
+            gate.wait()
+            return CachingTests.image(DiskTierTests.small)
+        }
+        harness.origin.route("/s.png") { _ in CachingTests.image(DiskTierTests.small) }
+        var clients: [TestConnection] = []
+        for _ in 0..<8 {
+            let client = try harness.connect()
+            try client.request("/held.png")
+            clients.append(client)
+        }
+        try await harness.origin.waitForRequests("/held.png", count: 1)
+        // When the daemon is replaced while the origin holds the response (its transfers are cancelled, then the
+        // old proxy is released while the cancellation is still on its way to the fetch). With the fetch's old
+        // unowned reference to its proxy this crashed the test process in about 1 run of 5.)
+        try harness.restart()
+        gate.open()
+        // Then the new daemon serves (the process is still alive), and the old clients got an answer or a close
+        let fresh = try await harness.get("/s.png")
+        #expect(fresh.status == 200 && fresh.body == DiskTierTests.small)
+        for client in clients { client.close() }
+    }
+
     @Test("stale entries with the origin down: 502 by default, served with max-stale or the stale-if-error policy")
     func staleOffline() async throws {
         let harness = try ProxyHarness(DiskTierTests.settings)
