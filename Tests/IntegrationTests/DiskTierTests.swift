@@ -226,7 +226,7 @@ struct DiskTierTests {
         try await harness.origin.waitForRequests("/held.png", count: 1)
         // When the daemon is replaced while the origin holds the response (its transfers are cancelled, then the
         // old proxy is released while the cancellation is still on its way to the fetch). With the fetch's old
-        // unowned reference to its proxy this crashed the test process in about 1 run of 5.)
+        // unowned reference to its proxy this crashed the test process in about 1 run of 5.
         try harness.restart()
         gate.open()
         // Then the new daemon serves (the process is still alive), and the old clients got an answer or a close
