@@ -56,18 +56,19 @@ public final class MemoryCache: Sendable {
 
     /// As `lookup`, without counting an access for admission (a second look for a request already counted).
     public func peek(_ key: CacheKey) -> CacheEntry? {
-        state.withLock { state in
-            guard let index = state.map[key] else { return nil }
-            state.moveToFront(index)
-            return state.nodes[index].entry
-        }
+        var removals: UInt64 = 0
+        return find(key, counting: false, removals: &removals)
     }
 
     /// As `lookup`, and reads `removals` under the same lock (for a disk lookup after a miss).
     public func lookup(_ key: CacheKey, removals: inout UInt64) -> CacheEntry? {
-        let hash = key.hashValue
+        find(key, counting: true, removals: &removals)
+    }
+
+    private func find(_ key: CacheKey, counting: Bool, removals: inout UInt64) -> CacheEntry? {
+        let hash = counting ? key.hashValue : 0
         return state.withLock { state in
-            state.sketch.increment(hash)
+            if counting { state.sketch.increment(hash) }
             removals = state.removals
             guard let index = state.map[key] else { return nil }
             state.moveToFront(index)

@@ -131,6 +131,9 @@ struct MemoryCacheTests {
         }
         #expect(Set(cache.keysByRecency) == Set(resident.map(Self.key)))
         #expect(cache.evictionCount == 0)
+        // A second look (peek, as the proxy queue's re-check) does not count: 6 peeks do not beat the residents' 4 looks.
+        for _ in 0..<6 { _ = cache.peek(Self.key("peeked")) }
+        #expect(!cache.admits(Self.key("peeked"), cost: Self.unit))
         // A key asked for more often than the least recently used resident is admitted and evicts it.
         for _ in 0..<6 { _ = cache.lookup(Self.key("hot")) }
         let victim = cache.keysByRecency.last!
