@@ -101,12 +101,8 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
         guard let entry = memory.lookup(key, removals: &removals) else {
             if let disk {
                 let removals = removals
-                // A file kept open for this entry, not wanted in memory: answered here, as nginx's open_file_cache.
-                if let (head, file) = disk.lookupOpened(key), !memory.admits(key, cost: head.cost + file.length) {
-                    diskAnswered(.stream(head: head, file: file), request: request, key: key, sink: sink, removalsSeen: removals)
-                    return
-                }
-                // Small bodies the memory tier would admit are read into memory; the rest are sent from their files.
+                // Small bodies the memory tier would admit are read into memory; the rest are sent from their files
+                // (from a kept descriptor: answered on this queue, without a hop).
                 disk.lookup(key, readsWhole: { [memory] cost in memory.admits(key, cost: cost) }) { result in
                     self.diskAnswered(result, request: request, key: key, sink: sink, removalsSeen: removals)
                 }

@@ -171,12 +171,19 @@ struct DiskIndex: Sendable {
         dropOldHeads()
     }
 
-    /// A hit answered from a kept descriptor: the record's last use, in place.
-    mutating func touch(_ name: String, lastUsed: Double) {
-        guard records[name] != nil else { return }
-        records[name]!.lastUsed = max(records[name]!.lastUsed, lastUsed)
-        records[name]!.sequence = nextSequence
+    /// The kept head and descriptor of `name`, if a lookup opened the name and found that version less than
+    /// `DiskCache.openFileValidSeconds` ago and the mtime touch is not due (that is a lookup's job); the hit is recorded
+    /// in place (before the caller's fstat confirms the version: if that fails, the lookup that follows records it).
+    mutating func keptFile(_ name: String, now: Double) -> (Head, FileBody, FileIdentity)? {
+        guard var record = records[name], let version = record.verified, let head = version.head, let file = version.file,
+              now - version.checkedAt < DiskCache.openFileValidSeconds,
+              now - record.persistedUse < DiskCache.touchIntervalSeconds
+        else { return nil }
+        record.lastUsed = max(record.lastUsed, now)
+        record.sequence = nextSequence
         nextSequence += 1
+        records[name] = record
+        return (head, file, version.identity)
     }
 
     /// Counts a head just stored in `name`'s record (`version`, given its ticket).

@@ -161,7 +161,8 @@ public final class DiskCache: Sendable {
     // MARK: - API
 
     /// Looks `key` up (index, or the file itself when the index is not loaded yet). A key the loaded index does not
-    /// hold is a miss at once: `completion(nil)` runs on the caller's thread before `lookup` returns. Otherwise the
+    /// hold is a miss at once: `completion(nil)` runs on the caller's thread before `lookup` returns; so does a hit
+    /// on a descriptor the index keeps (`lookupOpened`) when the body is not to be read whole. Otherwise the
     /// file is read on the read queue and `completion` runs there. Verifies format version, key, header and body
     /// checksums before returning anything; a corrupt, truncated or foreign file is logged, reported as nil, and
     /// removed. A body up to `memoryReadLimitBytes` is read into memory (`.entry`) when `readsWhole` wants it (asked
@@ -171,10 +172,19 @@ public final class DiskCache: Sendable {
                        completion: @escaping @Sendable (DiskLookup?) -> Void) {
         let keyString = key.description
         let name = DiskEntryFormat.fileName(forKey: keyString)
-        switch withIndex({ $0.route(name) }) {
+        let nowSeconds = now().timeIntervalSince1970
+        let (route, kept) = withIndex { index in
+            let route = index.route(name)
+            return (route, route == .read ? index.keptFile(name, now: nowSeconds) : nil)
+        }
+        switch route {
         case .absent:
             completion(nil)
         case .read:
+            // A kept descriptor of a body not wanted in memory: answered here, as nginx's open_file_cache.
+            if let (head, file) = Self.confirmed(kept), !wantsWhole(cost: head.cost, bodyLength: file.length, readsWhole) {
+                return completion(.stream(head: head, file: file))
+            }
             readQueue.async { completion(self._lookup(key: key, keyString: keyString, name: name, readsWhole: readsWhole)) }
         case .afterWrites:
             // A write, update or removal of this name is queued: read after it, as the caller's request came after.
@@ -182,27 +192,28 @@ public final class DiskCache: Sendable {
         }
     }
 
-    /// A hit answered at once on the caller's thread, without a hop or a blocking call: the entry's file version was
-    /// verified by an earlier lookup, which kept its decoded header and its descriptor open (see `openFileLimit`), the
-    /// name was opened and found to hold that version within the last `openFileValidSeconds`, no write of the name is
-    /// queued, and `fstat` on the kept descriptor still shows the version (a change in place moves ctime). The hit is
-    /// recorded. nil: ask `lookup` (which opens the name, and keeps the descriptor for next time).
-    public func lookupOpened(_ key: CacheKey) -> (head: CacheEntry, file: FileBody)? {
+    /// What `lookup` answers on the caller's thread, without a hop or a blocking call, when the body is sent from its
+    /// file: the entry's file version was verified by an earlier lookup, which kept its decoded header and its
+    /// descriptor open (see `openFileLimit`), the name was opened and found to hold that version within the last
+    /// `openFileValidSeconds`, no write of the name is queued, and `fstat` on the kept descriptor still shows the
+    /// version (a change in place moves ctime). The hit is recorded. nil: none kept (`lookup` opens the name).
+    func lookupOpened(_ key: CacheKey) -> (head: CacheEntry, file: FileBody)? {
         let name = DiskEntryFormat.fileName(forKey: key.description)
         let nowSeconds = now().timeIntervalSince1970
-        // One lock: the hit is recorded before the fstat (if that fails, the lookup that follows records it anyway).
-        let kept = withIndex { index -> (DiskIndex.Head, FileBody, FileIdentity)? in
-            guard index.route(name) == .read, let record = index.records[name], let version = record.verified,
-                  let head = version.head, let file = version.file,
-                  nowSeconds - version.checkedAt < DiskCache.openFileValidSeconds,
-                  nowSeconds - record.persistedUse < DiskCache.touchIntervalSeconds  // the mtime touch is lookup's
-            else { return nil }
-            index.touch(name, lastUsed: nowSeconds)
-            return (head, file, version.identity)
-        }
+        return Self.confirmed(withIndex { $0.route(name) == .read ? $0.keptFile(name, now: nowSeconds) : nil })
+    }
+
+    /// A kept file whose descriptor `fstat` still shows at the version the index kept (one syscall, no I/O wait).
+    private static func confirmed(_ kept: (DiskIndex.Head, FileBody, FileIdentity)?) -> (head: CacheEntry, file: FileBody)? {
         guard let (head, file, identity) = kept,
               let status = try? DiskFile.status(file.descriptor), status.identity == identity else { return nil }
         return (head.entry, file)
+    }
+
+    /// Whether a body is read into memory: up to `memoryReadLimitBytes`, and when `readsWhole` (asked with the
+    /// entry's cost, head and body) wants it; nil: always.
+    private func wantsWhole(cost: Int, bodyLength: Int, _ readsWhole: (@Sendable (_ cost: Int) -> Bool)?) -> Bool {
+        bodyLength <= configuration.memoryReadLimitBytes && (readsWhole?(cost + bodyLength) ?? true)
     }
 
     /// Queues `work` on the serial queue, and marks `name` (nil: every name) as written until it has run, so
@@ -341,7 +352,7 @@ public final class DiskCache: Sendable {
             let head = version.head!.entry
             var kept: FileBody?   // the descriptor to keep open for `lookupOpened`
             let result: DiskLookup
-            if version.bodyLength <= configuration.memoryReadLimitBytes, readsWhole?(head.cost + version.bodyLength) ?? true {
+            if wantsWhole(cost: head.cost, bodyLength: version.bodyLength, readsWhole) {
                 let body = try DiskFile.read(fd, count: version.bodyLength, offset: version.bodyOffset)
                 guard body.count == version.bodyLength else { throw DiskEntryFormat.Failure("body truncated") }
                 if let unverified, DiskEntryFormat.checksum(body) != unverified.bodyChecksum {

@@ -331,6 +331,11 @@ struct DiskCacheTests {
         #expect(Self.body(cache.lookupNow(first.key)) == first.body)   // sent from its file, which is kept open
         let hit = try #require(cache.lookupOpened(first.key))
         #expect(hit.file.readAll() == first.body && hit.head.etag == first.etag)
+        // lookup answers such a hit before it returns, on the caller's thread, with the kept descriptor.
+        let answered = Mutex<DiskLookup??>(nil)
+        cache.lookup(first.key, readsWhole: { _ in false }) { found in answered.withLock { $0 = .some(found) } }
+        guard case let .stream(_, file)?? = answered.withLock({ $0 }) else { Issue.record("not answered at once"); return }
+        #expect(file === hit.file)
         // A new file under the name (an insert: tmp + rename) drops the kept descriptor.
         let second = Self.entry("kept", bytes: 300_000, fill: 2)
         cache.insert(second)
