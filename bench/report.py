@@ -226,22 +226,26 @@ def write_disk_report(res, results_dir):
             "in the background). Page cache: warm after a build; with a reused data set the first restart may read "
             "directories and headers from the device (cold), hence its max",
         ]
-    header += [
-        "",
-        text,
+    raw = {k: res.get(k) for k in ("args", "corpus", "disk", "startup")}
+    return write_markdown(results_dir, f"{now:%Y-%m-%d}-disk.md", header + ["", text], raw)
+
+
+def write_markdown(results_dir, name, lines, raw):
+    """Writes `lines`, then `raw` as JSON in a folded block, to results_dir/name (tmp + rename); returns the path."""
+    lines = lines + [
         "",
         "<details><summary>raw results</summary>",
         "",
         "```json",
-        json.dumps({k: res.get(k) for k in ("args", "corpus", "disk", "startup")}, indent=1, default=str),
+        json.dumps(raw, indent=1, default=str),
         "```",
         "</details>",
         "",
     ]
     os.makedirs(results_dir, exist_ok=True)
-    path = os.path.join(results_dir, f"{now:%Y-%m-%d}-disk.md")
+    path = os.path.join(results_dir, name)
     with open(path + ".tmp", "w") as f:
-        f.write("\n".join(header))
+        f.write("\n".join(lines))
     os.replace(path + ".tmp", path)
     return path
 
@@ -262,18 +266,5 @@ def write_report(res, results_dir):
         "- CPU us/request: the cache's own utime+stime (/proc/<pid>/stat, process tree) over requests served",
         "",
         text,
-        "",
-        "<details><summary>raw results</summary>",
-        "",
-        "```json",
-        json.dumps(res, indent=1, default=str),
-        "```",
-        "</details>",
-        "",
     ]
-    os.makedirs(results_dir, exist_ok=True)
-    path = os.path.join(results_dir, f"{now:%Y-%m-%d}.md")
-    with open(path + ".tmp", "w") as f:
-        f.write("\n".join(header))
-    os.replace(path + ".tmp", path)
-    return path
+    return write_markdown(results_dir, f"{now:%Y-%m-%d}.md", header, res)

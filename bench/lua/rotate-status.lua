@@ -1,30 +1,21 @@
 -- rotate.lua plus a count of the Cache-Status detail of every response: prints WRKSTATUS {"disk": n, "other": n}.
 -- Parsing each response's headers in Lua slows wrk down, so the runner uses this only for a short check run,
--- never for the timed ones.
-local paths = {}
-local index = 1
-local counter = 0
+-- never for the timed ones. rotate.lua is loaded from this script's directory; its setup, init and request are
+-- kept, its done replaced.
+dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "rotate.lua")
+
 local threads = {}
+local rotate_setup, rotate_init = setup, init
 
 function setup(thread)
-  counter = counter + 1
-  thread:set("id", counter)
+  rotate_setup(thread)
   table.insert(threads, thread)
 end
 
 function init(args)
-  for line in io.lines(args[1]) do
-    if #line > 0 then table.insert(paths, line) end
-  end
-  index = ((id or 1) * 7919) % #paths + 1
+  rotate_init(args)
   disk = 0
   other = 0
-end
-
-function request()
-  local path = paths[index]
-  index = index % #paths + 1
-  return wrk.format("GET", path)
 end
 
 function response(status, headers, body)

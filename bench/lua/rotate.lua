@@ -3,12 +3,10 @@
 local paths = {}
 local index = 1
 local counter = 0
-local threads = {}
 
 function setup(thread)
   counter = counter + 1
   thread:set("id", counter)
-  table.insert(threads, thread)
 end
 
 function init(args)

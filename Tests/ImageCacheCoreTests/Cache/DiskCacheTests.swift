@@ -217,7 +217,7 @@ struct DiskCacheTests {
         cache.insert(entry)
         cache.flush()
         let path = cache.path(of: entry.key)
-        let size = try FileManager.default.attributesOfItem(atPath: path)[.size] as! Int
+        let size = try Self.fileSize(path)
         // When the 500th body byte is flipped
         try Self.flipByte(in: path, at: size - 500)
         // Then
@@ -462,7 +462,7 @@ struct DiskCacheTests {
         cache.insert(entry)
         cache.flush()
         let path = cache.path(of: entry.key)
-        let size = try FileManager.default.attributesOfItem(atPath: path)[.size] as! Int
+        let size = try Self.fileSize(path)
         let headerEnd = size - 10
         try Self.flipByte(in: path, at: offset >= 0 ? offset : headerEnd + offset)
         #expect(cache.lookupNow(entry.key) == nil)
