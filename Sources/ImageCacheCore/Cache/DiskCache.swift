@@ -13,7 +13,7 @@
 //                         version with, for recently hit entries, its decoded head and kept descriptor; total bytes;
 //                         counters). Held only for dictionary work, never across a file call: every use goes
 //                         through `withIndex`, which drops the descriptors a mutation let go after unlocking.
-//     caller's thread:    `lookupOpened` (the connection's queue): one index lock and one fstat on a kept
+//     caller's thread:    `lookup` of a kept file (the connection's queue): one index lock and one fstat on a kept
 //                         descriptor, no open, no hop, nothing that waits on the device.
 //                         A `FileBody` owns the descriptor of a verified body the lookup handed out or the index
 //                         keeps (immutable; connections send it with sendfile at their own offsets; closed at deinit).
