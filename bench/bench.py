@@ -15,6 +15,7 @@ import json
 import os
 import platform
 import pwd
+import resource
 import re
 import shutil
 import signal
@@ -101,6 +102,25 @@ class Proc:
             except OSError:
                 pass
         return total / CLK_TCK
+
+    def context_switches(self):
+        """Voluntary + involuntary context switches of every thread of the process tree (/proc/<pid>/task/*/status):
+        how often the cache's threads went to sleep or were preempted, which CPU time alone does not show."""
+        total = 0
+        for pid in self.pids():
+            try:
+                tasks = os.listdir(f"/proc/{pid}/task")
+            except OSError:
+                continue
+            for tid in tasks:
+                try:
+                    with open(f"/proc/{pid}/task/{tid}/status") as f:
+                        for line in f:
+                            if line.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")):
+                                total += int(line.split()[1])
+                except OSError:
+                    pass
+        return total
 
     def memory(self):
         """(RSS, PSS) of the process tree in bytes, from /proc/<pid>/smaps_rollup."""
@@ -211,13 +231,22 @@ def fetch_all(port, paths, expect=None, threads=4):
     return bad[0]
 
 
+def cpu_idle_seconds():
+    """Idle + iowait time of all CPUs since boot, from /proc/stat."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()
+    return (int(fields[4]) + int(fields[5])) / CLK_TCK
+
+
 def wrk(port, paths, duration, connections, label, script="rotate.lua"):
     path_file = f"{WORK}/paths-{label}.txt"
     with open(path_file, "w") as f:
         f.write("\n".join(paths) + "\n")
+    children0, idle0 = resource.getrusage(resource.RUSAGE_CHILDREN), cpu_idle_seconds()
     out = subprocess.run(["wrk", "-t2", f"-c{connections}", f"-d{duration}s", "--timeout", "5s",
                           "-s", os.path.join(BENCH, "lua", script), f"http://127.0.0.1:{port}", "--", path_file],
                          capture_output=True, text=True, timeout=duration + 60)
+    children1, idle1 = resource.getrusage(resource.RUSAGE_CHILDREN), cpu_idle_seconds()
     if script != "rotate.lua":
         return out.stdout
     for line in out.stdout.splitlines():
@@ -226,6 +255,11 @@ def wrk(port, paths, duration, connections, label, script="rotate.lua"):
             seconds = r["duration_us"] / 1e6
             r["rps"] = r["requests"] / seconds
             r["mbps"] = r["bytes"] / seconds / 1e6
+            # the load generator's own CPU per request, and how much of the machine sat idle meanwhile: with the
+            # cache's CPU per request equal, these tell whether a gap in req/s is the client's work or idle time
+            wrk_cpu = (children1.ru_utime + children1.ru_stime) - (children0.ru_utime + children0.ru_stime)
+            r["wrk_cpu_us_per_req"] = wrk_cpu * 1e6 / max(1, r["requests"])
+            r["idle_pct"] = 100 * (idle1 - idle0) / (seconds * os.cpu_count())
             return r
     raise RuntimeError(f"wrk gave no result: {out.stdout}\n{out.stderr}")
 
@@ -413,16 +447,19 @@ def disk_scenario(args, mixed, sha, res):
         for run in range(args.runs):
             order = targets[run % len(targets):] + targets[:run % len(targets)]
             for name in order:
-                cpu0 = procs[name].cpu_seconds()
+                cpu0, cs0 = procs[name].cpu_seconds(), procs[name].context_switches()
                 o0 = origin_total(origin_stats(ports["origin"]))
                 r = wrk(ports[name], mixed, args.duration, args.connections, "disk-mixed")
                 r["cpu_s"] = procs[name].cpu_seconds() - cpu0
                 r["cpu_us_per_req"] = r["cpu_s"] * 1e6 / max(1, r["requests"])
+                r["cs_per_req"] = (procs[name].context_switches() - cs0) / max(1, r["requests"])
                 r["origin_requests"] = origin_total(origin_stats(ports["origin"])) - o0
                 out["runs"].setdefault(name, []).append(r)
                 print(f"disk hits run {run + 1} {name}: {r['rps']:.0f} req/s {r['mbps']:.0f} MB/s "
                       f"p50 {r['p50_us'] / 1000:.2f} ms p99 {r['p99_us'] / 1000:.2f} ms "
-                      f"cpu {r['cpu_us_per_req']:.1f} us/req errors {r['errors']} origin {r['origin_requests']}", flush=True)
+                      f"cpu {r['cpu_us_per_req']:.1f} us/req cs {r['cs_per_req']:.3f}/req "
+                              f"wrk {r['wrk_cpu_us_per_req']:.1f} us/req idle {r['idle_pct']:.1f}% errors {r['errors']} "
+                      f"origin {r['origin_requests']}", flush=True)
         # the same load for 3 s with a script that reads every Cache-Status: how many answers came from disk
         for name in ("imagecached", "imagecached-file"):
             text = wrk(ports[name], mixed, 3, args.connections, "disk-status", script="rotate-status.lua")
@@ -679,17 +716,19 @@ def run_core(args, want, ports, res, sha, small, mixed, nonce):
                 for run in range(args.runs):
                     order = targets[run % len(targets):] + targets[:run % len(targets)]
                     for name in order:
-                        cpu0 = procs[name].cpu_seconds()
+                        cpu0, cs0 = procs[name].cpu_seconds(), procs[name].context_switches()
                         o0 = origin_total(origin_stats(ports["origin"]))
                         r = wrk(ports[name], paths, args.duration, args.connections, f"{corpus_name}")
                         r["cpu_s"] = procs[name].cpu_seconds() - cpu0
                         r["cpu_us_per_req"] = r["cpu_s"] * 1e6 / max(1, r["requests"])
+                        r["cs_per_req"] = (procs[name].context_switches() - cs0) / max(1, r["requests"])
                         r["origin_requests"] = origin_total(origin_stats(ports["origin"])) - o0
                         res["hits"].setdefault(corpus_name, {}).setdefault(name, []).append(r)
                         print(f"hits {corpus_name} run {run + 1} {name}: {r['rps']:.0f} req/s {r['mbps']:.0f} MB/s "
                               f"p50 {r['p50_us'] / 1000:.2f} ms p99 {r['p99_us'] / 1000:.2f} ms "
-                              f"cpu {r['cpu_us_per_req']:.1f} us/req errors {r['errors']} origin {r['origin_requests']}",
-                              flush=True)
+                              f"cpu {r['cpu_us_per_req']:.1f} us/req cs {r['cs_per_req']:.3f}/req "
+                      f"wrk {r['wrk_cpu_us_per_req']:.1f} us/req idle {r['idle_pct']:.1f}% errors {r['errors']} "
+                              f"origin {r['origin_requests']}", flush=True)
             for name in CACHES:
                 res["memory"][name]["rss_end"], res["memory"][name]["pss_end"] = procs[name].memory()
 

@@ -1,8 +1,7 @@
 // One accepted client socket, driven by its event loop (see EventLoop.swift).
 //
-// Each connection belongs to one `EventLoop`, and its queue IS that loop's serial queue
-// (`imagecached.loop.<i>`): a few loops serve thousands of connections. Everything mutable here is owned by that
-// queue: the fd, the read and write deadlines, the write queue and the `StateMachine` (which owns the parser).
+// Each connection belongs to one `EventLoop` and runs on that loop's thread (`imagecached.loop.<i>`): a few loops
+// serve thousands of connections. Everything mutable here is owned by that thread: the fd, the read and write deadlines, the write queue and the `StateMachine` (which owns the parser).
 // The loop reports readiness (edge-triggered epoll) and ticks the deadlines; the state machine decides;
 // `run(_:)` performs its actions.
 //
@@ -12,12 +11,12 @@
 // Timeouts are deadlines checked by the loop's tick, so they fire up to `EventLoop.tickInterval` late.
 //
 // Each request is answered through its own `ConnectionResponseSink`, tagged with the exchange id, so a late
-// call for an earlier request is ignored. A sink call made on this connection's queue acts at once (the loop's
-// queue is recognised through `DispatchQueue.getSpecific`); from any other queue it hops here with `queue.async`,
-// which keeps the order of calls made from one serial queue.
+// call for an earlier request is ignored. A sink call made on this connection's loop thread acts at once (the
+// thread is recognised by its pthread_t); from any other thread it hops here with `loop.execute`, which keeps the
+// order of calls made from one serial queue.
 //
 // Writes go out with `sendmsg` (a vectored write, like `writev`, that also takes MSG_NOSIGNAL: a peer that
-// closed never raises SIGPIPE), and file bodies with `sendfile` (SIGPIPE ignored process-wide by the daemon). Whatever the socket does not take waits in the `WriteQueue` for the write source.
+// closed never raises SIGPIPE), and file bodies with `sendfile` (SIGPIPE ignored process-wide by the daemon). Whatever the socket does not take waits in the `WriteQueue` for a writable event.
 
 #if canImport(Glibc)
 internal import Glibc
@@ -27,24 +26,23 @@ internal import Darwin
 internal import Dispatch
 internal import Logging
 
-/// One client connection. Confined to `queue` (its event loop's queue).
+/// One client connection. Confined to its event loop's thread.
 final class Connection: @unchecked Sendable {
     /// Largest single read.
     private static let readChunkBytes = 16_384
 
     // MARK: immutable
     let id: UInt64
-    let queue: DispatchQueue
     let loop: EventLoop
     let client: ClientInfo
     private let fd: Int32
     private let handler: any RequestHandler
     private let configuration: ServerConfiguration
     private let logger: Logger
-    /// Called once on `queue` when the connection has closed (the listener forgets it).
+    /// Called once on the loop thread when the connection has closed (the listener forgets it).
     private let onClose: @Sendable (Connection) -> Void
 
-    // MARK: owned by queue
+    // MARK: owned by the loop thread
     private var stateMachine: StateMachine
     /// Which read timer is armed and when it is due (checked by the loop's tick).
     private var readTimerArmed: (timer: StateMachine.ReadTimer, deadline: DispatchTime)?
@@ -75,35 +73,31 @@ final class Connection: @unchecked Sendable {
         logger[metadataKey: "client"] = "\(client.address)"
         self.logger = logger
         self.loop = loop
-        self.queue = loop.queue
         self.stateMachine = StateMachine(configuration: configuration)
     }
 
-    /// Whether the caller is running on this connection's queue.
-    var isOnQueue: Bool { loop.isOnQueue }
-
-    /// Runs `body` on the queue: at once when already there, else asynchronously.
-    func onQueue(_ body: @escaping @Sendable () -> Void) {
-        if isOnQueue { body() } else { queue.async(execute: body) }
+    /// Runs `body` on the loop thread: at once when already there, else asynchronously.
+    func onLoop(_ body: @escaping @Sendable () -> Void) {
+        if loop.inLoop { body() } else { loop.execute(body) }
     }
 
-    /// Registers with the loop and starts reading. Call once, from any queue.
+    /// Registers with the loop and starts reading. Call once, from any thread.
     func start() {
-        queue.async { self.setUp() }
+        loop.execute { self.setUp() }
     }
 
-    /// Closes the connection (server stopping); a pending exchange is cancelled. `completion` runs on the queue.
+    /// Closes the connection (server stopping); a pending exchange is cancelled. `completion` runs on the loop thread.
     func stop(completion: @escaping @Sendable () -> Void) {
-        queue.async {
+        loop.execute {
             self.run(self.stateMachine.stop())
             completion()
         }
     }
 
-    /// Closes the connection if it is between requests (server draining); `completion(busy)` runs on the queue and
+    /// Closes the connection if it is between requests (server draining); `completion(busy)` runs on the loop thread and
     /// says whether a request was in progress (then the connection is left alone).
     func closeIfIdle(completion: @escaping @Sendable (_ busy: Bool) -> Void) {
-        queue.async {
+        loop.execute {
             switch self.stateMachine.state {
             case .idle, .closed:
                 self.run(self.stateMachine.stop())
@@ -119,7 +113,7 @@ final class Connection: @unchecked Sendable {
     }
 
     private func setUp() {
-        dispatchPrecondition(condition: .onQueue(queue))
+        loop.preconditionInLoop()
         do {
             try loop.register(self, fd: fd)
             registered = true
@@ -133,9 +127,9 @@ final class Connection: @unchecked Sendable {
 
     // MARK: - Events
 
-    /// The loop saw the socket become readable and/or writable (or fail, or the peer close). On queue.
+    /// The loop saw the socket become readable and/or writable (or fail, or the peer close). On the loop thread.
     func ready(readable: Bool, writable: Bool) {
-        dispatchPrecondition(condition: .onQueue(queue))
+        loop.preconditionInLoop()
         guard !closed else { return }
         if readable {
             readReady = true
@@ -148,7 +142,7 @@ final class Connection: @unchecked Sendable {
 
     /// Reads until the socket has nothing more for now, reading is suspended, or the connection closes.
     private func readable() {
-        dispatchPrecondition(condition: .onQueue(queue))
+        loop.preconditionInLoop()
         while !closed, !readSuspended, readReady {
             let result: Result<[UInt8], SystemError> = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: Self.readChunkBytes) { buffer in
                 Result { () throws(SystemError) in
@@ -174,9 +168,9 @@ final class Connection: @unchecked Sendable {
         }
     }
 
-    /// Fires the read and write timeouts whose deadlines have passed. Called by the loop's tick. On queue.
+    /// Fires the read and write timeouts whose deadlines have passed. Called by the loop's tick. On the loop thread.
     func checkDeadlines(now: DispatchTime) {
-        dispatchPrecondition(condition: .onQueue(queue))
+        loop.preconditionInLoop()
         if !closed, let armed = readTimerArmed, now >= armed.deadline {
             readTimerArmed = nil
             run(stateMachine.readTimerFired(armed.timer, date: HTTPDateCache.shared.current()))
@@ -192,7 +186,7 @@ final class Connection: @unchecked Sendable {
 
     /// Performs `actions` in order, then flushes and reports a drained write queue to the state machine.
     private func run(_ actions: [StateMachine.Action]) {
-        dispatchPrecondition(condition: .onQueue(queue))
+        loop.preconditionInLoop()
         pendingActions.append(contentsOf: actions)
         guard !running else { return }
         running = true
@@ -224,7 +218,7 @@ final class Connection: @unchecked Sendable {
             if readSuspended {
                 readSuspended = false
                 // Bytes may already wait (no new edge will announce them); read them once these actions are done.
-                if readReady { queue.async { self.readable() } }
+                if readReady { loop.execute { self.readable() } }
             }
         case let .write(buffers):
             for buffer in buffers { writeQueue.append(buffer) }
@@ -288,7 +282,7 @@ final class Connection: @unchecked Sendable {
 
     /// Stops watching the socket and closes it.
     private func closeNow() {
-        dispatchPrecondition(condition: .onQueue(queue))
+        loop.preconditionInLoop()
         guard !closed else { return }
         closed = true
         writeQueue.removeAll()
@@ -300,45 +294,45 @@ final class Connection: @unchecked Sendable {
         onClose(self)
     }
 
-    // MARK: - Sink calls (on queue)
+    // MARK: - Sink calls (on the loop thread)
 
     fileprivate func sinkHead(_ head: HTTPResponseHead, bodyLength: Int?, exchange: UInt64) {
-        dispatchPrecondition(condition: .onQueue(queue))
+        loop.preconditionInLoop()
         run(stateMachine.responseHead(head, bodyLength: bodyLength, exchange: exchange, date: HTTPDateCache.shared.current()))
     }
 
     fileprivate func sinkBody(_ chunk: [UInt8], exchange: UInt64) {
-        dispatchPrecondition(condition: .onQueue(queue))
+        loop.preconditionInLoop()
         run(stateMachine.responseBody(chunk, exchange: exchange))
     }
 
     fileprivate func sinkEnd(exchange: UInt64) {
-        dispatchPrecondition(condition: .onQueue(queue))
+        loop.preconditionInLoop()
         run(stateMachine.responseEnd(exchange: exchange))
     }
 
     fileprivate func sinkRespond(_ head: HTTPResponseHead, body: [UInt8], exchange: UInt64) {
-        dispatchPrecondition(condition: .onQueue(queue))
+        loop.preconditionInLoop()
         run(stateMachine.respond(head, body: body, exchange: exchange, date: HTTPDateCache.shared.current()))
     }
 
     fileprivate func sinkRespond(_ prepared: SerializedResponseHead, extra: HTTPHeaders, body: [UInt8], exchange: UInt64) {
-        dispatchPrecondition(condition: .onQueue(queue))
+        loop.preconditionInLoop()
         run(stateMachine.respond(prepared, extra: extra, body: body, exchange: exchange, date: HTTPDateCache.shared.current()))
     }
 
     fileprivate func sinkRespond(_ prepared: SerializedResponseHead, extra: HTTPHeaders, file: FileBody, exchange: UInt64) {
-        dispatchPrecondition(condition: .onQueue(queue))
+        loop.preconditionInLoop()
         run(stateMachine.respond(prepared, extra: extra, file: file, exchange: exchange, date: HTTPDateCache.shared.current()))
     }
 
     fileprivate func sinkAbort(exchange: UInt64) {
-        dispatchPrecondition(condition: .onQueue(queue))
+        loop.preconditionInLoop()
         run(stateMachine.abort(exchange: exchange))
     }
 
     fileprivate func sinkOnCancel(_ callback: @escaping @Sendable () -> Void, exchange: UInt64) {
-        dispatchPrecondition(condition: .onQueue(queue))
+        loop.preconditionInLoop()
         switch stateMachine.registerCancel(exchange: exchange) {
         case .store: cancelCallbacks.append(callback)
         case .runNow: callback()
@@ -348,7 +342,7 @@ final class Connection: @unchecked Sendable {
 }
 
 /// The `ResponseSink` of one exchange on one connection. Holds no state of its own: every call goes to the
-/// connection's queue (at once when already there), tagged with the exchange id.
+/// connection's loop thread (at once when already there), tagged with the exchange id.
 final class ConnectionResponseSink: ResponseSink, @unchecked Sendable {
     private let connection: Connection
     private let exchange: UInt64
@@ -360,41 +354,41 @@ final class ConnectionResponseSink: ResponseSink, @unchecked Sendable {
 
     func head(_ head: HTTPResponseHead, bodyLength: Int?) {
         let connection = connection, exchange = exchange
-        connection.onQueue { connection.sinkHead(head, bodyLength: bodyLength, exchange: exchange) }
+        connection.onLoop { connection.sinkHead(head, bodyLength: bodyLength, exchange: exchange) }
     }
 
     func body(_ chunk: [UInt8]) {
         let connection = connection, exchange = exchange
-        connection.onQueue { connection.sinkBody(chunk, exchange: exchange) }
+        connection.onLoop { connection.sinkBody(chunk, exchange: exchange) }
     }
 
     func end() {
         let connection = connection, exchange = exchange
-        connection.onQueue { connection.sinkEnd(exchange: exchange) }
+        connection.onLoop { connection.sinkEnd(exchange: exchange) }
     }
 
     func respond(_ head: HTTPResponseHead, body: [UInt8]) {
         let connection = connection, exchange = exchange
-        connection.onQueue { connection.sinkRespond(head, body: body, exchange: exchange) }
+        connection.onLoop { connection.sinkRespond(head, body: body, exchange: exchange) }
     }
 
     func respond(_ head: SerializedResponseHead, extra: HTTPHeaders, body: [UInt8]) {
         let connection = connection, exchange = exchange
-        connection.onQueue { connection.sinkRespond(head, extra: extra, body: body, exchange: exchange) }
+        connection.onLoop { connection.sinkRespond(head, extra: extra, body: body, exchange: exchange) }
     }
 
     func respond(_ head: SerializedResponseHead, extra: HTTPHeaders, file: FileBody) {
         let connection = connection, exchange = exchange
-        connection.onQueue { connection.sinkRespond(head, extra: extra, file: file, exchange: exchange) }
+        connection.onLoop { connection.sinkRespond(head, extra: extra, file: file, exchange: exchange) }
     }
 
     func abort() {
         let connection = connection, exchange = exchange
-        connection.onQueue { connection.sinkAbort(exchange: exchange) }
+        connection.onLoop { connection.sinkAbort(exchange: exchange) }
     }
 
     func onCancel(_ callback: @escaping @Sendable () -> Void) {
         let connection = connection, exchange = exchange
-        connection.onQueue { connection.sinkOnCancel(callback, exchange: exchange) }
+        connection.onLoop { connection.sinkOnCancel(callback, exchange: exchange) }
     }
 }

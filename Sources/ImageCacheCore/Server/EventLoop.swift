@@ -1,95 +1,145 @@
-// Event loops: Dispatch drives them, epoll multiplexes the connections.
+// Event loops: one thread each, sleeping in `epoll_wait` itself (nginx's workers, SwiftNIO's SelectableEventLoop).
 //
-// Why not one Dispatch read source per connection: on Linux, libdispatch re-arms a read source after each
-// event through its manager thread (an eventfd write and a context switch per request). bench/profile on the
-// memory-hit path put the manager thread at about 25% of imagecached's CPU and the eventfd writes at 11%.
-// Here each loop is one serial queue (`imagecached.loop.<i>`) that owns one epoll fd, with its connections'
-// sockets registered edge-triggered (EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET), and ONE `DispatchSourceRead` on
-// that epoll fd. When the source fires, the loop drains `epoll_wait(fd, events, n, 0)` on its queue and runs each
-// ready connection's read and write handling there: the re-arm is paid once per batch of ready connections, not
-// once per request.
+// Why a thread of its own and not Dispatch: the loops used to be serial queues woken by a `DispatchSourceRead` on
+// their epoll fd. On Linux libdispatch watches every source from its manager thread, so each batch of ready
+// connections cost two wake-ups (kernel -> manager thread -> a pool worker) where nginx pays one (kernel -> the
+// worker asleep in epoll_wait). The CPU per request was the same as nginx's, but in bench/ the machine sat 8-10%
+// idle during our runs (0.2% during nginx's): with 64 connections there is always work, and the second hop was the
+// gap, measured as requests per second lost. Now each loop's thread blocks in `epoll_wait` until a socket is
+// ready, a task is posted or the next tick is due; Dispatch still drives the listener, the proxy, the disk and
+// the signal handling. (Not one Dispatch source per connection either: libdispatch re-arms each source after an
+// event through that same manager thread; that was a quarter of the CPU on the memory-hit path.)
 //
-// Ownership: everything here is confined to `queue`: the epoll fd, the read source, the tick timer and the
-// registry of connections. A connection's queue IS its loop's queue (connections are spread round-robin by the
-// listener), so the hot path still never hops and sink calls from other queues still hop with `queue.async`.
+// Ownership: everything under "owned by the loop thread" is touched only on the loop's thread: the epoll fd's
+// registrations, the registry of connections, the event buffer and the tick deadline. Other threads hand work to
+// the loop with `execute`, which appends to the Mutex-guarded `inbox` and writes the loop's eventfd only when the
+// loop has not been woken for the inbox yet (one write per batch of posted tasks, as NIO does). A connection's
+// thread IS its loop's thread (connections are spread round-robin by the listener), so the hot path never hops and
+// a sink call from another queue hops with `execute`, which keeps the order of tasks posted from one thread.
 //
 // Edge-triggered contract (what `Connection` does with an event): it reads until EAGAIN (or until it suspends
 // reading, after which it retries a read when resuming), and it flushes its write queue when EPOLLOUT comes while
-// bytes wait. An event for a connection that has closed meanwhile is dropped (events carry the connection id).
+// bytes wait. An event for a connection that has closed meanwhile is dropped (events carry the connection id;
+// id 0 is the loop's eventfd).
 //
-// Timeouts: a per-loop coarse tick every 250 ms (`tickInterval`) asks each connection to check its deadlines,
-// instead of a Dispatch timer per connection: a timeout fires between 0 and 250 ms after its deadline.
+// Timeouts: every 250 ms (`tickInterval`) the loop asks each connection to check its deadlines (the epoll_wait
+// timeout is the time left until then), so a timeout fires between 0 and 250 ms after its deadline.
+//
+// Stopping: `stop` posts a last task; the thread then runs what was posted before it and exits (the epoll fd and
+// the eventfd are closed when the last reference goes). Tasks posted after that are dropped (released unrun): the listener stops the loops only after
+// every connection has closed, so what comes later are late answers for closed connections.
 
 #if canImport(Glibc)
 internal import Glibc
 #endif
 internal import CEpoll
 internal import Dispatch
+internal import Foundation
 internal import Synchronization
 
-/// One event loop. Confined to `queue`.
+/// One event loop: a thread of its own, an epoll fd and an eventfd.
 final class EventLoop: @unchecked Sendable {
     /// How often deadlines are checked: the granularity of every connection timeout.
     static let tickInterval: DispatchTimeInterval = .milliseconds(250)
+    private static let tickNanoseconds: UInt64 = 250_000_000
     /// Most events taken from epoll per `epoll_wait` call.
     private static let maxEvents: Int32 = 64
-    /// Marks each loop's queue with the loop's unique id, to recognise calls already on it.
-    private static let queueKey = DispatchSpecificKey<Int>()
+    /// The epoll data of the eventfd (connection ids start at 1).
+    private static let wakeToken: UInt64 = 0
     private static let nextID = Atomic<Int>(1)
+
+    private struct Inbox {
+        var tasks: [@Sendable () -> Void] = []
+        /// The eventfd was written for tasks not taken yet: no further write needed.
+        var woken = false
+        /// The thread is exiting or gone: new tasks are dropped.
+        var closed = false
+    }
 
     // MARK: immutable
     /// Unique in the process (several listeners may run, e.g. in tests).
     let id: Int
-    let queue: DispatchQueue
+    let name: String
     private let epollFD: Int32
+    private let wakeFD: Int32
 
-    // MARK: owned by queue
-    private var source: (any DispatchSourceRead)?
-    private var tick: (any DispatchSourceTimer)?
+    // MARK: shared, guarded by inbox
+    private let inbox = Mutex(Inbox())
+
+    // MARK: shared, atomic
+    /// The loop thread's pthread_t (0 until it runs): `inLoop` compares it with pthread_self.
+    private let thread = Atomic<UInt>(0)
+
+    // MARK: owned by the loop thread
     private var connections: [UInt64: Connection] = [:]
     private var events: [epoll_event]
+    private var nextTick: UInt64 = 0
+    private var stopping = false
 
-    /// A new loop named `imagecached.loop.<index>`.
+    /// A new loop with its thread `imagecached.loop.<index>`, running.
     init(index: Int) throws(SystemError) {
         id = Self.nextID.wrappingAdd(1, ordering: .relaxed).oldValue
-        queue = DispatchQueue(label: "imagecached.loop.\(index)")
+        name = "imagecached.loop.\(index)"
         epollFD = try syscall("epoll_create1") { epoll_create1(Int32(EPOLL_CLOEXEC)) }
+        do {
+            wakeFD = try syscall("eventfd") { eventfd(0, Int32(EFD_CLOEXEC | EFD_NONBLOCK)) }
+        } catch {
+            closeDescriptor(epollFD)
+            throw error
+        }
         events = Array(repeating: epoll_event(), count: Int(Self.maxEvents))
-        queue.setSpecific(key: Self.queueKey, value: id)
-        let fd = epollFD
-        let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
-        source.setEventHandler { [weak self] in self?.drain() }
-        source.setCancelHandler { closeDescriptor(fd) }
-        let tick = DispatchSource.makeTimerSource(queue: queue)
-        tick.schedule(deadline: .now() + Self.tickInterval, repeating: Self.tickInterval, leeway: .milliseconds(50))
-        tick.setEventHandler { [weak self] in self?.checkDeadlines() }
-        self.source = source
-        self.tick = tick
-        source.resume()
-        tick.resume()
+        var event = epoll_event()
+        event.events = EPOLLIN.rawValue  // level-triggered: the loop reads the eventfd back to zero when it fires
+        event.data.u64 = Self.wakeToken
+        do {
+            try syscall("epoll_ctl(ADD eventfd)") { epoll_ctl(epollFD, EPOLL_CTL_ADD, wakeFD, &event) }
+        } catch {
+            closeDescriptor(wakeFD)
+            closeDescriptor(epollFD)
+            throw error
+        }
+        let thread = Thread { [self] in run() }  // holds the loop until the thread exits
+        thread.name = name
+        thread.start()
     }
 
     deinit {
-        tick?.cancel()
-        source?.cancel()  // its cancel handler closes the epoll fd
+        // Not when the thread exits: a thread that passed `execute`'s check may still write the eventfd, and it
+        // holds this loop while it does.
+        closeDescriptor(wakeFD)
+        closeDescriptor(epollFD)
     }
 
-    /// Whether the caller is running on this loop's queue.
-    var isOnQueue: Bool { DispatchQueue.getSpecific(key: Self.queueKey) == id }
+    /// Whether the caller is running on this loop's thread.
+    var inLoop: Bool { thread.load(ordering: .relaxed) == UInt(pthread_self()) }
 
-    /// Stops the source and the tick and closes the epoll fd (the listener stopped; its connections are closed).
-    func stop() {
-        queue.async {
-            self.tick?.cancel()
-            self.source?.cancel()
-            self.tick = nil
-            self.source = nil
+    /// Traps unless called on the loop's thread (NIO's `assertInEventLoop`; `dispatchPrecondition` for a queue).
+    func preconditionInLoop(file: StaticString = #fileID, line: UInt = #line) {
+        precondition(inLoop, "not on \(name)", file: file, line: line)
+    }
+
+    /// Runs `task` on the loop's thread, after the tasks posted before it. From any thread, the loop's included
+    /// (then it runs after the current event batch). Dropped when the loop has stopped.
+    func execute(_ task: @escaping @Sendable () -> Void) {
+        let wake = inbox.withLock { inbox -> Bool in
+            guard !inbox.closed else { return false }
+            inbox.tasks.append(task)
+            guard !inbox.woken else { return false }
+            inbox.woken = true
+            return true
         }
+        if wake { _ = eventfd_write(wakeFD, 1) }
     }
 
-    /// Watches `fd` for `connection` (edge-triggered). On queue.
+    /// Closes the epoll fd and ends the thread once the tasks posted before this call have run (the listener
+    /// stopped; its connections are closed).
+    func stop() {
+        execute { self.stopping = true }
+    }
+
+    /// Watches `fd` for `connection` (edge-triggered). On the loop thread.
     func register(_ connection: Connection, fd: Int32) throws(SystemError) {
-        dispatchPrecondition(condition: .onQueue(queue))
+        preconditionInLoop()
         var event = epoll_event()
         event.events = EPOLLIN.rawValue | EPOLLOUT.rawValue | EPOLLRDHUP.rawValue | EPOLLET.rawValue
         event.data.u64 = connection.id
@@ -97,41 +147,70 @@ final class EventLoop: @unchecked Sendable {
         connections[connection.id] = connection
     }
 
-    /// Stops watching `fd` (call before closing it). On queue.
+    /// Stops watching `fd` (call before closing it). On the loop thread.
     func deregister(_ connection: Connection, fd: Int32) {
-        dispatchPrecondition(condition: .onQueue(queue))
+        preconditionInLoop()
         var event = epoll_event()
         _ = epoll_ctl(epollFD, EPOLL_CTL_DEL, fd, &event)
         connections[connection.id] = nil
     }
 
-    // MARK: - On queue
+    // MARK: - The loop thread
 
-    /// Takes every ready event (non-blocking) and lets each connection handle its own.
-    private func drain() {
-        dispatchPrecondition(condition: .onQueue(queue))
-        while true {
+    private func run() {
+        thread.store(UInt(pthread_self()), ordering: .relaxed)
+        nextTick = DispatchTime.now().uptimeNanoseconds + Self.tickNanoseconds
+        while !stopping {
+            let now = DispatchTime.now().uptimeNanoseconds
+            let timeoutMS = now >= nextTick ? 0 : Int32((nextTick - now + 999_999) / 1_000_000)
             let count = events.withUnsafeMutableBufferPointer { buffer in
-                epoll_wait(epollFD, buffer.baseAddress, Self.maxEvents, 0)
+                epoll_wait(epollFD, buffer.baseAddress, Self.maxEvents, timeoutMS)
             }
-            if count < 0 {
-                if errno == EINTR { continue }
-                return
+            if count > 0 { handle(Int(count)) }
+            runTasks()
+            if DispatchTime.now().uptimeNanoseconds >= nextTick {
+                checkDeadlines()
+                nextTick = DispatchTime.now().uptimeNanoseconds + Self.tickNanoseconds
             }
-            for i in 0..<Int(count) {
-                let event = events[i]
-                guard let connection = connections[event.data.u64] else { continue }  // closed meanwhile
-                let flags = event.events
-                let readable = flags & (EPOLLIN.rawValue | EPOLLRDHUP.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0
-                let writable = flags & (EPOLLOUT.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0
-                connection.ready(readable: readable, writable: writable)
+        }
+        let late = inbox.withLock { inbox in
+            inbox.closed = true
+            defer { inbox.tasks = [] }
+            return inbox.tasks
+        }
+        _ = late  // released here, unrun (see "Stopping" above)
+        thread.store(0, ordering: .relaxed)
+    }
+
+    /// Lets each ready connection handle its events; resets the eventfd when it fired.
+    private func handle(_ count: Int) {
+        for i in 0..<count {
+            let event = events[i]
+            let token = event.data.u64
+            if token == Self.wakeToken {
+                var value: eventfd_t = 0
+                _ = eventfd_read(wakeFD, &value)
+                continue
             }
-            if count < Self.maxEvents { return }
+            guard let connection = connections[token] else { continue }  // closed meanwhile
+            let flags = event.events
+            let readable = flags & (EPOLLIN.rawValue | EPOLLRDHUP.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0
+            let writable = flags & (EPOLLOUT.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0
+            connection.ready(readable: readable, writable: writable)
         }
     }
 
+    /// Runs the tasks posted so far (tasks they post run in the next turn, after the sockets had their say).
+    private func runTasks() {
+        let tasks = inbox.withLock { inbox in
+            inbox.woken = false
+            defer { inbox.tasks = [] }
+            return inbox.tasks
+        }
+        for task in tasks { task() }
+    }
+
     private func checkDeadlines() {
-        dispatchPrecondition(condition: .onQueue(queue))
         let now = DispatchTime.now()
         for connection in Array(connections.values) {
             connection.checkDeadlines(now: now)

@@ -3,7 +3,7 @@
 // Owned by the serial `imagecached.listener` queue: the listening fd, the accept `DispatchSourceRead`, the
 // registry of open connections, the event loops and the paused/stopped flags. The open-connection count is also
 // kept under a Mutex so that `connectionCount` can be read from anywhere. Connections are spread round-robin over
-// the event loops (one per active core, see EventLoop.swift) and run on their loop's serial queue: no thread and
+// the event loops (one thread per active core, see EventLoop.swift) and run on their loop's thread: no thread and
 // no Dispatch source per connection.
 //
 // Accepting runs in a loop until EAGAIN. Past `maxConnections` a new client is closed at once. When the
