@@ -25,9 +25,10 @@
 // Timeouts: every 250 ms (`tickInterval`) the loop asks each connection to check its deadlines (the epoll_wait
 // timeout is the time left until then), so a timeout fires between 0 and 250 ms after its deadline.
 //
-// Stopping: `stop` posts a last task; the thread then runs what was posted before it and exits (the epoll fd and
-// the eventfd are closed when the last reference goes). Tasks posted after that are dropped (released unrun): the listener stops the loops only after
-// every connection has closed, so what comes later are late answers for closed connections.
+// Stopping: `stop` posts a last task; the thread runs what was posted before it and exits (the epoll fd and the
+// eventfd are closed when the last reference goes). Tasks posted after `stop` are released unrun: the listener
+// stops the loops only after every connection has closed, so what comes later are late answers for closed
+// connections.
 
 #if canImport(Glibc)
 internal import Glibc
@@ -119,7 +120,7 @@ final class EventLoop: @unchecked Sendable {
     }
 
     /// Runs `task` on the loop's thread, after the tasks posted before it. From any thread, the loop's included
-    /// (then it runs after the current event batch). Dropped when the loop has stopped.
+    /// (then it runs after the current event batch). Released unrun when posted after `stop`.
     func execute(_ task: @escaping @Sendable () -> Void) {
         let wake = inbox.withLock { inbox -> Bool in
             guard !inbox.closed else { return false }
@@ -200,14 +201,18 @@ final class EventLoop: @unchecked Sendable {
         }
     }
 
-    /// Runs the tasks posted so far (tasks they post run in the next turn, after the sockets had their say).
+    /// Runs the tasks posted so far (tasks they post run in the next turn, after the sockets had their say); none
+    /// after the one posted by `stop`.
     private func runTasks() {
         let tasks = inbox.withLock { inbox in
             inbox.woken = false
             defer { inbox.tasks = [] }
             return inbox.tasks
         }
-        for task in tasks { task() }
+        for task in tasks {
+            task()
+            if stopping { return }  // the rest are released unrun
+        }
     }
 
     private func checkDeadlines() {
