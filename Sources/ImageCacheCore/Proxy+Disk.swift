@@ -1,9 +1,9 @@
-// Proxy, the disk hit path: a memory miss asks the disk tier straight from the connection's queue, and a fresh
+// Proxy, the disk hit path: a memory miss asks the disk tier straight from the connection's loop thread, and a fresh
 // (or allowed stale) entry is answered from the disk's read queue without the proxy queue or a Fetch: one that fits
 // the memory tier from the array it was read and verified into (then promoted), a larger one from its file with
 // sendfile after the lookup verified it in place (FileBody):
 //
-//   connection queue            disk read queue (concurrent)                    proxy queue
+//   connection loop             disk read queue (concurrent)                    proxy queue
 //   memory miss ── lookup ───>  open, pread, verify checksums ── fresh ──> promote into memory, respond
 //        │                                                   └ stale / stream / vary / nil ──> dispatch(answer)
 //        └ index knows the key is absent ── at once ───────────────────────────────────────────> dispatch(nil)
@@ -26,7 +26,7 @@ enum DiskProbe: Sendable {
 }
 
 extension Proxy {
-    /// Called on the disk's read queue with a lookup's answer (or on the connection's queue when the index knew at
+    /// Called on the disk's read queue with a lookup's answer (or on the connection's loop thread when the index knew at
     /// once that the key is absent, or answered from a descriptor it kept open).
     func diskAnswered(_ result: DiskLookup?, request: ClientRequest, key: CacheKey, sink: any ResponseSink,
                       removalsSeen: UInt64) {

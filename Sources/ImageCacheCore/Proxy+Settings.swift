@@ -46,12 +46,12 @@ extension Proxy {
                          objectLimitBytes: next.effectiveMemoryObjectLimitBytes)
     }
 
-    /// Cache-path sinks that leave the connection queue are wrapped to count their outcome and bytes.
+    /// Cache-path sinks that leave the connection's loop are wrapped to count their outcome and bytes.
     func countingSink(_ sink: any ResponseSink, request: ClientRequest) -> any ResponseSink {
         MetricsSink(wrapping: sink, metrics: metrics, isHead: request.isHead)
     }
 
-    /// A hit answered on the connection queue: counted here, with no wrapper on the hot path.
+    /// A hit answered on the connection's loop: counted here, with no wrapper on the hot path.
     /// `bodyBytes`: the body's size when it is not in the entry (sent from its file).
     func countHit(_ entry: CacheEntry, request: ClientRequest, outcome: ServedOutcome, bodyBytes: Int? = nil) {
         metrics.served(outcome)

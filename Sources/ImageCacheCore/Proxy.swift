@@ -1,6 +1,6 @@
 // Proxy: the coordinator. Every request flows through `handle`:
 //
-//   connection queue                         proxy queue                           curl thread
+//   connection loop                          proxy queue                           curl thread
 //   ----------------                         -----------                           -----------
 //   route (forward | fetch | reverse | admin)
 //   memory.lookup(key) ── fresh ──> respond (no hop, body shared, not copied)
@@ -12,7 +12,7 @@
 //                                              new Fetch ──────────────────────────> origin.fetch
 //                                              Fetch.receive(event) <─── queue.async ─ head, body, end, failed
 //                                                 head/body/end fan out to every waiter's sink (sinks hop to
-//                                                 their connection queues); end stores into memory first,
+//                                                 their connections' loops); end stores into memory first,
 //                                                 then ends the waiters, then leaves the coalescer.
 //
 // Ownership: `memory` guards itself (Mutex); `coalescer` and every `Fetch` are confined to `queue`
@@ -65,7 +65,7 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
             objectLimitBytes: configuration.effectiveMemoryObjectLimitBytes)
     }
 
-    /// Called on the connection's queue.
+    /// Called on the connection's loop thread.
     public func handle(_ request: HTTPRequestHead, body: [UInt8], client: ClientInfo, sink: any ResponseSink) {
         let settings = self.settings
         let sink = settings.configuration.accessLog ? AccessLogSink(wrapping: sink, request: request, client: client, logger: logger) : sink
@@ -89,7 +89,7 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
         }
     }
 
-    /// The cache lookup, on the connection's queue. A fresh hit is answered here without a queue hop.
+    /// The cache lookup, on the connection's loop thread. A fresh hit is answered here without a queue hop.
     func serve(_ request: ClientRequest, sink: any ResponseSink) {
         let key = CacheKey(request.url)
         if request.bypassesCache {
@@ -219,7 +219,7 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
                 fetch.attach(waiter, collapsed: true)
                 return
             }
-            // An entry may have landed (or been refreshed) between the lookup on the connection queue and now.
+            // An entry may have landed (or been refreshed) between the lookup on the connection's loop and now.
             if let entry = memory.peek(key), entry.vary?.matches(request.forwardedHeaders) ?? true {
                 let time = now()
                 if case let .fresh(ttl) = Freshness.use(entry, request: request.cacheControl, now: time), reason != .request {

@@ -13,7 +13,7 @@
 //                         version with, for recently hit entries, its decoded head and kept descriptor; total bytes;
 //                         counters). Held only for dictionary work, never across a file call: every use goes
 //                         through `withIndex`, which drops the descriptors a mutation let go after unlocking.
-//     caller's thread:    `lookup` of a kept file (the connection's queue): one index lock and one fstat on a kept
+//     caller's thread:    `lookup` of a kept file (the connection's loop thread): one index lock and one fstat on a kept
 //                         descriptor, no open, no hop, nothing that waits on the device.
 //                         A `FileBody` owns the descriptor of a verified body the lookup handed out or the index
 //                         keeps (immutable; connections send it with sendfile at their own offsets; closed at deinit).
@@ -66,7 +66,7 @@ public final class DiskCache: Sendable {
         /// Freshness policy applied to entries rebuilt from disk. Default `FreshnessPolicy()`.
         public var freshnessPolicy: FreshnessPolicy
         /// Most decoded heads the index keeps, each with its entry file kept open when the entry is sent from its
-        /// file (for hits on the connection's queue); also capped at a quarter of RLIMIT_NOFILE. Default 1024; 0
+        /// file (for hits on the connection's loop thread); also capped at a quarter of RLIMIT_NOFILE. Default 1024; 0
         /// keeps none (every hit opens and reads the header).
         public var openFileLimit = 1024
         /// Whether init starts the startup loader (tests turn it off to look up before the index exists).

@@ -8,7 +8,7 @@ internal import Logging
 internal import Synchronization
 
 /// Forwards every call to `inner` and logs one line at the end. The state is guarded by a Mutex because calls
-/// may come from the connection's queue (hits) or the proxy queue (fetches).
+/// may come from the connection's loop thread (hits) or the proxy queue (fetches).
 final class AccessLogSink: ResponseSink {
     private struct State {
         var status = 0

@@ -3,7 +3,7 @@
 //
 // Data model
 //   requests, servedBytes     one relaxed atomic per cache outcome (hit, disk_hit, stale, miss, ...), bumped on the
-//                             queue that answers: a memory hit on its connection queue, everything else as its sink
+//                             queue that answers: a memory hit on its connection's loop, everything else as its sink
 //                             sees the response head and body (MetricsSink).
 //   upstream*, fetchWaiters   bumped by Fetch on the proxy queue, still through atomics (no lock, no hop).
 //   errors, hosts             string-keyed, rare (errors) or slow-path only (hosts: one update per upstream transfer):
@@ -348,7 +348,7 @@ extension DaemonStats {
 // MARK: - The sink that counts
 
 /// Counts one response's outcome (from its head) and body bytes, then forwards every call. Wraps the sink of
-/// every request that leaves the connection queue (misses, stale, bypass, disk); fresh memory hits are counted
+/// every request that leaves the connection's loop (misses, stale, bypass, disk); fresh memory hits are counted
 /// where they are answered, without a wrapper.
 final class MetricsSink: ResponseSink {
     private let inner: any ResponseSink

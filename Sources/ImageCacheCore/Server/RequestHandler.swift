@@ -20,7 +20,7 @@ public struct ClientInfo: Sendable, Equatable {
     }
 }
 
-/// Answers requests. Called on the connection's queue; must not block it.
+/// Answers requests. Called on the connection's loop thread; must not block it.
 /// Every method reaches the handler (it answers 501 for those it does not support); `body` is the request
 /// body the server read whole (Content-Length or chunked, within `server.max-request-body`), empty when none.
 public protocol RequestHandler: Sendable {
@@ -53,7 +53,7 @@ public protocol ResponseSink: AnyObject, Sendable {
     /// The response cannot be completed: the connection is closed at once so that the client sees a
     /// truncated response (short Content-Length or no last chunk), never a complete short one.
     func abort()
-    /// Registers a callback run once, on the connection's queue, when the client goes away before the
+    /// Registers a callback run once, on the connection's loop thread, when the client goes away before the
     /// response has ended (peer closed, reset, write error or timeout). Run at once if it is already gone.
     func onCancel(_ callback: @escaping @Sendable () -> Void)
 }

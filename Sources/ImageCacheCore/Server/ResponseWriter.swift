@@ -5,7 +5,7 @@
 // body chunks and the end. It is held by `Connection.StateMachine`; it never touches a socket.
 // It is also the only place where a refused request (`HTTPParser.ParseError`) becomes an HTTP response.
 //
-// `WriteQueue` (value, owned by one connection's queue) holds the byte arrays waiting to be sent, by
+// `WriteQueue` (value, owned by one connection's loop thread) holds the byte arrays waiting to be sent, by
 // reference: body arrays are the handler's (shared with the cache), never copied. It hands up to
 // `maxBuffersPerWrite` of them to one vectored send, and a file region (FileBody) to sendfile.
 //

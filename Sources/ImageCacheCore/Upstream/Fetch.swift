@@ -387,7 +387,7 @@ final class Fetch: @unchecked Sendable {
             state = .streaming(head)
             if bodyComplete {
                 // The whole body is here already (the common case for a coalesced image): store it, then give each
-                // client its whole response in one call, one hop onto its connection's queue instead of three.
+                // client its whole response in one call, one hop onto its connection's loop thread instead of three.
                 store(head)
                 let body = pendingWhileChecking.count == 1 ? pendingWhileChecking[0] : Array(pendingWhileChecking.joined())
                 pendingWhileChecking = []
