@@ -115,7 +115,15 @@ public final class Listener: @unchecked Sendable {
         try queue.sync {
             guard listenFD < 0, !stopped else { throw ListenerError.alreadyStarted }
             let count = max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))
-            loops = try (0..<count).map { index throws(SystemError) in try EventLoop(index: index) }
+            for index in 0..<count {
+                do {
+                    loops.append(try EventLoop(index: index))
+                } catch {
+                    for loop in loops { loop.stop() }  // their threads end; no connection is on them yet
+                    loops = []
+                    throw error
+                }
+            }
             listenFD = fd
             let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
             source.setEventHandler { [self] in acceptClients() }
