@@ -12,7 +12,14 @@ COLUMNS = ["imagecached", "nginx", "varnish", "static"]
 
 
 def med(runs, key):
-    return statistics.median(r[key] for r in runs) if runs else None
+    values = [r[key] for r in runs if r.get(key) is not None]   # results written before a metric existed lack it
+    return statistics.median(values) if values else None
+
+
+# Beside the cache's own CPU: what the rest of the machine did per request (see bench/README.md).
+SCHEDULING = (("cs_per_req", "context switches/request (cache's threads)", 3),
+              ("wrk_cpu_us_per_req", "wrk's CPU us/request", 1),
+              ("idle_pct", "machine idle % during the run", 1))
 
 
 def fmt(v, digits=0, suffix=""):
@@ -53,6 +60,8 @@ def build_rows(res):
         row(sec, "p99 ms", {c: fmt(v["p99_us"] / 1000, 2) for c, v in m.items()},
             f"{'PASS' if ok_p99 else 'FAIL'}: <= {best} {fmt(m[best]['p99_us'] / 1000, 2)}")
         row(sec, "CPU us/request (cache's own)", {c: fmt(v["cpu_us_per_req"], 1) for c, v in m.items()})
+        for key, label, digits in SCHEDULING:
+            row(sec, label, {c: fmt(med(hits[c], key), digits) for c in m})
         for ref in ("nginx", "varnish"):
             if ref in m:
                 row(sec, f"req/s ratio to {ref}", {c: fmt(v["rps"] / m[ref]["rps"], 2) for c, v in m.items()})
@@ -150,6 +159,8 @@ def build_disk_rows(res):
         row(sec, "p50 ms", {c: fmt(v["p50_us"] / 1000, 2) for c, v in m.items()})
         row(sec, "p99 ms", {c: fmt(v["p99_us"] / 1000, 2) for c, v in m.items()})
         row(sec, "CPU us/request (cache's own)", {c: fmt(v["cpu_us_per_req"], 1) for c, v in m.items()})
+        for key, label, digits in SCHEDULING:
+            row(sec, label, {c: fmt(med(runs[c], key), digits) for c in m})
         if ng.get("rps"):
             row(sec, "req/s ratio to nginx", {c: fmt(v["rps"] / ng["rps"], 2) for c, v in m.items()})
         row(sec, "origin requests during runs, errors",
