@@ -170,8 +170,7 @@ public final class DiskCache: Sendable {
     /// file (`.stream`).
     public func lookup(_ key: CacheKey, readsWhole: (@Sendable (_ cost: Int) -> Bool)? = nil,
                        completion: @escaping @Sendable (DiskLookup?) -> Void) {
-        let keyString = key.description
-        let name = DiskEntryFormat.fileName(forKey: keyString)
+        let name = DiskEntryFormat.fileName(for: key)
         let nowSeconds = now().timeIntervalSince1970
         let (route, kept) = withIndex { index in
             let route = index.route(name)
@@ -185,10 +184,10 @@ public final class DiskCache: Sendable {
             if let (head, file) = Self.confirmed(kept), !wantsWhole(cost: head.cost, bodyLength: file.length, readsWhole) {
                 return completion(.stream(head: head, file: file))
             }
-            readQueue.async { completion(self._lookup(key: key, keyString: keyString, name: name, readsWhole: readsWhole)) }
+            readQueue.async { completion(self._lookup(key: key, name: name, readsWhole: readsWhole)) }
         case .afterWrites:
             // A write, update or removal of this name is queued: read after it, as the caller's request came after.
-            queue.async { completion(self._lookup(key: key, keyString: keyString, name: name, readsWhole: readsWhole)) }
+            queue.async { completion(self._lookup(key: key, name: name, readsWhole: readsWhole)) }
         }
     }
 
@@ -198,7 +197,7 @@ public final class DiskCache: Sendable {
     /// `openFileValidSeconds`, no write of the name is queued, and `fstat` on the kept descriptor still shows the
     /// version (a change in place moves ctime). The hit is recorded. nil: none kept (`lookup` opens the name).
     func lookupOpened(_ key: CacheKey) -> (head: CacheEntry, file: FileBody)? {
-        let name = DiskEntryFormat.fileName(forKey: key.description)
+        let name = DiskEntryFormat.fileName(for: key)
         let nowSeconds = now().timeIntervalSince1970
         return Self.confirmed(withIndex { $0.route(name) == .read ? $0.keptFile(name, now: nowSeconds) : nil })
     }
@@ -230,7 +229,7 @@ public final class DiskCache: Sendable {
     /// asynchronously on the disk queue. On disk full or an I/O error the write is dropped, the tmp file removed,
     /// the error logged and counted in `writeErrors`; a partial file is never published.
     public func insert(_ entry: CacheEntry) {
-        let name = DiskEntryFormat.fileName(forKey: entry.key.description)
+        let name = DiskEntryFormat.fileName(for: entry.key)
         enqueueWrite(name) { self._insert(entry, name: name) }
     }
 
@@ -238,13 +237,13 @@ public final class DiskCache: Sendable {
     /// (tmp + rename). `entry.body` is not used: it may be empty for a streamed entry. Nothing is written when no
     /// valid file is stored for the key.
     public func update(_ entry: CacheEntry) {
-        let name = DiskEntryFormat.fileName(forKey: entry.key.description)
+        let name = DiskEntryFormat.fileName(for: entry.key)
         enqueueWrite(name) { self._update(entry, name: name) }
     }
 
     /// Removes the entry for `key`, if any; `completion` runs on the disk queue once the file is gone.
     public func remove(_ key: CacheKey, completion: (@Sendable () -> Void)? = nil) {
-        let name = DiskEntryFormat.fileName(forKey: key.description)
+        let name = DiskEntryFormat.fileName(for: key)
         enqueueWrite(name) {
             self._removeFile(name: name)
             completion?()
@@ -305,7 +304,7 @@ public final class DiskCache: Sendable {
     // MARK: - Lookup
 
     /// On the read queue, or on the serial queue after a queued write of the name; no file call here changes the tree.
-    func _lookup(key: CacheKey, keyString: String, name: String,
+    func _lookup(key: CacheKey, name: String,
                  readsWhole: (@Sendable (_ cost: Int) -> Bool)? = nil) -> DiskLookup? {
         let known = withIndex { index -> (created: UInt64?, verified: DiskIndex.VerifiedVersion?, persistedUse: Double)? in
             guard !index.knownAbsent(name) else { return nil }
@@ -337,7 +336,7 @@ public final class DiskCache: Sendable {
                 (version, unverified) = (trusted, nil)   // neither the header nor the body is read to check them
             } else {
                 let (header, _) = try DiskFile.readHeader(fd, status: status)
-                guard header.key == keyString else {
+                guard header.key == key.description else {
                     throw DiskEntryFormat.Failure("holds another key (\(header.key)): a hash collision or a foreign file")
                 }
                 guard status.size == header.fileSize else {

@@ -75,15 +75,44 @@ enum DiskEntryFormat {
 
     /// Lower-case hex SHA-256 of the key's URL string: the file name.
     static func fileName(forKey key: String) -> String {
-        let digest = SHA256.hash(data: Array(key.utf8))
-        let hex: [UInt8] = Array("0123456789abcdef".utf8)
-        var out = [UInt8]()
-        out.reserveCapacity(64)
-        for byte in digest {
-            out.append(hex[Int(byte >> 4)])
-            out.append(hex[Int(byte & 0xF)])
+        var hasher = SHA256()
+        var key = key
+        key.withUTF8 { hasher.update(bufferPointer: UnsafeRawBufferPointer($0)) }
+        return hex(hasher.finalize())
+    }
+
+    /// `fileName(forKey: key.description)`, without building the URL string: the hash is fed the string's parts
+    /// (once per memory miss, on the connection's loop thread).
+    static func fileName(for key: CacheKey) -> String {
+        var hasher = SHA256()
+        func feed(_ part: String) {
+            var part = part
+            part.withUTF8 { hasher.update(bufferPointer: UnsafeRawBufferPointer($0)) }
         }
-        return String(decoding: out, as: UTF8.self)
+        let url = key.url
+        feed(url.scheme)
+        feed("://")
+        if url.host.utf8.contains(UInt8(ascii: ":")) {
+            feed("["); feed(url.host); feed("]")
+        } else {
+            feed(url.host)
+        }
+        if let port = url.port { feed(":"); feed(String(port)) }
+        feed(url.pathAndQuery)
+        return hex(hasher.finalize())
+    }
+
+    private static func hex(_ digest: SHA256.Digest) -> String {
+        String(unsafeUninitializedCapacity: 2 * SHA256.Digest.byteCount) { out in
+            var i = 0
+            func digit(_ nibble: UInt8) -> UInt8 { nibble < 10 ? UInt8(ascii: "0") + nibble : UInt8(ascii: "a") + nibble - 10 }
+            for byte in digest {
+                out[i] = digit(byte >> 4)
+                out[i + 1] = digit(byte & 0xF)
+                i += 2
+            }
+            return i
+        }
     }
 
     /// Whether `name` looks like an entry file name (64 lower-case hex digits).

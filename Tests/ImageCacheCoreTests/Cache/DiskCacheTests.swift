@@ -891,4 +891,15 @@ struct DiskEntryFormatTests {
         #expect(DiskEntryFormat.isEntryName(DiskEntryFormat.fileName(forKey: "x")))
         #expect(!DiskEntryFormat.isEntryName("ba7816bf.tmp"))
     }
+
+    @Test("a key's file name, hashed from the URL's parts, is the hash of its URL string (ports, IPv6, queries)",
+          arguments: ["http://a.test/x.jpg", "https://A.test:8443/p/q.png?w=1&h=2", "http://[::1]:8080/i.gif",
+                      "http://[2001:db8::7]/", "https://cdn.test:443/%7Euser/a%20b.webp?"])
+    func fileNameFromParts(_ text: String) throws {
+        // Given
+        let key = CacheKey(try UpstreamURL.parse(text))
+        // Then: the name files were stored under (and the loader checks) stays the hash of the URL string
+        #expect(DiskEntryFormat.fileName(for: key) == DiskEntryFormat.fileName(forKey: key.description))
+        #expect(DiskEntryFormat.isEntryName(DiskEntryFormat.fileName(for: key)))
+    }
 }
