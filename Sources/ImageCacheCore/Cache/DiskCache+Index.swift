@@ -106,9 +106,12 @@ struct DiskIndex: Sendable {
         case afterWrites
     }
 
-    func route(_ name: String) -> LookupRoute {
-        if pendingRemoveAll > 0 || pendingWrites[name] != nil { return .afterWrites }
-        return knownAbsent(name) ? .absent : .read
+    /// How a lookup of `name` proceeds, and for `.read` the name's kept head and descriptor if any (`keptFile`), with
+    /// one hash of the name into `records` (this runs under the index lock once per memory miss).
+    mutating func routeKeeping(_ name: String, now: Double) -> (route: LookupRoute, kept: (Head, FileBody, FileIdentity)?) {
+        if pendingRemoveAll > 0 || pendingWrites[name] != nil { return (.afterWrites, nil) }
+        guard let index = records.index(forKey: name) else { return (loaded ? .absent : .read, nil) }
+        return (.read, keptFile(at: index, now: now))
     }
 
     mutating func writeQueued(_ name: String?) {
@@ -171,18 +174,18 @@ struct DiskIndex: Sendable {
         dropOldHeads()
     }
 
-    /// The kept head and descriptor of `name`, if a lookup opened the name and found that version less than
+    /// The kept head and descriptor of the record at `index`, if a lookup opened its name and found that version less than
     /// `DiskCache.openFileValidSeconds` ago and the mtime touch is not due (that is a lookup's job); the hit is recorded
     /// in place (before the caller's fstat confirms the version: if that fails, the lookup that follows records it).
-    mutating func keptFile(_ name: String, now: Double) -> (Head, FileBody, FileIdentity)? {
-        guard var record = records[name], let version = record.verified, let head = version.head, let file = version.file,
+    private mutating func keptFile(at index: [String: Record].Index, now: Double) -> (Head, FileBody, FileIdentity)? {
+        let record = records.values[index]
+        guard let version = record.verified, let head = version.head, let file = version.file,
               now - version.checkedAt < DiskCache.openFileValidSeconds,
               now - record.persistedUse < DiskCache.touchIntervalSeconds
         else { return nil }
-        record.lastUsed = max(record.lastUsed, now)
-        record.sequence = nextSequence
+        records.values[index].lastUsed = max(record.lastUsed, now)   // in place: no second hash, no record copy back
+        records.values[index].sequence = nextSequence
         nextSequence += 1
-        records[name] = record
         return (head, file, version.identity)
     }
 

@@ -173,8 +173,7 @@ public final class DiskCache: Sendable {
         let name = DiskEntryFormat.fileName(for: key)
         let nowSeconds = now().timeIntervalSince1970
         let (route, kept) = withIndex { index in
-            let route = index.route(name)
-            return (route, route == .read ? index.keptFile(name, now: nowSeconds) : nil)
+            index.routeKeeping(name, now: nowSeconds)
         }
         switch route {
         case .absent:
@@ -199,7 +198,7 @@ public final class DiskCache: Sendable {
     func lookupOpened(_ key: CacheKey) -> (head: CacheEntry, file: FileBody)? {
         let name = DiskEntryFormat.fileName(for: key)
         let nowSeconds = now().timeIntervalSince1970
-        return Self.confirmed(withIndex { $0.route(name) == .read ? $0.keptFile(name, now: nowSeconds) : nil })
+        return Self.confirmed(withIndex { $0.routeKeeping(name, now: nowSeconds).kept })
     }
 
     /// A kept file whose descriptor `fstat` still shows at the version the index kept (one syscall, no I/O wait).
