@@ -413,4 +413,29 @@ struct ServerTests {
         #expect(served.status == 200)
         #expect(overLimitClosed)
     }
+
+    @Test("the loop probe (the systemd watchdog's) completes only once every event loop has run it: a wedged loop holds it back")
+    func loopProbeWaitsForEveryLoop() async throws {
+        // Given: loop 0 is wedged in a task
+        let server = try TestServer()
+        let loops = server.listener.eventLoops
+        let gate = DispatchSemaphore(value: 0)
+        await withCheckedContinuation { (wedged: CheckedContinuation<Void, Never>) in
+            loops[0].execute { wedged.resume(); gate.wait() }
+        }
+        // When: the probe is posted, and every other loop has come round to it (a task posted after it has run)
+        let group = DispatchGroup()
+        server.listener.probeLoops(group)
+        for loop in loops.dropFirst() {
+            await withCheckedContinuation { (after: CheckedContinuation<Void, Never>) in loop.execute { after.resume() } }
+        }
+        let answeredWhileWedged = group.wait(timeout: .now()) == .success
+        gate.signal()
+        // Then: it completes once loop 0 is free again
+        await withCheckedContinuation { (answered: CheckedContinuation<Void, Never>) in
+            group.notify(queue: .global()) { answered.resume() }
+        }
+        #expect(!answeredWhileWedged)
+        await server.stop()
+    }
 }

@@ -11,8 +11,8 @@
 //   SIGHUP           reload: the configuration is read again (same file, environment and flags); a file that
 //                    does not load leaves the running configuration in force and the log says why.
 // systemd (Ops/Systemd.swift): READY=1 once listening, STATUS= with a summary every 10 s, RELOADING=1 and READY=1
-// around a reload, STOPPING=1, WATCHDOG=1 at half of WatchdogSec (sent from the proxy queue, so a wedged proxy
-// queue stops the pings and systemd restarts the daemon).
+// around a reload, STOPPING=1, WATCHDOG=1 at half of WatchdogSec (sent once every event loop has run a posted task,
+// from the proxy queue: a wedged loop or proxy queue stops the pings and systemd restarts the daemon).
 
 internal import Dispatch
 public import Foundation
@@ -173,8 +173,12 @@ public final class Daemon: @unchecked Sendable {
             let watchdog = DispatchSource.makeTimerSource(queue: timerQueue)
             watchdog.schedule(deadline: .now() + interval / 2, repeating: interval / 2)
             let proxyQueue = proxy.queue
+            let listeners = [listener] + extraListeners   // all started by now
             watchdog.setEventHandler { [notifier] in
-                proxyQueue.async { notifier.notify("WATCHDOG=1") }
+                // Every event loop of every listener, then the proxy queue, must come round to it.
+                let group = DispatchGroup()
+                for listener in listeners { listener.probeLoops(group) }
+                group.notify(queue: proxyQueue) { notifier.notify("WATCHDOG=1") }
             }
             watchdog.resume()
             timers.append(watchdog)

@@ -75,6 +75,19 @@ public final class Listener: @unchecked Sendable {
     /// Connections open now.
     public var connectionCount: Int { openConnections.withLock { $0 } }
 
+    /// The event loops (empty before `start`). Not on the listener queue.
+    var eventLoops: [EventLoop] { queue.sync { loops } }
+
+    /// Enters `group` once per event loop and leaves it from a task run on that loop: the group completes only when
+    /// every loop has come round to its posted tasks (the systemd watchdog pings on it, so a wedged loop stops the
+    /// pings). A stopped loop never leaves. Not on the listener queue.
+    func probeLoops(_ group: DispatchGroup) {
+        for loop in eventLoops {
+            group.enter()
+            loop.execute { group.leave() }
+        }
+    }
+
     /// Binds `address` (IPv4 or IPv6 host, port 0 for any free port), listens and starts accepting.
     /// Returns the bound port.
     public func start(address: ListenAddress) throws -> Int {
