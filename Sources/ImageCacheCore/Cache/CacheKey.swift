@@ -34,9 +34,22 @@ public struct UpstreamURL: Sendable, Hashable, CustomStringConvertible {
 
     /// "scheme://host[:port]/path?query", IPv6 literals in brackets.
     public var string: String {
-        var s = scheme + "://" + (host.contains(":") ? "[" + host + "]" : host)
-        if let port { s += ":" + String(port) }
-        return s + pathAndQuery
+        var s = ""
+        forEachPart { s += $0 }
+        return s
+    }
+
+    /// Calls `body` with the pieces of `string`, in order, without building it (the disk tier hashes them).
+    func forEachPart(_ body: (String) -> Void) {
+        body(scheme)
+        body("://")
+        if host.utf8.contains(UInt8(ascii: ":")) {
+            body("["); body(host); body("]")
+        } else {
+            body(host)
+        }
+        if let port { body(":"); body(String(port)) }
+        body(pathAndQuery)
     }
 
     public var description: String { string }

@@ -85,20 +85,10 @@ enum DiskEntryFormat {
     /// (once per memory miss, on the connection's loop thread).
     static func fileName(for key: CacheKey) -> String {
         var hasher = SHA256()
-        func feed(_ part: String) {
+        key.url.forEachPart { part in
             var part = part
             part.withUTF8 { hasher.update(bufferPointer: UnsafeRawBufferPointer($0)) }
         }
-        let url = key.url
-        feed(url.scheme)
-        feed("://")
-        if url.host.utf8.contains(UInt8(ascii: ":")) {
-            feed("["); feed(url.host); feed("]")
-        } else {
-            feed(url.host)
-        }
-        if let port = url.port { feed(":"); feed(String(port)) }
-        feed(url.pathAndQuery)
         return hex(hasher.finalize())
     }
 

@@ -8,7 +8,7 @@
 // Edge-triggered reading: on a readable event the connection reads until the socket has nothing more (a short
 // read or EAGAIN) or reading is suspended; resuming reading tries a read at once (no new edge may come for bytes
 // already waiting). Writing: whatever the socket does not take waits in the `WriteQueue` until a writable event.
-// Timeouts are deadlines checked by the loop's tick, so they fire up to `EventLoop.tickInterval` late.
+// Timeouts are deadlines checked by the loop's tick, so they fire up to `EventLoop.tickNanoseconds` (250 ms) late.
 //
 // Each request is answered through its own `ConnectionResponseSink`, tagged with the exchange id, so a late
 // call for an earlier request is ignored. A sink call made on this connection's loop thread acts at once (the

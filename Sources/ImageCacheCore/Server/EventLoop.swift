@@ -22,7 +22,7 @@
 // bytes wait. An event for a connection that has closed meanwhile is dropped (events carry the connection id;
 // id 0 is the loop's eventfd).
 //
-// Timeouts: every 250 ms (`tickInterval`) the loop asks each connection to check its deadlines (the epoll_wait
+// Timeouts: every 250 ms (`tickNanoseconds`) the loop asks each connection to check its deadlines (the epoll_wait
 // timeout is the time left until then), so a timeout fires between 0 and 250 ms after its deadline.
 //
 // Stopping: `stop` posts a last task; the thread runs what was posted before it and exits (the epoll fd and the
@@ -40,14 +40,12 @@ internal import Synchronization
 
 /// One event loop: a thread of its own, an epoll fd and an eventfd.
 final class EventLoop: @unchecked Sendable {
-    /// How often deadlines are checked: the granularity of every connection timeout.
-    static let tickInterval: DispatchTimeInterval = .milliseconds(250)
-    private static let tickNanoseconds: UInt64 = 250_000_000
+    /// How often deadlines are checked (250 ms): the granularity of every connection timeout.
+    static let tickNanoseconds: UInt64 = 250_000_000
     /// Most events taken from epoll per `epoll_wait` call.
     private static let maxEvents: Int32 = 64
     /// The epoll data of the eventfd (connection ids start at 1).
     private static let wakeToken: UInt64 = 0
-    private static let nextID = Atomic<Int>(1)
 
     private struct Inbox {
         var tasks: [@Sendable () -> Void] = []
@@ -58,8 +56,6 @@ final class EventLoop: @unchecked Sendable {
     }
 
     // MARK: immutable
-    /// Unique in the process (several listeners may run, e.g. in tests).
-    let id: Int
     let name: String
     private let epollFD: Int32
     private let wakeFD: Int32
@@ -79,7 +75,6 @@ final class EventLoop: @unchecked Sendable {
 
     /// A new loop with its thread `imagecached.loop.<index>`, running.
     init(index: Int) throws(SystemError) {
-        id = Self.nextID.wrappingAdd(1, ordering: .relaxed).oldValue
         name = "imagecached.loop.\(index)"
         epollFD = try syscall("epoll_create1") { epoll_create1(Int32(EPOLL_CLOEXEC)) }
         do {
@@ -132,8 +127,8 @@ final class EventLoop: @unchecked Sendable {
         if wake { _ = eventfd_write(wakeFD, 1) }
     }
 
-    /// Closes the epoll fd and ends the thread once the tasks posted before this call have run (the listener
-    /// stopped; its connections are closed).
+    /// Ends the thread once the tasks posted before this call have run (the listener stopped; its connections are
+    /// closed). The descriptors are closed when the last reference to the loop goes.
     func stop() {
         execute { self.stopping = true }
     }
