@@ -1,7 +1,8 @@
 // One accepted client socket, driven by its event loop (see EventLoop.swift).
 //
 // Each connection belongs to one `EventLoop` and runs on that loop's thread (`imagecached.loop.<i>`): a few loops
-// serve thousands of connections. Everything mutable here is owned by that thread: the fd, the read and write deadlines, the write queue and the `StateMachine` (which owns the parser).
+// serve thousands of connections. Everything mutable here is owned by that thread: the fd, the read and write
+// deadlines, the write queue and the `StateMachine` (which owns the parser).
 // The loop reports readiness (edge-triggered epoll) and ticks the deadlines; the state machine decides;
 // `run(_:)` performs its actions.
 //
@@ -16,7 +17,8 @@
 // order of calls made from one serial queue.
 //
 // Writes go out with `sendmsg` (a vectored write, like `writev`, that also takes MSG_NOSIGNAL: a peer that
-// closed never raises SIGPIPE), and file bodies with `sendfile` (SIGPIPE ignored process-wide by the daemon). Whatever the socket does not take waits in the `WriteQueue` for a writable event.
+// closed never raises SIGPIPE), and file bodies with `sendfile` (SIGPIPE ignored process-wide by the daemon).
+// Whatever the socket does not take waits in the `WriteQueue` for a writable event.
 
 #if canImport(Glibc)
 internal import Glibc
