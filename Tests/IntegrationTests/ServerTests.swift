@@ -58,7 +58,7 @@ final class TestServer: Sendable {
 
     func client() throws -> RawHTTPClient { try RawHTTPClient(port: port) }
 
-    /// Stops the listener off the cooperative pool (stop waits for the connection queues).
+    /// Stops the listener off the cooperative pool (stop waits for the connections' loops).
     func stop() async { _ = try? await offPool { self.listener.stop() } }
 }
 
@@ -437,5 +437,22 @@ struct ServerTests {
         }
         #expect(!answeredWhileWedged)
         await server.stop()
+    }
+
+    @Test("the event loops' threads carry their names, as ps -L, top -H and perf show them")
+    func loopThreadsAreNamed() async throws {
+        // Given
+        let server = try TestServer()
+        let loops = server.listener.eventLoops
+        // When: each loop has run a task (its thread names itself before anything else)
+        for loop in loops {
+            await withCheckedContinuation { (ran: CheckedContinuation<Void, Never>) in loop.execute { ran.resume() } }
+        }
+        let names = try FileManager.default.contentsOfDirectory(atPath: "/proc/self/task").compactMap { task in
+            try? String(contentsOfFile: "/proc/self/task/\(task)/comm", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+        await server.stop()
+        // Then
+        #expect(names.contains("icd.loop.0"))
     }
 }

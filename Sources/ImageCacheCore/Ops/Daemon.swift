@@ -70,10 +70,18 @@ public final class Daemon: @unchecked Sendable {
         if let first = passed.first {
             for fd in passed { SystemdSocketActivation.adopt(fd) }
             port = try listener.start(listeningFD: first)
-            for fd in passed.dropFirst() {
-                let extra = Listener(configuration: configuration.server, handler: proxy, logger: logger)
-                _ = try extra.start(listeningFD: fd)
-                extraListeners.append(extra)
+            do {
+                for fd in passed.dropFirst() {
+                    let extra = Listener(configuration: configuration.server, handler: proxy, logger: logger)
+                    _ = try extra.start(listeningFD: fd)
+                    extraListeners.append(extra)
+                }
+            } catch {
+                // The listeners already started would keep their loop threads (and sockets) forever.
+                listener.stop()
+                for extra in extraListeners { extra.stop() }
+                extraListeners = []
+                throw error
             }
             listening = "\(passed.count) socket(s) from systemd (fd \(passed.map(String.init).joined(separator: ", "))), first on port \(port)"
         } else {
@@ -90,6 +98,7 @@ public final class Daemon: @unchecked Sendable {
 
     /// Stops accepting, closes connections and stops upstream transfers; the disk tier is flushed.
     public func stop() {
+        for timer in timers { timer.cancel() }  // the watchdog's probe would wait for stopped loops
         listener.stop()
         for extra in extraListeners { extra.stop() }
         origin.shutdown()

@@ -1,6 +1,6 @@
 // One accepted client socket, driven by its event loop (see EventLoop.swift).
 //
-// Each connection belongs to one `EventLoop` and runs on that loop's thread (`imagecached.loop.<i>`): a few loops
+// Each connection belongs to one `EventLoop` and runs on that loop's thread (`icd.loop.<i>`): a few loops
 // serve thousands of connections. Everything mutable here is owned by that thread: the fd, the read and write
 // deadlines, the write queue and the `StateMachine` (which owns the parser).
 // The loop reports readiness (edge-triggered epoll) and ticks the deadlines; the state machine decides;

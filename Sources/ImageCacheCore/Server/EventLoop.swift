@@ -35,8 +35,13 @@ internal import Glibc
 #endif
 internal import CEpoll
 internal import Dispatch
-internal import Foundation
 internal import Synchronization
+
+/// What a loop's new thread runs (handed to pthread_create as its argument).
+private final class ThreadStart {
+    let body: () -> Void
+    init(_ body: @escaping () -> Void) { self.body = body }
+}
 
 /// One event loop: a thread of its own, an epoll fd and an eventfd.
 final class EventLoop: @unchecked Sendable {
@@ -56,7 +61,10 @@ final class EventLoop: @unchecked Sendable {
     }
 
     // MARK: immutable
+    /// `imagecached.loop.<index>`, in messages.
     let name: String
+    /// The thread's name as ps, top and perf show it: `icd.loop.<index>` (Linux allows 15 bytes).
+    private let threadName: String
     private let epollFD: Int32
     private let wakeFD: Int32
 
@@ -73,9 +81,10 @@ final class EventLoop: @unchecked Sendable {
     private var nextTick: UInt64 = 0
     private var stopping = false
 
-    /// A new loop with its thread `imagecached.loop.<index>`, running.
+    /// A new loop with its thread (`icd.loop.<index>`), running.
     init(index: Int) throws(SystemError) {
         name = "imagecached.loop.\(index)"
+        threadName = "icd.loop.\(index)"
         epollFD = try syscall("epoll_create1") { epoll_create1(Int32(EPOLL_CLOEXEC)) }
         do {
             wakeFD = try syscall("eventfd") { eventfd(0, Int32(EFD_CLOEXEC | EFD_NONBLOCK)) }
@@ -94,9 +103,21 @@ final class EventLoop: @unchecked Sendable {
             closeDescriptor(epollFD)
             throw error
         }
-        let thread = Thread { [self] in run() }  // holds the loop until the thread exits
-        thread.name = name
-        thread.start()
+        // pthread_create itself, not Foundation's Thread: Thread.start ignores a failure to create the thread (at a
+        // task limit, say), which would leave a loop that accepts connections and never reads them.
+        let start = Unmanaged.passRetained(ThreadStart { [self] in run() })  // holds the loop until the thread exits
+        var thread = pthread_t()
+        let created = pthread_create(&thread, nil, { argument in
+            Unmanaged<ThreadStart>.fromOpaque(argument!).takeRetainedValue().body()
+            return nil
+        }, start.toOpaque())
+        guard created == 0 else {
+            start.release()
+            closeDescriptor(wakeFD)
+            closeDescriptor(epollFD)
+            throw SystemError(errno: created, function: "pthread_create")
+        }
+        pthread_detach(thread)
     }
 
     deinit {
@@ -155,6 +176,7 @@ final class EventLoop: @unchecked Sendable {
 
     private func run() {
         thread.store(UInt(pthread_self()), ordering: .relaxed)
+        nameThisThread(threadName)
         nextTick = DispatchTime.now().uptimeNanoseconds + Self.tickNanoseconds
         while !stopping {
             let now = DispatchTime.now().uptimeNanoseconds
@@ -216,4 +238,14 @@ final class EventLoop: @unchecked Sendable {
             connection.checkDeadlines(now: now)
         }
     }
+}
+
+/// Names the calling thread for ps, top and perf (at most 15 bytes are kept) by writing /proc/thread-self/comm:
+/// what pthread_setname_np does, which Glibc's Swift module leaves out. Best effort: a failure leaves the name.
+func nameThisThread(_ name: String) {
+    let fd = open("/proc/thread-self/comm", O_WRONLY | O_CLOEXEC)
+    guard fd >= 0 else { return }
+    var bytes = Array(name.utf8.prefix(15))
+    _ = write(fd, &bytes, bytes.count)
+    closeDescriptor(fd)
 }

@@ -151,13 +151,15 @@ public final class Listener: @unchecked Sendable {
         return port
     }
 
-    /// Stops accepting, closes the listening socket and every connection (pending exchanges are cancelled).
-    /// Returns once the listening socket is closed and every connection has been told to close.
-    /// Must not be called on the listener queue.
+    /// Stops accepting, closes the listening socket and every connection (pending exchanges are cancelled), then
+    /// ends the event loops' threads. Returns once the listening socket is closed and every connection has been told
+    /// to close. Only the first call does this (a later or concurrent one returns at once, so the loops are never
+    /// stopped ahead of the first caller's closing tasks). A started listener must be stopped: its loop threads run
+    /// until then. Must not be called on the listener queue, nor concurrently with `closeIdleConnections`.
     public func stop() {
         dispatchPrecondition(condition: .notOnQueue(queue))
-        let (open, hadSource): ([Connection], Bool) = queue.sync {
-            guard !stopped else { return ([], false) }
+        let stopping: (open: [Connection], hadSource: Bool)? = queue.sync {
+            guard !stopped else { return nil }
             stopped = true
             let source = acceptSource
             acceptSource = nil
@@ -167,6 +169,7 @@ public final class Listener: @unchecked Sendable {
             }
             return (Array(connections.values), source != nil)
         }
+        guard let (open, hadSource) = stopping else { return }
         if hadSource { listenFDClosed.wait() }
         let group = DispatchGroup()
         for connection in open {
@@ -193,7 +196,8 @@ public final class Listener: @unchecked Sendable {
     }
 
     /// Closes the connections waiting between requests; returns how many are in the middle of one (reading,
-    /// handling or writing it). Called repeatedly while draining. Must not be called on the listener queue.
+    /// handling or writing it). Called repeatedly while draining, before `stop` (not concurrently: a loop stopped
+    /// meanwhile would drop the question). Must not be called on the listener queue.
     public func closeIdleConnections() -> Int {
         dispatchPrecondition(condition: .notOnQueue(queue))
         let open = queue.sync { Array(connections.values) }

@@ -2,8 +2,8 @@ import Foundation
 
 /// Runs blocking socket code on a thread of its own and awaits its result.
 ///
-/// Swift concurrency on Linux runs on the same few Dispatch worker threads as the server's connection queues;
-/// a test blocked in `recv` on one of them would starve the server it is waiting for. Expectations stay in the
+/// Swift concurrency on Linux runs on the same few Dispatch worker threads as the server's queues (listener,
+/// proxy, disk); a test blocked in `recv` on one of them would starve the server it is waiting for. Expectations stay in the
 /// test (on its task): the closure only returns what it observed.
 func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
     try await withCheckedThrowingContinuation { continuation in

@@ -2,7 +2,7 @@
 //
 // Data model: `multi` (CURLM*) holds every running easy handle; `transfers` maps each CURL* to its `CurlEasy`
 // (which keeps it alive), `handles` maps transfer IDs to CURL* for cancellation.
-// Ownership: one dedicated thread, "imagecached.curl", owns `multi`, every added `CurlEasy` and both maps.
+// Ownership: one dedicated thread, "icd.curl", owns `multi`, every added `CurlEasy` and both maps.
 // Other threads never touch them: they post `Command`s (add, cancel, shutdown) into `inbox`, a Mutex-guarded
 // list, and wake the thread with `curl_multi_wakeup`. The loop is:
 //   drain inbox -> curl_multi_perform -> curl_multi_info_read (complete finished transfers) -> tick -> curl_multi_poll
@@ -96,8 +96,10 @@ final class CurlMulti: @unchecked Sendable {
         precondition(!started, "CurlMulti started twice")
         started = true
         self.tick = tick
-        let thread = Thread { [self] in run() }
-        thread.name = "imagecached.curl"
+        let thread = Thread { [self] in
+            nameThisThread("icd.curl")  // Thread.name set before start is lost on Linux, and allows 15 bytes
+            run()
+        }
         thread.start()
     }
 
