@@ -26,7 +26,7 @@ function done(summary, latency, requests)
   local errors = summary.errors.connect + summary.errors.read + summary.errors.write
                  + summary.errors.status + summary.errors.timeout
   io.write(string.format(
-    'WRKJSON {"requests": %d, "bytes": %d, "duration_us": %d, "errors": %d, "p50_us": %d, "p99_us": %d, "max_us": %d}\n',
+    'WRKJSON {"requests": %d, "bytes": %d, "duration_us": %d, "errors": %d, "p50_us": %d, "p99_us": %d, "p999_us": %d, "mean_us": %d, "max_us": %d}\n',
     summary.requests, summary.bytes, summary.duration, errors,
-    latency:percentile(50), latency:percentile(99), latency.max))
+    latency:percentile(50), latency:percentile(99), latency:percentile(99.9), latency.mean, latency.max))
 end
