@@ -485,15 +485,24 @@ def stop_popen(popen, wait=60):
             popen.wait(5)
 
 
+# The startup data set's URLs: fresh for a year, so that a data set kept between runs is still served from disk
+# (not revalidated) when the probe asks for an entry. READY.json records the layout; another one is rebuilt.
+DATASET_LAYOUT = "maxage=31536000"
+
+
+def dataset_path(i, bodies):
+    return f"/_o/{DATASET_LAYOUT},v=e{i}{bodies[i % len(bodies)]}"
+
+
 def build_dataset(args, ports, small, size):
     """Fills DATASET/cache with args.startup_entries entries by running the daemon itself against the origin (so
-    the files are the daemon's own format): distinct URLs /_o/v=eN/<thumbnail>, the thumbnails of 20 KB or less in
-    turn. Stops at args.startup_build_limit seconds, whatever the count. Writes DATASET/READY.json last."""
+    the files are the daemon's own format): distinct URLs /_o/maxage=31536000,v=eN/<thumbnail> (`dataset_path`),
+    the thumbnails of 20 KB or less in turn. Stops at args.startup_build_limit seconds, whatever the count. Writes DATASET/READY.json last."""
     shutil.rmtree(DATASET, ignore_errors=True)
     make_dirs(DATASET, f"{DATASET}/cache")
     bodies = [p for p in small if size[p] <= 20_000] or small[:10]
     n = args.startup_entries
-    paths = [f"/_o/v=e{i}{bodies[i % len(bodies)]}" for i in range(n)]
+    paths = [dataset_path(i, bodies) for i in range(n)]
     log = open(f"{DATASET}/build.log", "w")
     popen = subprocess.Popen(imagecached_argv(ports["imagecached"], ports["origin"], f"{DATASET}/cache",
                                               "--memory-limit", "16MiB", "--disk-limit", "20GiB", "--log-level", "warning"),
@@ -536,7 +545,7 @@ def build_dataset(args, ports, small, size):
     files, total = tree_bytes(f"{DATASET}/cache")
     info = {"requested": n, "fetched_ok": done[0], "fetched_bad": done[1], "files": files, "bytes": total,
             "fetch_seconds": round(fetched, 1), "build_seconds": round(built, 1),
-            "stopped_by_time_limit": done[0] + done[1] < n, "built_at": datetime.datetime.now().isoformat(timespec="seconds"),
+            "stopped_by_time_limit": done[0] + done[1] < n, "built_at": datetime.datetime.now().isoformat(timespec="seconds"), "layout": DATASET_LAYOUT,
             "bodies": f"{len(bodies)} thumbnails of {min(size[p] for p in bodies)}-{max(size[p] for p in bodies)} bytes in turn"}
     with open(f"{DATASET}/READY.json", "w") as f:
         json.dump(info, f)
@@ -612,7 +621,7 @@ def startup_scenario(args, small, size, res):
         if os.path.exists(f"{DATASET}/READY.json"):
             with open(f"{DATASET}/READY.json") as f:
                 info = json.load(f)
-            if info.get("requested") != args.startup_entries:
+            if info.get("requested") != args.startup_entries or info.get("layout") != DATASET_LAYOUT:
                 info = None
             else:
                 info["reused"] = True
@@ -623,7 +632,7 @@ def startup_scenario(args, small, size, res):
                 info["reused"] = False
             bodies = [p for p in small if size[p] <= 20_000] or small[:10]
             probe_n = info["fetched_ok"] // 2
-            probe = f"/_o/v=e{probe_n}{bodies[probe_n % len(bodies)]}"
+            probe = dataset_path(probe_n, bodies)
             runs = []
             for i in range(args.startup_runs):
                 r = timed_start(ports, f"{DISK_WORK}/startup-{i + 1}.log", probe)
