@@ -195,6 +195,7 @@ public final class DiskCache: Sendable {
     /// descriptor open (see `openFileLimit`), the name was opened and found to hold that version within the last
     /// `openFileValidSeconds`, no write of the name is queued, and `fstat` on the kept descriptor still shows the
     /// version (a change in place moves ctime). The hit is recorded. nil: none kept (`lookup` opens the name).
+    /// `lookup` takes this path itself (one index lock, `routeKeeping`); this entry point lets tests ask for it alone.
     func lookupOpened(_ key: CacheKey) -> (head: CacheEntry, file: FileBody)? {
         let name = DiskEntryFormat.fileName(for: key)
         let nowSeconds = now().timeIntervalSince1970
@@ -348,7 +349,7 @@ public final class DiskCache: Sendable {
                 unverified = trusted == nil ? header : nil
             }
             let head = version.head!.entry
-            var kept: FileBody?   // the descriptor to keep open for `lookupOpened`
+            var kept: FileBody?   // the descriptor the index keeps, for later hits answered on the caller's thread (`lookup`)
             let result: DiskLookup
             if wantsWhole(cost: head.cost, bodyLength: version.bodyLength, readsWhole) {
                 let body = try DiskFile.read(fd, count: version.bodyLength, offset: version.bodyOffset)
