@@ -1,8 +1,10 @@
 // Data model: a `CacheEntry` is one stored response: its key, status and end-to-end fields, the whole body, the
 // request/response times it was received at, the Vary key it was selected with, and what is derived from them once
-// (parsed Cache-Control, freshness lifetime, corrected initial age, cost). An immutable Sendable value: it is never
+// (parsed Cache-Control, freshness lifetime, corrected initial age, cost). An immutable Sendable object: it is never
 // changed in place by anyone; a 304 produces a new entry (`refreshed`) that the owner of the map (MemoryCache's
-// lock, the disk queue) swaps in. The body array is shared, not copied, between the copies of an entry.
+// lock, the disk queue) swaps in. A class and not a struct: a hit hands the entry out of the cache's lock and down
+// to the connection, and a reference is one retain where a struct of a dozen fields was a dozen (the copies showed
+// in profiles of the memory-hit path). The body array is shared, never copied, between entries.
 //
 // What is derived once per entry also includes the wire form of the stored head (`serializedHead`: status line and
 // fields, hop-by-hop, Content-Length, Age, Cache-Status and X-Cache left out), so a hit writes those bytes as they are
@@ -19,28 +21,28 @@
 public import Foundation
 
 /// One stored response.
-public struct CacheEntry: Sendable {
+public final class CacheEntry: Sendable {
     public let key: CacheKey
     /// Stored status and fields (hop-by-hop fields already removed by the caller).
-    public private(set) var head: HTTPResponseHead
-    public private(set) var body: [UInt8]
-    public private(set) var requestTime: Date
-    public private(set) var responseTime: Date
+    public let head: HTTPResponseHead
+    public let body: [UInt8]
+    public let requestTime: Date
+    public let responseTime: Date
     /// The request field values it was selected with; nil when the response has no Vary.
     public let vary: VaryKey?
     /// Parsed once from `head`.
-    public private(set) var cacheControl: CacheControl
+    public let cacheControl: CacheControl
     /// Seconds; computed at store / refresh.
-    public private(set) var freshnessLifetime: Double
+    public let freshnessLifetime: Double
     /// Seconds; computed at store / refresh.
-    public private(set) var correctedInitialAge: Double
+    public let correctedInitialAge: Double
     /// Bytes charged against the memory budget: body + approximate header bytes (counted twice: the fields and
     /// their serialised form) + fixed overhead.
-    public private(set) var cost: Int
+    public let cost: Int
     /// The stored head as sent on a hit, rendered once (see above).
-    public private(set) var serializedHead: SerializedResponseHead
+    public let serializedHead: SerializedResponseHead
     /// The origin's own Cache-Status (all its fields combined), to which ours is appended; nil when it sent none.
-    public private(set) var upstreamCacheStatus: String?
+    public let upstreamCacheStatus: String?
 
     /// Fields left out of `serializedHead`: they change with every response and are sent with it.
     public static let perResponseFields = ["Age", "Cache-Status", "X-Cache"]
@@ -49,8 +51,8 @@ public struct CacheEntry: Sendable {
     public static let fixedOverheadBytes = 256
 
     /// A newly fetched response; the Vary key is taken from the request fields it was fetched with.
-    public init(key: CacheKey, head: HTTPResponseHead, body: [UInt8], requestTime: Date, responseTime: Date,
-                requestHeaders: HTTPHeaders, policy: FreshnessPolicy) {
+    public convenience init(key: CacheKey, head: HTTPResponseHead, body: [UInt8], requestTime: Date, responseTime: Date,
+                            requestHeaders: HTTPHeaders, policy: FreshnessPolicy) {
         self.init(key: key, head: head, body: body, requestTime: requestTime, responseTime: responseTime,
                   vary: VaryKey.make(response: head, request: requestHeaders), policy: policy)
     }
@@ -68,17 +70,36 @@ public struct CacheEntry: Sendable {
         self.cacheControl = cacheControl
         self.freshnessLifetime = Freshness.lifetime(of: head, cacheControl: cacheControl, responseTime: responseTime, policy: policy)
         self.correctedInitialAge = Freshness.correctedInitialAge(of: head, requestTime: requestTime, responseTime: responseTime)
-        self.serializedHead = SerializedResponseHead(head, excluding: CacheEntry.perResponseFields)
+        let serializedHead = SerializedResponseHead(head, excluding: CacheEntry.perResponseFields)
+        self.serializedHead = serializedHead
         self.upstreamCacheStatus = head.headers.combined("Cache-Status")
         self.cost = CacheEntry.cost(head: head, bodyCount: body.count) + serializedHead.bytes.count
     }
 
+    /// Every field given (`withBody`, `refreshed`).
+    private init(key: CacheKey, head: HTTPResponseHead, body: [UInt8], requestTime: Date, responseTime: Date, vary: VaryKey?,
+                 cacheControl: CacheControl, freshnessLifetime: Double, correctedInitialAge: Double, cost: Int,
+                 serializedHead: SerializedResponseHead, upstreamCacheStatus: String?) {
+        self.key = key
+        self.head = head
+        self.body = body
+        self.requestTime = requestTime
+        self.responseTime = responseTime
+        self.vary = vary
+        self.cacheControl = cacheControl
+        self.freshnessLifetime = freshnessLifetime
+        self.correctedInitialAge = correctedInitialAge
+        self.cost = cost
+        self.serializedHead = serializedHead
+        self.upstreamCacheStatus = upstreamCacheStatus
+    }
+
     /// The same response with another body (the disk tier keeps decoded heads without one): cost follows the body.
     func withBody(_ body: [UInt8]) -> CacheEntry {
-        var copy = self
-        copy.cost += body.count - self.body.count
-        copy.body = body
-        return copy
+        CacheEntry(key: key, head: head, body: body, requestTime: requestTime, responseTime: responseTime, vary: vary,
+                   cacheControl: cacheControl, freshnessLifetime: freshnessLifetime, correctedInitialAge: correctedInitialAge,
+                   cost: cost + body.count - self.body.count, serializedHead: serializedHead,
+                   upstreamCacheStatus: upstreamCacheStatus)
     }
 
     public var etag: String? { head.headers["ETag"] }
@@ -103,19 +124,17 @@ public struct CacheEntry: Sendable {
         if !incoming.contains("Date") { headers.set("Date", HTTPDate.format(responseTime)) }
         if !incoming.contains("Age") { headers.remove("Age") }
 
-        var refreshed = self
-        refreshed.head.headers = headers
-        refreshed.requestTime = requestTime
-        refreshed.responseTime = responseTime
-        refreshed.cacheControl = CacheControl(headers)
-        refreshed.freshnessLifetime = Freshness.lifetime(of: refreshed.head, cacheControl: refreshed.cacheControl,
-                                                         responseTime: responseTime, policy: policy)
-        refreshed.correctedInitialAge = Freshness.correctedInitialAge(of: refreshed.head, requestTime: requestTime,
-                                                                      responseTime: responseTime)
-        refreshed.serializedHead = SerializedResponseHead(refreshed.head, excluding: CacheEntry.perResponseFields)
-        refreshed.upstreamCacheStatus = headers.combined("Cache-Status")
-        refreshed.cost = CacheEntry.cost(head: refreshed.head, bodyCount: body.count) + refreshed.serializedHead.bytes.count
-        return refreshed
+        var head = self.head
+        head.headers = headers
+        let cacheControl = CacheControl(headers)
+        let serializedHead = SerializedResponseHead(head, excluding: CacheEntry.perResponseFields)
+        return CacheEntry(
+            key: key, head: head, body: body, requestTime: requestTime, responseTime: responseTime, vary: vary,
+            cacheControl: cacheControl,
+            freshnessLifetime: Freshness.lifetime(of: head, cacheControl: cacheControl, responseTime: responseTime, policy: policy),
+            correctedInitialAge: Freshness.correctedInitialAge(of: head, requestTime: requestTime, responseTime: responseTime),
+            cost: CacheEntry.cost(head: head, bodyCount: body.count) + serializedHead.bytes.count,
+            serializedHead: serializedHead, upstreamCacheStatus: headers.combined("Cache-Status"))
     }
 
     /// Whether a 304 identifies this stored response for update (RFC 9111 section 4.3.4): by a strong ETag equal to

@@ -8,7 +8,7 @@
 //     State.sketch  FrequencySketch             recent accesses by key hash (every lookup, hit or miss)
 //     State.removals                            remove/removeAll calls so far (a purge's mark)
 //
-//   Entries are immutable `CacheEntry` values: a lookup hands out a copy (the body buffer is shared, not copied),
+//   Entries are immutable `CacheEntry` objects: a lookup hands out a reference (one retain; the body is never copied),
 //   so no one outside the lock ever touches State. Entries leaving the cache (evicted, replaced, removed) are
 //   returned out of the critical section and released after the lock is dropped, so freeing a large body never
 //   happens under the lock.
