@@ -82,6 +82,8 @@ struct Imagecached: ParsableCommand {
     var serverWriteTimeout: String?
     @Option(help: "Connections served at once. Default 10000.")
     var serverMaxConnections: String?
+    @Option(help: "auto: pin event loop i to the i-th CPU the daemon may use; off: let the kernel place them. Default auto.")
+    var serverCpuAffinity: String?
 
     @Option(help: "Upstream connect timeout (DNS, TCP, TLS). Default 10s.")
     var upstreamConnectTimeout: String?
@@ -122,6 +124,7 @@ struct Imagecached: ParsableCommand {
             ("server.max-header-count", serverMaxHeaderCount), ("server.max-request-body", serverMaxRequestBody),
             ("server.header-timeout", serverHeaderTimeout), ("server.idle-timeout", serverIdleTimeout),
             ("server.write-timeout", serverWriteTimeout), ("server.max-connections", serverMaxConnections),
+            ("server.cpu-affinity", serverCpuAffinity),
             ("upstream.connect-timeout", upstreamConnectTimeout), ("upstream.timeout", upstreamTimeout),
             ("upstream.low-speed-limit", upstreamLowSpeedLimit), ("upstream.low-speed-time", upstreamLowSpeedTime),
             ("upstream.max-redirects", upstreamMaxRedirects), ("upstream.max-transfers", upstreamMaxTransfers),

@@ -83,6 +83,52 @@ struct DaemonProcessTests {
         #expect(await process.waitForExit() == 0)
     }
 
+    @Test("one event loop per allowed CPU, each pinned to its own CPU by default; unpinned with --server-cpu-affinity off; a narrower mask (taskset) means fewer loops")
+    func loopsFollowTheCPUMask() async throws {
+        let origin = try TestOrigin()
+        defer { origin.stop() }
+        origin.route("/a.png") { _ in DaemonProcessTests.image() }
+        let config = try DaemonProcessTests.configFile(origin)
+        defer { try? FileManager.default.removeItem(at: config) }
+        let allowed = allowedCPUsOfThisProcess()
+        try #require(!allowed.isEmpty)
+
+        // Default (auto): loop i on the i-th allowed CPU, and it serves
+        let pinned = try DaemonProcess(["--config", config.path])
+        defer { pinned.kill9() }
+        let port = try #require(await pinned.port())
+        let response = try await offPool { try TestClient.get(port: port, "/a.png") }
+        #expect(response.body == DaemonProcessTests.png)
+        let pinnedLoops = pinned.loopCPUs()
+        #expect(pinnedLoops.count == allowed.count, "\(pinnedLoops)")
+        for (index, cpu) in allowed.enumerated() {
+            #expect(pinnedLoops["icd.loop.\(index)"] == [cpu], "\(pinnedLoops)")
+        }
+
+        // off: every loop may run on every allowed CPU
+        let unpinned = try DaemonProcess(["--config", config.path, "--server-cpu-affinity", "off"])
+        defer { unpinned.kill9() }
+        #expect(await unpinned.port() != nil)
+        let unpinnedLoops = unpinned.loopCPUs()
+        #expect(unpinnedLoops.count == allowed.count)
+        #expect(unpinnedLoops.values.allSatisfy { $0 == allowed }, "\(unpinnedLoops)")
+
+        // Under taskset -c <last allowed CPU>: one loop, on that CPU, and it serves
+        let last = try #require(allowed.last)
+        let narrowed = try DaemonProcess(["--config", config.path], cpus: String(last))
+        defer { narrowed.kill9() }
+        let narrowedPort = try #require(await narrowed.port())
+        let narrowedResponse = try await offPool { try TestClient.get(port: narrowedPort, "/a.png") }
+        #expect(narrowedResponse.body == DaemonProcessTests.png)
+        #expect(narrowed.loopCPUs() == ["icd.loop.0": [last]])
+
+        // A value that is neither auto nor off is refused with the reason
+        let refused = try DaemonProcess(["--config", config.path, "--server-cpu-affinity", "always"])
+        defer { refused.kill9() }
+        #expect(await refused.waitForExit() != 0)
+        #expect(refused.log.contains("--server-cpu-affinity: 'always' is not auto or off"), "\(refused.log)")
+    }
+
     @Test("SIGTERM during a slow transfer lets it finish, then the daemon exits 0")
     func sigtermDrains() async throws {
         // Given an origin that holds the body after its first 8 KB

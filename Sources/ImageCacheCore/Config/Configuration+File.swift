@@ -22,7 +22,7 @@
 //   admin-allow  (list or comma-separated CIDRs)  IMAGECACHED_ADMIN_ALLOW  --admin-allow LIST
 //   shutdown-timeout             IMAGECACHED_SHUTDOWN_TIMEOUT            --shutdown-timeout DURATION
 //   server.max-request-line, server.max-header-bytes, server.max-header-count, server.max-request-body,
-//   server.header-timeout, server.idle-timeout, server.write-timeout, server.max-connections
+//   server.header-timeout, server.idle-timeout, server.write-timeout, server.max-connections, server.cpu-affinity
 //   upstream.connect-timeout, upstream.timeout, upstream.low-speed-limit, upstream.low-speed-time,
 //   upstream.max-redirects, upstream.max-transfers, upstream.max-host-connections, upstream.queue-order,
 //   upstream.queue-timeout, upstream.user-agent, upstream.ca-bundle
@@ -62,7 +62,7 @@ extension Configuration {
         "heuristic-max", "complete-abandoned-fetches", "log-level", "access-log", "admin-allow", "shutdown-timeout",
         "server.max-request-line", "server.max-header-bytes", "server.max-header-count", "server.max-request-body",
         "server.header-timeout", "server.idle-timeout", "server.write-timeout", "server.max-connections",
-        "upstream.connect-timeout", "upstream.timeout", "upstream.low-speed-limit", "upstream.low-speed-time",
+        "server.cpu-affinity", "upstream.connect-timeout", "upstream.timeout", "upstream.low-speed-limit", "upstream.low-speed-time",
         "upstream.max-redirects", "upstream.max-transfers", "upstream.max-host-connections", "upstream.queue-order",
         "upstream.queue-timeout", "upstream.user-agent", "upstream.ca-bundle",
     ]
@@ -311,6 +311,12 @@ extension Configuration {
         case "server.idle-timeout": server.idleTimeoutSeconds = try seconds()
         case "server.write-timeout": server.writeTimeoutSeconds = try seconds()
         case "server.max-connections": server.maxConnections = try integer(min: 1)
+        case "server.cpu-affinity":
+            let text = try scalar().lowercased()
+            guard let affinity = ServerConfiguration.CPUAffinity(rawValue: text) else {
+                throw ConfigError(key: source, reason: "'\(text)' is not auto or off")
+            }
+            server.cpuAffinity = affinity
         case "upstream.connect-timeout": upstream.connectTimeoutSeconds = try seconds()
         case "upstream.timeout": upstream.totalTimeoutSeconds = try seconds()
         case "upstream.low-speed-limit": upstream.lowSpeedLimitBytesPerSecond = try size()

@@ -141,6 +141,16 @@ public struct ServerConfiguration: Sendable, Equatable {
     public var writeTimeoutSeconds: Double = 60
     /// `server.max-connections`: connections served at once; more are accepted and closed at once. Default 10000.
     public var maxConnections: Int = 10_000
+    /// Where the event loops run (one loop per CPU the process may use, which taskset, systemd's CPUAffinity= and
+    /// cpusets narrow).
+    public enum CPUAffinity: String, Sendable, Equatable, CaseIterable {
+        /// Loop i is pinned to the i-th allowed CPU (nginx's `worker_cpu_affinity auto`). Default.
+        case auto
+        /// The kernel places and moves the loops.
+        case off
+    }
+    /// `server.cpu-affinity`: auto or off. Default auto.
+    public var cpuAffinity: CPUAffinity = .auto
     public init() {}
 }
 

@@ -22,6 +22,12 @@
 // bytes wait. An event for a connection that has closed meanwhile is dropped (events carry the connection id;
 // id 0 is the loop's eventfd).
 //
+// CPU affinity (`server.cpu-affinity`, default auto): the listener makes one loop per CPU the daemon may use and
+// pins loop i to the i-th of them (nginx's `worker_cpu_affinity auto`). Unpinned, the kernel moved the loops between
+// the two CPUs of the bench machine and at times put both on one while the other sat idle: 1.5-6% of the machine was
+// idle during our runs (0.2-0.6% pinned), and in runs taken in turns pinning served more requests per second with a
+// lower p99 on both corpora (bench/results/2026-11-21-cpu-affinity.md). Off, the kernel places them.
+//
 // Timeouts: every 250 ms (`tickNanoseconds`) the loop asks each connection to check its deadlines (the epoll_wait
 // timeout is the time left until then), so a timeout fires between 0 and 250 ms after its deadline.
 //
@@ -72,7 +78,8 @@ final class EventLoop: @unchecked Sendable {
     private let inbox = Mutex(Inbox())
 
     // MARK: shared, atomic
-    /// The loop thread's pthread_t (0 until it runs): `inLoop` compares it with pthread_self.
+    /// The loop thread's pthread_t (stored by `init` and by the thread itself; 0 once the thread has exited): `inLoop`
+    /// compares it with pthread_self.
     private let thread = Atomic<UInt>(0)
 
     // MARK: owned by the loop thread
@@ -117,7 +124,23 @@ final class EventLoop: @unchecked Sendable {
             closeDescriptor(epollFD)
             throw SystemError(errno: created, function: "pthread_create")
         }
+        self.thread.store(UInt(thread), ordering: .relaxed)  // the thread stores the same value when it starts
         pthread_detach(thread)
+    }
+
+    /// Pins the loop's thread to `cpu` alone. Returns 0, or the errno value that says why it could not be done
+    /// (the thread then runs wherever the kernel puts it). Call it right after `init`, before the loop has work.
+    func pin(to cpu: Int32) -> Int32 {
+        icd_pin_thread(pthread_t(thread.load(ordering: .relaxed)), cpu)
+    }
+
+    /// The CPUs this process may run on (its affinity mask), ascending; nil if the mask cannot be read.
+    static func allowedCPUs() -> [Int32]? {
+        let capacity = 1024
+        var cpus = [Int32](repeating: 0, count: capacity)
+        let count = cpus.withUnsafeMutableBufferPointer { icd_allowed_cpus($0.baseAddress, Int32(capacity)) }
+        guard count > 0 else { return nil }
+        return Array(cpus.prefix(Int(count)))
     }
 
     deinit {

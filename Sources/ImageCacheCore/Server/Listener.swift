@@ -3,8 +3,8 @@
 // Owned by the serial `imagecached.listener` queue: the listening fd, the accept `DispatchSourceRead`, the
 // registry of open connections, the event loops and the paused/stopped flags. The open-connection count is also
 // kept under a Mutex so that `connectionCount` can be read from anywhere. Connections are spread round-robin over
-// the event loops (one thread per active core, see EventLoop.swift) and run on their loop's thread: no thread and
-// no Dispatch source per connection.
+// the event loops (one thread per CPU the process may use, pinned to it by default; see EventLoop.swift) and run
+// on their loop's thread: no thread and no Dispatch source per connection.
 //
 // Accepting runs in a loop until EAGAIN. Past `maxConnections` a new client is closed at once. When the
 // process or system runs out of descriptors (EMFILE, ENFILE) or memory, accepting pauses for 100 ms instead
@@ -127,15 +127,33 @@ public final class Listener: @unchecked Sendable {
         let port = try Self.localPort(of: fd)
         try queue.sync {
             guard listenFD < 0, !stopped else { throw ListenerError.alreadyStarted }
-            let count = max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))
+            // One loop per CPU the process may use; pinned one to each unless cpu-affinity is off (EventLoop.swift).
+            let allowed = EventLoop.allowedCPUs()
+            if allowed == nil {
+                logger.warning("cannot read the CPU affinity mask (\(String(cString: strerror(errno)))); one loop per online CPU, unpinned")
+            }
+            let count = allowed?.count ?? max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))
             for index in 0..<count {
+                let loop: EventLoop
                 do {
-                    loops.append(try EventLoop(index: index))
+                    loop = try EventLoop(index: index)
                 } catch {
                     for loop in loops { loop.stop() }  // their threads end; no connection is on them yet
                     loops = []
                     throw error
                 }
+                loops.append(loop)
+                if configuration.cpuAffinity == .auto, let cpu = allowed?[index] {
+                    let error = loop.pin(to: cpu)
+                    if error != 0 {
+                        logger.warning("cannot pin \(loop.name) to CPU \(cpu) (\(String(cString: strerror(error)))); the kernel places it")
+                    }
+                }
+            }
+            if configuration.cpuAffinity == .auto, let allowed {
+                logger.debug("\(count) event loop(s), pinned to CPUs \(allowed.map(String.init).joined(separator: ","))")
+            } else {
+                logger.debug("\(count) event loop(s), unpinned")
             }
             listenFD = fd
             let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)

@@ -15,6 +15,21 @@ struct ConfigurationTests {
         #expect(configuration.allowPrivateNetworks == false)
         #expect(configuration.effectiveContentTypes == Configuration.defaultContentTypes)
         #expect(configuration.upstream.queueOrder == .fifo)
+        #expect(configuration.server.cpuAffinity == .auto)
+    }
+
+    @Test("server.cpu-affinity takes auto or off from the file, the environment and the flag")
+    func cpuAffinity() throws {
+        let file = try Configuration.settings(fromYAML: "server:\n  cpu-affinity: off\n", name: "f.yaml")
+        var configuration = Configuration()
+        for setting in file { try configuration.apply(setting) }
+        #expect(configuration.server.cpuAffinity == .off)
+        for setting in try Configuration.settings(fromEnvironment: ["IMAGECACHED_SERVER_CPU_AFFINITY": "AUTO"]) {
+            try configuration.apply(setting)
+        }
+        #expect(configuration.server.cpuAffinity == .auto)
+        try configuration.apply(ConfigSetting(key: "server.cpu-affinity", value: .scalar("off"), source: "--server-cpu-affinity"))
+        #expect(configuration.server.cpuAffinity == .off)
     }
 
     @Test("flags win over environment, which wins over the file")
@@ -49,6 +64,7 @@ struct ConfigurationTests {
         ("listen", "nowhere", "is not HOST:PORT"),
         ("origin", "ftp://x", "is not an http:// or https:// URL"),
         ("upstream.queue-order", "random", "is not fifo or lifo"),
+        ("server.cpu-affinity", "sometimes", "is not auto or off"),
         ("server.idle-timeout", "-3", "is not a positive duration"),
         ("content-types", "png", "is not a media type"),
         ("no-such-key", "1", "unknown key"),

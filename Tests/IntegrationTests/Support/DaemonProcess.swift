@@ -15,8 +15,9 @@ final class DaemonProcess: @unchecked Sendable {
     private let exited = DispatchSemaphore(value: 0)
 
     /// Starts the binary with `arguments`; `environment` is added to a minimal one; `listeningFD` becomes fd 3
-    /// with LISTEN_FDS=1 and LISTEN_PID set to the child's pid.
-    init(_ arguments: [String], environment: [String: String] = [:], listeningFD: Int32? = nil) throws {
+    /// with LISTEN_FDS=1 and LISTEN_PID set to the child's pid; `cpus` (a taskset list such as "1") narrows the
+    /// CPUs it may run on, as systemd's CPUAffinity= would.
+    init(_ arguments: [String], environment: [String: String] = [:], listeningFD: Int32? = nil, cpus: String? = nil) throws {
         var pipeFDs: [Int32] = [0, 0]
         guard pipe(&pipeFDs) == 0 else { throw POSIXError(.EIO) }
         for fd in pipeFDs { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
@@ -28,6 +29,7 @@ final class DaemonProcess: @unchecked Sendable {
         var env = ["PATH": "/usr/bin:/bin", "HOME": NSTemporaryDirectory()]
         for (key, value) in environment { env[key] = value }
         var script = "exec \"$0\" \"$@\""
+        if let cpus { script = "exec taskset -c \(cpus) \"$0\" \"$@\"" }  // taskset execs the binary: the pid stays
         var highFD: Int32 = -1
         if let listeningFD {
             // Above the range in use, close-on-exec here; dup2 onto 3 clears the flag in the child.
@@ -71,6 +73,20 @@ final class DaemonProcess: @unchecked Sendable {
     }
 
     var log: String { output.withLock { $0 } }
+
+    /// The CPUs each of its event-loop threads may run on, by thread name (`icd.loop.<i>`), from /proc.
+    func loopCPUs() -> [String: [Int]] {
+        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+        var result: [String: [Int]] = [:]
+        for task in tasks {
+            guard let name = try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/comm", encoding: .utf8)
+                .trimmingCharacters(in: .whitespacesAndNewlines), name.hasPrefix("icd.loop."),
+                let status = try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/status", encoding: .utf8)
+            else { continue }
+            result[name] = cpuList(in: status)
+        }
+        return result
+    }
 
     func send(_ signal: Int32) { kill(pid, signal) }
 
@@ -168,4 +184,20 @@ func makeListeningSocket() throws -> (fd: Int32, port: Int) {
     guard bound == 0, listen(fd, 128) == 0 else { throw POSIXError(.init(rawValue: errno) ?? .EIO) }
     _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
     return (fd, Int(UInt16(bigEndian: address.sin_port)))
+}
+
+/// The CPUs in a /proc status text's Cpus_allowed_list ("0-1,3" -> [0, 1, 3]).
+func cpuList(in status: String) -> [Int] {
+    guard let line = status.split(separator: "\n").first(where: { $0.hasPrefix("Cpus_allowed_list:") }) else { return [] }
+    let list = line.dropFirst("Cpus_allowed_list:".count).trimmingCharacters(in: .whitespaces)
+    return list.split(separator: ",").flatMap { part -> [Int] in
+        let bounds = part.split(separator: "-").compactMap { Int($0) }
+        guard let first = bounds.first else { return [] }
+        return Array(first...(bounds.last ?? first))
+    }
+}
+
+/// The CPUs this test process may run on.
+func allowedCPUsOfThisProcess() -> [Int] {
+    cpuList(in: (try? String(contentsOfFile: "/proc/self/status", encoding: .utf8)) ?? "")
 }
