@@ -279,7 +279,7 @@ def write_report(res, results_dir):
         f"- wrk: 2 threads, {res['args']['connections']} connections, {res['args']['duration']} s x {res['args']['runs']} runs "
         "(median); caches take turns, the order rotates each run",
         f"- every cache: {res['args']['memory_mib']} MiB memory budget, keep-alive to the origin, coalescing on, "
-        "no access log, 2 workers (see bench/README.md)",
+        "no access log, 2 workers pinned one per core (Varnish: 2 thread pools, unpinned; see bench/README.md)",
         "- CPU us/request: the cache's own utime+stime (/proc/<pid>/stat, process tree) over requests served",
         "",
         text,
