@@ -28,6 +28,14 @@
 // idle during our runs (0.2-0.6% pinned), and in runs taken in turns pinning served more requests per second with a
 // lower p99 on both corpora (bench/results/2026-11-21-cpu-affinity.md). Off, the kernel places them.
 //
+// Yielding: a loop that has worked for 1.5 ms without sleeping (`yieldAfterNanoseconds`, the kernel's default EEVDF
+// slice on two CPUs) calls `sched_yield` between two turns. imagecached serves programs on the same machine, so its
+// clients share its CPUs: with 64 connections a loop always has work and never sleeps, and a client waiting on that
+// CPU to read its responses then waited for the scheduler tick (4 ms at HZ=250) or longer. `perf sched` in bench/
+// showed loops running 8 ms at a stretch and wrk waiting up to 5 ms; yielding bounded the loops' runs to about 2 ms,
+// halved the client's waits, and the thumbnails' p99 fell from about 6.5 to 4 ms with the same requests/s
+// (bench/results/2026-11-21-cpu-affinity.md). With nothing else runnable on the CPU, `sched_yield` returns at once.
+//
 // Timeouts: every 250 ms (`tickNanoseconds`) the loop asks each connection to check its deadlines (the epoll_wait
 // timeout is the time left until then), so a timeout fires between 0 and 250 ms after its deadline.
 //
@@ -53,6 +61,10 @@ private final class ThreadStart {
 final class EventLoop: @unchecked Sendable {
     /// How often deadlines are checked (250 ms): the granularity of every connection timeout.
     static let tickNanoseconds: UInt64 = 250_000_000
+    /// A loop that has worked this long without sleeping yields the CPU between two turns (see "Yielding" above).
+    static let yieldAfterNanoseconds: UInt64 = 1_500_000
+    /// An `epoll_wait` that took this long slept (one that finds events ready returns in a microsecond or two).
+    private static let sleptNanoseconds: UInt64 = 20_000
     /// Most events taken from epoll per `epoll_wait` call.
     private static let maxEvents: Int32 = 64
     /// The epoll data of the eventfd (connection ids start at 1).
@@ -201,17 +213,26 @@ final class EventLoop: @unchecked Sendable {
         thread.store(UInt(pthread_self()), ordering: .relaxed)
         nameThisThread(threadName)
         nextTick = DispatchTime.now().uptimeNanoseconds + Self.tickNanoseconds
+        /// When the thread last came back from sleeping (in epoll_wait, or yielding): see "Yielding" above.
+        var awakeSince = DispatchTime.now().uptimeNanoseconds
         while !stopping {
-            let now = DispatchTime.now().uptimeNanoseconds
-            let timeoutMS = now >= nextTick ? 0 : Int32((nextTick - now + 999_999) / 1_000_000)
+            let before = DispatchTime.now().uptimeNanoseconds
+            let timeoutMS = before >= nextTick ? 0 : Int32((nextTick - before + 999_999) / 1_000_000)
             let count = events.withUnsafeMutableBufferPointer { buffer in
                 epoll_wait(epollFD, buffer.baseAddress, Self.maxEvents, timeoutMS)
             }
+            let after = DispatchTime.now().uptimeNanoseconds
+            if after &- before >= Self.sleptNanoseconds { awakeSince = after }
             if count > 0 { handle(Int(count)) }
             runTasks()
-            if DispatchTime.now().uptimeNanoseconds >= nextTick {
+            let end = DispatchTime.now().uptimeNanoseconds
+            if end >= nextTick {
                 checkDeadlines()
                 nextTick = DispatchTime.now().uptimeNanoseconds + Self.tickNanoseconds
+            }
+            if end &- awakeSince >= Self.yieldAfterNanoseconds {
+                sched_yield()
+                awakeSince = DispatchTime.now().uptimeNanoseconds
             }
         }
         let late = inbox.withLock { inbox in
