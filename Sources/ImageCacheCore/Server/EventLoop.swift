@@ -31,9 +31,9 @@
 // Yielding: a loop that has worked for 1.5 ms without sleeping (`yieldAfterNanoseconds`, the kernel's default EEVDF
 // slice on two CPUs) calls `sched_yield` between two turns. imagecached serves programs on the same machine, so its
 // clients share its CPUs: with 64 connections a loop always has work and never sleeps, and a client waiting on that
-// CPU to read its responses then waited for the scheduler tick (4 ms at HZ=250) or longer. `perf sched` in bench/
-// showed loops running 8 ms at a stretch and wrk waiting up to 5 ms; yielding bounded the loops' runs to about 2 ms,
-// halved the client's waits, and the thumbnails' p99 fell from about 6.5 to 4 ms with the same requests/s
+// CPU to read its responses then waited for the scheduler tick (4 ms at HZ=250) or longer. `perf sched` during a
+// bench load showed loops running up to 8 ms at a stretch; yielding bounded their runs to under 3 ms, wrk's p99 wait
+// for a CPU fell from 2.9 to 1.6 ms, and the thumbnails' p99 from about 6.5 to 4 ms with the same requests/s
 // (bench/results/2026-11-21-cpu-affinity.md). With nothing else runnable on the CPU, `sched_yield` returns at once.
 //
 // Timeouts: every 250 ms (`tickNanoseconds`) the loop asks each connection to check its deadlines (the epoll_wait
