@@ -125,7 +125,7 @@ struct DaemonProcessTests {
         // A value that is neither auto nor off is refused with the reason
         let refused = try DaemonProcess(["--config", config.path, "--server-cpu-affinity", "always"])
         defer { refused.kill9() }
-        #expect(await refused.waitForExit() != 0)
+        #expect(await refused.waitForExit() == 2, "a configuration error exits 2")
         #expect(refused.log.contains("--server-cpu-affinity: 'always' is not auto or off"), "\(refused.log)")
     }
 
