@@ -57,26 +57,21 @@ public final class CacheEntry: Sendable {
                   vary: VaryKey.make(response: head, request: requestHeaders), policy: policy)
     }
 
-    /// A stored response rebuilt with a known Vary key (e.g. loaded from disk).
-    public init(key: CacheKey, head: HTTPResponseHead, body: [UInt8], requestTime: Date, responseTime: Date,
-                vary: VaryKey?, policy: FreshnessPolicy) {
-        self.key = key
-        self.head = head
-        self.body = body
-        self.requestTime = requestTime
-        self.responseTime = responseTime
-        self.vary = vary
+    /// A stored response rebuilt with a known Vary key (e.g. loaded from disk); what is derived from the head is
+    /// derived here, the one place (a refresh after a 304 comes through here too).
+    public convenience init(key: CacheKey, head: HTTPResponseHead, body: [UInt8], requestTime: Date, responseTime: Date,
+                            vary: VaryKey?, policy: FreshnessPolicy) {
         let cacheControl = CacheControl(head.headers)
-        self.cacheControl = cacheControl
-        self.freshnessLifetime = Freshness.lifetime(of: head, cacheControl: cacheControl, responseTime: responseTime, policy: policy)
-        self.correctedInitialAge = Freshness.correctedInitialAge(of: head, requestTime: requestTime, responseTime: responseTime)
         let serializedHead = SerializedResponseHead(head, excluding: CacheEntry.perResponseFields)
-        self.serializedHead = serializedHead
-        self.upstreamCacheStatus = head.headers.combined("Cache-Status")
-        self.cost = CacheEntry.cost(head: head, bodyCount: body.count) + serializedHead.bytes.count
+        self.init(key: key, head: head, body: body, requestTime: requestTime, responseTime: responseTime, vary: vary,
+                  cacheControl: cacheControl,
+                  freshnessLifetime: Freshness.lifetime(of: head, cacheControl: cacheControl, responseTime: responseTime, policy: policy),
+                  correctedInitialAge: Freshness.correctedInitialAge(of: head, requestTime: requestTime, responseTime: responseTime),
+                  cost: CacheEntry.cost(head: head, bodyCount: body.count) + serializedHead.bytes.count,
+                  serializedHead: serializedHead, upstreamCacheStatus: head.headers.combined("Cache-Status"))
     }
 
-    /// Every field given (`withBody`, `refreshed`).
+    /// Every field given (the initialiser above, `withBody`).
     private init(key: CacheKey, head: HTTPResponseHead, body: [UInt8], requestTime: Date, responseTime: Date, vary: VaryKey?,
                  cacheControl: CacheControl, freshnessLifetime: Double, correctedInitialAge: Double, cost: Int,
                  serializedHead: SerializedResponseHead, upstreamCacheStatus: String?) {
@@ -126,15 +121,8 @@ public final class CacheEntry: Sendable {
 
         var head = self.head
         head.headers = headers
-        let cacheControl = CacheControl(headers)
-        let serializedHead = SerializedResponseHead(head, excluding: CacheEntry.perResponseFields)
-        return CacheEntry(
-            key: key, head: head, body: body, requestTime: requestTime, responseTime: responseTime, vary: vary,
-            cacheControl: cacheControl,
-            freshnessLifetime: Freshness.lifetime(of: head, cacheControl: cacheControl, responseTime: responseTime, policy: policy),
-            correctedInitialAge: Freshness.correctedInitialAge(of: head, requestTime: requestTime, responseTime: responseTime),
-            cost: CacheEntry.cost(head: head, bodyCount: body.count) + serializedHead.bytes.count,
-            serializedHead: serializedHead, upstreamCacheStatus: headers.combined("Cache-Status"))
+        return CacheEntry(key: key, head: head, body: body, requestTime: requestTime, responseTime: responseTime, vary: vary,
+                          policy: policy)
     }
 
     /// Whether a 304 identifies this stored response for update (RFC 9111 section 4.3.4): by a strong ETag equal to
