@@ -8,6 +8,7 @@ CURLcode ccurl_easy_setopt_slist(CURL *handle, CURLoption option, struct curl_sl
 CURLcode ccurl_easy_setopt_data_cb(CURL *handle, CURLoption option, ccurl_data_cb callback) { return curl_easy_setopt(handle, option, callback); }
 CURLcode ccurl_easy_setopt_opensocket_cb(CURL *handle, ccurl_opensocket_cb callback) { return curl_easy_setopt(handle, CURLOPT_OPENSOCKETFUNCTION, callback); }
 CURLcode ccurl_easy_setopt_xferinfo_cb(CURL *handle, ccurl_xferinfo_cb callback) { return curl_easy_setopt(handle, CURLOPT_XFERINFOFUNCTION, callback); }
+CURLcode ccurl_easy_setopt_prereq_cb(CURL *handle, ccurl_prereq_cb callback) { return curl_easy_setopt(handle, CURLOPT_PREREQFUNCTION, callback); }
 
 CURLcode ccurl_easy_getinfo_long(CURL *handle, CURLINFO info, long *value) { return curl_easy_getinfo(handle, info, value); }
 CURLcode ccurl_easy_getinfo_off_t(CURL *handle, CURLINFO info, curl_off_t *value) { return curl_easy_getinfo(handle, info, value); }

@@ -160,11 +160,15 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
         }
         let age = String(Int(Freshness.currentAge(entry, now: now)))
         let cacheStatus = outcome.cacheStatus
-        let extra = HTTPHeaders([
+        var extra = HTTPHeaders([
             ("Age", age),
             ("Cache-Status", entry.upstreamCacheStatus.map { $0 + ", " + cacheStatus } ?? cacheStatus),
             ("X-Cache", outcome.xCache),
         ])
+        // An entry a configured origin's fetch stored, asked for through forward or fetch mode.
+        if !request.trusted && !entry.guardsUntrusted {
+            for (name, value) in UntrustedResponse.fields { extra.add(name, value) }
+        }
         if let file {
             sink.respond(entry.serializedHead, extra: extra, file: file)
         } else {
@@ -180,6 +184,7 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
         headers.remove("Content-Length")
         headers.set("Age", String(Int(Freshness.currentAge(entry, now: now))))
         outcome.apply(to: &headers)
+        if !request.trusted { UntrustedResponse.apply(to: &headers) }
         if request.clientValidatorsMatch(entry) {
             let kept = ["ETag", "Cache-Control", "Expires", "Last-Modified", "Date", "Vary", "Content-Location", "Age",
                         "Cache-Status", "X-Cache"]

@@ -9,6 +9,7 @@
 typedef size_t (*ccurl_data_cb)(char *_Nonnull ptr, size_t size, size_t nmemb, void *_Nullable userdata);
 typedef curl_socket_t (*ccurl_opensocket_cb)(void *_Nullable clientp, curlsocktype purpose, struct curl_sockaddr *_Nonnull address);
 typedef int (*ccurl_xferinfo_cb)(void *_Nullable clientp, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow);
+typedef int (*ccurl_prereq_cb)(void *_Nullable clientp, char *_Nonnull primary_ip, char *_Nonnull local_ip, int primary_port, int local_port);
 
 CURLcode ccurl_easy_setopt_long(CURL *_Nonnull handle, CURLoption option, long value);
 CURLcode ccurl_easy_setopt_off_t(CURL *_Nonnull handle, CURLoption option, curl_off_t value);
@@ -18,6 +19,7 @@ CURLcode ccurl_easy_setopt_slist(CURL *_Nonnull handle, CURLoption option, struc
 CURLcode ccurl_easy_setopt_data_cb(CURL *_Nonnull handle, CURLoption option, ccurl_data_cb _Nonnull callback);
 CURLcode ccurl_easy_setopt_opensocket_cb(CURL *_Nonnull handle, ccurl_opensocket_cb _Nonnull callback);
 CURLcode ccurl_easy_setopt_xferinfo_cb(CURL *_Nonnull handle, ccurl_xferinfo_cb _Nonnull callback);
+CURLcode ccurl_easy_setopt_prereq_cb(CURL *_Nonnull handle, ccurl_prereq_cb _Nonnull callback);
 
 CURLcode ccurl_easy_getinfo_long(CURL *_Nonnull handle, CURLINFO info, long *_Nonnull value);
 CURLcode ccurl_easy_getinfo_off_t(CURL *_Nonnull handle, CURLINFO info, curl_off_t *_Nonnull value);

@@ -43,6 +43,9 @@ public final class CacheEntry: Sendable {
     public let serializedHead: SerializedResponseHead
     /// The origin's own Cache-Status (all its fields combined), to which ours is appended; nil when it sent none.
     public let upstreamCacheStatus: String?
+    /// The stored head carries `UntrustedResponse`'s fields (stored from an untrusted fetch): an untrusted client's
+    /// hit needs nothing added.
+    public let guardsUntrusted: Bool
 
     /// Fields left out of `serializedHead`: they change with every response and are sent with it.
     public static let perResponseFields = ["Age", "Cache-Status", "X-Cache"]
@@ -68,13 +71,14 @@ public final class CacheEntry: Sendable {
                   freshnessLifetime: Freshness.lifetime(of: head, cacheControl: cacheControl, responseTime: responseTime, policy: policy),
                   correctedInitialAge: Freshness.correctedInitialAge(of: head, requestTime: requestTime, responseTime: responseTime),
                   cost: CacheEntry.cost(head: head, bodyCount: body.count) + serializedHead.bytes.count,
-                  serializedHead: serializedHead, upstreamCacheStatus: head.headers.combined("Cache-Status"))
+                  serializedHead: serializedHead, upstreamCacheStatus: head.headers.combined("Cache-Status"),
+                  guardsUntrusted: UntrustedResponse.isApplied(head.headers))
     }
 
     /// Every field given (the initialiser above, `withBody`).
     private init(key: CacheKey, head: HTTPResponseHead, body: [UInt8], requestTime: Date, responseTime: Date, vary: VaryKey?,
                  cacheControl: CacheControl, freshnessLifetime: Double, correctedInitialAge: Double, cost: Int,
-                 serializedHead: SerializedResponseHead, upstreamCacheStatus: String?) {
+                 serializedHead: SerializedResponseHead, upstreamCacheStatus: String?, guardsUntrusted: Bool) {
         self.key = key
         self.head = head
         self.body = body
@@ -87,6 +91,7 @@ public final class CacheEntry: Sendable {
         self.cost = cost
         self.serializedHead = serializedHead
         self.upstreamCacheStatus = upstreamCacheStatus
+        self.guardsUntrusted = guardsUntrusted
     }
 
     /// The same response with another body (the disk tier keeps decoded heads without one): cost follows the body.
@@ -94,7 +99,7 @@ public final class CacheEntry: Sendable {
         CacheEntry(key: key, head: head, body: body, requestTime: requestTime, responseTime: responseTime, vary: vary,
                    cacheControl: cacheControl, freshnessLifetime: freshnessLifetime, correctedInitialAge: correctedInitialAge,
                    cost: cost + body.count - self.body.count, serializedHead: serializedHead,
-                   upstreamCacheStatus: upstreamCacheStatus)
+                   upstreamCacheStatus: upstreamCacheStatus, guardsUntrusted: guardsUntrusted)
     }
 
     public var etag: String? { head.headers["ETag"] }

@@ -181,6 +181,73 @@ public struct ContentPolicy: Sendable, Equatable {
     /// Whether checks are off.
     public var allowsEverything: Bool { allowedTypes.isEmpty }
 
+    /// What a response declares as its type: no Content-Type, exactly one media type, or something a browser could
+    /// read otherwise than the checks do (several Content-Type fields, of which browsers take the last and the
+    /// checks the first; a list; a value that is not one `type/subtype;parameters` media type). The last is refused
+    /// whatever the allowlist, since no origin sends it by mistake that a client could rely on (RFC 9110 8.3: one
+    /// media type).
+    public enum DeclaredType: Sendable, Equatable {
+        case none
+        case one(String)
+        case ambiguous(String)
+    }
+
+    public static func declaredType(_ headers: HTTPHeaders) -> DeclaredType {
+        let values = headers.values("Content-Type")
+        guard let value = values.first else { return .none }
+        if values.count > 1 {
+            return .ambiguous("upstream sent \(values.count) Content-Type fields (\(values.joined(separator: " | ").prefix(120)))")
+        }
+        guard isSingleMediaType(value) else {
+            return .ambiguous("upstream sent a Content-Type that is not one media type: \(value.prefix(120))")
+        }
+        return .one(value)
+    }
+
+    /// `type "/" subtype *( OWS ";" OWS [ token "=" ( token / quoted-string ) ] )` (RFC 9110 8.3.1, 5.6.6).
+    static func isSingleMediaType(_ value: String) -> Bool {
+        let bytes = Array(value.utf8)
+        var i = 0
+        func token() -> Bool {
+            let start = i
+            while i < bytes.count, isTokenByte(bytes[i]) { i += 1 }
+            return i > start
+        }
+        func skipOWS() { while i < bytes.count, bytes[i] == 0x20 || bytes[i] == 0x09 { i += 1 } }
+        skipOWS()
+        guard token(), i < bytes.count, bytes[i] == UInt8(ascii: "/") else { return false }
+        i += 1
+        guard token() else { return false }
+        skipOWS()
+        while i < bytes.count {
+            guard bytes[i] == UInt8(ascii: ";") else { return false }
+            i += 1
+            skipOWS()
+            if i == bytes.count { break }
+            if bytes[i] == UInt8(ascii: ";") { continue }
+            guard token(), i < bytes.count, bytes[i] == UInt8(ascii: "=") else { return false }
+            i += 1
+            if i < bytes.count, bytes[i] == UInt8(ascii: "\"") {
+                i += 1
+                var closed = false
+                while i < bytes.count {
+                    if bytes[i] == UInt8(ascii: "\\") { i += 2; continue }
+                    if bytes[i] == UInt8(ascii: "\"") { closed = true; i += 1; break }
+                    i += 1
+                }
+                guard closed else { return false }
+            } else {
+                guard token() else { return false }
+            }
+            skipOWS()
+        }
+        return true
+    }
+
+    private static func isTokenByte(_ byte: UInt8) -> Bool {
+        byte > 0x20 && byte < 0x7F && !"\"(),/:;<=>?@[\\]{}".utf8.contains(byte)
+    }
+
     /// The Content-Type check alone.
     public func checkContentType(_ contentType: String?) -> Verdict {
         if allowsEverything { return .allowed }

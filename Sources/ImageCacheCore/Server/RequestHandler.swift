@@ -70,6 +70,8 @@ extension ResponseSink {
     public func fail(status: Int, reason: String, headers extra: HTTPHeaders = HTTPHeaders()) {
         var headers = extra
         headers.set("Content-Type", "text/plain; charset=utf-8")
+        // The reason may quote what a client sent (a URL): never sniffed as HTML.
+        headers.set("X-Content-Type-Options", "nosniff")
         headers.set("Cache-Control", "no-store")
         respond(HTTPResponseHead(status: status, headers: headers), body: Array((reason + "\n").utf8))
     }

@@ -174,6 +174,7 @@ struct ResponseWriter: Sendable, Equatable {
         let body = Array((error.reason + "\n").utf8)
         let headers: HTTPHeaders = [
             "Content-Type": "text/plain; charset=utf-8",
+            "X-Content-Type-Options": "nosniff",
             "Cache-Control": "no-store",
             "Content-Length": String(body.count),
             "Date": date,

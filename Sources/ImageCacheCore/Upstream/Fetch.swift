@@ -191,8 +191,10 @@ final class Fetch: @unchecked Sendable {
         }
     }
 
-    private func receiveHead(_ head: HTTPResponseHead, url: String, redirects: [Int]) {
+    private func receiveHead(_ upstreamHead: HTTPResponseHead, url: String, redirects: [Int]) {
         responseTime = proxy.now()
+        var head = upstreamHead
+        if !leader.trusted { UntrustedResponse.apply(to: &head.headers) }
         if let revalidating, head.status == 304 {
             guard revalidating.isSelected(by: head) else {
                 // The 304 names other validators than the stored ones: drop the entry and fetch it whole.
@@ -232,7 +234,14 @@ final class Fetch: @unchecked Sendable {
                 proxy.memory.remove(key)
             }
             var mismatched: [Waiter] = []
+            // A 304 that may not be shared (Set-Cookie, private, no-store, Vary: *) goes to the leader only, as a 200
+            // would: the others go upstream on their own.
+            let shareable = Storability.isShareable(refreshed.head, cacheControl: refreshed.cacheControl)
             for waiter in waiters {
+                if !shareable && !isLeader(waiter) {
+                    mismatched.append(waiter)
+                    continue
+                }
                 if let vary = refreshed.vary, !vary.matches(waiter.request.forwardedHeaders) {
                     mismatched.append(waiter)
                     continue
@@ -267,7 +276,15 @@ final class Fetch: @unchecked Sendable {
         if let temporary = redirects.first(where: { $0 != 301 && $0 != 308 }) {
             storeDecision = .dontStore(reason: "reached through a \(temporary) redirect to \(url)")
         }
-        if case let .refused(why) = proxy.contentPolicy.checkContentType(head.headers["Content-Type"]) {
+        let contentType: String?
+        switch ContentPolicy.declaredType(head.headers) {
+        case let .ambiguous(why):
+            refuseAll(status: 502, reason: why)
+            return
+        case .none: contentType = nil
+        case let .one(value): contentType = value
+        }
+        if case let .refused(why) = proxy.contentPolicy.checkContentType(contentType) {
             refuseAll(status: 502, reason: why)
             return
         }

@@ -93,6 +93,22 @@ struct ContentPolicyTests {
         #expect(ContentPolicyTests.images.checkContentType(type) == expected)
     }
 
+    @Test("a response declares one media type, none, or something ambiguous that is refused whatever the allowlist", arguments: [
+        ([], ContentPolicy.DeclaredType.none),
+        (["image/png"], .one("image/png")),
+        (["image/png; charset=binary"], .one("image/png; charset=binary")),
+        (["image/svg+xml; a=\"x, y\"; b=c"], .one("image/svg+xml; a=\"x, y\"; b=c")),
+        (["image/png", "text/html"], .ambiguous("upstream sent 2 Content-Type fields (image/png | text/html)")),
+        (["image/png", "image/png"], .ambiguous("upstream sent 2 Content-Type fields (image/png | image/png)")),
+        (["image/png, text/html"], .ambiguous("upstream sent a Content-Type that is not one media type: image/png, text/html")),
+        (["image/png; x=\"open"], .ambiguous("upstream sent a Content-Type that is not one media type: image/png; x=\"open")),
+        (["image"], .ambiguous("upstream sent a Content-Type that is not one media type: image")),
+        (["image/"], .ambiguous("upstream sent a Content-Type that is not one media type: image/")),
+    ] as [([String], ContentPolicy.DeclaredType)])
+    func declaredType(values: [String], expected: ContentPolicy.DeclaredType) {
+        #expect(ContentPolicy.declaredType(HTTPHeaders(values.map { ("Content-Type", $0) })) == expected)
+    }
+
     @Test("checks that the body matches the declared type", arguments: [
         ("image/png", Samples.png, false, ContentPolicy.Verdict.allowed),
         ("image/png", Array(Samples.png.prefix(4)), false, .needMoreBytes),

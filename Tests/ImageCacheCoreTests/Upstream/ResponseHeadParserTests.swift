@@ -37,4 +37,22 @@ struct ResponseHeadParserTests {
         #expect(head.headers["X-Good"] == "fine\tvalue")
         #expect(!head.serialized().contains(13) || !String(decoding: head.serialized(), as: UTF8.self).contains("evil"))
     }
+
+    @Test("Content-Length: one value, agreeing repeats, or an error for conflicting and invalid values (RFC 9112 6.3)", arguments: [
+        ([], ResponseHeadParser.ContentLength.absent),
+        (["10"], .length(10)),
+        (["10", "10"], .length(10)),
+        (["10, 10"], .length(10)),
+        (["0"], .length(0)),
+        (["10", "40"], .invalid("conflicting Content-Length values from upstream (10, 40)")),
+        (["10, 40"], .invalid("conflicting Content-Length values from upstream (10, 40)")),
+        (["-1"], .invalid("invalid Content-Length '-1' from upstream")),
+        (["1e3"], .invalid("invalid Content-Length '1e3' from upstream")),
+        ([""], .invalid("invalid Content-Length '' from upstream")),
+        (["99999999999999999999"], .invalid("invalid Content-Length '99999999999999999999' from upstream")),
+    ] as [([String], ResponseHeadParser.ContentLength)])
+    func contentLength(values: [String], expected: ResponseHeadParser.ContentLength) {
+        let headers = HTTPHeaders(values.map { ("Content-Length", $0) })
+        #expect(ResponseHeadParser.contentLength(headers) == expected)
+    }
 }

@@ -83,6 +83,8 @@ struct Reply: Sendable {
     var gate: Gate?
     /// With `gate`: send this many body bytes first, then wait for the gate, then the rest (Content-Length framing).
     var gateAfterBytes: Int?
+    /// Close the connection after this reply (send `Connection: close` in `headers` too, so the client knows).
+    var closeAfter = false
 
     init(status: Int = 200, headers: [(String, String)] = [], body: [UInt8] = [], chunked: Bool = false,
          delayBeforeHead: Duration? = nil, drip: (chunks: Int, interval: Duration)? = nil,
@@ -131,12 +133,16 @@ final class TestOrigin: @unchecked Sendable {
     }
 
     let port: Int
-    var baseURL: String { "http://127.0.0.1:\(port)" }
+    var baseURL: String { "http://\(host):\(port)" }
     private let listenFD: Int32
     private let state = Mutex(State())
 
-    /// Binds 127.0.0.1:0 and starts accepting.
-    init() throws {
+    /// The address it listens on ("127.0.0.1", or another loopback address such as "127.0.0.2").
+    let host: String
+
+    /// Binds `host`:0 (default 127.0.0.1) and starts accepting.
+    init(host: String = "127.0.0.1") throws {
+        self.host = host
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw POSIXError(.init(rawValue: errno) ?? .EIO) }
         var one: Int32 = 1
@@ -144,7 +150,7 @@ final class TestOrigin: @unchecked Sendable {
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = 0
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_addr.s_addr = inet_addr(host)
         let bound = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
@@ -274,7 +280,7 @@ final class TestOrigin: @unchecked Sendable {
             let reply = handler?(request) ?? Reply(status: 404, headers: [("Content-Type", "text/plain")], body: Array("not found".utf8))
             if let gate = reply.gate { state.withLock { $0.gates.append(gate) } }
             guard send(reply, for: request, on: fd) else { return }
-            if request.header("Connection")?.lowercased() == "close" { return }
+            if reply.closeAfter || request.header("Connection")?.lowercased() == "close" { return }
         }
     }
 

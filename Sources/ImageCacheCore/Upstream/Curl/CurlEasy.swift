@@ -7,6 +7,10 @@
 // then confined to the curl thread: `CurlMulti` adds it, its callbacks run during `curl_multi_perform`, and
 // `complete` is called there too. Events therefore reach `events` serially and in order.
 //
+// The private-network guard judges twice: the open-socket callback refuses a private address before a socket is
+// made, and the pre-request callback (CURLOPT_PREREQFUNCTION, libcurl 7.80) judges the peer of every request of the
+// transfer, the first and each redirect hop, whether its connection is new or reused from the pool.
+//
 // Heads: the header callback collects one header section at a time and resets on every status line. At the
 // blank line ending a section it drops interim 1xx responses and 3xx responses with a Location that curl
 // follows, and reports the others at once as `.head` (with the effective URL), before any body byte.
@@ -130,6 +134,11 @@ final class CurlEasy: @unchecked Sendable {
         try ccurl_easy_setopt_ptr(h, CURLOPT_WRITEDATA, me).check("CURLOPT_WRITEDATA")
         try ccurl_easy_setopt_opensocket_cb(h, curlOpenSocketCallback).check("CURLOPT_OPENSOCKETFUNCTION")
         try ccurl_easy_setopt_ptr(h, CURLOPT_OPENSOCKETDATA, me).check("CURLOPT_OPENSOCKETDATA")
+        // Every request of the transfer (each redirect hop), on a new or a reused connection, is judged again by the
+        // peer it is about to be sent to: a pooled connection opens no socket, so the open-socket check alone would
+        // never see it.
+        try ccurl_easy_setopt_prereq_cb(h, curlPrereqCallback).check("CURLOPT_PREREQFUNCTION")
+        try ccurl_easy_setopt_ptr(h, CURLOPT_PREREQDATA, me).check("CURLOPT_PREREQDATA")
     }
 
     private static func milliseconds(_ seconds: Double) -> Int {
@@ -182,11 +191,23 @@ final class CurlEasy: @unchecked Sendable {
             redirectStatuses.append(head.status)
             return true   // curl follows it (or fails with CURLE_TOO_MANY_REDIRECTS): never reported
         }
-        if let length = head.headers["Content-Length"].flatMap({ Int($0.trimmingOWS()) }), length > maxBodyBytes {
-            callbackFailure = .tooLarge(limit: maxBodyBytes)
+        var framed = head
+        switch ResponseHeadParser.contentLength(head.headers) {
+        case let .invalid(why):
+            // RFC 9112 6.3: a response whose Content-Length is invalid or conflicting is an error; what follows
+            // could be a short body or another response, so nothing of it is served or stored.
+            callbackFailure = .broken(why)
             return false
+        case let .length(length):
+            if length > maxBodyBytes {
+                callbackFailure = .tooLarge(limit: maxBodyBytes)
+                return false
+            }
+            framed.headers.set("Content-Length", String(length))   // one field, one value
+        case .absent:
+            break
         }
-        reportHead(head)
+        reportHead(framed)
         return true
     }
 
@@ -202,27 +223,55 @@ final class CurlEasy: @unchecked Sendable {
         return true
     }
 
-    /// curl is about to connect to `address`: refuse private destinations, else make the socket.
+    /// curl is about to connect to `address`: refuse private destinations, else make the socket. (Refusing here
+    /// means nothing is even connected to; `prerequest` judges every request again, reused connections included.)
     fileprivate func openSocket(_ address: UnsafeMutablePointer<curl_sockaddr>) -> curl_socket_t {
         let family = address.pointee.family
-        if addressGuard != .off {
-            let ip = Self.ipAddress(address)
-            if addressGuard == .redirectsOnly, let ip {
-                var redirects = 0
-                _ = ccurl_easy_getinfo_long(handle, CURLINFO_REDIRECT_COUNT, &redirects)
-                if redirects == 0 { firstHopAddresses.insert(ip) }
-                if redirects == 0 || firstHopAddresses.contains(ip) {
-                    return socket(family, address.pointee.socktype | Int32(SOCK_CLOEXEC.rawValue), address.pointee.protocol)
-                }
-            }
-            let refusal = ip.map(AddressPolicy.refusal(for:)) ?? "address family \(family) is not IPv4 or IPv6"
-            if let refusal {
-                refusedAddress = ip?.description ?? "family \(family)"
-                logger.debug("refused upstream destination", metadata: ["reason": "\(refusal)"])
-                return CURL_SOCKET_BAD
-            }
+        let ip = Self.ipAddress(address)
+        if addressGuard != .off, let refusal = judge(ip) ?? (ip == nil ? "address family \(family) is not IPv4 or IPv6" : nil) {
+            refusedAddress = ip?.description ?? "family \(family)"
+            logger.debug("refused upstream destination", metadata: ["reason": "\(refusal)"])
+            return CURL_SOCKET_BAD
         }
         return socket(family, address.pointee.socktype | Int32(SOCK_CLOEXEC.rawValue), address.pointee.protocol)
+    }
+
+    /// A request of this transfer (the first, or a redirect hop) is about to be sent on a connection to `peer`,
+    /// new or reused: false refuses it (the transfer fails as a refused destination).
+    fileprivate func prerequest(peer: String) -> Bool {
+        guard addressGuard != .off else { return true }
+        guard let ip = IPAddress(peer) else {
+            callbackFailure = .refusedDestination(address: peer)
+            return false
+        }
+        if let refusal = judge(ip) {
+            refusedAddress = ip.description
+            callbackFailure = .refusedDestination(address: ip.description)
+            logger.debug("refused upstream request", metadata: ["reason": "\(refusal)"])
+            return false
+        }
+        return true
+    }
+
+    /// The guard's verdict on a connection to `ip` for the current hop: nil to allow, else the refusal. A configured
+    /// origin's first hop is trusted and its address remembered; its redirect hops may go back to those addresses
+    /// or to public ones.
+    private func judge(_ ip: IPAddress?) -> String? {
+        guard let ip else { return nil }
+        switch addressGuard {
+        case .off:
+            return nil
+        case .always:
+            return AddressPolicy.refusal(for: ip)
+        case .redirectsOnly:
+            var redirects = 0
+            _ = ccurl_easy_getinfo_long(handle, CURLINFO_REDIRECT_COUNT, &redirects)
+            if redirects == 0 {
+                firstHopAddresses.insert(ip)
+                return nil
+            }
+            return firstHopAddresses.contains(ip) ? nil : AddressPolicy.refusal(for: ip)
+        }
     }
 
     private static func ipAddress(_ address: UnsafeMutablePointer<curl_sockaddr>) -> IPAddress? {
@@ -301,6 +350,11 @@ private let curlWriteCallback: ccurl_data_cb = { data, size, count, userdata in
     return easy.receivedBody(bytes) ? size * count : 0
 }
 
+private let curlPrereqCallback: ccurl_prereq_cb = { clientp, primaryIP, _, _, _ in
+    let easy = Unmanaged<CurlEasy>.fromOpaque(clientp!).takeUnretainedValue()
+    return easy.prerequest(peer: String(cString: primaryIP)) ? CURL_PREREQFUNC_OK : CURL_PREREQFUNC_ABORT
+}
+
 private let curlOpenSocketCallback: ccurl_opensocket_cb = { clientp, _, address in
     let easy = Unmanaged<CurlEasy>.fromOpaque(clientp!).takeUnretainedValue()
     return easy.openSocket(address)
@@ -326,6 +380,33 @@ enum ResponseHeadParser {
             headers.add(String(name), String(value))
         }
         return HTTPResponseHead(status: status, reason: reason.isEmpty ? nil : reason, headers: headers)
+    }
+
+    /// What a response's Content-Length fields say (RFC 9112 6.3): one length (several fields or list elements
+    /// that all agree count as one), none, or invalid (a value that is not digits, or values that differ).
+    enum ContentLength: Equatable {
+        case absent
+        case length(Int)
+        case invalid(String)
+    }
+
+    static func contentLength(_ headers: HTTPHeaders) -> ContentLength {
+        let values = headers.values("Content-Length")
+        guard !values.isEmpty else { return .absent }
+        var length: Int?
+        for value in values {
+            for element in value.split(separator: ",", omittingEmptySubsequences: false) {
+                let text = element.trimmingOWS()
+                guard !text.isEmpty, text.utf8.count <= 18, text.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }), let parsed = Int(text) else {
+                    return .invalid("invalid Content-Length '\(value.prefix(40))' from upstream")
+                }
+                if let length, length != parsed {
+                    return .invalid("conflicting Content-Length values from upstream (\(values.joined(separator: ", ").prefix(80)))")
+                }
+                length = parsed
+            }
+        }
+        return length.map(ContentLength.length) ?? .absent
     }
 
     /// RFC 9110 token: visible ASCII except delimiters.

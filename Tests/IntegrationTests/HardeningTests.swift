@@ -1,0 +1,179 @@
+// Holes found by attacking the daemon as a hostile origin, client or web page would (issue 13), each closed and
+// proved here end to end: the real daemon (port 0) in front of scripted origins on 127.0.0.1 (and 127.0.0.2, another
+// loopback address, where a test needs a second private host).
+
+import Foundation
+import Synchronization
+import Testing
+@testable import ImageCacheCore
+
+@Suite("Hardening against hostile origins and clients", .timeLimit(.minutes(2)))
+struct HardeningTests {
+    static let png = Fixtures.png(size: 4_000)
+
+    static func percentEncoded(_ url: String) -> String {
+        url.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
+    }
+
+    // MARK: 1. Content-Type
+
+    @Test("a response with two Content-Type fields is refused in every mode and never stored", arguments: ["reverse", "fetch"])
+    func twoContentTypes(mode: String) async throws {
+        // Given an origin that declares a PNG, then HTML, over a PNG signature followed by script
+        let harness = try ProxyHarness()
+        let body = Array(HardeningTests.png.prefix(8)) + Array("<script>alert(document.domain)</script>".utf8)
+        harness.origin.route("/polyglot.png") { _ in
+            Reply(status: 200, headers: [("Content-Type", "image/png"), ("Content-Type", "text/html"),
+                                         ("Cache-Control", "max-age=600")], body: body)
+        }
+        let target = mode == "reverse" ? "/polyglot.png" : "/fetch?url=" + Self.percentEncoded(harness.origin.baseURL + "/polyglot.png")
+        // When
+        let first = try await harness.get(target)
+        let second = try await harness.get(target)
+        // Then
+        #expect(first.status == 502)
+        #expect(first.text.contains("2 Content-Type fields"))
+        #expect(!first.text.contains("<script>"))
+        #expect(second.status == 502)
+        #expect(harness.origin.requestCount("/polyglot.png") == 2, "a refused response must not be stored")
+    }
+
+    @Test("a Content-Type that is a list of media types is refused")
+    func contentTypeList() async throws {
+        let harness = try ProxyHarness()
+        harness.origin.route("/list.png") { _ in
+            Reply(status: 200, headers: [("Content-Type", "image/png, text/html")], body: HardeningTests.png)
+        }
+        let response = try await harness.get("/list.png")
+        #expect(response.status == 502)
+        #expect(response.text.contains("not one media type"))
+    }
+
+    @Test("responses from untrusted sources carry nosniff and a script-free CSP, on a miss, a hit, and a hit of an entry a configured origin stored")
+    func untrustedResponsesGuarded() async throws {
+        // Given an origin that tries to weaken the guards with fields of its own
+        let harness = try ProxyHarness()
+        harness.origin.route("/g.png") { _ in
+            Reply(status: 200, headers: [("Content-Type", "image/png"), ("Cache-Control", "max-age=600"),
+                                         ("X-Content-Type-Options", "sniff"), ("Content-Security-Policy", "script-src *")],
+                  body: HardeningTests.png)
+        }
+        harness.origin.route("/r.png") { _ in
+            Reply(status: 200, headers: [("Content-Type", "image/png"), ("Cache-Control", "max-age=600")], body: HardeningTests.png)
+        }
+        let fetchTarget = "/fetch?url=" + Self.percentEncoded(harness.origin.baseURL + "/g.png")
+        // When: a fetch-mode miss, then a hit; a reverse-mode miss, then the same URL through the forward proxy
+        let miss = try await harness.get(fetchTarget)
+        let hit = try await harness.get(fetchTarget)
+        let reverse = try await harness.get("/r.png")
+        let forwardHit = try await harness.get(harness.origin.baseURL + "/r.png")
+        // Then
+        for response in [miss, hit, forwardHit] {
+            #expect(response.status == 200 && response.body == HardeningTests.png)
+            #expect(response.headers.filter { $0.0.lowercased() == "x-content-type-options" }.map(\.1) == ["nosniff"])
+            #expect(response.headers.filter { $0.0.lowercased() == "content-security-policy" }.map(\.1)
+                == [UntrustedResponse.contentSecurityPolicy])
+        }
+        #expect(hit.header("X-Cache") == "HIT")
+        #expect(forwardHit.header("X-Cache") == "HIT")
+        #expect(reverse.header("Content-Security-Policy") == nil, "a configured origin's response is passed as it is")
+    }
+
+    // MARK: 2. Private-network guard on every hop
+
+    @Test("a configured origin's redirect to another private host is refused even when a pooled connection to that host is warm")
+    func redirectOverWarmConnectionRefused() async throws {
+        // Given origin A (127.0.0.1) at / and origin B (127.0.0.2) at /b, and a warm keep-alive connection to B
+        let other = try TestOrigin(host: "127.0.0.2")
+        defer { other.stop() }
+        let harness = try ProxyHarness {
+            $0.allowPrivateNetworks = false
+            $0.origins.append(OriginMapping(prefix: "/b", url: other.baseURL))
+        }
+        other.route("/warm.png") { _ in .ok(HardeningTests.png) }
+        other.route("/secret.png") { _ in .ok(HardeningTests.png) }
+        harness.origin.route("/hop.png") { _ in .redirect(302, to: other.baseURL + "/secret.png") }
+        #expect(try await harness.get("/b/warm.png").status == 200)
+        // When A redirects to B
+        let response = try await harness.get("/hop.png")
+        // Then the hop is judged by its peer, reused connection or not
+        #expect(response.status == 403)
+        #expect(response.text.contains("127.0.0.2"))
+        #expect(other.requestCount("/secret.png") == 0)
+    }
+
+    @Test("a private origin's same-host redirect is followed whether or not its first hop reused a connection",
+          arguments: [false, true])
+    func sameHostRedirectAllowed(warmFirst: Bool) async throws {
+        // Given a configured origin on loopback whose redirect closes the connection (the next hop dials anew)
+        let harness = try ProxyHarness { $0.allowPrivateNetworks = false }
+        harness.origin.route("/warm.png") { _ in .ok(HardeningTests.png) }
+        harness.origin.route("/moved.png") { _ in
+            var reply = Reply.redirect(302, to: "/final.png")
+            reply.headers.append(("Connection", "close"))
+            reply.closeAfter = true
+            return reply
+        }
+        harness.origin.route("/final.png") { _ in .ok(HardeningTests.png) }
+        // When
+        if warmFirst { #expect(try await harness.get("/warm.png").status == 200) }
+        let moved = try await harness.get("/moved.png")
+        if !warmFirst { #expect(try await harness.get("/warm.png").status == 200) }
+        // Then
+        #expect(moved.status == 200)
+        #expect(moved.body == HardeningTests.png)
+        #expect(harness.origin.requestCount("/final.png") == 1)
+    }
+
+    // MARK: 3. 304 that may not be shared
+
+    @Test("a 304 carrying Set-Cookie goes to the first client only; the others go upstream on their own")
+    func notShareable304() async throws {
+        // Given a stored entry gone stale, and an origin that holds its first revalidation until three clients wait
+        let harness = try ProxyHarness()
+        let gate = Gate()
+        let revalidations = Mutex(0)
+        harness.origin.route("/c.png") { request in
+            guard request.header("If-None-Match") == "\"v1\"" else {
+                return Reply(status: 200, headers: [("Content-Type", "image/png"), ("Cache-Control", "max-age=60"),
+                                                    ("ETag", "\"v1\"")], body: HardeningTests.png)
+            }
+            let n = revalidations.withLock { $0 += 1; return $0 }
+            if n == 1 { gate.wait() }
+            return Reply(status: 304, headers: [("ETag", "\"v1\""), ("Cache-Control", "max-age=60"), ("Set-Cookie", "session=\(n)")])
+        }
+        _ = try await harness.get("/c.png")
+        harness.clock.advance(120)
+        harness.waiters.expect(3)
+        let clients = try (0..<3).map { _ in try harness.connect() }
+        for client in clients { try client.request("/c.png") }
+        #expect(await harness.waiters.wait(), "three clients never waited on one revalidation")
+        // When
+        gate.open()
+        let responses = try await readAll(clients)
+        // Then every client has the image, and only one has the cookie the origin set for that exchange
+        #expect(responses.allSatisfy { $0.status == 200 && $0.complete && $0.body == HardeningTests.png })
+        #expect(responses.compactMap { $0.header("Set-Cookie") } == ["session=1"])
+        #expect(harness.origin.requestCount("/c.png") == 4)
+    }
+
+    // MARK: 4. Conflicting Content-Length from an origin
+
+    @Test("an origin response with conflicting Content-Length fields is a 502 and is not stored")
+    func conflictingContentLength() async throws {
+        let harness = try ProxyHarness()
+        harness.origin.route("/short.png") { _ in
+            var reply = Reply(status: 200, headers: [("Content-Type", "image/png"), ("Cache-Control", "max-age=600"),
+                                                     ("Content-Length", "10"), ("Content-Length", "40"), ("Connection", "close")],
+                              body: Array(HardeningTests.png.prefix(10)))
+            reply.closeAfter = true
+            return reply
+        }
+        let first = try await harness.get("/short.png")
+        let second = try await harness.get("/short.png")
+        #expect(first.status == 502)
+        #expect(first.text.contains("conflicting Content-Length"))
+        #expect(second.status == 502)
+        #expect(harness.origin.requestCount("/short.png") == 2)
+    }
+}
