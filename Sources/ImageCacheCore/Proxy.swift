@@ -89,6 +89,24 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
         }
     }
 
+    /// Only `POST /_imagecached/prefetch` takes a body; any other request that announces one is refused as soon as its
+    /// head is in, with the status its route would answer (400 for a GET or HEAD with a body, 501 for a method the
+    /// cache does not take, the route's own error), so no connection holds up to `server.max-request-body` for nothing.
+    public func bodyRefusal(for request: HTTPRequestHead) -> HTTPParser.ParseError? {
+        switch Route.resolve(request, origins: settings.originRoutes) {
+        case let .error(status, reason):
+            return HTTPParser.ParseError(status: status, reason: reason)
+        case let .admin(path, _):
+            if path == "/_imagecached/prefetch" && request.method == "POST" { return nil }
+            return HTTPParser.ParseError(status: 400, reason: "\(request.method) \(path.prefix(100)) takes no request body")
+        case .upstream:
+            guard request.method == "GET" || request.method == "HEAD" else {
+                return HTTPParser.ParseError(status: 501, reason: "method \(request.method) is not supported here (only GET and HEAD)")
+            }
+            return HTTPParser.ParseError(status: 400, reason: "a \(request.method) request must not have a body")
+        }
+    }
+
     /// The cache lookup, on the connection's loop thread. A fresh hit is answered here without a queue hop.
     func serve(_ request: ClientRequest, sink: any ResponseSink) {
         let key = CacheKey(request.url)

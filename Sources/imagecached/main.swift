@@ -76,6 +76,8 @@ struct Imagecached: ParsableCommand {
     var serverMaxRequestBody: String?
     @Option(help: "Time to receive a whole request head. Default 10s.")
     var serverHeaderTimeout: String?
+    @Option(help: "Time to receive a whole request body once its head is in (408 beyond). Default 30s.")
+    var serverBodyTimeout: String?
     @Option(help: "Time a keep-alive connection may sit idle. Default 60s.")
     var serverIdleTimeout: String?
     @Option(help: "Time a client may take to accept written bytes. Default 60s.")
@@ -122,7 +124,8 @@ struct Imagecached: ParsableCommand {
             ("log-level", logLevel), ("access-log", accessLog), ("admin-allow", adminAllow), ("shutdown-timeout", shutdownTimeout),
             ("server.max-request-line", serverMaxRequestLine), ("server.max-header-bytes", serverMaxHeaderBytes),
             ("server.max-header-count", serverMaxHeaderCount), ("server.max-request-body", serverMaxRequestBody),
-            ("server.header-timeout", serverHeaderTimeout), ("server.idle-timeout", serverIdleTimeout),
+            ("server.header-timeout", serverHeaderTimeout), ("server.body-timeout", serverBodyTimeout),
+            ("server.idle-timeout", serverIdleTimeout),
             ("server.write-timeout", serverWriteTimeout), ("server.max-connections", serverMaxConnections),
             ("server.cpu-affinity", serverCpuAffinity),
             ("upstream.connect-timeout", upstreamConnectTimeout), ("upstream.timeout", upstreamTimeout),

@@ -176,4 +176,84 @@ struct HardeningTests {
         #expect(second.status == 502)
         #expect(harness.origin.requestCount("/short.png") == 2)
     }
+
+    // MARK: 8. Raw bytes in a request target
+
+    @Test("two targets that differ in one raw non-UTF-8 byte reach the origin as two percent-encoded targets and two entries")
+    func rawBytesInTarget() async throws {
+        let harness = try ProxyHarness()
+        let (ff, fe) = (Fixtures.png(size: 1000), Fixtures.png(size: 2000))
+        harness.origin.route("/a%FF.png") { _ in Reply(status: 200, headers: [("Content-Type", "image/png"), ("Cache-Control", "max-age=600")], body: ff) }
+        harness.origin.route("/a%FE.png") { _ in Reply(status: 200, headers: [("Content-Type", "image/png"), ("Cache-Control", "max-age=600")], body: fe) }
+        var responses: [TestResponse] = []
+        for byte: UInt8 in [0xFF, 0xFE] {
+            let client = try harness.connect()
+            try client.send(Array("GET /a".utf8) + [byte] + Array(".png HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".utf8))
+            responses.append(try await client.response())
+        }
+        #expect(responses.map(\.status) == [200, 200])
+        #expect(responses[0].body == ff)
+        #expect(responses[1].body == fe)
+        #expect(harness.origin.requestCount("/a%FF.png") == 1)
+        #expect(harness.origin.requestCount("/a%FE.png") == 1)
+    }
+
+    // MARK: 10. Request bodies
+
+    @Test("a GET announcing a 1 MiB body is refused as soon as its head is in, without waiting for the body")
+    func bodyRefusedAtHead() async throws {
+        let harness = try ProxyHarness()
+        harness.origin.route("/a.png") { _ in .ok(HardeningTests.png) }
+        let client = try harness.connect()
+        // When only the head is sent
+        try client.send("GET /a.png HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1048576\r\n\r\n")
+        let response = try await client.response()
+        // Then
+        #expect(response.status == 400)
+        #expect(response.text == "a GET request must not have a body\n")
+        #expect(response.header("Connection") == "close")
+        #expect(harness.origin.requestCount("/a.png") == 0)
+    }
+
+    @Test("a POST to a cache path is refused at its head with 501; the prefetch endpoint still takes its body")
+    func bodyOnlyForPrefetch() async throws {
+        let harness = try ProxyHarness()
+        harness.origin.route("/p.png") { _ in .ok(HardeningTests.png) }
+        let post = try harness.connect()
+        try post.send("POST /p.png HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 500000\r\n\r\n")
+        let refused = try await post.response()
+        let list = Array((harness.origin.baseURL + "/p.png\n").utf8)
+        let address = ListenAddress(host: "127.0.0.1", port: harness.port)
+        let prefetch = try await offPool { try AdminClient.send("POST", "/_imagecached/prefetch", to: address, body: list) }
+        #expect(refused.status == 501)
+        #expect(refused.text.contains("method POST is not supported"))
+        #expect(prefetch.status == 200)
+        #expect(harness.origin.requestCount("/p.png") == 1)
+    }
+
+    @Test("a body trickled byte by byte is cut off with 408 once server.body-timeout has passed")
+    func bodyTimeout() async throws {
+        let harness = try ProxyHarness { $0.server.bodyTimeoutSeconds = 0.3 }
+        let client = try harness.connect()
+        // When a prefetch list announces 100 bytes and sends 10
+        try client.send("POST /_imagecached/prefetch HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\nhttp://a/")
+        let response = try await client.response()
+        // Then
+        #expect(response.status == 408)
+        #expect(response.text == "request body not received within 0.3 seconds\n")
+    }
+
+    // MARK: 12. Host
+
+    @Test("a Host that is not a host and port is refused with 400 and nothing is forwarded")
+    func invalidHost() async throws {
+        let harness = try ProxyHarness()
+        harness.origin.route("/a.png") { _ in .ok(HardeningTests.png) }
+        let client = try harness.connect()
+        try client.send("GET /a.png HTTP/1.1\r\nHost: example.com/path\r\n\r\n")
+        let response = try await client.response()
+        #expect(response.status == 400)
+        #expect(response.text == "invalid Host header 'example.com/path'\n")
+        #expect(harness.origin.requestCount("/a.png") == 0)
+    }
 }

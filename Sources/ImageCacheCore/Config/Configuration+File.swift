@@ -22,7 +22,7 @@
 //   admin-allow  (list or comma-separated CIDRs)  IMAGECACHED_ADMIN_ALLOW  --admin-allow LIST
 //   shutdown-timeout             IMAGECACHED_SHUTDOWN_TIMEOUT            --shutdown-timeout DURATION
 //   server.max-request-line, server.max-header-bytes, server.max-header-count, server.max-request-body,
-//   server.header-timeout, server.idle-timeout, server.write-timeout, server.max-connections, server.cpu-affinity
+//   server.header-timeout, server.body-timeout, server.idle-timeout, server.write-timeout, server.max-connections, server.cpu-affinity
 //   upstream.connect-timeout, upstream.timeout, upstream.low-speed-limit, upstream.low-speed-time,
 //   upstream.max-redirects, upstream.max-transfers, upstream.max-host-connections, upstream.queue-order,
 //   upstream.queue-timeout, upstream.user-agent, upstream.ca-bundle
@@ -61,7 +61,7 @@ extension Configuration {
         "max-object-size", "stale-if-error", "content-types", "allow-svg", "allow-private-networks", "heuristic-fraction",
         "heuristic-max", "complete-abandoned-fetches", "log-level", "access-log", "admin-allow", "shutdown-timeout",
         "server.max-request-line", "server.max-header-bytes", "server.max-header-count", "server.max-request-body",
-        "server.header-timeout", "server.idle-timeout", "server.write-timeout", "server.max-connections",
+        "server.header-timeout", "server.body-timeout", "server.idle-timeout", "server.write-timeout", "server.max-connections",
         "server.cpu-affinity", "upstream.connect-timeout", "upstream.timeout", "upstream.low-speed-limit", "upstream.low-speed-time",
         "upstream.max-redirects", "upstream.max-transfers", "upstream.max-host-connections", "upstream.queue-order",
         "upstream.queue-timeout", "upstream.user-agent", "upstream.ca-bundle",
@@ -308,6 +308,7 @@ extension Configuration {
         case "server.max-header-count": server.maxHeaderCount = try integer(min: 1)
         case "server.max-request-body": server.maxRequestBodyBytes = try size()
         case "server.header-timeout": server.headerTimeoutSeconds = try seconds()
+        case "server.body-timeout": server.bodyTimeoutSeconds = try seconds()
         case "server.idle-timeout": server.idleTimeoutSeconds = try seconds()
         case "server.write-timeout": server.writeTimeoutSeconds = try seconds()
         case "server.max-connections": server.maxConnections = try integer(min: 1)

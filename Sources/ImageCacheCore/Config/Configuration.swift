@@ -135,6 +135,9 @@ public struct ServerConfiguration: Sendable, Equatable {
     public var maxRequestBodyBytes: Int = 1 << 20
     /// `server.header-timeout`: seconds to receive a whole request head once it has started. Default 10.
     public var headerTimeoutSeconds: Double = 10
+    /// `server.body-timeout`: seconds to receive a whole request body once its head is in (a body trickled a byte at
+    /// a time is cut off); 408 beyond. Default 30.
+    public var bodyTimeoutSeconds: Double = 30
     /// `server.idle-timeout`: seconds a keep-alive connection may sit idle between requests. Default 60.
     public var idleTimeoutSeconds: Double = 60
     /// `server.write-timeout`: seconds a client may take to accept written bytes before it is dropped. Default 60.

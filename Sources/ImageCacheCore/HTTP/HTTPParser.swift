@@ -19,7 +19,8 @@
 // CRLF or a bare LF, a bare CR is an error (2.2); obs-fold is rejected (5.2); no whitespace between a field
 // name and its colon (5.1); Transfer-Encoding together with Content-Length is rejected, as is any coding
 // list whose final coding is not chunked (6.1, 6.3); differing Content-Length values are rejected (6.3);
-// HTTP/1.1 requires exactly one Host (RFC 9110 7.2); chunk extensions are ignored and trailers discarded (7.1).
+// HTTP/1.1 requires exactly one Host (RFC 9110 7.2), and a Host must be a host and port (RFC 3986 3.2.2); request
+// target bytes outside ASCII are kept as %XX (never decoded into U+FFFD); chunk extensions are ignored and trailers discarded (7.1).
 
 /// An incremental HTTP/1.x request parser.
 public struct HTTPParser: Sendable {
@@ -82,6 +83,10 @@ public struct HTTPParser: Sendable {
     }
 
     public let limits: Limits
+    /// Asked once a head announces a body (Content-Length above 0, or chunked): nil reads the body, an error refuses
+    /// the request at once, before a byte of the body is read (routes that take no body).
+    public typealias BodyRefusal = @Sendable (HTTPRequestHead) -> ParseError?
+    private let bodyRefusal: BodyRefusal
 
     private var buffer: [UInt8] = []
     /// First byte of `buffer` not consumed yet.
@@ -99,12 +104,13 @@ public struct HTTPParser: Sendable {
     /// Bytes left in the fixed-length body or in the current chunk.
     private var remaining = 0
 
-    public init(limits: Limits) {
+    public init(limits: Limits, bodyRefusal: @escaping BodyRefusal = { _ in nil }) {
         self.limits = limits
+        self.bodyRefusal = bodyRefusal
     }
 
-    public init(configuration: ServerConfiguration) {
-        self.init(limits: Limits(configuration))
+    public init(configuration: ServerConfiguration, bodyRefusal: @escaping BodyRefusal = { _ in nil }) {
+        self.init(limits: Limits(configuration), bodyRefusal: bodyRefusal)
     }
 
     /// Bytes received and not consumed yet (the rest of the current request and any pipelined ones).
@@ -316,10 +322,63 @@ public struct HTTPParser: Sendable {
             return ParseError(status: 505, reason: "HTTP version \(major).\(minor) not supported (1.0 and 1.1 are)")
         }
         head = HTTPRequestHead(method: String(decoding: parts[0], as: UTF8.self),
-                               target: String(decoding: parts[1], as: UTF8.self),
+                               target: Self.target(parts[1]),
                                version: HTTPVersion(major: major, minor: minor))
         return nil
     }
+
+    /// The request target as text. Bytes outside ASCII (never valid in a target, but sent by some clients) are
+    /// percent-encoded as they are, so two different raw targets stay two different targets (decoding them as UTF-8
+    /// would turn every invalid byte into U+FFFD and let unrelated targets share one cache key).
+    static func target(_ bytes: ArraySlice<UInt8>) -> String {
+        guard bytes.contains(where: { $0 >= 0x80 }) else { return String(decoding: bytes, as: UTF8.self) }
+        let hex = Array("0123456789ABCDEF".utf8)
+        var escaped: [UInt8] = []
+        escaped.reserveCapacity(bytes.count * 3)
+        for byte in bytes {
+            if byte < 0x80 {
+                escaped.append(byte)
+            } else {
+                escaped += [UInt8(ascii: "%"), hex[Int(byte >> 4)], hex[Int(byte & 0x0F)]]
+            }
+        }
+        return String(decoding: escaped, as: UTF8.self)
+    }
+
+    /// `Host = uri-host [ ":" port ]` (RFC 9110 7.2, RFC 3986 3.2.2): an IP literal in brackets, or a reg-name /
+    /// IPv4 address (unreserved, pct-encoded, sub-delims), then digits. Empty is allowed (a target without
+    /// authority). "example.com/path", "a b", "host:port:more" and "host:80x" are not hosts.
+    static func isValidHost(_ value: String) -> Bool {
+        var bytes = Substring(value).utf8[...]
+        if bytes.first == UInt8(ascii: "[") {
+            guard let close = bytes.firstIndex(of: UInt8(ascii: "]")) else { return false }
+            let literal = bytes[bytes.index(after: bytes.startIndex)..<close]
+            guard !literal.isEmpty, literal.allSatisfy({ isHexDigit($0) || $0 == UInt8(ascii: ":") || $0 == UInt8(ascii: ".")
+                || $0 == UInt8(ascii: "v") || $0 == UInt8(ascii: "V") }) else { return false }
+            bytes = bytes[bytes.index(after: close)...]
+        } else {
+            let end = bytes.firstIndex(of: UInt8(ascii: ":")) ?? bytes.endIndex
+            guard bytes[..<end].allSatisfy(isRegNameByte) else { return false }
+            bytes = bytes[end...]
+        }
+        guard let colon = bytes.first else { return true }
+        guard colon == UInt8(ascii: ":") else { return false }
+        let port = bytes.dropFirst()
+        return port.count <= 5 && port.allSatisfy(isDigit)
+    }
+
+    /// reg-name bytes: unreserved, "%" (pct-encoded) and sub-delims (RFC 3986 3.2.2).
+    private static func isRegNameByte(_ byte: UInt8) -> Bool {
+        switch byte {
+        case 48...57, 65...90, 97...122: true
+        case 45, 46, 95, 126: true                              // - . _ ~
+        case 37: true                                           // %
+        case 33, 36, 38, 39, 40, 41, 42, 43, 44, 59, 61: true   // ! $ & ' ( ) * + , ; =
+        default: false
+        }
+    }
+
+    private static func isHexDigit(_ byte: UInt8) -> Bool { hexValue(byte) != nil }
 
     private mutating func parseField(_ range: Range<Int>) -> ParseError? {
         let line = buffer[range]
@@ -359,9 +418,16 @@ public struct HTTPParser: Sendable {
             if hosts.isEmpty { return fail(400, "missing Host header") }
             if hosts.count > 1 { return fail(400, "more than one Host header") }
         }
+        if let host = headers["Host"], !Self.isValidHost(host) {
+            return fail(400, "invalid Host header '\(host.prefix(100))'")
+        }
         let transferEncoding = headers.values("Transfer-Encoding")
         let contentLength = headers.values("Content-Length")
         var hasBody = false
+        if !transferEncoding.isEmpty || headers.tokens("Content-Length").contains(where: { $0 != "0" }),
+           let refusal = bodyRefusal(head) {
+            return fail(refusal)
+        }
         if !transferEncoding.isEmpty {
             if !contentLength.isEmpty { return fail(400, "both Transfer-Encoding and Content-Length") }
             if head.version == .http1_0 { return fail(400, "Transfer-Encoding in an HTTP/1.0 request") }

@@ -9,8 +9,10 @@
 //   readingHead  a request has started, its head is incomplete; header timer armed (not re-armed by bytes,
 //                so a slow trickle of header bytes still times out).
 //                head complete -> readingBody | handling;  refused -> writing(close);  timeout -> writing(close) with 408
-//   readingBody  head complete, body arriving; idle timer re-armed by every read.
-//                body complete -> handling;  refused -> writing(close);  EOF/timeout -> closed
+//   readingBody  head complete, body arriving; body timer armed once (not re-armed by reads, so a body trickled a
+//                byte at a time still times out).
+//                body complete -> handling;  refused -> writing(close);  timeout -> writing(close) with 408;
+//                EOF -> closed
 //   handling     the handler owns the response (exchange id). Reads continue so that a client's close is
 //                noticed; the bytes are buffered for the next request (reading is suspended once a full request
 //                line and header section are buffered). Sink calls frame the response through `ResponseWriter`.
@@ -48,6 +50,7 @@ extension Connection {
         enum ReadTimer: Equatable {
             case idle
             case header
+            case body
             case linger
         }
 
@@ -93,9 +96,10 @@ extension Connection {
         /// Seconds a closing connection keeps draining reads before closing.
         static let lingerSeconds: Double = 2
 
-        init(configuration: ServerConfiguration) {
+        /// `bodyRefusal` answers, for a head that announces a body, whether the request may have one (see HTTPParser).
+        init(configuration: ServerConfiguration, bodyRefusal: @escaping HTTPParser.BodyRefusal = { _ in nil }) {
             self.configuration = configuration
-            self.parser = HTTPParser(configuration: configuration)
+            self.parser = HTTPParser(configuration: configuration, bodyRefusal: bodyRefusal)
         }
 
         /// Bytes held while the current request is handled; reading stops beyond this.
@@ -112,11 +116,7 @@ extension Connection {
             switch state {
             case .idle, .readingHead, .readingBody:
                 parser.feed(bytes)
-                var actions: [Action] = []
-                if case .readingBody = state {
-                    actions.append(.armReadTimer(.idle, seconds: configuration.idleTimeoutSeconds))
-                }
-                return actions + parseNext(date: date)
+                return parseNext(date: date)
             case .handling, .writing:
                 parser.feed(bytes)
                 if parser.bufferedByteCount >= bufferLimit && !readingSuspended {
@@ -146,10 +146,12 @@ extension Connection {
 
         mutating func readTimerFired(_ timer: ReadTimer, date: String) -> [Action] {
             switch (state, timer) {
-            case (.idle, .idle), (.readingBody, .idle), (.lingering, .linger):
+            case (.idle, .idle), (.lingering, .linger):
                 return close()
             case (.readingHead, .header):
                 return refuse(HTTPParser.ParseError(status: 408, reason: "request head not received within \(Self.seconds(configuration.headerTimeoutSeconds)) seconds"), date: date)
+            case (.readingBody, .body):
+                return refuse(HTTPParser.ParseError(status: 408, reason: "request body not received within \(Self.seconds(configuration.bodyTimeoutSeconds)) seconds"), date: date)
             default:
                 return []  // a timer that was re-armed or is stale
             }
@@ -265,7 +267,7 @@ extension Connection {
                     if parser.isReadingBody {
                         state = .readingBody
                         if before != .readingBody {
-                            actions.append(.armReadTimer(.idle, seconds: configuration.idleTimeoutSeconds))
+                            actions.append(.armReadTimer(.body, seconds: configuration.bodyTimeoutSeconds))
                         }
                     } else if parser.isReadingHead {
                         state = .readingHead

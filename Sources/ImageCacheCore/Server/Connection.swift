@@ -75,7 +75,7 @@ final class Connection: @unchecked Sendable {
         logger[metadataKey: "client"] = "\(client.address)"
         self.logger = logger
         self.loop = loop
-        self.stateMachine = StateMachine(configuration: configuration)
+        self.stateMachine = StateMachine(configuration: configuration, bodyRefusal: { [handler] in handler.bodyRefusal(for: $0) })
     }
 
     /// Runs `body` on the loop thread: at once when already there, else asynchronously.

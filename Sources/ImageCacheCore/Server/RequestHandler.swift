@@ -25,6 +25,15 @@ public struct ClientInfo: Sendable, Equatable {
 /// body the server read whole (Content-Length or chunked, within `server.max-request-body`), empty when none.
 public protocol RequestHandler: Sendable {
     func handle(_ request: HTTPRequestHead, body: [UInt8], client: ClientInfo, sink: any ResponseSink)
+    /// Asked on the loop thread when a head announces a body, before any of it is read: nil to read it (within
+    /// `server.max-request-body` and `server.body-timeout`), or the status and reason that refuse the request at once
+    /// (the connection then closes without reading the body).
+    func bodyRefusal(for request: HTTPRequestHead) -> HTTPParser.ParseError?
+}
+
+extension RequestHandler {
+    /// By default every body is read.
+    public func bodyRefusal(for request: HTTPRequestHead) -> HTTPParser.ParseError? { nil }
 }
 
 /// One response being written to a client.

@@ -215,7 +215,7 @@ struct ConnectionStateMachineTests {
         // Then
         let error = HTTPParser.ParseError(status: 400, reason: "missing Host header")
         #expect(actions.contains(.logRefused(error)))
-        #expect(Self.written(actions) == "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nCache-Control: no-store\r\n"
+        #expect(Self.written(actions) == "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\nCache-Control: no-store\r\n"
             + "Content-Length: 20\r\nDate: \(Self.date)\r\nConnection: close\r\n\r\nmissing Host header\n")
         #expect(drained.first == .shutdownWrite)
     }
@@ -231,6 +231,26 @@ struct ConnectionStateMachineTests {
         // Then
         #expect(stale == [])
         #expect(Self.written(actions).hasPrefix("HTTP/1.1 408 Request Timeout\r\n"))
+        #expect(machine.state == .writing(keepAlive: false))
+    }
+
+    @Test("a body arms the body timer once: bytes do not extend it, and when it fires the client gets 408")
+    func bodyTimeout() {
+        // Given a head announcing 10 body bytes
+        var configuration = ServerConfiguration()
+        configuration.bodyTimeoutSeconds = 5
+        var machine = Machine(configuration: configuration)
+        let head = machine.bytesReceived(Self.bytes("POST /p HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n"), date: Self.date)
+        // When bytes trickle in, then the timer fires
+        let trickle = machine.bytesReceived(Self.bytes("a"), date: Self.date)
+        let idle = machine.readTimerFired(.idle, date: Self.date)
+        let fired = machine.readTimerFired(.body, date: Self.date)
+        // Then
+        #expect(head == [.armReadTimer(.body, seconds: 5)])
+        #expect(trickle == [])
+        #expect(idle == [])
+        #expect(Self.written(fired).hasPrefix("HTTP/1.1 408 Request Timeout\r\n"))
+        #expect(Self.written(fired).hasSuffix("request body not received within 5 seconds\n"))
         #expect(machine.state == .writing(keepAlive: false))
     }
 

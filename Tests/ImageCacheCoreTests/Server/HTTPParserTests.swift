@@ -90,6 +90,16 @@ struct HTTPParserTests {
         Case(name: "bare CR is 400", input: "GET / HTTP/1.1\rHost: x\r\n\r\n", errorStatus: 400),
         Case(name: "HTTP/2.0 is 505", input: "GET / HTTP/2.0\r\nHost: x\r\n\r\n", errorStatus: 505),
         Case(name: "garbage is 400", input: "\u{01}\u{02}hello world\r\n\r\n", errorStatus: 400),
+        Case(name: "Host with a path is 400", input: "GET / HTTP/1.1\r\nHost: example.com/path\r\n\r\n", errorStatus: 400),
+        Case(name: "Host with a space is 400", input: "GET / HTTP/1.1\r\nHost: a b\r\n\r\n", errorStatus: 400),
+        Case(name: "Host with two ports is 400", input: "GET / HTTP/1.1\r\nHost: a:1:2\r\n\r\n", errorStatus: 400),
+        Case(name: "Host with a bad port is 400", input: "GET / HTTP/1.1\r\nHost: a:80x\r\n\r\n", errorStatus: 400),
+        Case(name: "Host with userinfo is 400", input: "GET / HTTP/1.1\r\nHost: user@a\r\n\r\n", errorStatus: 400),
+        Case(name: "Host of an HTTP/1.0 request is checked too", input: "GET / HTTP/1.0\r\nHost: a/b\r\n\r\n", errorStatus: 400),
+        Case(name: "Host name, IPv4, IPv6 literal with port, empty Host",
+             input: "GET /1 HTTP/1.1\r\nHost: img.example-1.com:8080\r\n\r\nGET /2 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+                 + "GET /3 HTTP/1.1\r\nHost: [::1]:80\r\n\r\nGET /4 HTTP/1.1\r\nHost:\r\n\r\n",
+             requests: ["GET /1 HTTP/1.1 ", "GET /2 HTTP/1.1 ", "GET /3 HTTP/1.1 ", "GET /4 HTTP/1.1 "]),
         Case(name: "unknown transfer coding is 501",
              input: "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", errorStatus: 501),
     ]
@@ -108,6 +118,37 @@ struct HTTPParserTests {
         let outcome = Self.parse(testCase.input, step: 1)
         // Then
         #expect(outcome == Outcome(requests: testCase.requests, errorStatus: testCase.errorStatus))
+    }
+
+    @Test("raw bytes outside ASCII in a target are percent-encoded as they are: two targets never become one")
+    func rawTargetBytes() throws {
+        // Given two targets that differ only in one invalid UTF-8 byte, and one with valid UTF-8
+        func target(_ raw: [UInt8]) throws -> String {
+            var parser = HTTPParser(limits: Self.limits)
+            parser.feed(Array("GET /a".utf8) + raw + Array(".png HTTP/1.1\r\nHost: x\r\n\r\n".utf8))
+            guard case let .request(head, _) = parser.next() else { throw ParseFailure() }
+            return head.target
+        }
+        // Then
+        #expect(try target([0xFF]) == "/a%FF.png")
+        #expect(try target([0xFE]) == "/a%FE.png")
+        #expect(try target([0xC3, 0xA9]) == "/a%C3%A9.png")
+    }
+    struct ParseFailure: Error {}
+
+    @Test("a head that announces a body is refused at once when the body refusal says so, before any body byte")
+    func bodyRefusedAtHead() {
+        // Given a parser whose routes take no body on GET
+        var parser = HTTPParser(limits: Self.limits, bodyRefusal: { head in
+            head.method == "GET" ? HTTPParser.ParseError(status: 400, reason: "no body here") : nil
+        })
+        // When only the head has arrived
+        parser.feed(Array("GET /a HTTP/1.1\r\nHost: x\r\nContent-Length: 30\r\n\r\n".utf8))
+        // Then
+        #expect(parser.next() == .error(HTTPParser.ParseError(status: 400, reason: "no body here")))
+        var zero = HTTPParser(limits: Self.limits, bodyRefusal: { _ in HTTPParser.ParseError(status: 400, reason: "no body here") })
+        zero.feed(Array("GET /a HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n".utf8))
+        if case .request = zero.next() {} else { Issue.record("Content-Length: 0 announces no body") }
     }
 
     @Test("keeps bytes after a request buffered for the next one")
