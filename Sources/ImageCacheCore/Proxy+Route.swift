@@ -42,11 +42,15 @@ struct OriginRoute: Sendable {
 
     /// The upstream URL for a request target this mapping matches. The result must stay on the origin (same scheme,
     /// host and port) and under its base path: a target cannot name another host or climb out with dot segments.
-    func upstreamURL(for target: String) throws(URLParseError) -> UpstreamURL {
+    /// `targetIsNormal`: the caller found `target` in normal form (`UpstreamURL.isNormalPathAndQuery`).
+    func upstreamURL(for target: String, targetIsNormal: Bool = false) throws(URLParseError) -> UpstreamURL {
         let rest = target.dropFirst(prefix.count)
         let pathAndQuery = (rest.isEmpty || rest.utf8.first == UInt8(ascii: "?")) ? basePath + "/" + rest : basePath + rest
         // A target already in normal form stays on the origin and under its base path by construction.
-        if !baseHasQuery, let url = UpstreamURL.withNormalPath(origin: base, pathAndQuery) { return url }
+        if !baseHasQuery {
+            if targetIsNormal && basePath.isEmpty, let url = UpstreamURL.withCheckedNormalPath(origin: base, pathAndQuery) { return url }
+            if let url = UpstreamURL.withNormalPath(origin: base, pathAndQuery) { return url }
+        }
         let url = try UpstreamURL.parse(base.scheme + "://" + base.authority + pathAndQuery)
         let underBase = basePath.isEmpty || url.pathAndQuery == basePath
             || url.pathAndQuery.hasPrefix(basePath + "/") || url.pathAndQuery.hasPrefix(basePath + "?")
@@ -63,25 +67,32 @@ extension Route {
     }
 
     static func resolve(_ request: HTTPRequestHead, origins: [OriginRoute]) -> Route {
-        let target = request.target
+        let raw = request.target
         if request.method == "CONNECT" {
             return .error(status: 501, reason: "CONNECT tunnels are not supported; fetch https images with GET /fetch?url=<percent-encoded URL>")
         }
-        if target.utf8.first != UInt8(ascii: "/") {
+        if raw.utf8.first != UInt8(ascii: "/") {
             // Absolute form: forward proxy (curl -x). Any other form is malformed here.
-            guard target.contains("://") else {
-                return .error(status: 400, reason: "request target '\(target.prefix(200))' is not a path or an absolute URL")
+            guard raw.contains("://") else {
+                return .error(status: 400, reason: "request target '\(raw.prefix(200))' is not a path or an absolute URL")
             }
             do {
-                return .upstream(try UpstreamURL.parse(target), mode: .forward, trusted: false)
+                return .upstream(try UpstreamURL.parse(raw), mode: .forward, trusted: false)
             } catch {
                 return .error(status: 400, reason: "bad URL: \(error.reason)")
             }
         }
+        // Every decision below is made on the normalised path, as the cache key is: "/img/%70rivate/x",
+        // "/img/./private/x" and "/img/x/../private/x" all go where "/img/private/x" goes, and "/%5Fimagecached/"
+        // and "/%66etch" are the daemon's own paths. A target already in normal form (the common case) is used as is.
+        let targetIsNormal = UpstreamURL.isNormalPathAndQuery(raw)
+        let target = targetIsNormal ? raw : UpstreamURL.normalisedOriginForm(raw)
         let mark = target.utf8.firstIndex(of: UInt8(ascii: "?"))
         let path = target[..<(mark ?? target.endIndex)]
+        // The daemon's own paths read their parameters from the query as the client sent it (the normal form would
+        // turn a malformed escape into a literal "%25").
         if path == "/fetch" {
-            let (_, query) = splitQuery(target)
+            let (_, query) = splitQuery(raw)
             guard let query, let encoded = queryParameter("url", in: query) else {
                 return .error(status: 400, reason: "missing url parameter: use /fetch?url=<percent-encoded absolute http or https URL>")
             }
@@ -95,8 +106,7 @@ extension Route {
             }
         }
         if path == "/_imagecached" || path.hasPrefix("/_imagecached/") {
-            let (path, query) = splitQuery(target)
-            return .admin(path: path, query: query)
+            return .admin(path: String(path), query: splitQuery(raw).query)
         }
         // The longest matching prefix (the first of equals).
         var best: OriginRoute?
@@ -110,7 +120,7 @@ extension Route {
             return .error(status: 404, reason: "no origin is configured for path \(path.prefix(200))")
         }
         do {
-            return .upstream(try mapping.upstreamURL(for: target), mode: .reverse, trusted: true)
+            return .upstream(try mapping.upstreamURL(for: target, targetIsNormal: targetIsNormal), mode: .reverse, trusted: true)
         } catch {
             return .error(status: 400, reason: "bad URL: \(error.reason)")
         }

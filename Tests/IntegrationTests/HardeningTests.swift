@@ -256,4 +256,30 @@ struct HardeningTests {
         #expect(response.text == "invalid Host header 'example.com/path'\n")
         #expect(harness.origin.requestCount("/a.png") == 0)
     }
+
+    // MARK: 7. Routing on the normalised path
+
+    @Test("escaped and dotted spellings of a prefix reach that prefix's origin, and the daemon's own paths never reach an origin")
+    func normalisedRouting() async throws {
+        // Given the origin of / and another origin for /img/private
+        let privateOrigin = try TestOrigin()
+        defer { privateOrigin.stop() }
+        let harness = try ProxyHarness { $0.origins.append(OriginMapping(prefix: "/img/private", url: privateOrigin.baseURL)) }
+        privateOrigin.route("/x.png") { _ in
+            Reply(status: 200, headers: [("Content-Type", "image/png"), ("Cache-Control", "max-age=600")], body: HardeningTests.png)
+        }
+        // When
+        var statuses: [Int] = []
+        for target in ["/img/%70rivate/x.png", "/img/./private/x.png", "/img/x/../private/x.png"] {
+            statuses.append(try await harness.get(target).status)
+        }
+        let health = try await harness.get("/%5Fimagecached/health")
+        let fetch = try await harness.get("/%66etch?url=" + Self.percentEncoded(privateOrigin.baseURL + "/x.png"))
+        // Then
+        #expect(statuses == [200, 200, 200])
+        #expect(privateOrigin.requestCount("/x.png") == 1, "one entry for every spelling")
+        #expect(harness.origin.allRequests.isEmpty, "the origin of / saw: \(harness.origin.allRequests.map(\.target))")
+        #expect(health.status == 200 && health.text == "ok\n")
+        #expect(fetch.status == 200 && fetch.header("X-Cache") == "HIT")
+    }
 }

@@ -151,38 +151,68 @@ public struct UpstreamURL: Sendable, Hashable, CustomStringConvertible {
     /// The reverse proxy's hit path: most targets are plain paths.
     static func withNormalPath(origin: UpstreamURL, _ pathAndQuery: String) -> UpstreamURL? {
         // Conservative length bound: near the limit, the full parse decides.
+        guard pathAndQuery.utf8.count + origin.scheme.utf8.count + origin.host.utf8.count + 12 <= maxLength,
+              isNormalPathAndQuery(pathAndQuery) else { return nil }
+        return UpstreamURL(scheme: origin.scheme, host: origin.host, port: origin.port, pathAndQuery: pathAndQuery)
+    }
+
+    /// `origin`'s scheme, host and port with `pathAndQuery`, which the caller found in normal form
+    /// (`isNormalPathAndQuery`); nil near the length limit, where the full parse decides.
+    static func withCheckedNormalPath(origin: UpstreamURL, _ pathAndQuery: String) -> UpstreamURL? {
         guard pathAndQuery.utf8.count + origin.scheme.utf8.count + origin.host.utf8.count + 12 <= maxLength else { return nil }
+        return UpstreamURL(scheme: origin.scheme, host: origin.host, port: origin.port, pathAndQuery: pathAndQuery)
+    }
+
+    /// Whether an origin-form target is already what `parse` would make of its path and query (see `withNormalPath`).
+    static func isNormalPathAndQuery(_ pathAndQuery: String) -> Bool {
         var inQuery = false
         var segmentStart = true
         var segmentDots = 0  // dots seen since the segment started, while it holds nothing else
         var first = true
         for b in pathAndQuery.utf8 {
             if first {
-                guard b == 0x2F else { return nil }
+                guard b == 0x2F else { return false }
                 first = false
                 continue
             }
             if inQuery {
-                guard isAllowed(b, query: true) else { return nil }
+                guard isAllowed(b, query: true) else { return false }
                 continue
             }
             if b == 0x2F || b == 0x3F {
-                if segmentStart && (segmentDots == 1 || segmentDots == 2) { return nil }
+                if segmentStart && (segmentDots == 1 || segmentDots == 2) { return false }
                 segmentStart = true
                 segmentDots = 0
                 if b == 0x3F { inQuery = true }
                 continue
             }
-            guard isAllowed(b, query: false) else { return nil }
+            guard isAllowed(b, query: false) else { return false }
             if segmentStart && b == 0x2E {
                 segmentDots += 1
             } else {
                 segmentStart = false
             }
         }
-        if first { return nil }
-        if !inQuery && segmentStart && (segmentDots == 1 || segmentDots == 2) { return nil }
-        return UpstreamURL(scheme: origin.scheme, host: origin.host, port: origin.port, pathAndQuery: pathAndQuery)
+        if first { return false }
+        if !inQuery && segmentStart && (segmentDots == 1 || segmentDots == 2) { return false }
+        return true
+    }
+
+    /// An origin-form target ("/a/./b/../%70ng?x") as `parse` normalises path and query ("/a/png?x"): escapes of
+    /// unreserved characters decoded, other escapes upper-cased, disallowed bytes escaped, dot segments removed,
+    /// a fragment dropped. Routing decides on this form, so every spelling of a path goes where the path goes.
+    static func normalisedOriginForm(_ target: String) -> String {
+        let bytes = Array(target.utf8)
+        var i = 0
+        while i < bytes.count, bytes[i] != 0x3F, bytes[i] != 0x23 { i += 1 }
+        var path = removeDotSegments(normaliseEscapes(bytes[..<i], allowingQueryCharacters: false))
+        if path.isEmpty { path = [0x2F] }
+        if i < bytes.count, bytes[i] == 0x3F {
+            let queryStart = i
+            while i < bytes.count, bytes[i] != 0x23 { i += 1 }
+            path += normaliseEscapes(bytes[queryStart..<i], allowingQueryCharacters: true)
+        }
+        return String(decoding: path, as: UTF8.self)
     }
 
     private init(scheme: String, host: String, port: Int?, pathAndQuery: String) {
