@@ -71,26 +71,45 @@ extension Proxy {
 }
 
 extension Proxy {
-    /// Removes one URL, or everything, from both tiers; answers once the disk has done it.
+    /// Removes one URL (`?url=<percent-encoded URL>`), or everything (no query at all), from both tiers; answers once
+    /// the disk has done it. Any other query is refused (400 naming the parameter): a typo such as `?URL=` or `?u`
+    /// must never empty the cache. A disk that could not delete (a read-only file system) is an error (500 with the
+    /// reason), never "purged": the files would be served again, and after a restart.
     func purge(query: String?, request: HTTPRequestHead, client: ClientInfo, sink: any ResponseSink) {
-        let text: @Sendable (String) -> Void = { message in
+        let answer: @Sendable (_ failure: String?, _ message: String) -> Void = { [logger, metrics] failure, message in
+            if let failure {
+                logger.error("purge failed: \(failure)")
+                metrics.served(.error)
+                metrics.error("purge_failed")
+                sink.fail(status: 500, reason: "purge failed: \(failure)")
+                return
+            }
             var headers = HTTPHeaders()
             headers.add("Content-Type", "text/plain; charset=utf-8")
             headers.add("Cache-Control", "no-store")
             sink.respond(HTTPResponseHead(status: 200, headers: headers), body: Array((message + "\n").utf8))
         }
-        guard let query, let encoded = Route.queryParameter("url", in: query) else {
+        guard let query, !query.isEmpty else {
             logger.notice("purge: everything (\(memory.count) entries in memory) by \(client.address)")
             guard let disk else {
                 memory.removeAll()
-                return text("purged everything")
+                return answer(nil, "purged everything")
             }
             // Memory is emptied once the files are gone: a disk lookup queued behind the removal finds nothing, and
             // one that started before it cannot promote its copy afterwards (MemoryCache.promote, removal count).
-            disk.removeAll { [memory] in
+            disk.removeAll { [memory] failure in
                 memory.removeAll()
-                text("purged everything")
+                answer(failure, "purged everything")
             }
+            return
+        }
+        let names = query.split(separator: "&").map { $0.split(separator: "=", maxSplits: 1).first.map(String.init) ?? "" }
+        guard names == ["url"], let encoded = Route.queryParameter("url", in: query), !encoded.isEmpty else {
+            let others = names.filter { $0 != "url" }
+            let reason = others.isEmpty
+                ? "the url parameter is empty or repeated: use ?url=<percent-encoded URL>, or no query to purge everything"
+                : "unknown parameter \(others.map { "'\($0.prefix(40))'" }.joined(separator: ", ")): use ?url=<percent-encoded URL>, or no query to purge everything"
+            refuse(sink, status: 400, reason: reason, request: request, client: client)
             return
         }
         guard let decoded = Route.percentDecode(encoded), let url = try? UpstreamURL.parse(decoded) else {
@@ -99,10 +118,10 @@ extension Proxy {
         }
         let key = CacheKey(url)
         logger.notice("purge: \(key) by \(client.address)")
-        guard let disk else { return text(memory.remove(key) != nil ? "purged \(key)" : "not cached: \(key)") }
-        disk.remove(key) { [memory] in   // memory after the file, as above
+        guard let disk else { return answer(nil, memory.remove(key) != nil ? "purged \(key)" : "not cached: \(key)") }
+        disk.remove(key) { [memory] failure in   // memory after the file, as above
             memory.remove(key)
-            text("purged \(key)")
+            answer(failure, "purged \(key)")
         }
     }
 }

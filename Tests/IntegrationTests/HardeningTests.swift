@@ -282,4 +282,58 @@ struct HardeningTests {
         #expect(health.status == 200 && health.text == "ok\n")
         #expect(fetch.status == 200 && fetch.header("X-Cache") == "HIT")
     }
+
+    // MARK: 6. Purge
+
+    @Test("a purge whose query has no url parameter is refused with 400 naming the parameter, and nothing is removed",
+          arguments: ["?URL=x", "?uri=http%3A%2F%2Fa%2F", "?u", "?url=", "?url=a&all=1"])
+    func purgeNeedsURL(query: String) async throws {
+        // Given a stored image
+        let harness = try ProxyHarness()
+        harness.origin.route("/p.png") { _ in
+            Reply(status: 200, headers: [("Content-Type", "image/png"), ("Cache-Control", "max-age=600")], body: HardeningTests.png)
+        }
+        _ = try await harness.get("/p.png")
+        // When
+        let purge = try await harness.get("/_imagecached/cache" + query, method: "DELETE")
+        let after = try await harness.get("/p.png")
+        // Then
+        #expect(purge.status == 400)
+        #expect(purge.text.contains("use ?url=<percent-encoded URL>, or no query to purge everything"))
+        if let name = query.dropFirst().split(separator: "=").first, name != "url" {
+            #expect(purge.text.contains("'\(name)'"))
+        }
+        #expect(after.header("X-Cache") == "HIT")
+    }
+
+    @Test("a purge that cannot delete (read-only file system) answers 500 with the reason, not purged")
+    func purgeOnReadOnlyDisk() async throws {
+        let directory = NSTemporaryDirectory() + "imagecached-ro-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer {
+            _ = DiskTierTests.run("/bin/umount", [directory])
+            try? FileManager.default.removeItem(atPath: directory)
+        }
+        guard DiskTierTests.run("/bin/mount", ["-t", "tmpfs", "-o", "size=1m", "tmpfs", directory]) == 0 else {
+            withKnownIssue("mounting a tmpfs is not permitted here") { throw CancellationError() }
+            return
+        }
+        // Given an image stored on disk, then the file system made read-only
+        let harness = try ProxyHarness { $0.cacheDirectory = directory }
+        harness.origin.route("/ro.png") { _ in
+            Reply(status: 200, headers: [("Content-Type", "image/png"), ("Cache-Control", "max-age=600")], body: HardeningTests.png)
+        }
+        _ = try await harness.get("/ro.png")
+        await harness.flushDisk()
+        #expect(DiskTierTests.run("/bin/mount", ["-o", "remount,ro", directory]) == 0)
+        // When
+        let one = try await harness.get("/_imagecached/cache?url=" + Self.percentEncoded(harness.origin.baseURL + "/ro.png"), method: "DELETE")
+        let all = try await harness.get("/_imagecached/cache", method: "DELETE")
+        // Then
+        #expect(one.status == 500)
+        #expect(one.text.hasPrefix("purge failed: could not remove"))
+        #expect(one.text.contains("Read-only file system"))
+        #expect(all.status == 500)
+        #expect(all.text.contains("files could not be removed"))
+    }
 }

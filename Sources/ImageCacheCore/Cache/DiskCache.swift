@@ -241,20 +241,22 @@ public final class DiskCache: Sendable {
         enqueueWrite(name) { self._update(entry, name: name) }
     }
 
-    /// Removes the entry for `key`, if any; `completion` runs on the disk queue once the file is gone.
-    public func remove(_ key: CacheKey, completion: (@Sendable () -> Void)? = nil) {
+    /// Removes the entry for `key`, if any; `completion` runs on the disk queue once the file is gone, with nil, or
+    /// with why it could not be removed (it is then still stored, and still indexed).
+    public func remove(_ key: CacheKey, completion: (@Sendable (_ failure: String?) -> Void)? = nil) {
         let name = DiskEntryFormat.fileName(for: key)
         enqueueWrite(name) {
-            self._removeFile(name: name)
-            completion?()
+            let failure = self._removeFile(name: name)
+            completion?(failure)
         }
     }
 
-    /// Removes every entry file (and leftover tmp file); `completion` runs on the disk queue.
-    public func removeAll(completion: (@Sendable () -> Void)? = nil) {
+    /// Removes every entry file (and leftover tmp file); `completion` runs on the disk queue with nil, or with why
+    /// some files could not be removed (those stay stored and indexed).
+    public func removeAll(completion: (@Sendable (_ failure: String?) -> Void)? = nil) {
         enqueueWrite(nil) {
-            self._removeAll()
-            completion?()
+            let failure = self._removeAll()
+            completion?(failure)
         }
     }
 
@@ -557,32 +559,53 @@ public final class DiskCache: Sendable {
 
     // MARK: - Remove
 
-    func _removeFile(name: String) {
+    /// Nil once the file is gone (or was never there), else why not: the file then stays, and so does its record.
+    @discardableResult
+    func _removeFile(name: String) -> String? {
         dispatchPrecondition(condition: .onQueue(queue))
         let path = filePath(of: name)
         do {
             try DiskFile.unlink(path)
         } catch where error.errno != ENOENT {
             logger.warning("disk remove of \(path) failed: \(error)")
+            return "could not remove \(path): \(error)"
         } catch {}
         withIndex { $0.remove(name) }
+        return nil
     }
 
-    func _removeAll() {
+    /// Nil once every entry file is gone, else how many stayed and the first reason; the records of files that stayed
+    /// are kept (a later purge or the sweeper tries again, and a restart finds what the index says).
+    func _removeAll() -> String? {
         dispatchPrecondition(condition: .onQueue(queue))
-        var removed = 0
+        var removed: [String] = []
+        var failed = 0
+        var firstFailure: String?
         for top in DiskFile.list(root) ?? [] where DiskIndex.isShardName(top) {
             let topPath = root + "/" + top
             for sub in DiskFile.list(topPath) ?? [] where DiskIndex.isShardName(sub) {
                 let subPath = topPath + "/" + sub
                 for file in DiskFile.list(subPath) ?? []
                 where DiskEntryFormat.isEntryName(file) || file.hasSuffix(".tmp") {
-                    if (try? DiskFile.unlink(subPath + "/" + file)) != nil { removed += 1 }
+                    do {
+                        try DiskFile.unlink(subPath + "/" + file)
+                        if DiskEntryFormat.isEntryName(file) { removed.append(file) }
+                    } catch where error.errno != ENOENT {
+                        failed += 1
+                        if firstFailure == nil { firstFailure = "could not remove \(subPath)/\(file): \(error)" }
+                    } catch {}
                 }
             }
         }
-        withIndex { $0.removeAllRecords() }
-        logger.info("disk cache emptied: \(removed) files removed")
+        if failed == 0 {
+            withIndex { $0.removeAllRecords() }
+            logger.info("disk cache emptied: \(removed.count) files removed")
+            return nil
+        }
+        withIndex { index in for name in removed { index.remove(name) } }
+        let failure = "\(failed) files could not be removed (\(firstFailure ?? ""))"
+        logger.error("disk cache purge incomplete: \(removed.count) files removed, \(failure)")
+        return failure
     }
 }
 

@@ -718,7 +718,7 @@ struct DiskCacheTests {
         cache.flush()
         #expect(cache.stats.entries == 9)
         let done = Mutex(false)
-        cache.removeAll { done.withLock { $0 = true } }
+        cache.removeAll { _ in done.withLock { $0 = true } }
         cache.flush()
         #expect(done.withLock { $0 })
         #expect(cache.stats.entries == 0)
