@@ -15,7 +15,7 @@ struct Imagecached: ParsableCommand {
             Sizes take KiB/MiB/GiB (1024) or KB/MB/GB (1000); durations take ms, s, m, h (plain numbers are seconds).
             """,
         version: imagecachedVersion,
-        subcommands: [Purge.self, Stats.self, Prefetch.self]
+        subcommands: [Purge.self, Stats.self, Prefetch.self, Config.self]
     )
 
     @Option(help: "Configuration file (YAML). Default: none, or $IMAGECACHED_CONFIG.")
@@ -144,13 +144,14 @@ struct Imagecached: ParsableCommand {
         let environment = ProcessInfo.processInfo.environment
         let file = config ?? environment["IMAGECACHED_CONFIG"]
         let flags = flagSettings()
-        // The same sources are read again on SIGHUP, with the cgroup limit as it is then.
-        let load: @Sendable () throws -> Configuration = {
-            try Configuration.load(file: file, environment: environment, flags: flags, cgroupMemoryLimitBytes: CgroupMemory.limitBytes())
+        // The same sources are read again on SIGHUP, with the cgroup limit as it is then; a reload refuses an empty file.
+        let load: @Sendable (_ reloading: Bool) throws -> Configuration = { reloading in
+            try Configuration.load(file: file, environment: environment, flags: flags, cgroupMemoryLimitBytes: CgroupMemory.limitBytes(),
+                                   refusingEmptyFile: reloading)
         }
         let configuration: Configuration
         do {
-            configuration = try load()
+            configuration = try load(false)
         } catch {
             FileHandle.standardError.write(Data("imagecached: \(error)\n".utf8))
             throw ExitCode(2)
@@ -162,13 +163,38 @@ struct Imagecached: ParsableCommand {
         let daemon: Daemon
         do {
             daemon = try Daemon(configuration: configuration, logger: logger)
-            daemon.reloadSource = load
+            daemon.reloadSource = { try load(true) }
             try daemon.start()
         } catch {
             logger.critical("cannot start: \(error)")
             throw ExitCode(1)
         }
         daemon.runUntilSignalled()
+    }
+}
+
+/// `imagecached config check FILE`: validates a configuration file as a reload would (every key and value, and an
+/// empty file refused), so that operators test before they send SIGHUP.
+struct Config: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Configuration tools.", subcommands: [Check.self])
+
+    struct Check: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Check a configuration file as a reload would: exit 0 and 'FILE: ok', or exit 1 and the first error.")
+
+        @Argument(help: "The configuration file (YAML).")
+        var file: String
+
+        func run() throws {
+            do {
+                let configuration = try Configuration.load(file: file, environment: [:], flags: [], refusingEmptyFile: true)
+                print("\(file): ok (listen \(configuration.listen), \(configuration.origins.count) origin(s))")
+            } catch {
+                FileHandle.standardError.write(Data("imagecached: \(error)\n".utf8))
+                throw ExitCode(1)
+            }
+        }
     }
 }
 

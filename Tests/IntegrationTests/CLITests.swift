@@ -98,4 +98,28 @@ struct CLITests {
         #expect(image.body == body)
         #expect(health.text == "ok\n")
     }
+
+    @Test("config check: a good file exits 0 and says ok; a bad value, an unknown key and an empty file exit 1 with the first error")
+    func configCheck() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("imagecached-check-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        func file(_ name: String, _ text: String) throws -> String {
+            let url = directory.appendingPathComponent(name)
+            try text.write(to: url, atomically: true, encoding: .utf8)
+            return url.path
+        }
+        let good = try file("good.yaml", "listen: 127.0.0.1:9090\norigin: http://img.example\nmemory-limit: 64MiB\n")
+        let badValue = try file("bad.yaml", "memory-limit: lots\n")
+        let unknown = try file("unknown.yaml", "memory-limmit: 1MiB\n")
+        let empty = try file("empty.yaml", "# only a comment\n")
+        let (okStatus, okOut, _) = try await CLITests.run(["config", "check", good])
+        #expect(okStatus == 0)
+        #expect(okOut == "\(good): ok (listen 127.0.0.1:9090, 1 origin(s))\n")
+        for (path, message) in [(badValue, "'lots' is not a size"), (unknown, "memory-limmit"), (empty, "the file holds no setting")] {
+            let (status, _, stderr) = try await CLITests.run(["config", "check", path])
+            #expect(status == 1)
+            #expect(stderr.contains(message), "stderr was: \(stderr)")
+        }
+    }
 }

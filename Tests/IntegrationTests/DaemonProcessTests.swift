@@ -183,12 +183,21 @@ struct DaemonProcessTests {
         process.send(SIGHUP)
         #expect(await process.waitForLog("reload refused"))
         let refused = try await DaemonProcessTests.stats(port: port)
+        // When the file is empty (being written) and the daemon gets SIGHUP again
+        try "# nothing yet\n".write(to: config, atomically: true, encoding: .utf8)
+        process.send(SIGHUP)
+        #expect(await process.waitForLog("the file holds no setting"))
+        let empty = try await DaemonProcessTests.stats(port: port)
+        let stillServing = try await offPool { try TestClient.get(port: port, "/_imagecached/health") }
         process.send(SIGTERM)
         // Then
         #expect(before.memory.limitBytes == 16 << 20)
         #expect(after.memory.limitBytes == 8 << 20)
         #expect(refused.memory.limitBytes == 8 << 20)
         #expect(refused.reloadFailures == 1)
+        #expect(empty.memory.limitBytes == 8 << 20, "an empty file must not reset the configuration to its defaults")
+        #expect(empty.reloadFailures == 2)
+        #expect(stillServing.status == 200)
         #expect(process.log.contains("'lots' is not a size"))
         #expect(await process.waitForExit() == 0)
     }

@@ -69,11 +69,17 @@ extension Configuration {
 
     /// The configuration from defaults, then `file` (if any), then `environment`, then `flags`.
     /// `cgroupMemoryLimitBytes` (the process's cgroup memory.max, if any) sets the memory tier's default budget.
+    /// `refusingEmptyFile` (a reload, `imagecached config check`): a file with no setting at all is an error, not
+    /// "every default": it is most likely being written (a half-written file that would drop every origin).
     public static func load(file: String?, environment: [String: String], flags: [ConfigSetting],
-                            cgroupMemoryLimitBytes: Int? = nil) throws(ConfigError) -> Configuration {
+                            cgroupMemoryLimitBytes: Int? = nil, refusingEmptyFile: Bool = false) throws(ConfigError) -> Configuration {
         var configuration = Configuration()
         if let file {
-            for setting in try settings(fromFile: file) { try configuration.apply(setting) }
+            let fileSettings = try settings(fromFile: file)
+            if refusingEmptyFile && fileSettings.isEmpty {
+                throw ConfigError(key: file, reason: "the file holds no setting (empty, or only comments); refused, since a file being written would reset every setting (write configuration files atomically: a new file, then rename it over the old one)")
+            }
+            for setting in fileSettings { try configuration.apply(setting) }
         }
         for setting in try settings(fromEnvironment: environment) { try configuration.apply(setting) }
         for setting in flags { try configuration.apply(setting) }
