@@ -34,6 +34,8 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
     let now: @Sendable () -> Date
     /// Receives coalescing events (for metrics and tests). Called on `queue`; must return quickly.
     let events: (@Sendable (ProxyEvent) -> Void)?
+    /// This daemon's Via token (sent upstream; a request carrying it looped back: 508).
+    let loopGuard: LoopGuard
 
     // MARK: shared, guarded by its own lock
     /// The settings in force (configuration, content policy, origin routes); replaced whole by `apply` (reload).
@@ -53,8 +55,10 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
     var nextWaiterID = 0
 
     public init(configuration: Configuration, origin: any Origin, disk: DiskCache? = nil, logger: Logger,
-                now: @escaping @Sendable () -> Date = { Date() }, events: (@Sendable (ProxyEvent) -> Void)? = nil) {
+                now: @escaping @Sendable () -> Date = { Date() }, events: (@Sendable (ProxyEvent) -> Void)? = nil,
+                loopGuard: LoopGuard = LoopGuard()) {
         settingsLock = Mutex(ProxySettings(configuration))
+        self.loopGuard = loopGuard
         self.events = events
         self.disk = disk
         self.origin = origin
@@ -69,6 +73,11 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
     public func handle(_ request: HTTPRequestHead, body: [UInt8], client: ClientInfo, sink: any ResponseSink) {
         let settings = self.settings
         let sink = settings.configuration.accessLog ? AccessLogSink(wrapping: sink, request: request, client: client, logger: logger) : sink
+        if loopGuard.carriesOwnVia(request.headers) {
+            refuse(sink, status: 508, reason: "request loop: this request already passed through this daemon (Via: \(loopGuard.viaToken))",
+                   request: request, client: client)
+            return
+        }
         let route = Route.resolve(request, origins: settings.originRoutes)
         switch route {
         case let .error(status, reason):
@@ -339,10 +348,11 @@ struct ClientRequest: Sendable {
     /// Requests the cache may not answer or share: credentials, or the client's no-store.
     var bypassesCache: Bool { head.headers.contains("Authorization") || cacheControl.noStore }
 
-    /// The end-to-end request fields sent upstream: the ones that matter for images, credentials on a bypass, Via.
-    func upstreamHeaders() -> HTTPHeaders {
+    /// The end-to-end request fields sent upstream: the ones that matter for images, credentials on a bypass, and
+    /// this daemon's `via` (LoopGuard.viaValue).
+    func upstreamHeaders(via: String) -> HTTPHeaders {
         var headers = forwardedHeaders
-        headers.add("Via", "1.1 imagecached")
+        headers.add("Via", via)
         return headers
     }
 

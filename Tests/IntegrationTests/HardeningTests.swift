@@ -336,4 +336,40 @@ struct HardeningTests {
         #expect(all.status == 500)
         #expect(all.text.contains("files could not be removed"))
     }
+
+    // MARK: 11. Loops
+
+    @Test("a redirect back into the daemon is answered 508 at once, not after the upstream timeout")
+    func redirectIntoDaemon() async throws {
+        // Given an origin that redirects to the daemon's own address
+        let harness = try ProxyHarness { $0.upstream.totalTimeoutSeconds = 30 }
+        let port = harness.port
+        harness.origin.route("/bounce.png") { _ in .redirect(302, to: "http://127.0.0.1:\(port)/bounce.png") }
+        // When
+        let response = try await harness.get("/bounce.png")
+        // Then (without the check: 504 once the 30 s upstream timeout had passed)
+        #expect(response.status == 508)
+        #expect(response.text.contains("is this daemon itself"))
+        #expect(harness.origin.requestCount("/bounce.png") == 1)
+    }
+
+    @Test("a fetch URL naming the daemon's own admin pages is refused with 508, and nothing reaches them as a client")
+    func fetchOfOwnAdmin() async throws {
+        let harness = try ProxyHarness()
+        let stats = "http://127.0.0.1:\(harness.port)/_imagecached/stats"
+        let response = try await harness.get("/fetch?url=" + Self.percentEncoded(stats))
+        #expect(response.status == 508)
+    }
+
+    @Test("a request carrying this daemon's own Via token is answered 508; another daemon's token passes")
+    func ownViaRefused() async throws {
+        let harness = try ProxyHarness()
+        harness.origin.route("/v.png") { _ in .ok(HardeningTests.png) }
+        let own = try await harness.get("/v.png", headers: [("Via", "1.1 cdn, " + harness.daemon.loopGuard.viaValue)])
+        let other = try await harness.get("/v.png", headers: [("Via", "1.1 imagecached-00000000")])
+        #expect(own.status == 508)
+        #expect(own.text.hasPrefix("request loop: this request already passed through this daemon"))
+        #expect(other.status == 200)
+        #expect(harness.origin.requestCount("/v.png") == 1)
+    }
 }

@@ -62,6 +62,7 @@ public struct HTTPResponseHead: Sendable, Equatable {
         case 503: "Service Unavailable"
         case 504: "Gateway Timeout"
         case 505: "HTTP Version Not Supported"
+        case 508: "Loop Detected"
         default: "Status \(status)"
         }
     }

@@ -25,6 +25,8 @@ public final class Daemon: @unchecked Sendable {
     let logger: Logger
     let origin: CurlOrigin
     let listener: Listener
+    /// This daemon's Via token and listening sockets (request loops answer 508).
+    let loopGuard: LoopGuard
     /// Listeners for the second and later sockets passed by systemd.
     private var extraListeners: [Listener] = []
     /// The port being served, once started.
@@ -39,8 +41,10 @@ public final class Daemon: @unchecked Sendable {
                 events: (@Sendable (ProxyEvent) -> Void)? = nil) throws {
         self.configuration = configuration
         self.logger = logger
+        let loopGuard = LoopGuard()
+        self.loopGuard = loopGuard
         origin = try CurlOrigin(configuration: configuration.upstream, allowPrivateNetworks: configuration.allowPrivateNetworks,
-                                logger: logger)
+                                loopGuard: loopGuard, logger: logger)
         var disk: DiskCache?
         if configuration.diskLimitBytes > 0 {
             disk = try DiskCache(
@@ -56,7 +60,8 @@ public final class Daemon: @unchecked Sendable {
                                                      heuristicMaxSeconds: configuration.heuristicMaxSeconds)),
                 logger: logger, now: now)
         }
-        proxy = Proxy(configuration: configuration, origin: origin, disk: disk, logger: logger, now: now, events: events)
+        proxy = Proxy(configuration: configuration, origin: origin, disk: disk, logger: logger, now: now, events: events,
+                      loopGuard: loopGuard)
         listener = Listener(configuration: configuration.server, handler: proxy, logger: logger)
     }
 
@@ -70,10 +75,11 @@ public final class Daemon: @unchecked Sendable {
         if let first = passed.first {
             for fd in passed { SystemdSocketActivation.adopt(fd) }
             port = try listener.start(listeningFD: first)
+            loopGuard.recordListening(host: nil, port: port)
             do {
                 for fd in passed.dropFirst() {
                     let extra = Listener(configuration: configuration.server, handler: proxy, logger: logger)
-                    _ = try extra.start(listeningFD: fd)
+                    loopGuard.recordListening(host: nil, port: try extra.start(listeningFD: fd))
                     extraListeners.append(extra)
                 }
             } catch {
@@ -86,6 +92,7 @@ public final class Daemon: @unchecked Sendable {
             listening = "\(passed.count) socket(s) from systemd (fd \(passed.map(String.init).joined(separator: ", "))), first on port \(port)"
         } else {
             port = try listener.start(address: configuration.listen)
+            loopGuard.recordListening(host: configuration.listen.host, port: port)
             listening = "http://\(ListenAddress(host: configuration.listen.host, port: port))"
         }
         var modes = ["forward proxy", "fetch (/fetch?url=)"]

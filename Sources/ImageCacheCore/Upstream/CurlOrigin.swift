@@ -28,6 +28,7 @@ public final class CurlOrigin: Origin, @unchecked Sendable {
     // MARK: immutable after init
     private let configuration: UpstreamConfiguration
     private let allowPrivateNetworks: Bool
+    private let loopGuard: LoopGuard?
     private let logger: Logger
     private let multi: CurlMulti
 
@@ -35,9 +36,11 @@ public final class CurlOrigin: Origin, @unchecked Sendable {
     private let state: Mutex<State>
 
     /// Makes the multi handle and starts its thread.
-    public init(configuration: UpstreamConfiguration, allowPrivateNetworks: Bool, logger: Logger) throws {
+    /// `loopGuard`: refuses requests to the daemon's own listening sockets (508).
+    public init(configuration: UpstreamConfiguration, allowPrivateNetworks: Bool, loopGuard: LoopGuard? = nil, logger: Logger) throws {
         self.configuration = configuration
         self.allowPrivateNetworks = allowPrivateNetworks
+        self.loopGuard = loopGuard
         self.logger = logger
         let maxTotalConnections = max(configuration.maxConcurrentTransfers, configuration.maxHostConnections)
         multi = try CurlMulti(maxHostConnections: configuration.maxHostConnections,
@@ -117,7 +120,7 @@ public final class CurlOrigin: Origin, @unchecked Sendable {
         do {
             easy = try CurlEasy(id: transfer.id, request: transfer.request, configuration: configuration,
                                 addressGuard: guardMode, guardedConnections: multi.guardedConnections,
-                                logger: logger) { [weak self] event in
+                                loopGuard: loopGuard, logger: logger) { [weak self] event in
                 transfer.deliver(event)
                 if event.isTerminal { self?.ended(transfer.id) }
             }

@@ -91,7 +91,7 @@ final class Fetch: @unchecked Sendable {
 
     func start() {
         dispatchPrecondition(condition: .onQueue(queue))
-        var headers = leader.upstreamHeaders()
+        var headers = leader.upstreamHeaders(via: proxy.loopGuard.viaValue)
         if let revalidating {
             for field in revalidating.conditionalHeaders { headers.set(field.name, field.value) }
         }
@@ -556,6 +556,7 @@ extension UpstreamError {
         case .broken: "broken"
         case .queueTimeout: "queue_timeout"
         case .cancelled: "cancelled"
+        case .loop: "loop"
         case .other: "other"
         }
     }

@@ -67,6 +67,8 @@ public enum UpstreamError: Error, Sendable, Equatable, CustomStringConvertible {
     case queueTimeout
     /// Cancelled by the caller.
     case cancelled
+    /// The request would reach this daemon itself (LoopGuard).
+    case loop(String)
     case other(String)
 
     public var description: String {
@@ -82,6 +84,7 @@ public enum UpstreamError: Error, Sendable, Equatable, CustomStringConvertible {
         case let .broken(why): "upstream response broken: \(why)"
         case .queueTimeout: "no upstream transfer slot became free in time"
         case .cancelled: "upstream transfer cancelled"
+        case let .loop(why): "request loop: \(why)"
         case let .other(why): "upstream failure: \(why)"
         }
     }
@@ -92,6 +95,7 @@ public enum UpstreamError: Error, Sendable, Equatable, CustomStringConvertible {
         case .refusedDestination: 403
         case .badURL: 400
         case .timeout, .queueTimeout: 504
+        case .loop: 508
         default: 502
         }
     }

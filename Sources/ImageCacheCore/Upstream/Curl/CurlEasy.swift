@@ -30,6 +30,7 @@ final class CurlEasy: @unchecked Sendable {
     private let errorBuffer: UnsafeMutablePointer<CChar>
     private let events: @Sendable (UpstreamEvent) -> Void
     private let addressGuard: AddressGuard
+    private let loopGuard: LoopGuard?
     private let followsRedirects: Bool
     private let maxRedirects: Int
     private let maxBodyBytes: Int
@@ -63,7 +64,7 @@ final class CurlEasy: @unchecked Sendable {
     /// Configures a handle for `request`. `addressGuard` says which connections the private-network guard judges;
     /// under `.always` the transfer uses `guardedConnections` as its connection cache.
     init(id: UInt64, request: UpstreamRequest, configuration: UpstreamConfiguration, addressGuard: AddressGuard,
-         guardedConnections: UnsafeMutableRawPointer, logger: Logger,
+         guardedConnections: UnsafeMutableRawPointer, loopGuard: LoopGuard? = nil, logger: Logger,
          events: @escaping @Sendable (UpstreamEvent) -> Void) throws(CurlError) {
         try CurlGlobal.initialize()
         guard let handle = curl_easy_init() else {
@@ -75,6 +76,7 @@ final class CurlEasy: @unchecked Sendable {
         self.errorBuffer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE))
         self.events = events
         self.addressGuard = addressGuard
+        self.loopGuard = loopGuard
         self.followsRedirects = configuration.maxRedirects > 0
         self.maxRedirects = configuration.maxRedirects
         self.maxBodyBytes = request.maxBodyBytes
@@ -238,7 +240,11 @@ final class CurlEasy: @unchecked Sendable {
 
     /// A request of this transfer (the first, or a redirect hop) is about to be sent on a connection to `peer`,
     /// new or reused: false refuses it (the transfer fails as a refused destination).
-    fileprivate func prerequest(peer: String) -> Bool {
+    fileprivate func prerequest(peer: String, port: Int) -> Bool {
+        if let loopGuard, let ip = IPAddress(peer), loopGuard.isOwnEndpoint(ip, port: port) {
+            callbackFailure = .loop("upstream \(peer) port \(port) is this daemon itself")
+            return false
+        }
         guard addressGuard != .off else { return true }
         guard let ip = IPAddress(peer) else {
             callbackFailure = .refusedDestination(address: peer)
@@ -350,9 +356,9 @@ private let curlWriteCallback: ccurl_data_cb = { data, size, count, userdata in
     return easy.receivedBody(bytes) ? size * count : 0
 }
 
-private let curlPrereqCallback: ccurl_prereq_cb = { clientp, primaryIP, _, _, _ in
+private let curlPrereqCallback: ccurl_prereq_cb = { clientp, primaryIP, _, primaryPort, _ in
     let easy = Unmanaged<CurlEasy>.fromOpaque(clientp!).takeUnretainedValue()
-    return easy.prerequest(peer: String(cString: primaryIP)) ? CURL_PREREQFUNC_OK : CURL_PREREQFUNC_ABORT
+    return easy.prerequest(peer: String(cString: primaryIP), port: Int(primaryPort)) ? CURL_PREREQFUNC_OK : CURL_PREREQFUNC_ABORT
 }
 
 private let curlOpenSocketCallback: ccurl_opensocket_cb = { clientp, _, address in
