@@ -1,5 +1,13 @@
-// The daemon's own endpoints under /_imagecached/ (reserved, as is /fetch). Answered for clients in `admin-allow`
-// only (default loopback: 127.0.0.0/8, ::1); others get 403.
+// The daemon's own endpoints under /_imagecached/ (reserved, as is /fetch). Who may use them (AdminGuard, pure;
+// the first rule that fails answers, with its reason):
+//   1. the client's address is in `admin-allow` (default loopback: 127.0.0.0/8, ::1)                        else 403
+//   2. `Host` names the daemon: an IP literal, `localhost`, or a name in `admin-hosts` (absent on HTTP/1.0 is
+//      fine). Any other name is how a web page reaches a loopback service by DNS rebinding             else 403
+//   3. not cross-site: no `Sec-Fetch-Site: cross-site | same-site`, and an `Origin`, if sent, is this very
+//      host and port (`Origin: null` is refused)                                                           else 403
+//   4. with `admin-token` set, `Authorization: Bearer <token>` (compared in constant time); health excepted  else 401
+//   5. state-changing requests need what a page cannot send without a CORS preflight (which is never granted):
+//      DELETE is such a method; POST /prefetch takes its list as `Content-Type: text/uri-list`            else 415
 //   GET    /_imagecached/health              200 "ok" while the daemon serves
 //   GET    /_imagecached/metrics             Prometheus text (Ops/Metrics.swift)
 //   GET    /_imagecached/stats               the same counters as JSON (DaemonStats), read by `imagecached stats`
@@ -10,12 +18,68 @@
 internal import Foundation
 internal import Logging
 
+/// Rules 1-4 above: nil when the request may use the admin endpoints, else the status and reason.
+enum AdminGuard {
+    static func refusal(_ request: HTTPRequestHead, path: String, client: ClientInfo,
+                        configuration: Configuration) -> (status: Int, reason: String, headers: HTTPHeaders)? {
+        guard configuration.adminAllow.contains(where: { $0.contains(client.address) }) else {
+            return (403, "the /_imagecached/ endpoints answer clients in admin-allow only (\(client.address) is not)", [:])
+        }
+        let host = request.headers["Host"]
+        if let host, !namesDaemon(host, adminHosts: configuration.adminHosts) {
+            return (403, "admin requests must name the daemon by an IP address, localhost or a name in admin-hosts, not '\(host.prefix(100))' (DNS rebinding)", [:])
+        }
+        if let site = request.headers["Sec-Fetch-Site"]?.lowercased(), site == "cross-site" || site == "same-site" {
+            return (403, "cross-site admin requests are refused (Sec-Fetch-Site: \(site))", [:])
+        }
+        if let origin = request.headers["Origin"], !isSameOrigin(origin, host: host) {
+            return (403, "cross-site admin requests are refused (Origin: \(origin.prefix(100)))", [:])
+        }
+        if let token = configuration.adminToken, path != "/_imagecached/health" {
+            let presented = request.headers["Authorization"].flatMap { value -> Substring? in
+                let parts = value.split(separator: " ", maxSplits: 1)
+                return parts.count == 2 && parts[0].lowercased() == "bearer" ? parts[1].trimmingOWS() : nil
+            }
+            guard let presented, constantTimeEqual(Array(presented.utf8), Array(token.utf8)) else {
+                return (401, "this daemon needs its admin token: Authorization: Bearer <admin-token>",
+                        ["WWW-Authenticate": "Bearer realm=\"imagecached\""])
+            }
+        }
+        return nil
+    }
+
+    /// The Host's name part is an IP literal, `localhost`, or one of `adminHosts`.
+    static func namesDaemon(_ host: String, adminHosts: [String]) -> Bool {
+        if host.isEmpty { return true }
+        var name = Substring(host)
+        if name.hasPrefix("[") { return name.contains("]") }   // an IPv6 literal (the parser checked its syntax)
+        if let colon = name.lastIndex(of: ":") { name = name[..<colon] }
+        let lowered = name.lowercased()
+        return IPAddress(lowered) != nil || lowered == "localhost" || adminHosts.contains(lowered)
+    }
+
+    /// `origin` ("http://127.0.0.1:8080") names the same host and port as `host` ("127.0.0.1:8080").
+    static func isSameOrigin(_ origin: String, host: String?) -> Bool {
+        guard let host, let url = try? UpstreamURL.parse(origin), url.pathAndQuery == "/", url.scheme == "http" else { return false }
+        guard let own = try? UpstreamURL.parse("http://" + host) else { return false }
+        return own.host == url.host && own.effectivePort == url.effectivePort
+    }
+
+    /// Equal bytes, in time that depends on the lengths only.
+    static func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) -> Bool {
+        var difference = UInt8(a.count == b.count ? 0 : 1)
+        for index in 0..<max(a.count, b.count) {
+            difference |= (index < a.count ? a[index] : 0) ^ (index < b.count ? b[index] : 0)
+        }
+        return difference == 0
+    }
+}
+
 extension Proxy {
     func handleAdmin(_ request: HTTPRequestHead, path: String, query: String?, body: [UInt8], client: ClientInfo, sink: any ResponseSink,
                      settings: ProxySettings) {
-        guard settings.configuration.adminAllow.contains(where: { $0.contains(client.address) }) else {
-            refuse(sink, status: 403, reason: "the /_imagecached/ endpoints answer clients in admin-allow only (\(client.address) is not)",
-                   request: request, client: client)
+        if let (status, reason, headers) = AdminGuard.refusal(request, path: path, client: client, configuration: settings.configuration) {
+            refuse(sink, status: status, reason: reason, request: request, client: client, headers: headers)
             return
         }
         switch path {
@@ -45,6 +109,12 @@ extension Proxy {
             guard request.method == "POST" else {
                 refuse(sink, status: 405, reason: "use POST with the URLs one per line as the body", request: request,
                        client: client, headers: ["Allow": "POST"])
+                return
+            }
+            // A type a web page cannot POST without a CORS preflight (text/plain, form types can be sent by any page).
+            guard request.headers["Content-Type"].map({ ImageFormat.essence($0) == "text/uri-list" }) ?? false else {
+                refuse(sink, status: 415, reason: "send the list as Content-Type: text/uri-list (a web page cannot send that type without a preflight)",
+                       request: request, client: client, headers: ["Accept-Post": "text/uri-list"])
                 return
             }
             prefetch(body: body, client: client, sink: sink, settings: settings)

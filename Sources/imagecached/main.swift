@@ -63,6 +63,10 @@ struct Imagecached: ParsableCommand {
     var accessLog: String?
     @Option(help: "Comma-separated address ranges (CIDR) allowed to use /_imagecached/. Default 127.0.0.0/8,::1/128.")
     var adminAllow: String?
+    @Option(help: "Comma-separated host names admin requests may name in Host besides IP literals and localhost. Default none.")
+    var adminHosts: String?
+    @Option(help: "File holding the admin token (admin-token itself is read from the file or the environment only). Default none.")
+    var adminTokenFile: String?
     @Option(help: "On SIGTERM, how long requests in flight may take to finish. Default 30s.")
     var shutdownTimeout: String?
 
@@ -121,7 +125,8 @@ struct Imagecached: ParsableCommand {
             ("allow-svg", allowSvg ? "true" : nil), ("allow-private-networks", allowPrivateNetworks ? "true" : nil),
             ("heuristic-fraction", heuristicFraction), ("heuristic-max", heuristicMax),
             ("complete-abandoned-fetches", completeAbandonedFetches ? "true" : nil),
-            ("log-level", logLevel), ("access-log", accessLog), ("admin-allow", adminAllow), ("shutdown-timeout", shutdownTimeout),
+            ("log-level", logLevel), ("access-log", accessLog), ("admin-allow", adminAllow),
+            ("admin-hosts", adminHosts), ("admin-token-file", adminTokenFile), ("shutdown-timeout", shutdownTimeout),
             ("server.max-request-line", serverMaxRequestLine), ("server.max-header-bytes", serverMaxHeaderBytes),
             ("server.max-header-count", serverMaxHeaderCount), ("server.max-request-body", serverMaxRequestBody),
             ("server.header-timeout", serverHeaderTimeout), ("server.body-timeout", serverBodyTimeout),
@@ -232,7 +237,8 @@ struct Purge: ParsableCommand {
             target += "?url=" + (url.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? url)
         }
         do {
-            let response = try AdminClient.send("DELETE", target, to: AdminClient.address(for: configuration.listen))
+            let response = try AdminClient.send("DELETE", target, to: AdminClient.address(for: configuration.listen),
+                                                token: configuration.adminToken)
             print(response.body.trimmingCharacters(in: .whitespacesAndNewlines))
             if response.status != 200 { throw ExitCode(1) }
         } catch let error as AdminClientError {
@@ -250,12 +256,13 @@ struct DaemonAddress: ParsableArguments {
     @Option(name: .customLong("daemon-config"), help: "The daemon's configuration file, to find where it listens.")
     var daemonConfig: String?
 
-    func resolve() throws -> ListenAddress {
+    /// The address, and the admin token of the daemon's configuration (file or environment), if any.
+    func resolve() throws -> (address: ListenAddress, token: String?) {
         let environment = ProcessInfo.processInfo.environment
         let flags = address.map { [ConfigSetting(key: "listen", value: .scalar($0), source: "--address")] } ?? []
         do {
             let configuration = try Configuration.load(file: daemonConfig ?? environment["IMAGECACHED_CONFIG"], environment: environment, flags: flags)
-            return AdminClient.address(for: configuration.listen)
+            return (AdminClient.address(for: configuration.listen), configuration.adminToken)
         } catch {
             FileHandle.standardError.write(Data("imagecached: \(error)\n".utf8))
             throw ExitCode(2)
@@ -273,10 +280,10 @@ struct Stats: ParsableCommand {
     var json = false
 
     func run() throws {
-        let address = try daemon.resolve()
+        let (address, token) = try daemon.resolve()
         let response: AdminResponse
         do {
-            response = try AdminClient.send("GET", "/_imagecached/stats", to: address)
+            response = try AdminClient.send("GET", "/_imagecached/stats", to: address, token: token)
         } catch {
             FileHandle.standardError.write(Data("imagecached: \(error)\n".utf8))
             throw ExitCode(1)
@@ -321,13 +328,13 @@ struct Prefetch: ParsableCommand {
         }
         let urls = String(decoding: data, as: UTF8.self).split(whereSeparator: \.isNewline)
             .map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty && !$0.hasPrefix("#") }
-        let address = try daemon.resolve()
+        let (address, token) = try daemon.resolve()
         var progress = PrefetchProgress(total: urls.count, live: !quiet && isatty(STDERR_FILENO) == 1)
         var pending: [UInt8] = []
         let status: Int
         do {
             status = try AdminClient.stream("POST", "/_imagecached/prefetch", to: address, body: Array((urls.joined(separator: "\n") + "\n").utf8),
-                                            timeoutSeconds: 600) { bytes in
+                                            token: token, timeoutSeconds: 600) { bytes in
                 pending.append(contentsOf: bytes)
                 while let newline = pending.firstIndex(of: UInt8(ascii: "\n")) {
                     progress.record(line: String(decoding: pending[..<newline], as: UTF8.self))

@@ -372,4 +372,84 @@ struct HardeningTests {
         #expect(other.status == 200)
         #expect(harness.origin.requestCount("/v.png") == 1)
     }
+
+    // MARK: 5. Admin endpoints against web pages
+
+    static func raw(_ harness: ProxyHarness, _ text: String) async throws -> TestResponse {
+        let client = try harness.connect()
+        try client.send(text)
+        return try await client.response()
+    }
+
+    @Test("admin requests naming another host (DNS rebinding) are refused; IP literals, localhost and admin-hosts names are not")
+    func adminHostChecked() async throws {
+        // Given a stored image and a daemon that knows itself as cache.internal
+        let harness = try ProxyHarness { $0.adminHosts = ["cache.internal"] }
+        harness.origin.route("/k.png") { _ in
+            Reply(status: 200, headers: [("Content-Type", "image/png"), ("Cache-Control", "max-age=600")], body: HardeningTests.png)
+        }
+        _ = try await harness.get("/k.png")
+        // When
+        let rebound = try await Self.raw(harness, "GET /_imagecached/stats HTTP/1.1\r\nHost: rebind.attacker.example\r\n\r\n")
+        let purge = try await Self.raw(harness, "DELETE /_imagecached/cache HTTP/1.1\r\nHost: rebind.attacker.example:8080\r\n\r\n")
+        var allowed: [Int] = []
+        for host in ["127.0.0.1:8080", "localhost:8080", "LOCALHOST", "[::1]:8080", "cache.internal:8080"] {
+            allowed.append(try await Self.raw(harness, "GET /_imagecached/health HTTP/1.1\r\nHost: \(host)\r\n\r\n").status)
+        }
+        let after = try await harness.get("/k.png")
+        // Then
+        #expect(rebound.status == 403)
+        #expect(rebound.text.contains("DNS rebinding"))
+        #expect(purge.status == 403)
+        #expect(after.header("X-Cache") == "HIT", "the refused purge removed nothing")
+        #expect(allowed == [200, 200, 200, 200, 200])
+    }
+
+    @Test("cross-site admin requests are refused: a page's text/plain POST to prefetch, Sec-Fetch-Site, Origin: null")
+    func adminCrossSiteRefused() async throws {
+        let harness = try ProxyHarness()
+        harness.origin.route("/planted.png") { _ in .ok(HardeningTests.png) }
+        let list = harness.origin.baseURL + "/planted.png\n"
+        // When a web page POSTs a simple (no preflight) request, with the Origin every browser sends
+        let fromPage = try await Self.raw(harness, "POST /_imagecached/prefetch HTTP/1.1\r\nHost: 127.0.0.1:\(harness.port)\r\n"
+            + "Origin: https://evil.example\r\nContent-Type: text/plain\r\nContent-Length: \(list.utf8.count)\r\n\r\n\(list)")
+        // or a browser too old to send Origin on it, a plain curl without the list's type, and the other signs
+        let noOrigin = try await Self.raw(harness, "POST /_imagecached/prefetch HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            + "Content-Type: text/plain\r\nContent-Length: \(list.utf8.count)\r\n\r\n\(list)")
+        let fetchSite = try await Self.raw(harness, "GET /_imagecached/stats HTTP/1.1\r\nHost: 127.0.0.1\r\nSec-Fetch-Site: cross-site\r\n\r\n")
+        let nullOrigin = try await Self.raw(harness, "GET /_imagecached/stats HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: null\r\n\r\n")
+        let sameOrigin = try await Self.raw(harness, "GET /_imagecached/stats HTTP/1.1\r\nHost: 127.0.0.1:\(harness.port)\r\n"
+            + "Origin: http://127.0.0.1:\(harness.port)\r\nSec-Fetch-Site: same-origin\r\n\r\n")
+        let proper = try await Self.raw(harness, "POST /_imagecached/prefetch HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            + "Content-Type: text/uri-list\r\nContent-Length: \(list.utf8.count)\r\n\r\n\(list)")
+        // Then
+        #expect(fromPage.status == 403)
+        #expect(fromPage.text.contains("Origin: https://evil.example"))
+        #expect(noOrigin.status == 415)
+        #expect(fetchSite.status == 403)
+        #expect(nullOrigin.status == 403)
+        #expect(sameOrigin.status == 200)
+        #expect(proper.status == 200)
+        #expect(harness.origin.requestCount("/planted.png") == 1, "only the proper request planted the URL")
+    }
+
+    @Test("with an admin token, admin requests need it (health excepted); the CLI's client sends it")
+    func adminToken() async throws {
+        let token = "0123456789abcdef-token"
+        let harness = try ProxyHarness { $0.adminToken = token }
+        let address = ListenAddress(host: "127.0.0.1", port: harness.port)
+        // When
+        let missing = try await harness.get("/_imagecached/stats")
+        let wrong = try await harness.get("/_imagecached/stats", headers: [("Authorization", "Bearer 0123456789abcdef-tokem")])
+        let right = try await harness.get("/_imagecached/stats", headers: [("Authorization", "Bearer " + token)])
+        let health = try await harness.get("/_imagecached/health")
+        let client = try await offPool { try AdminClient.send("GET", "/_imagecached/stats", to: address, token: token) }
+        // Then
+        #expect(missing.status == 401)
+        #expect(missing.header("WWW-Authenticate") == "Bearer realm=\"imagecached\"")
+        #expect(wrong.status == 401)
+        #expect(right.status == 200)
+        #expect(health.status == 200)
+        #expect(client.status == 200)
+    }
 }

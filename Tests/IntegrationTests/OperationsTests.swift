@@ -87,8 +87,8 @@ struct OperationsTests {
         let harness = try ProxyHarness { $0.adminAllow = [AddressRange("127.0.0.1/32")!] }
         let port = harness.port
         // When: the same request from 127.0.0.2 and from 127.0.0.1
-        let outside = try await offPool { try RawRequest.send("GET /_imagecached/stats HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", port: port, from: "127.0.0.2") }
-        let inside = try await offPool { try RawRequest.send("GET /_imagecached/stats HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", port: port, from: "127.0.0.1") }
+        let outside = try await offPool { try RawRequest.send("GET /_imagecached/stats HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", port: port, from: "127.0.0.2") }
+        let inside = try await offPool { try RawRequest.send("GET /_imagecached/stats HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", port: port, from: "127.0.0.1") }
         let health = try await offPool { try RawRequest.send("GET /_imagecached/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", port: port, from: "127.0.0.2") }
         // Then
         #expect(outside.hasPrefix("HTTP/1.1 403"), "\(outside)")

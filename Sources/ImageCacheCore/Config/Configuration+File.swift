@@ -20,6 +20,9 @@
 //   allow-private-networks       IMAGECACHED_ALLOW_PRIVATE_NETWORKS      --allow-private-networks
 //   heuristic-fraction, heuristic-max, complete-abandoned-fetches, log-level, access-log
 //   admin-allow  (list or comma-separated CIDRs)  IMAGECACHED_ADMIN_ALLOW  --admin-allow LIST
+//   admin-hosts  (list or comma-separated names)  IMAGECACHED_ADMIN_HOSTS  --admin-hosts LIST
+//   admin-token  (file or environment only)       IMAGECACHED_ADMIN_TOKEN  (no flag: it would show in ps)
+//   admin-token-file             IMAGECACHED_ADMIN_TOKEN_FILE            --admin-token-file FILE
 //   shutdown-timeout             IMAGECACHED_SHUTDOWN_TIMEOUT            --shutdown-timeout DURATION
 //   server.max-request-line, server.max-header-bytes, server.max-header-count, server.max-request-body,
 //   server.header-timeout, server.body-timeout, server.idle-timeout, server.write-timeout, server.max-connections, server.cpu-affinity
@@ -59,7 +62,7 @@ extension Configuration {
     public static let keys: [String] = [
         "listen", "origin", "origins", "cache-dir", "disk-limit", "disk-max-age", "disk-low-water", "disk-fsync", "memory-limit", "memory-count-limit", "memory-object-limit",
         "max-object-size", "stale-if-error", "content-types", "allow-svg", "allow-private-networks", "heuristic-fraction",
-        "heuristic-max", "complete-abandoned-fetches", "log-level", "access-log", "admin-allow", "shutdown-timeout",
+        "heuristic-max", "complete-abandoned-fetches", "log-level", "access-log", "admin-allow", "admin-hosts", "admin-token", "admin-token-file", "shutdown-timeout",
         "server.max-request-line", "server.max-header-bytes", "server.max-header-count", "server.max-request-body",
         "server.header-timeout", "server.body-timeout", "server.idle-timeout", "server.write-timeout", "server.max-connections",
         "server.cpu-affinity", "upstream.connect-timeout", "upstream.timeout", "upstream.low-speed-limit", "upstream.low-speed-time",
@@ -86,6 +89,15 @@ extension Configuration {
         configuration.applyCgroupMemoryLimit(cgroupMemoryLimitBytes)
         try configuration.validate()
         return configuration
+    }
+
+    /// A token as configured: surrounding white space (a file's final newline) dropped; at least 16 visible characters.
+    static func adminToken(_ text: String, source: String) throws(ConfigError) -> String {
+        let token = text.trimmingCharacters(in: .whitespacesAndNewlines)
+        guard token.utf8.count >= 16, token.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
+            throw ConfigError(key: source, reason: "the admin token must be at least 16 visible ASCII characters, without spaces")
+        }
+        return token
     }
 
     /// The environment variable of a key: IMAGECACHED_SERVER_IDLE_TIMEOUT for server.idle-timeout.
@@ -308,6 +320,30 @@ extension Configuration {
                 ranges.append(range)
             }
             adminAllow = ranges
+        case "admin-hosts":
+            let items: [String]
+            switch setting.value {
+            case let .list(list): items = list
+            case let .scalar(text): items = text.split(separator: ",").map { String($0) }
+            case .origins: throw ConfigError(key: source, reason: "expected a list of host names")
+            }
+            var hosts: [String] = []
+            for item in items.map({ $0.trimmingCharacters(in: .whitespaces).lowercased() }) where !item.isEmpty {
+                guard HTTPParser.isValidHost(item), !item.contains(":") else {
+                    throw ConfigError(key: source, reason: "'\(item)' is not a host name")
+                }
+                hosts.append(item)
+            }
+            adminHosts = hosts
+        case "admin-token":
+            if source.hasPrefix("--") { throw ConfigError(key: source, reason: "the admin token is read from the configuration file or the environment only, never a flag (flags show in ps)") }
+            adminToken = try Self.adminToken(try scalar(), source: source)
+        case "admin-token-file":
+            let path = try scalar()
+            guard let data = FileManager.default.contents(atPath: path) else {
+                throw ConfigError(key: source, reason: "cannot read the admin token file \(path)")
+            }
+            adminToken = try Self.adminToken(String(decoding: data, as: UTF8.self), source: source)
         case "shutdown-timeout": shutdownTimeoutSeconds = try seconds(allowingZero: true)
         case "server.max-request-line": server.maxRequestLineBytes = try integer(min: 64)
         case "server.max-header-bytes": server.maxHeaderBytes = try integer(min: 256)

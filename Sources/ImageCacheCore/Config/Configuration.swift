@@ -53,6 +53,14 @@ public struct Configuration: Sendable, Equatable {
     /// `admin-allow`: client address ranges (CIDR) that may use the /_imagecached/ endpoints. Default loopback
     /// (127.0.0.0/8, ::1/128).
     public var adminAllow: [AddressRange] = AddressRange.loopback
+    /// `admin-hosts`: host names an admin request may name in `Host` besides IP literals and `localhost` (a name the
+    /// operator gave the daemon). Any other name is refused: it is how DNS rebinding reaches the daemon from a web
+    /// page. Default none.
+    public var adminHosts: [String] = []
+    /// `admin-token` (file or environment only, never a flag: a flag shows in `ps`) or `admin-token-file` (a file
+    /// holding it): when set, every admin request but `/_imagecached/health` needs `Authorization: Bearer <token>`.
+    /// At least 16 characters. Default none.
+    public var adminToken: String?
     /// `shutdown-timeout`: on SIGTERM/SIGINT, how long responses in flight may take to finish before their
     /// connections are closed, seconds. Default 30.
     public var shutdownTimeoutSeconds: Double = 30

@@ -35,19 +35,23 @@ public enum AdminClient {
     }
 
     /// Sends one request and reads the whole response (the daemon closes after it: Connection: close).
+    /// `token`: the daemon's admin token, sent as `Authorization: Bearer`. A POST body is sent as `text/uri-list` (the
+    /// prefetch list; a type a web page cannot send without a CORS preflight, which the daemon requires).
     public static func send(_ method: String, _ target: String, to address: ListenAddress, body: [UInt8] = [],
-                            timeoutSeconds: Int = 30) throws(AdminClientError) -> AdminResponse {
+                            token: String? = nil, timeoutSeconds: Int = 30) throws(AdminClientError) -> AdminResponse {
         var text: [UInt8] = []
-        let status = try stream(method, target, to: address, body: body, timeoutSeconds: timeoutSeconds) { text.append(contentsOf: $0) }
+        let status = try stream(method, target, to: address, body: body, token: token, timeoutSeconds: timeoutSeconds) { text.append(contentsOf: $0) }
         return AdminResponse(status: status, body: String(decoding: text, as: UTF8.self))
     }
 
     /// Sends one request and hands the response body to `onBody` as it arrives (de-chunked). Returns the status.
     public static func stream(_ method: String, _ target: String, to address: ListenAddress, body: [UInt8] = [],
-                              timeoutSeconds: Int = 30, onBody: ([UInt8]) -> Void) throws(AdminClientError) -> Int {
+                              token: String? = nil, timeoutSeconds: Int = 30, onBody: ([UInt8]) -> Void) throws(AdminClientError) -> Int {
         let fd = try connect(to: address, timeoutSeconds: timeoutSeconds)
         defer { close(fd) }
         var request = "\(method) \(target) HTTP/1.1\r\nHost: \(address)\r\nConnection: close\r\n"
+        if let token { request += "Authorization: Bearer \(token)\r\n" }
+        if method == "POST" { request += "Content-Type: text/uri-list\r\n" }
         request += body.isEmpty && method != "POST" ? "\r\n" : "Content-Length: \(body.count)\r\n\r\n"
         var bytes = Array(request.utf8) + body
         while !bytes.isEmpty {
