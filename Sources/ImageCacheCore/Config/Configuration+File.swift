@@ -221,6 +221,16 @@ extension Configuration {
             default: throw ConfigError(key: source, reason: "'\(text)' is not true or false")
             }
         }
+        /// A list value (a YAML list, or a comma-separated scalar): trimmed, empty items dropped.
+        func items(_ expected: String) throws(ConfigError) -> [String] {
+            let raw: [String]
+            switch setting.value {
+            case let .list(list): raw = list
+            case let .scalar(text): raw = text.split(separator: ",").map { String($0) }
+            case .origins: throw ConfigError(key: source, reason: "expected \(expected)")
+            }
+            return raw.map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+        }
         func fraction() throws(ConfigError) -> Double {
             let text = try scalar()
             guard let value = Double(text), value >= 0, value <= 1 else {
@@ -277,13 +287,7 @@ extension Configuration {
             guard bytes > 0 else { throw ConfigError(key: source, reason: "must be more than 0 bytes") }
             maxObjectSizeBytes = bytes
         case "content-types":
-            let items: [String]
-            switch setting.value {
-            case let .list(list): items = list
-            case let .scalar(text): items = text.split(separator: ",").map { String($0) }
-            case .origins: throw ConfigError(key: source, reason: "expected a list of media types")
-            }
-            let types = items.map { $0.trimmingCharacters(in: .whitespaces).lowercased() }.filter { !$0.isEmpty }
+            let types = try items("a list of media types").map { $0.lowercased() }
             guard !types.isEmpty else { throw ConfigError(key: source, reason: "must name at least one media type, or */*") }
             for type in types where type != "*/*" {
                 let parts = type.split(separator: "/")
@@ -306,14 +310,8 @@ extension Configuration {
             logLevel = text
         case "access-log": accessLog = try boolean()
         case "admin-allow":
-            let items: [String]
-            switch setting.value {
-            case let .list(list): items = list
-            case let .scalar(text): items = text.split(separator: ",").map { String($0) }
-            case .origins: throw ConfigError(key: source, reason: "expected a list of address ranges like 127.0.0.1/32")
-            }
             var ranges: [AddressRange] = []
-            for item in items.map({ $0.trimmingCharacters(in: .whitespaces) }) where !item.isEmpty {
+            for item in try items("a list of address ranges like 127.0.0.1/32") {
                 guard let range = AddressRange(item) else {
                     throw ConfigError(key: source, reason: "'\(item)' is not an address range like 127.0.0.1/32 or ::1/128")
                 }
@@ -321,14 +319,8 @@ extension Configuration {
             }
             adminAllow = ranges
         case "admin-hosts":
-            let items: [String]
-            switch setting.value {
-            case let .list(list): items = list
-            case let .scalar(text): items = text.split(separator: ",").map { String($0) }
-            case .origins: throw ConfigError(key: source, reason: "expected a list of host names")
-            }
             var hosts: [String] = []
-            for item in items.map({ $0.trimmingCharacters(in: .whitespaces).lowercased() }) where !item.isEmpty {
+            for item in try items("a list of host names").map({ $0.lowercased() }) {
                 guard HTTPParser.isValidHost(item), !item.contains(":") else {
                     throw ConfigError(key: source, reason: "'\(item)' is not a host name")
                 }
