@@ -40,7 +40,7 @@ enum AdminGuard {
                 let parts = value.split(separator: " ", maxSplits: 1)
                 return parts.count == 2 && parts[0].lowercased() == "bearer" ? parts[1].trimmingOWS() : nil
             }
-            guard let presented, constantTimeEqual(Array(presented.utf8), Array(token.utf8)) else {
+            guard let presented, URLSigning.constantTimeEqual(Array(presented.utf8), Array(token.utf8)) else {
                 return (401, "this daemon needs its admin token: Authorization: Bearer <admin-token>",
                         ["WWW-Authenticate": "Bearer realm=\"imagecached\""])
             }
@@ -63,15 +63,6 @@ enum AdminGuard {
         guard let host, let url = try? UpstreamURL.parse(origin), url.pathAndQuery == "/", url.scheme == "http" else { return false }
         guard let own = try? UpstreamURL.parse("http://" + host) else { return false }
         return own.host == url.host && own.effectivePort == url.effectivePort
-    }
-
-    /// Equal bytes, in time that depends on the lengths only.
-    static func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) -> Bool {
-        var difference = UInt8(a.count == b.count ? 0 : 1)
-        for index in 0..<max(a.count, b.count) {
-            difference |= (index < a.count ? a[index] : 0) ^ (index < b.count ? b[index] : 0)
-        }
-        return difference == 0
     }
 }
 

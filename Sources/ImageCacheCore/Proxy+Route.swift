@@ -62,11 +62,12 @@ struct OriginRoute: Sendable {
 }
 
 extension Route {
-    static func resolve(_ request: HTTPRequestHead, origins: [OriginMapping]) -> Route {
-        resolve(request, origins: origins.compactMap(OriginRoute.init))
+    static func resolve(_ request: HTTPRequestHead, origins: [OriginMapping], signing: URLSigning = URLSigning()) -> Route {
+        resolve(request, origins: origins.compactMap(OriginRoute.init), signing: signing)
     }
 
-    static func resolve(_ request: HTTPRequestHead, origins: [OriginRoute]) -> Route {
+    /// `signing`: the keys that verify signed fetch URLs, and whether unsigned ones are refused (URLSigning.swift).
+    static func resolve(_ request: HTTPRequestHead, origins: [OriginRoute], signing: URLSigning = URLSigning()) -> Route {
         let raw = request.target
         if request.method == "CONNECT" {
             return .error(status: 501, reason: "CONNECT tunnels are not supported; fetch https images with GET /fetch?url=<percent-encoded URL>")
@@ -75,6 +76,9 @@ extension Route {
             // Absolute form: forward proxy (curl -x). Any other form is malformed here.
             guard raw.contains("://") else {
                 return .error(status: 400, reason: "request target '\(raw.prefix(200))' is not a path or an absolute URL")
+            }
+            if signing.required {
+                return .error(status: 403, reason: "this daemon requires signed URLs, which a forward-proxy request cannot carry: use /fetch?url=<percent-encoded URL>&sig=<signature> (imagecached sign URL)")
             }
             do {
                 return .upstream(try UpstreamURL.parse(raw), mode: .forward, trusted: false)
@@ -99,11 +103,23 @@ extension Route {
             guard let url = percentDecode(encoded), !url.isEmpty else {
                 return .error(status: 400, reason: "the url parameter is not valid percent-encoding")
             }
+            let parsed: UpstreamURL
             do {
-                return .upstream(try UpstreamURL.parse(url), mode: .fetch, trusted: false)
+                parsed = try UpstreamURL.parse(url)
             } catch {
                 return .error(status: 400, reason: "bad url parameter: \(error.reason)")
             }
+            if let sig = queryParameter("sig", in: query) {
+                if let refusal = signing.verify(sig: sig, url: url, normalised: parsed.string) {
+                    return .error(status: 403, reason: refusal.reason)
+                }
+            } else if signing.required {
+                return .error(status: 403, reason: "this daemon requires signed fetch URLs: add &sig=<signature> (imagecached sign URL)")
+            }
+            return .upstream(parsed, mode: .fetch, trusted: false)
+        }
+        if path.hasPrefix("/fetch/") {
+            return signedPath(path.dropFirst("/fetch/".count), signing: signing)
         }
         if path == "/_imagecached" || path.hasPrefix("/_imagecached/") {
             return .admin(path: String(path), query: splitQuery(raw).query)
@@ -114,6 +130,10 @@ extension Route {
             best = route
         }
         guard let mapping = best else {
+            // With no origin, "/" serves the camo path form too: /<digest>/<encoded URL>.
+            if origins.isEmpty, URLSigning.looksSigned(path.dropFirst()) {
+                return signedPath(path.dropFirst(), signing: signing)
+            }
             if origins.isEmpty {
                 return .error(status: 400, reason: "not a proxy request: send an absolute URL (curl -x), use /fetch?url=..., or start the daemon with --origin")
             }
@@ -123,6 +143,20 @@ extension Route {
             return .upstream(try mapping.upstreamURL(for: target, targetIsNormal: targetIsNormal), mode: .reverse, trusted: true)
         } catch {
             return .error(status: 400, reason: "bad URL: \(error.reason)")
+        }
+    }
+
+    /// A camo-style signed path (`<digest>/<encoded URL>`), verified.
+    private static func signedPath(_ rest: Substring, signing: URLSigning) -> Route {
+        switch signing.verifyPath(rest) {
+        case let .failure(refusal):
+            return .error(status: 403, reason: refusal.reason)
+        case let .success(url):
+            do {
+                return .upstream(try UpstreamURL.parse(url), mode: .fetch, trusted: false)
+            } catch {
+                return .error(status: 400, reason: "bad signed URL: \(error.reason)")
+            }
         }
     }
 

@@ -3,7 +3,8 @@
 // from start to end; a fetch in flight reads it again as it goes (a reload mid-transfer applies to what is left).
 //
 // Reloadable: memory limits (the tier evicts down at once), max-object-size, origins, content-types and allow-svg,
-// stale-if-error, heuristic freshness, complete-abandoned-fetches, access-log, admin-allow, shutdown-timeout.
+// stale-if-error, heuristic freshness, complete-abandoned-fetches, access-log, admin-allow, admin-hosts, admin-token,
+// signing-keys, require-signature, shutdown-timeout.
 // Not reloadable (the daemon logs that a restart is needed): listen, cache-dir and disk-*, server.*, upstream.*,
 // allow-private-networks, log-level. `Configuration.restartOnlyChanges` names them.
 
@@ -17,11 +18,14 @@ final class ProxySettings: Sendable {
     let freshnessPolicy: FreshnessPolicy
     /// The reverse-proxy mappings, parsed once.
     let originRoutes: [OriginRoute]
+    /// Signed fetch URLs: keys and whether unsigned fetch and forward requests are refused.
+    let signing: URLSigning
 
     init(_ configuration: Configuration) {
         self.configuration = configuration
         contentPolicy = ContentPolicy(allowedTypes: configuration.effectiveContentTypes)
         originRoutes = configuration.origins.compactMap(OriginRoute.init)
+        signing = URLSigning(keys: configuration.signingKeys, required: configuration.signaturesRequired)
         freshnessPolicy = FreshnessPolicy(
             heuristicFraction: configuration.heuristicFraction, heuristicMaxSeconds: configuration.heuristicMaxSeconds)
     }

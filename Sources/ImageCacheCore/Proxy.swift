@@ -78,7 +78,7 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
                    request: request, client: client)
             return
         }
-        let route = Route.resolve(request, origins: settings.originRoutes)
+        let route = Route.resolve(request, origins: settings.originRoutes, signing: settings.signing)
         switch route {
         case let .error(status, reason):
             refuse(sink, status: status, reason: reason, request: request, client: client)
@@ -102,7 +102,8 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
     /// head is in, with the status its route would answer (400 for a GET or HEAD with a body, 501 for a method the
     /// cache does not take, the route's own error), so no connection holds up to `server.max-request-body` for nothing.
     public func bodyRefusal(for request: HTTPRequestHead) -> HTTPParser.ParseError? {
-        switch Route.resolve(request, origins: settings.originRoutes) {
+        let settings = self.settings
+        switch Route.resolve(request, origins: settings.originRoutes, signing: settings.signing) {
         case let .error(status, reason):
             return HTTPParser.ParseError(status: status, reason: reason)
         case let .admin(path, _):

@@ -15,7 +15,7 @@ struct Imagecached: ParsableCommand {
             Sizes take KiB/MiB/GiB (1024) or KB/MB/GB (1000); durations take ms, s, m, h (plain numbers are seconds).
             """,
         version: imagecachedVersion,
-        subcommands: [Purge.self, Stats.self, Prefetch.self, Config.self]
+        subcommands: [Purge.self, Stats.self, Prefetch.self, Config.self, Sign.self]
     )
 
     @Option(help: "Configuration file (YAML). Default: none, or $IMAGECACHED_CONFIG.")
@@ -67,6 +67,10 @@ struct Imagecached: ParsableCommand {
     var adminHosts: String?
     @Option(help: "File holding the admin token (admin-token itself is read from the file or the environment only). Default none.")
     var adminTokenFile: String?
+    @Option(help: "File of signing keys for signed fetch URLs, one per line (signing-keys itself: file or environment only). Default none.")
+    var signingKeysFile: String?
+    @Option(help: "Refuse unsigned /fetch and forward-proxy requests: auto, true or false. Default auto (on when listen is not loopback).")
+    var requireSignature: String?
     @Option(help: "On SIGTERM, how long requests in flight may take to finish. Default 30s.")
     var shutdownTimeout: String?
 
@@ -126,7 +130,8 @@ struct Imagecached: ParsableCommand {
             ("heuristic-fraction", heuristicFraction), ("heuristic-max", heuristicMax),
             ("complete-abandoned-fetches", completeAbandonedFetches ? "true" : nil),
             ("log-level", logLevel), ("access-log", accessLog), ("admin-allow", adminAllow),
-            ("admin-hosts", adminHosts), ("admin-token-file", adminTokenFile), ("shutdown-timeout", shutdownTimeout),
+            ("admin-hosts", adminHosts), ("admin-token-file", adminTokenFile),
+            ("signing-keys-file", signingKeysFile), ("require-signature", requireSignature), ("shutdown-timeout", shutdownTimeout),
             ("server.max-request-line", serverMaxRequestLine), ("server.max-header-bytes", serverMaxHeaderBytes),
             ("server.max-header-count", serverMaxHeaderCount), ("server.max-request-body", serverMaxRequestBody),
             ("server.header-timeout", serverHeaderTimeout), ("server.body-timeout", serverBodyTimeout),
@@ -175,6 +180,36 @@ struct Imagecached: ParsableCommand {
             throw ExitCode(1)
         }
         daemon.runUntilSignalled()
+    }
+}
+
+/// `imagecached sign URL`: a signed fetch URL for the daemon, made with the first signing key of its configuration
+/// (file or environment), as `http://ADDRESS/fetch?url=...&sig=...` or, with --camo, `http://ADDRESS/fetch/<hex>/<hex>`.
+struct Sign: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Print a signed fetch URL for URL, made with the first of the daemon's signing keys.")
+
+    @Argument(help: "The image URL (http or https).")
+    var url: String
+    @Flag(help: "Print the camo path form /fetch/<HMAC hex>/<URL hex> instead of /fetch?url=...&sig=...")
+    var camo = false
+    @OptionGroup var daemon: DaemonAddress
+
+    func run() throws {
+        let configuration = try daemon.configuration()
+        guard (try? UpstreamURL.parse(url)) != nil else {
+            FileHandle.standardError.write(Data("imagecached: '\(url)' is not an absolute http or https URL\n".utf8))
+            throw ExitCode(2)
+        }
+        let signing = URLSigning(keys: configuration.signingKeys)
+        let base = "http://\(AdminClient.address(for: configuration.listen))"
+        let unreserved = CharacterSet(charactersIn: "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+        guard let signed = camo ? signing.camoPath(for: url).map({ base + "/fetch/" + $0 })
+                : signing.signature(for: url).map({ base + "/fetch?url=" + (url.addingPercentEncoding(withAllowedCharacters: unreserved) ?? url) + "&sig=" + $0 }) else {
+            FileHandle.standardError.write(Data("imagecached: no signing key: set signing-keys in the configuration file or IMAGECACHED_SIGNING_KEYS, or signing-keys-file\n".utf8))
+            throw ExitCode(2)
+        }
+        print(signed)
     }
 }
 
@@ -258,11 +293,17 @@ struct DaemonAddress: ParsableArguments {
 
     /// The address, and the admin token of the daemon's configuration (file or environment), if any.
     func resolve() throws -> (address: ListenAddress, token: String?) {
+        let configuration = try configuration()
+        return (AdminClient.address(for: configuration.listen), configuration.adminToken)
+    }
+
+    /// The daemon's configuration as the subcommands see it: --daemon-config / IMAGECACHED_CONFIG, the environment,
+    /// and --address as its listen.
+    func configuration() throws -> Configuration {
         let environment = ProcessInfo.processInfo.environment
         let flags = address.map { [ConfigSetting(key: "listen", value: .scalar($0), source: "--address")] } ?? []
         do {
-            let configuration = try Configuration.load(file: daemonConfig ?? environment["IMAGECACHED_CONFIG"], environment: environment, flags: flags)
-            return (AdminClient.address(for: configuration.listen), configuration.adminToken)
+            return try Configuration.load(file: daemonConfig ?? environment["IMAGECACHED_CONFIG"], environment: environment, flags: flags)
         } catch {
             FileHandle.standardError.write(Data("imagecached: \(error)\n".utf8))
             throw ExitCode(2)

@@ -23,6 +23,9 @@
 //   admin-hosts  (list or comma-separated names)  IMAGECACHED_ADMIN_HOSTS  --admin-hosts LIST
 //   admin-token  (file or environment only)       IMAGECACHED_ADMIN_TOKEN  (no flag: it would show in ps)
 //   admin-token-file             IMAGECACHED_ADMIN_TOKEN_FILE            --admin-token-file FILE
+//   signing-keys  (list; file or environment only)  IMAGECACHED_SIGNING_KEYS  (no flag)
+//   signing-keys-file            IMAGECACHED_SIGNING_KEYS_FILE           --signing-keys-file FILE
+//   require-signature  (auto, true, false)  IMAGECACHED_REQUIRE_SIGNATURE  --require-signature auto|true|false
 //   shutdown-timeout             IMAGECACHED_SHUTDOWN_TIMEOUT            --shutdown-timeout DURATION
 //   server.max-request-line, server.max-header-bytes, server.max-header-count, server.max-request-body,
 //   server.header-timeout, server.body-timeout, server.idle-timeout, server.write-timeout, server.max-connections, server.cpu-affinity
@@ -62,7 +65,8 @@ extension Configuration {
     public static let keys: [String] = [
         "listen", "origin", "origins", "cache-dir", "disk-limit", "disk-max-age", "disk-low-water", "disk-fsync", "memory-limit", "memory-count-limit", "memory-object-limit",
         "max-object-size", "stale-if-error", "content-types", "allow-svg", "allow-private-networks", "heuristic-fraction",
-        "heuristic-max", "complete-abandoned-fetches", "log-level", "access-log", "admin-allow", "admin-hosts", "admin-token", "admin-token-file", "shutdown-timeout",
+        "heuristic-max", "complete-abandoned-fetches", "log-level", "access-log", "admin-allow", "admin-hosts", "admin-token", "admin-token-file",
+        "signing-keys", "signing-keys-file", "require-signature", "shutdown-timeout",
         "server.max-request-line", "server.max-header-bytes", "server.max-header-count", "server.max-request-body",
         "server.header-timeout", "server.body-timeout", "server.idle-timeout", "server.write-timeout", "server.max-connections",
         "server.cpu-affinity", "upstream.connect-timeout", "upstream.timeout", "upstream.low-speed-limit", "upstream.low-speed-time",
@@ -89,6 +93,21 @@ extension Configuration {
         configuration.applyCgroupMemoryLimit(cgroupMemoryLimitBytes)
         try configuration.validate()
         return configuration
+    }
+
+    /// Signing keys as configured (URLSigning.decodeKey), each at least `URLSigning.minimumKeyBytes`.
+    static func signingKeys(_ texts: [String], source: String) throws(ConfigError) -> [[UInt8]] {
+        var keys: [[UInt8]] = []
+        for (index, text) in texts.enumerated() {
+            guard let key = URLSigning.decodeKey(text) else {
+                throw ConfigError(key: source, reason: "key \(index + 1) is not hex:..., base64:..., text:... or plain hex or base64")
+            }
+            guard key.count >= URLSigning.minimumKeyBytes else {
+                throw ConfigError(key: source, reason: "key \(index + 1) is \(key.count) bytes; at least \(URLSigning.minimumKeyBytes) are needed")
+            }
+            keys.append(key)
+        }
+        return keys
     }
 
     /// A token as configured: surrounding white space (a file's final newline) dropped; at least 16 visible characters.
@@ -330,6 +349,24 @@ extension Configuration {
         case "admin-token":
             if source.hasPrefix("--") { throw ConfigError(key: source, reason: "the admin token is read from the configuration file or the environment only, never a flag (flags show in ps)") }
             adminToken = try Self.adminToken(try scalar(), source: source)
+        case "signing-keys":
+            if source.hasPrefix("--") { throw ConfigError(key: source, reason: "signing keys are read from the configuration file or the environment only, never a flag (flags show in ps)") }
+            signingKeys = try Self.signingKeys(try items("a list of keys (hex:..., base64:..., text:...)").flatMap { $0.split(separator: " ").map(String.init) }, source: source)
+        case "signing-keys-file":
+            let path = try scalar()
+            guard let data = FileManager.default.contents(atPath: path) else {
+                throw ConfigError(key: source, reason: "cannot read the signing keys file \(path)")
+            }
+            let lines = String(decoding: data, as: UTF8.self).split(whereSeparator: \.isNewline)
+                .map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty && !$0.hasPrefix("#") }
+            signingKeys = try Self.signingKeys(lines, source: source)
+        case "require-signature":
+            let text = try scalar().lowercased()
+            if text == "auto" {
+                requireSignature = nil
+            } else {
+                requireSignature = try boolean()
+            }
         case "admin-token-file":
             let path = try scalar()
             guard let data = FileManager.default.contents(atPath: path) else {

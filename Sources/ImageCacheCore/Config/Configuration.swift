@@ -61,6 +61,19 @@ public struct Configuration: Sendable, Equatable {
     /// holding it): when set, every admin request but `/_imagecached/health` needs `Authorization: Bearer <token>`.
     /// At least 16 characters. Default none.
     public var adminToken: String?
+    /// `signing-keys` (file or environment only, never a flag) or `signing-keys-file` (one key per line): the keys
+    /// that verify signed fetch URLs, raw bytes, in order (the first signs). Each at least 16 bytes. Default none.
+    public var signingKeys: [[UInt8]] = []
+    /// `require-signature`: true, false, or nil for auto: required when `listen` is not a loopback address.
+    /// Default auto.
+    public var requireSignature: Bool?
+
+    /// Whether unsigned fetch and forward requests are refused (require-signature, auto resolved against `listen`).
+    public var signaturesRequired: Bool {
+        if let requireSignature { return requireSignature }
+        let host = listen.host.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+        return !(host == "localhost" || (IPAddress(host)?.isLoopback ?? false))
+    }
     /// `shutdown-timeout`: on SIGTERM/SIGINT, how long responses in flight may take to finish before their
     /// connections are closed, seconds. Default 30.
     public var shutdownTimeoutSeconds: Double = 30

@@ -99,7 +99,7 @@ public final class Daemon: @unchecked Sendable {
         if !configuration.origins.isEmpty {
             modes.append("reverse proxy (" + configuration.origins.map { "\($0.prefix) -> \($0.url)" }.joined(separator: ", ") + ")")
         }
-        logger.info("imagecached \(imagecachedVersion) listening on \(listening); modes: \(modes.joined(separator: ", ")); memory limit \(configuration.memoryLimitBytes) bytes; disk \(configuration.diskLimitBytes > 0 ? "\(configuration.cacheDirectory) limit \(configuration.diskLimitBytes) bytes" : "off"); private networks \(configuration.allowPrivateNetworks ? "allowed" : "refused")")
+        logger.info("imagecached \(imagecachedVersion) listening on \(listening); modes: \(modes.joined(separator: ", ")); memory limit \(configuration.memoryLimitBytes) bytes; disk \(configuration.diskLimitBytes > 0 ? "\(configuration.cacheDirectory) limit \(configuration.diskLimitBytes) bytes" : "off"); private networks \(configuration.allowPrivateNetworks ? "allowed" : "refused"); signed fetch URLs \(configuration.signaturesRequired ? "required" : "optional") (\(configuration.signingKeys.count) key(s))")
         return port
     }
 
