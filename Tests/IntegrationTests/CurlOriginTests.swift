@@ -55,6 +55,35 @@ struct CurlOriginTests {
         #expect(origin.transfersStarted == 1)
     }
 
+    @Test("with a delivery window, a transfer held back by unconsumed bytes goes on as they are consumed, round after round, byte-exact")
+    func deliveryWindow() async throws {
+        // Given a 1 MB body and a 64 KiB window
+        let server = try TestOrigin()
+        defer { server.stop() }
+        let image = Fixtures.png(size: 1_000_000)
+        server.route("/w.png") { _ in Reply(status: 200, headers: [("Content-Type", "image/png")], body: image) }
+        let origin = try Self.makeOrigin()
+        defer { origin.shutdown() }
+        let recorder = TransferRecorder()
+        let window = 64 << 10
+        var request = Self.request(server.baseURL + "/w.png")
+        request.deliveryWindow = window
+        let transfer = origin.fetch(request, events: recorder.record)
+
+        // When the consumer takes the bytes in rounds, each only once a window's worth waits (the handle has paused
+        // then: FlowControlTests shows when; a resume that never came would time out here)
+        var consumed = 0
+        while recorder.outcome == nil {
+            let received = try await recorder.body(atLeast: consumed + window)
+            transfer.consumed(received - consumed)
+            consumed = received
+        }
+
+        // Then the body is whole
+        #expect(recorder.outcome == .end)
+        expectSameBytes(recorder.body, image)
+    }
+
     @Test("an empty 204 body still reports the head, then .end; the client's User-Agent wins")
     func emptyBody() async throws {
         // Given

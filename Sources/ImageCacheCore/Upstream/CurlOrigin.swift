@@ -120,7 +120,7 @@ public final class CurlOrigin: Origin, @unchecked Sendable {
         do {
             easy = try CurlEasy(id: transfer.id, request: transfer.request, configuration: configuration,
                                 addressGuard: guardMode, guardedConnections: multi.guardedConnections,
-                                loopGuard: loopGuard, logger: logger) { [weak self] event in
+                                loopGuard: loopGuard, flow: transfer.flow, logger: logger) { [weak self] event in
                 transfer.deliver(event)
                 if event.isTerminal { self?.ended(transfer.id) }
             }
@@ -150,6 +150,18 @@ public final class CurlOrigin: Origin, @unchecked Sendable {
             return Self._promote(state.queue.finish(id), in: &state)
         }
         next.forEach(start)
+    }
+
+    /// Called by `Transfer.setPaused`: pausing flags the easy handle (its write callback pauses at once), resuming
+    /// goes through the curl thread.
+    fileprivate func setPaused(_ transfer: Transfer, _ paused: Bool) {
+        transfer.flow.setPaused(paused)
+        if !paused && transfer.wasPosted { multi.resume(transfer.id) }
+    }
+
+    /// Called by `Transfer.consumed`: the consumer made room in the delivery window the handle waits for.
+    fileprivate func resume(_ transfer: Transfer) {
+        multi.resume(transfer.id)
     }
 
     /// Called by `Transfer.cancel` after it marked itself cancelled.
@@ -204,10 +216,13 @@ private final class Transfer: UpstreamTransfer, Sendable {
     private weak let origin: CurlOrigin?
     private let sink: @Sendable (UpstreamEvent) -> Void
     private let state = Mutex(State())
+    /// Pauses the easy handle's reading (backpressure and the delivery window); see FlowControl.
+    let flow: FlowControl
 
     init(id: UInt64, request: UpstreamRequest, origin: CurlOrigin, sink: @escaping @Sendable (UpstreamEvent) -> Void) {
         self.id = id
         self.request = request
+        self.flow = FlowControl(window: request.deliveryWindow)
         self.origin = origin
         self.sink = sink
     }
@@ -218,6 +233,17 @@ private final class Transfer: UpstreamTransfer, Sendable {
             return !state.cancelled && !state.ended
         }
         if first { origin?.cancel(self) }
+    }
+
+    func setPaused(_ paused: Bool) {
+        let live = state.withLock { !$0.cancelled && !$0.ended }
+        if live { origin?.setPaused(self, paused) }
+    }
+
+    func consumed(_ bytes: Int) {
+        guard flow.release(bytes) else { return }
+        let live = state.withLock { !$0.cancelled && !$0.ended }
+        if live { origin?.resume(self) }
     }
 
     /// Passes `event` on unless the transfer was cancelled or already ended.

@@ -22,15 +22,20 @@ public struct UpstreamRequest: Sendable, Equatable {
     public var maxBodyBytes: Int
     /// Higher runs first when transfers wait for a free slot (unused by FIFO/LIFO order between equals).
     public var priority: Int
+    /// Body bytes that may be delivered and not yet `consumed` before the transfer holds back (stops reading from
+    /// the origin); nil: no window, deliver as fast as the origin sends. A consumer that sets it must call
+    /// `UpstreamTransfer.consumed` for every `.body` event, or the transfer stalls.
+    public var deliveryWindow: Int?
 
     public init(url: String, method: String = "GET", headers: HTTPHeaders = HTTPHeaders(), trusted: Bool = false,
-                maxBodyBytes: Int = 50 << 20, priority: Int = 0) {
+                maxBodyBytes: Int = 50 << 20, priority: Int = 0, deliveryWindow: Int? = nil) {
         self.url = url
         self.method = method
         self.headers = headers
         self.trusted = trusted
         self.maxBodyBytes = maxBodyBytes
         self.priority = priority
+        self.deliveryWindow = deliveryWindow
     }
 }
 
@@ -105,6 +110,19 @@ public enum UpstreamError: Error, Sendable, Equatable, CustomStringConvertible {
 public protocol UpstreamTransfer: Sendable {
     /// Stops the transfer. Idempotent; may be called from any queue.
     func cancel()
+    /// Stops reading the response body from the origin (`true`) or goes on (`false`): backpressure while every
+    /// client of the transfer is behind. Idempotent; any queue. Bytes already read are still delivered.
+    func setPaused(_ paused: Bool)
+    /// The consumer has dealt with `bytes` of delivered body (a `.body` event's count, every one): with a
+    /// `deliveryWindow` the transfer holds back while that much is delivered and not consumed. Any queue.
+    func consumed(_ bytes: Int)
+}
+
+extension UpstreamTransfer {
+    /// Transfers that cannot pause read on.
+    public func setPaused(_ paused: Bool) {}
+    /// Transfers without a delivery window need no word back.
+    public func consumed(_ bytes: Int) {}
 }
 
 /// Runs upstream transfers.

@@ -70,6 +70,14 @@ final class TransferRecorder: Sendable {
         try await wait(timeout) { events in Self.outcome(events) }
     }
 
+    /// Waits until `count` body bytes have arrived in all, or the transfer ended; returns the body bytes so far.
+    func body(atLeast count: Int, timeout: Duration = .seconds(20)) async throws -> Int {
+        try await wait(timeout) { events -> Int? in
+            let received = events.reduce(0) { sum, event in if case let .body(bytes) = event { sum + bytes.count } else { sum } }
+            return received >= count || Self.outcome(events) != nil ? received : nil
+        }
+    }
+
     private func wait<T: Sendable>(_ timeout: Duration, _ ready: @escaping @Sendable ([UpstreamEvent]) -> T?) async throws -> T {
         let id = state.withLock { state -> UInt64 in
             state.nextWaiter += 1

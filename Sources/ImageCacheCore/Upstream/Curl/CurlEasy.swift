@@ -19,6 +19,7 @@ internal import CCurl
 internal import CCurlShim
 internal import Foundation
 internal import Logging
+internal import Synchronization
 
 /// A libcurl easy handle for one request. Confined to the curl thread once added to `CurlMulti`.
 final class CurlEasy: @unchecked Sendable {
@@ -31,6 +32,8 @@ final class CurlEasy: @unchecked Sendable {
     private let events: @Sendable (UpstreamEvent) -> Void
     private let addressGuard: AddressGuard
     private let loopGuard: LoopGuard?
+    /// Whether the write callback may take body bytes now (see `FlowControl`); shared with the transfer's owner.
+    let flow: FlowControl
     private let followsRedirects: Bool
     private let maxRedirects: Int
     private let maxBodyBytes: Int
@@ -64,7 +67,8 @@ final class CurlEasy: @unchecked Sendable {
     /// Configures a handle for `request`. `addressGuard` says which connections the private-network guard judges;
     /// under `.always` the transfer uses `guardedConnections` as its connection cache.
     init(id: UInt64, request: UpstreamRequest, configuration: UpstreamConfiguration, addressGuard: AddressGuard,
-         guardedConnections: UnsafeMutableRawPointer, loopGuard: LoopGuard? = nil, logger: Logger,
+         guardedConnections: UnsafeMutableRawPointer, loopGuard: LoopGuard? = nil, flow: FlowControl = FlowControl(),
+         logger: Logger,
          events: @escaping @Sendable (UpstreamEvent) -> Void) throws(CurlError) {
         try CurlGlobal.initialize()
         guard let handle = curl_easy_init() else {
@@ -77,6 +81,7 @@ final class CurlEasy: @unchecked Sendable {
         self.events = events
         self.addressGuard = addressGuard
         self.loopGuard = loopGuard
+        self.flow = flow
         self.followsRedirects = configuration.maxRedirects > 0
         self.maxRedirects = configuration.maxRedirects
         self.maxBodyBytes = request.maxBodyBytes
@@ -214,14 +219,17 @@ final class CurlEasy: @unchecked Sendable {
     }
 
     /// Body bytes of the response on the way.
-    fileprivate func receivedBody(_ bytes: UnsafeRawBufferPointer) -> Bool {
+    /// True: taken; false: fail the transfer; nil: pause (libcurl delivers the same bytes again on resume).
+    fileprivate func receivedBody(_ bytes: UnsafeRawBufferPointer) -> Bool? {
         guard headReported else { return true }   // the body of a response that is not reported
-        bodyBytesReceived += bytes.count
-        if bodyBytesReceived > maxBodyBytes {
+        guard !bytes.isEmpty else { return true }
+        if bodyBytesReceived + bytes.count > maxBodyBytes {
             callbackFailure = .tooLarge(limit: maxBodyBytes)
             return false
         }
-        if !bytes.isEmpty { events(.body(Array(bytes))) }
+        guard flow.admit(bytes.count) else { return nil }
+        bodyBytesReceived += bytes.count
+        events(.body(Array(bytes)))
         return true
     }
 
@@ -353,7 +361,11 @@ private let curlHeaderCallback: ccurl_data_cb = { data, size, count, userdata in
 private let curlWriteCallback: ccurl_data_cb = { data, size, count, userdata in
     let easy = Unmanaged<CurlEasy>.fromOpaque(userdata!).takeUnretainedValue()
     let bytes = UnsafeRawBufferPointer(start: data, count: size * count)
-    return easy.receivedBody(bytes) ? size * count : 0
+    switch easy.receivedBody(bytes) {
+    case true?: return size * count
+    case false?: return 0
+    case nil: return 0x1000_0001   // CURL_WRITEFUNC_PAUSE (a macro Swift does not import)
+    }
 }
 
 private let curlPrereqCallback: ccurl_prereq_cb = { clientp, primaryIP, _, primaryPort, _ in
@@ -425,5 +437,54 @@ enum ResponseHeadParser {
     /// RFC 9110 field-value: visible characters, SP, HTAB and obs-text; no other control characters.
     static func isFieldValue(_ text: Substring) -> Bool {
         text.utf8.allSatisfy { byte in byte == 0x09 || (byte >= 0x20 && byte != 0x7F) }
+    }
+}
+
+/// Flow control of one transfer's body between its easy handle (the curl thread) and its consumer (any queue).
+///
+/// Two reasons stop the write callback from taking bytes (it answers CURL_WRITEFUNC_PAUSE, libcurl keeps the bytes
+/// and stops reading the socket, so the origin's sending stalls in TCP):
+///   - the owner paused it (`setPaused`: every client of the fetch is behind);
+///   - `window` bytes are in transit: delivered as events but not yet `release`d by the consumer. This bounds what
+///     piles up in the consumer's queue when the curl thread reads faster than the consumer works (a local origin
+///     sends at memory speed), so an owner's pause takes effect within a window, not after the whole body.
+/// Either side that ends a pause says so (`setPaused(false)` / `release` returning true) and the owner of the handle
+/// resumes it on the curl thread (`CurlMulti.resume`); a resumed handle that must still wait pauses again at once.
+final class FlowControl: Sendable {
+    /// Bytes delivered but not yet released at which the write callback pauses (Int.max: never); resumed at half.
+    let window: Int
+    private let pausedByOwner = Atomic<Bool>(false)
+    private let inTransit = Atomic<Int>(0)
+    /// The write callback paused for want of window (the consumer resumes it once it has released half).
+    private let waitingForWindow = Atomic<Bool>(false)
+
+    /// `window`: `UpstreamRequest.deliveryWindow` (nil: none).
+    init(window: Int? = nil) {
+        self.window = max(window ?? .max, 1)
+    }
+
+    var isPausedByOwner: Bool { pausedByOwner.load(ordering: .relaxed) }
+
+    func setPaused(_ paused: Bool) { pausedByOwner.store(paused, ordering: .relaxed) }
+
+    /// Curl thread: whether `bytes` may be delivered now (they are then counted in transit); false: pause.
+    func admit(_ bytes: Int) -> Bool {
+        if pausedByOwner.load(ordering: .relaxed) { return false }
+        if inTransit.load(ordering: .sequentiallyConsistent) >= window {
+            // Raise the flag, then look again: a release that drained the window in between either sees the flag
+            // (and resumes) or happened before this second look (which then finds room).
+            waitingForWindow.store(true, ordering: .sequentiallyConsistent)
+            guard inTransit.load(ordering: .sequentiallyConsistent) < window else { return false }
+            waitingForWindow.store(false, ordering: .sequentiallyConsistent)   // a resume may still come: harmless
+        }
+        inTransit.add(bytes, ordering: .sequentiallyConsistent)
+        return true
+    }
+
+    /// Consumer: `bytes` of delivered body are dealt with. True when the handle waits for window and must be resumed.
+    func release(_ bytes: Int) -> Bool {
+        let left = inTransit.subtract(bytes, ordering: .sequentiallyConsistent).newValue
+        guard left < window / 2 else { return false }
+        return waitingForWindow.exchange(false, ordering: .sequentiallyConsistent)
     }
 }

@@ -23,6 +23,7 @@ final class CurlMulti: @unchecked Sendable {
     private enum Command {
         case add(CurlEasy)
         case cancel(UInt64)
+        case resume(UInt64)
         case shutdown
     }
 
@@ -113,6 +114,12 @@ final class CurlMulti: @unchecked Sendable {
         _ = post(.cancel(id))
     }
 
+    /// Resumes receiving for the transfer `id` (curl_easy_pause on the curl thread). No-op when it ended. (Pausing
+    /// needs no command: `FlowControl` makes the write callback pause at the next bytes.)
+    func resume(_ id: UInt64) {
+        _ = post(.resume(id))
+    }
+
     /// Fails every attached transfer with `.cancelled`, stops the thread and waits for it (unless called on it).
     func shutdown() {
         let wasOpen = inbox.withLock { inbox -> Bool in
@@ -152,6 +159,10 @@ final class CurlMulti: @unchecked Sendable {
                     attach(easy)
                 case let .cancel(id):
                     if let handle = handles[id] { detach(handle) }
+                case let .resume(id):
+                    // CURLPAUSE_CONT is 0 (a curl.h macro Swift does not import). Resuming delivers the bytes the
+                    // write callback refused, through it, before curl_easy_pause returns; unless paused again.
+                    if let handle = handles[id] { _ = curl_easy_pause(handle, 0) }
                 case .shutdown:
                     for (handle, easy) in transfers {
                         detach(handle)
