@@ -1,11 +1,13 @@
 #ifndef CEPOLL_SHIM_H
 #define CEPOLL_SHIM_H
-// Glibc's Swift module does not export <sys/epoll.h> nor <sys/eventfd.h>; this system module does. It also holds the
-// two CPU-affinity calls the event loops need. Those are GNU extensions that <sched.h> and <pthread.h> declare only
-// under _GNU_SOURCE, which must not be defined here: it changes types this module shares with the other system
-// modules (fd_set's field names), and a clean build then fails. So they are declared below with the same ABI (the
-// mask is a bit array of unsigned longs), and the bits are set by hand (Swift cannot import the CPU_SET macros).
+// Glibc's Swift module does not export <sys/epoll.h> nor <sys/eventfd.h>; this system module does. It also holds
+// mallopt's mmap threshold (<malloc.h> is not exported either) and the two CPU-affinity calls the event loops need.
+// Those are GNU extensions that <sched.h> and <pthread.h> declare only under _GNU_SOURCE, which must not be defined
+// here: it changes types this module shares with the other system modules (fd_set's field names), and a clean build
+// then fails. So they are declared below with the same ABI (the mask is a bit array of unsigned longs), and the bits
+// are set by hand (Swift cannot import the CPU_SET macros).
 #include <errno.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <sys/epoll.h>
@@ -37,5 +39,10 @@ static inline int icd_pin_thread(pthread_t thread, int cpu) {
     unsigned long mask[ICD_CPU_SETSIZE / ICD_MASK_WORD_BITS] = {0};
     mask[cpu / ICD_MASK_WORD_BITS] = 1UL << (cpu % ICD_MASK_WORD_BITS);
     return pthread_setaffinity_np(thread, sizeof mask, mask);
+}
+/// Blocks of `bytes` and more are mapped on their own and returned to the system when freed (fixing glibc's
+/// threshold, which otherwise grows with the largest block freed). Returns 1 on success, 0 on failure.
+static inline int icd_set_mmap_threshold(int bytes) {
+    return mallopt(M_MMAP_THRESHOLD, bytes);
 }
 #endif

@@ -310,6 +310,8 @@ public enum ProxyEvent: Sendable, Equatable {
     case waiterAttached(key: CacheKey, waiters: Int)
     /// The fetch for `key` ended (stored or not, failed or cancelled).
     case fetchFinished(key: CacheKey)
+    /// The fetch for `key` paused its upstream transfer: a client was behind and the in-flight budget full.
+    case transferPaused(key: CacheKey)
 }
 
 /// A request headed for the cache, with what was parsed from it once.

@@ -71,6 +71,8 @@ struct Imagecached: ParsableCommand {
     var signingKeysFile: String?
     @Option(help: "Refuse unsigned /fetch and forward-proxy requests: auto, true or false. Default auto (on when listen is not loopback).")
     var requireSignature: String?
+    @Option(help: "Bytes of response bodies in flight past which backpressure applies (bodies not kept for the cache, upstream transfers paused while a client is behind). Default 64MiB.")
+    var inFlightLimit: String?
     @Option(help: "On SIGTERM, how long requests in flight may take to finish. Default 30s.")
     var shutdownTimeout: String?
 
@@ -82,6 +84,8 @@ struct Imagecached: ParsableCommand {
     var serverMaxHeaderCount: String?
     @Option(help: "Largest request body (413 beyond). Default 1MiB.")
     var serverMaxRequestBody: String?
+    @Option(help: "Bytes of a streamed response a client may have handed to it and not yet taken before it counts as behind. Default 256KiB.")
+    var serverWriteBuffer: String?
     @Option(help: "Time to receive a whole request head. Default 10s.")
     var serverHeaderTimeout: String?
     @Option(help: "Time to receive a whole request body once its head is in (408 beyond). Default 30s.")
@@ -131,10 +135,11 @@ struct Imagecached: ParsableCommand {
             ("complete-abandoned-fetches", completeAbandonedFetches ? "true" : nil),
             ("log-level", logLevel), ("access-log", accessLog), ("admin-allow", adminAllow),
             ("admin-hosts", adminHosts), ("admin-token-file", adminTokenFile),
-            ("signing-keys-file", signingKeysFile), ("require-signature", requireSignature), ("shutdown-timeout", shutdownTimeout),
+            ("signing-keys-file", signingKeysFile), ("require-signature", requireSignature),
+            ("in-flight-limit", inFlightLimit), ("shutdown-timeout", shutdownTimeout),
             ("server.max-request-line", serverMaxRequestLine), ("server.max-header-bytes", serverMaxHeaderBytes),
             ("server.max-header-count", serverMaxHeaderCount), ("server.max-request-body", serverMaxRequestBody),
-            ("server.header-timeout", serverHeaderTimeout), ("server.body-timeout", serverBodyTimeout),
+            ("server.write-buffer", serverWriteBuffer), ("server.header-timeout", serverHeaderTimeout), ("server.body-timeout", serverBodyTimeout),
             ("server.idle-timeout", serverIdleTimeout),
             ("server.write-timeout", serverWriteTimeout), ("server.max-connections", serverMaxConnections),
             ("server.cpu-affinity", serverCpuAffinity),
@@ -170,6 +175,7 @@ struct Imagecached: ParsableCommand {
         if !configuration.memoryLimitIsExplicit, let cgroup = CgroupMemory.limitBytes() {
             logger.info("memory-limit: \(configuration.memoryLimitBytes) bytes, \(Configuration.cgroupMemoryFraction) of the cgroup memory limit (\(cgroup) bytes); set memory-limit to override")
         }
+        ProcessMemory.returnLargeBlocksToSystem()
         let daemon: Daemon
         do {
             daemon = try Daemon(configuration: configuration, logger: logger)

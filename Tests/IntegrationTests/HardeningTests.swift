@@ -452,4 +452,158 @@ struct HardeningTests {
         #expect(health.status == 200)
         #expect(client.status == 200)
     }
+
+    // MARK: 9. Bodies in flight
+
+    static func bigImage(_ size: Int) -> Reply {
+        Reply(status: 200, headers: [("Content-Type", "image/png"), ("Cache-Control", "max-age=600")], body: Fixtures.png(size: size))
+    }
+
+    @Test("clients that do not read pause their upstream transfers once the bodies in flight pass in-flight-limit; read later, every body is whole")
+    func nonReadersPauseUpstream() async throws {
+        // Given a 1 MiB in-flight budget, and three clients that ask for different 24 MiB images and do not read
+        let harness = try ProxyHarness {
+            $0.inFlightLimitBytes = 1 << 20
+            $0.server.writeBufferBytes = 64 << 10
+        }
+        let size = 24 << 20
+        for i in 0..<3 { harness.origin.route("/big\(i).png") { _ in HardeningTests.bigImage(size) } }
+        let clients = try (0..<3).map { _ in try TestConnection(port: harness.port, receiveBuffer: 16 << 10) }
+        for (i, client) in clients.enumerated() { try client.request("/big\(i).png") }
+        // When every transfer has paused
+        #expect(await harness.pauses.wait(for: 3), "\(harness.pauses.count) transfers paused")
+        let stats = try await OperationsTests.stats(harness)
+        // Then what the daemon holds for them is a fraction of the bodies (without backpressure: all of each, less
+        // the kernel's socket buffers): the budget, and per paused fetch at most its client's write buffer and the
+        // transfer's delivery window (both server.write-buffer)
+        #expect(stats.upstream.inFlightBytes <= 2 << 20, "\(stats.upstream.inFlightBytes) bytes in flight")
+        #expect(stats.upstream.paused >= 3)
+        // And when they read, each gets its whole image
+        let responses = try await readAll(clients)
+        #expect(responses.allSatisfy { $0.status == 200 && $0.complete && $0.body == Fixtures.png(size: size) })
+        #expect((try await OperationsTests.stats(harness)).upstream.inFlightBytes == 0)
+    }
+
+    @Test("a body fetched whole but not yet taken by its client stays counted in flight: the next fetch, within in-flight-limit alone, is paused rather than let through")
+    func finishedBodiesStayCounted() async throws {
+        // Given a 16 MiB budget and two clients that ask, one after the other, for different 12 MiB images (each
+        // within the budget alone) and do not read
+        let harness = try ProxyHarness {
+            $0.inFlightLimitBytes = 16 << 20
+            $0.server.writeBufferBytes = 64 << 10
+        }
+        let size = 12 << 20
+        for i in 0..<2 { harness.origin.route("/whole\(i).png") { _ in HardeningTests.bigImage(size) } }
+        let first = try TestConnection(port: harness.port, receiveBuffer: 16 << 10)
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            harness.waiters.onFinished = { done.resume() }
+            try? first.request("/whole0.png")
+        }
+        // When the first fetch has ended, its body still in its connection (the kernel takes at most 4 MiB of it),
+        // and the second client asks
+        let second = try TestConnection(port: harness.port, receiveBuffer: 16 << 10)
+        let outcome = Mutex<CheckedContinuation<String, Never>?>(nil)
+        let next = await withCheckedContinuation { (done: CheckedContinuation<String, Never>) in
+            outcome.withLock { $0 = done }
+            harness.waiters.onFinished = { outcome.withLock { $0.take() }?.resume(returning: "finished") }
+            harness.pauses.onPaused = { outcome.withLock { $0.take() }?.resume(returning: "paused") }
+            try? second.request("/whole1.png")
+        }
+        harness.waiters.onFinished = nil
+        harness.pauses.onPaused = nil
+        // Then the second fetch pauses: the first's body still counts
+        #expect(next == "paused")
+        let held = try await OperationsTests.stats(harness).upstream.inFlightBytes
+        #expect(held <= (16 << 20) + 2 * (64 << 10), "\(held) bytes in flight")
+        // And once read, both bodies are whole and nothing is counted any more
+        let responses = try await readAll([first, second])
+        #expect(responses.allSatisfy { $0.status == 200 && $0.complete && $0.body == Fixtures.png(size: size) })
+        #expect((try await OperationsTests.stats(harness)).upstream.inFlightBytes == 0)
+    }
+
+    @Test("a fetch kept on only to fill the cache (after a HEAD) is cancelled, not read to the end, once the bodies in flight pass in-flight-limit")
+    func fillStopsOverBudget() async throws {
+        let harness = try ProxyHarness {
+            $0.inFlightLimitBytes = 1 << 20
+        }
+        let size = 24 << 20
+        harness.origin.route("/fill.png") { _ in HardeningTests.bigImage(size) }
+        // When a HEAD request starts the fetch (its client has its answer with the head; the body would fill the
+        // cache) and the fetch ends
+        let finished = DispatchSemaphore(value: 0)
+        harness.waiters.onFinished = { finished.signal() }
+        let head = try await harness.get("/fill.png", method: "HEAD")
+        #expect(head.status == 200 && head.header("Content-Length") == "\(size)")
+        #expect(await wait(finished))
+        harness.waiters.onFinished = nil
+        // Then the transfer was cancelled with most of the body unread, and nothing was stored
+        let stats = try await OperationsTests.stats(harness)
+        #expect(stats.upstream.bytes < size / 2, "\(stats.upstream.bytes) bytes received")
+        #expect(stats.upstream.inFlightBytes == 0)
+        let after = try await harness.get("/fill.png")
+        #expect(after.header("X-Cache") == "MISS" && after.body == Fixtures.png(size: size))
+    }
+
+    @Test("in-flight-limit at its edge: a body within the budget is fetched whole and stored while its client waits; one over it is paused and not stored",
+          arguments: [false, true])
+    func inFlightLimitEdge(over: Bool) async throws {
+        let harness = try ProxyHarness {
+            $0.inFlightLimitBytes = 4 << 20
+            $0.server.writeBufferBytes = 64 << 10
+        }
+        let size = over ? 12 << 20 : 3 << 20
+        harness.origin.route("/edge.png") { _ in HardeningTests.bigImage(size) }
+        let client = try TestConnection(port: harness.port, receiveBuffer: 16 << 10)
+        try client.request("/edge.png")
+        if over {
+            #expect(await harness.pauses.wait(for: 1))
+        } else {
+            await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+                harness.waiters.onFinished = { done.resume() }
+            }
+        }
+        let first = try await client.response()
+        let second = try await harness.get("/edge.png")
+        #expect(first.status == 200 && first.complete && first.body == Fixtures.png(size: size))
+        #expect(second.body == Fixtures.png(size: size))
+        #expect(over ? harness.pauses.count >= 1 : harness.pauses.count == 0, "\(harness.pauses.count) pauses")
+        #expect(second.header("X-Cache") == (over ? "MISS" : "HIT"))
+    }
+
+    @Test("over in-flight-limit, a fetch goes at its slowest client's pace: paused while a client that does not read is behind, it goes on when that client leaves, and the others get the whole body")
+    func slowestClientSetsThePace() async throws {
+        // Given two clients on one 24 MiB image (held by the origin until both wait on it), a 1 MiB budget, and
+        // neither reading at first
+        let harness = try ProxyHarness {
+            $0.inFlightLimitBytes = 1 << 20
+            $0.server.writeBufferBytes = 64 << 10
+        }
+        let size = 24 << 20
+        let gate = Gate()
+        harness.origin.route("/shared.png") { _ in
+            var reply = HardeningTests.bigImage(size)
+            reply.gate = gate
+            reply.gateAfterBytes = 8192
+            return reply
+        }
+        harness.waiters.expect(2)
+        let reader = try TestConnection(port: harness.port, receiveBuffer: 16 << 10)
+        try reader.request("/shared.png")
+        let idle = try TestConnection(port: harness.port, receiveBuffer: 16 << 10)
+        try idle.request("/shared.png")
+        #expect(await harness.waiters.wait())
+        gate.open()
+        #expect(await harness.pauses.wait(for: 1))
+        let paused = try await OperationsTests.stats(harness)
+        // (held then: the budget, passed by at most one chunk, and the chunks in transit when the pause came, at
+        // most a delivery window of server.write-buffer)
+        #expect(paused.upstream.inFlightBytes <= (1 << 20) + 2 * (64 << 10), "\(paused.upstream.inFlightBytes) bytes in flight")
+        // When the client that does not read leaves and the other reads
+        idle.close()
+        let read = try await reader.response()
+        // Then the reader's response is whole, from one upstream request, and nothing is held any more
+        #expect(read.status == 200 && read.complete && read.body == Fixtures.png(size: size))
+        #expect(harness.origin.requestCount("/shared.png") == 1)
+        #expect((try await OperationsTests.stats(harness)).upstream.inFlightBytes == 0)
+    }
 }

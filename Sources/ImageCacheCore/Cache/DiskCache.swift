@@ -227,10 +227,14 @@ public final class DiskCache: Sendable {
 
     /// Writes the entry (tmp file in the target directory, write, optional fsync, rename onto the final name),
     /// asynchronously on the disk queue. On disk full or an I/O error the write is dropped, the tmp file removed,
-    /// the error logged and counted in `writeErrors`; a partial file is never published.
-    public func insert(_ entry: CacheEntry) {
+    /// the error logged and counted in `writeErrors`; a partial file is never published. `done` runs on the disk
+    /// queue once the write is over (written or dropped) and the entry's body is no longer held here.
+    public func insert(_ entry: CacheEntry, done: (@Sendable () -> Void)? = nil) {
         let name = DiskEntryFormat.fileName(for: entry.key)
-        enqueueWrite(name) { self._insert(entry, name: name) }
+        enqueueWrite(name) {
+            self._insert(entry, name: name)
+            done?()
+        }
     }
 
     /// Rewrites the stored header after a 304 (new head, request and response times), keeping the stored body

@@ -26,9 +26,10 @@
 //   signing-keys  (list; file or environment only)  IMAGECACHED_SIGNING_KEYS  (no flag)
 //   signing-keys-file            IMAGECACHED_SIGNING_KEYS_FILE           --signing-keys-file FILE
 //   require-signature  (auto, true, false)  IMAGECACHED_REQUIRE_SIGNATURE  --require-signature auto|true|false
+//   in-flight-limit              IMAGECACHED_IN_FLIGHT_LIMIT             --in-flight-limit SIZE
 //   shutdown-timeout             IMAGECACHED_SHUTDOWN_TIMEOUT            --shutdown-timeout DURATION
 //   server.max-request-line, server.max-header-bytes, server.max-header-count, server.max-request-body,
-//   server.header-timeout, server.body-timeout, server.idle-timeout, server.write-timeout, server.max-connections, server.cpu-affinity
+//   server.write-buffer, server.header-timeout, server.body-timeout, server.idle-timeout, server.write-timeout, server.max-connections, server.cpu-affinity
 //   upstream.connect-timeout, upstream.timeout, upstream.low-speed-limit, upstream.low-speed-time,
 //   upstream.max-redirects, upstream.max-transfers, upstream.max-host-connections, upstream.queue-order,
 //   upstream.queue-timeout, upstream.user-agent, upstream.ca-bundle
@@ -66,9 +67,9 @@ extension Configuration {
         "listen", "origin", "origins", "cache-dir", "disk-limit", "disk-max-age", "disk-low-water", "disk-fsync", "memory-limit", "memory-count-limit", "memory-object-limit",
         "max-object-size", "stale-if-error", "content-types", "allow-svg", "allow-private-networks", "heuristic-fraction",
         "heuristic-max", "complete-abandoned-fetches", "log-level", "access-log", "admin-allow", "admin-hosts", "admin-token", "admin-token-file",
-        "signing-keys", "signing-keys-file", "require-signature", "shutdown-timeout",
+        "signing-keys", "signing-keys-file", "require-signature", "in-flight-limit", "shutdown-timeout",
         "server.max-request-line", "server.max-header-bytes", "server.max-header-count", "server.max-request-body",
-        "server.header-timeout", "server.body-timeout", "server.idle-timeout", "server.write-timeout", "server.max-connections",
+        "server.write-buffer", "server.header-timeout", "server.body-timeout", "server.idle-timeout", "server.write-timeout", "server.max-connections",
         "server.cpu-affinity", "upstream.connect-timeout", "upstream.timeout", "upstream.low-speed-limit", "upstream.low-speed-time",
         "upstream.max-redirects", "upstream.max-transfers", "upstream.max-host-connections", "upstream.queue-order",
         "upstream.queue-timeout", "upstream.user-agent", "upstream.ca-bundle",
@@ -380,6 +381,14 @@ extension Configuration {
         case "server.max-request-body": server.maxRequestBodyBytes = try size()
         case "server.header-timeout": server.headerTimeoutSeconds = try seconds()
         case "server.body-timeout": server.bodyTimeoutSeconds = try seconds()
+        case "server.write-buffer":
+            let bytes = try size()
+            guard bytes >= 16 << 10 else { throw ConfigError(key: source, reason: "must be at least 16KiB") }
+            server.writeBufferBytes = bytes
+        case "in-flight-limit":
+            let bytes = try size()
+            guard bytes >= 1 << 20 else { throw ConfigError(key: source, reason: "must be at least 1MiB") }
+            inFlightLimitBytes = bytes
         case "server.idle-timeout": server.idleTimeoutSeconds = try seconds()
         case "server.write-timeout": server.writeTimeoutSeconds = try seconds()
         case "server.max-connections": server.maxConnections = try integer(min: 1)

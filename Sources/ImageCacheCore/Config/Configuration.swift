@@ -64,6 +64,11 @@ public struct Configuration: Sendable, Equatable {
     /// `signing-keys` (file or environment only, never a flag) or `signing-keys-file` (one key per line): the keys
     /// that verify signed fetch URLs, raw bytes, in order (the first signs). Each at least 16 bytes. Default none.
     public var signingKeys: [[UInt8]] = []
+    /// `in-flight-limit`: bytes of response bodies in flight (retained by fetches to be stored, waiting to be written
+    /// to disk, or handed to clients that have not taken them yet) past which backpressure applies: a fetch stops
+    /// keeping a body it would store, and a fetch with a client behind pauses its upstream transfer until that client
+    /// catches up. Default 64 MiB.
+    public var inFlightLimitBytes: Int = 64 << 20
     /// `require-signature`: true, false, or nil for auto: required when `listen` is not a loopback address.
     /// Default auto.
     public var requireSignature: Bool?
@@ -163,6 +168,10 @@ public struct ServerConfiguration: Sendable, Equatable {
     public var idleTimeoutSeconds: Double = 60
     /// `server.write-timeout`: seconds a client may take to accept written bytes before it is dropped. Default 60.
     public var writeTimeoutSeconds: Double = 60
+    /// `server.write-buffer`: bytes of a streamed response handed to a client and not yet taken by it, past which the
+    /// client is "behind" (see `in-flight-limit`); also the most of a fetch's body between libcurl and the fetch (the
+    /// transfer's delivery window). Default 256 KiB.
+    public var writeBufferBytes: Int = 256 << 10
     /// `server.max-connections`: connections served at once; more are accepted and closed at once. Default 10000.
     public var maxConnections: Int = 10_000
     /// Where the event loops run (one loop per CPU the process may use, which taskset, systemd's CPUAffinity= and

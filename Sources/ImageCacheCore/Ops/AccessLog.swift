@@ -26,6 +26,9 @@ final class AccessLogSink: ResponseSink {
     private let started: ContinuousClock.Instant
     private let state = Mutex(State())
 
+    var bytesWritten: Int { inner.bytesWritten }
+    func whenWritten(_ bytes: Int, _ callback: @escaping @Sendable () -> Void) { inner.whenWritten(bytes, callback) }
+
     init(wrapping inner: any ResponseSink, request: HTTPRequestHead, client: ClientInfo, logger: Logger) {
         self.inner = inner
         self.logger = logger

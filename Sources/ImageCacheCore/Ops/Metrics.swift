@@ -110,6 +110,12 @@ public final class ProxyMetrics: Sendable {
     let upstreamSeconds = Histogram(bounds: ProxyMetrics.upstreamSecondsBounds)
     let fetchWaiters = Histogram(bounds: ProxyMetrics.waiterBounds)
     let upstreamBytes = Counter()
+    /// Upstream transfers paused because a client of theirs was behind while the in-flight budget was full.
+    let upstreamPauses = Counter()
+    /// Bytes of bodies in flight now (retained to be stored, waiting for the disk queue, or not yet taken by a fetch's
+    /// slowest client, during the fetch and after it); the backpressure budget `in-flight-limit` is held against
+    /// this. Added to and taken from by fetches and the InFlightDrain they leave behind.
+    let inFlightBytes = Atomic<Int>(0)
     private let upstreamResults = Mutex<[String: Int]>([:])
     private let errors = Mutex<[String: Int]>([:])
     private let hosts = Mutex<[String: HostStats]>([:])
@@ -161,6 +167,8 @@ public final class ProxyMetrics: Sendable {
         stats.upstream.bytes = upstreamBytes.current
         stats.upstream.seconds = upstreamSeconds.snapshot
         stats.upstream.inFlight = fetchesInFlight
+        stats.upstream.paused = upstreamPauses.current
+        stats.upstream.inFlightBytes = inFlightBytes.load(ordering: .relaxed)
         stats.coalescing.waitersPerFetch = fetchWaiters.snapshot
         stats.memory = .init(bytes: memory.totalCost, entries: memory.count, limitBytes: memoryLimitBytes,
                              evictions: memory.evictionCount)
@@ -197,6 +205,10 @@ public struct DaemonStats: Sendable, Codable, Equatable {
         var seconds = Histogram.Snapshot(buckets: [], count: 0, sum: 0)
         /// Fetches (upstream or disk) in flight now.
         public var inFlight = 0
+        /// Transfers paused for backpressure since start.
+        public var paused = 0
+        /// Bytes of bodies in flight now (see ProxyMetrics.inFlightBytes).
+        public var inFlightBytes = 0
         public var count: Int { seconds.count }
         public var totalSeconds: Double { seconds.sum }
     }
@@ -301,6 +313,10 @@ extension DaemonStats {
         histogram("upstream_duration_seconds", "Time from the start of an upstream transfer to its end.", upstream.seconds)
         family("fetches_in_flight", "gauge", "Fetches (upstream or disk) in flight.")
         sample("fetches_in_flight", [], Double(upstream.inFlight))
+        family("upstream_paused_total", "counter", "Upstream transfers paused because a client was behind while the in-flight budget was full.")
+        sample("upstream_paused_total", [], Double(upstream.paused))
+        family("inflight_bytes", "gauge", "Bytes of bodies in flight: retained to be stored, waiting to be written to disk, or not yet taken by the slowest client.")
+        sample("inflight_bytes", [], Double(upstream.inFlightBytes))
         histogram("fetch_waiters", "Clients served by one fetch (more than 1: coalesced).", coalescing.waitersPerFetch)
         family("memory_bytes", "gauge", "Bytes held by the memory tier.")
         sample("memory_bytes", [], Double(memory.bytes))
@@ -415,4 +431,6 @@ final class MetricsSink: ResponseSink {
     func abort() { inner.abort() }
 
     func onCancel(_ callback: @escaping @Sendable () -> Void) { inner.onCancel(callback) }
+    var bytesWritten: Int { inner.bytesWritten }
+    func whenWritten(_ bytes: Int, _ callback: @escaping @Sendable () -> Void) { inner.whenWritten(bytes, callback) }
 }

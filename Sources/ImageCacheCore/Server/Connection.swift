@@ -27,6 +27,7 @@ internal import Darwin
 #endif
 internal import Dispatch
 internal import Logging
+internal import Synchronization
 
 /// One client connection. Confined to its event loop's thread.
 final class Connection: @unchecked Sendable {
@@ -56,6 +57,10 @@ final class Connection: @unchecked Sendable {
     private var writeQueue = WriteQueue()
     /// onCancel callbacks of the current exchange.
     private var cancelCallbacks: [@Sendable () -> Void] = []
+    /// The sink of the current exchange when its response is streamed (set by its head): it counts what the socket
+    /// takes (backpressure), every byte of which belongs to it, since an exchange starts only once the previous one's
+    /// bytes are all written. Nil for responses given whole (memory and disk hits): they pay nothing for it.
+    private var progress: ConnectionResponseSink?
     /// Actions waiting to run: sink calls made while actions run (from inside the handler) are queued here
     /// rather than run re-entrantly, so pipelined requests never nest on the stack.
     private var pendingActions: [StateMachine.Action] = []
@@ -228,12 +233,18 @@ final class Connection: @unchecked Sendable {
             writeQueue.append(file)
         case let .handle(head, body, exchange):
             cancelCallbacks = []
+            if let previous = progress {
+                previous.clientGone()
+                progress = nil
+            }
             let sink = ConnectionResponseSink(connection: self, exchange: exchange)
             handler.handle(head, body: body, client: client, sink: sink)
         case .cancelExchange:
             let callbacks = cancelCallbacks
             cancelCallbacks = []
             for callback in callbacks { callback() }
+            progress?.clientGone()
+            progress = nil
         case let .logRefused(error):
             logger.notice("refused request from \(client.address): \(error.status) \(error.reason)")
         case .shutdownWrite:
@@ -267,7 +278,10 @@ final class Connection: @unchecked Sendable {
                     if sent == 0 { throw SystemError(errno: EIO, function: "sendfile (file shorter than its verified length)") }
                     return sent
                 }
-                if written > 0 { progressed = true }
+                if written > 0 {
+                    progressed = true
+                    progress?.add(written)
+                }
             } catch where error.isWouldBlock {
                 if progressed || writeTimerDeadline == nil {
                     writeTimerDeadline = DispatchTime.now() + configuration.writeTimeoutSeconds
@@ -289,6 +303,8 @@ final class Connection: @unchecked Sendable {
         closed = true
         writeQueue.removeAll()
         cancelCallbacks = []
+        progress?.clientGone()
+        progress = nil
         readTimerArmed = nil
         writeTimerDeadline = nil
         if registered { loop.deregister(self, fd: fd) }
@@ -298,9 +314,17 @@ final class Connection: @unchecked Sendable {
 
     // MARK: - Sink calls (on the loop thread)
 
-    fileprivate func sinkHead(_ head: HTTPResponseHead, bodyLength: Int?, exchange: UInt64) {
+    fileprivate func sinkHead(_ head: HTTPResponseHead, bodyLength: Int?, exchange: UInt64, sink: ConnectionResponseSink) {
         loop.preconditionInLoop()
-        run(stateMachine.responseHead(head, bodyLength: bodyLength, exchange: exchange, date: HTTPDateCache.shared.current()))
+        let actions = stateMachine.responseHead(head, bodyLength: bodyLength, exchange: exchange, date: HTTPDateCache.shared.current())
+        // A streamed response: count what the socket takes of it from now on. A head for an exchange that is over
+        // (its client gone) is refused with no action: its sink hears so at once.
+        if closed || actions.isEmpty {
+            sink.clientGone()
+        } else {
+            progress = sink
+        }
+        run(actions)
     }
 
     fileprivate func sinkBody(_ chunk: [UInt8], exchange: UInt64) {
@@ -348,6 +372,17 @@ final class Connection: @unchecked Sendable {
 final class ConnectionResponseSink: ResponseSink, @unchecked Sendable {
     private let connection: Connection
     private let exchange: UInt64
+    /// How much of this response the socket has taken (written on the loop thread, read anywhere). Held inline: a
+    /// response costs no allocation for it.
+    private let progress = ExchangeProgress()
+
+    /// The socket took `bytes` of this response (the connection's loop thread).
+    func add(_ bytes: Int) { progress.add(bytes) }
+    /// The client went away, or the exchange is over: a waiting callback runs now.
+    func clientGone() { progress.clientGone() }
+
+    var bytesWritten: Int { progress.written }
+    func whenWritten(_ bytes: Int, _ callback: @escaping @Sendable () -> Void) { progress.whenWritten(bytes, callback) }
 
     init(connection: Connection, exchange: UInt64) {
         self.connection = connection
@@ -356,7 +391,7 @@ final class ConnectionResponseSink: ResponseSink, @unchecked Sendable {
 
     func head(_ head: HTTPResponseHead, bodyLength: Int?) {
         let connection = connection, exchange = exchange
-        connection.onLoop { connection.sinkHead(head, bodyLength: bodyLength, exchange: exchange) }
+        connection.onLoop { connection.sinkHead(head, bodyLength: bodyLength, exchange: exchange, sink: self) }
     }
 
     func body(_ chunk: [UInt8]) {
@@ -392,5 +427,51 @@ final class ConnectionResponseSink: ResponseSink, @unchecked Sendable {
     func onCancel(_ callback: @escaping @Sendable () -> Void) {
         let connection = connection, exchange = exchange
         connection.onLoop { connection.sinkOnCancel(callback, exchange: exchange) }
+    }
+}
+
+/// Bytes of one exchange's response the socket has taken, and one waiting "tell me when it reaches N" callback.
+/// The count is added to on the connection's loop thread (one relaxed atomic add per write: the hot path takes no
+/// lock, and none when the exchange ends with no callback waiting); the callback is registered from the proxy queue
+/// and run by whichever side sees the target reached or the client gone.
+struct ExchangeProgress: ~Copyable, Sendable {
+    private let count = Atomic<Int>(0)
+    /// The watched target (Int.max when none), read without the lock on every add.
+    private let target = Atomic<Int>(Int.max)
+    private let watch = Mutex<(@Sendable () -> Void)?>(nil)
+    private let gone = Atomic<Bool>(false)
+
+    var written: Int { count.load(ordering: .relaxed) }
+
+    func add(_ bytes: Int) {
+        let total = count.add(bytes, ordering: .relaxed).newValue
+        if total >= target.load(ordering: .relaxed) { fire() }
+    }
+
+    /// The client went away: a waiting callback runs now, later ones at once.
+    func clientGone() {
+        gone.store(true, ordering: .sequentiallyConsistent)
+        // Pairs with whenWritten's store of the target, then load of `gone`: one of the two sees the other.
+        if target.load(ordering: .sequentiallyConsistent) != Int.max { fire() }
+    }
+
+    /// A callback may run a little early (a racing add fired it), never late: its owner re-checks the count.
+    func whenWritten(_ bytes: Int, _ callback: @escaping @Sendable () -> Void) {
+        watch.withLock { watch in
+            watch = callback
+            target.store(bytes, ordering: .sequentiallyConsistent)
+        }
+        if gone.load(ordering: .sequentiallyConsistent) || count.load(ordering: .relaxed) >= bytes { fire() }
+    }
+
+    private func fire() {
+        let callback = watch.withLock { watch -> (@Sendable () -> Void)? in
+            defer {
+                watch = nil
+                target.store(Int.max, ordering: .sequentiallyConsistent)
+            }
+            return watch
+        }
+        callback?()
     }
 }

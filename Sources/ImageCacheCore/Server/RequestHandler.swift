@@ -65,9 +65,20 @@ public protocol ResponseSink: AnyObject, Sendable {
     /// Registers a callback run once, on the connection's loop thread, when the client goes away before the
     /// response has ended (peer closed, reset, write error or timeout). Run at once if it is already gone.
     func onCancel(_ callback: @escaping @Sendable () -> Void)
+    /// Bytes of this response the client has taken so far (read from any thread), counted from its head for a
+    /// streamed response (`head`, then `body`): how far behind the bytes handed to the sink it is (backpressure).
+    /// Sinks that do not write to a client say `Int.max`.
+    var bytesWritten: Int { get }
+    /// Runs `callback` once, on any thread, when `bytesWritten` reaches `bytes` or the client goes away; at once if
+    /// either already happened. A later call replaces an earlier one that has not run.
+    func whenWritten(_ bytes: Int, _ callback: @escaping @Sendable () -> Void)
 }
 
 extension ResponseSink {
+    /// A sink that is not a client connection is never behind.
+    public var bytesWritten: Int { Int.max }
+    public func whenWritten(_ bytes: Int, _ callback: @escaping @Sendable () -> Void) { callback() }
+
     /// Sinks that cannot use the prepared bytes answer with the fields they stand for.
     public func respond(_ head: SerializedResponseHead, extra: HTTPHeaders, body: [UInt8]) {
         var headers = head.headers

@@ -288,6 +288,7 @@ struct WriteQueue {
             let available = segments[first].count - offset
             if left >= available {
                 left -= available
+                segments[first] = .bytes([])   // written: let its bytes go now, not at the next compaction
                 first += 1
                 offset = 0
             } else {

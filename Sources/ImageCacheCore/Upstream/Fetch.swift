@@ -18,10 +18,18 @@
 //     every waiter's connection is closed (abort), so no short body passes as complete. Nothing is stored.
 //   - On success the entry is stored first, then the waiters are ended, then the fetch leaves the coalescer.
 //   - When the last waiter goes, the transfer is cancelled unless complete-abandoned-fetches is on.
+//   - Backpressure (`applyBackpressure`, after every streamed chunk): the fetch counts the bytes it keeps alive in
+//     the daemon-wide in-flight total (its retained body while it may be stored, else what its slowest client has
+//     not taken). While that total is over `in-flight-limit`, a body kept to be stored is let go (streamed, not
+//     stored), and when a client is more than `server.write-buffer` behind, the upstream transfer pauses until every
+//     client has taken all but half a buffer of what it was handed (or gone), or the total is under the limit again.
+//     The slowest client sets the pace; one that takes nothing is closed by server.write-timeout as any client is.
+//     Between libcurl and the fetch at most a write buffer is in transit (the transfer's delivery window).
 
 internal import Dispatch
 internal import Foundation
 internal import Logging
+internal import Synchronization
 
 final class Fetch: @unchecked Sendable {
     /// A client waiting on this fetch.
@@ -31,6 +39,8 @@ final class Fetch: @unchecked Sendable {
         let request: ClientRequest
         var collapsed = false
         var sentHead = false
+        /// Body bytes handed to `sink` so far (its backlog is this minus what the client has taken).
+        var sentBytes = 0
     }
 
     enum State {
@@ -59,6 +69,12 @@ final class Fetch: @unchecked Sendable {
     var state = State.waitingForHead
     var waiters: [Waiter] = []
     private var chunks: [[UInt8]] = []
+    /// Bytes in `chunks`.
+    private var retainedBytes = 0
+    /// The upstream transfer is paused for backpressure.
+    private var paused = false
+    /// Bytes this fetch counts in `proxy.metrics.inFlightBytes` now.
+    private var accountedBytes = 0
     private var prefix: [UInt8] = []
     private var receivedBytes = 0
     private var keepingBody = true
@@ -97,7 +113,8 @@ final class Fetch: @unchecked Sendable {
         }
         let request = UpstreamRequest(
             url: key.url.string, method: "GET", headers: headers, trusted: leader.trusted,
-            maxBodyBytes: proxy.configuration.maxObjectSizeBytes)
+            maxBodyBytes: proxy.configuration.maxObjectSizeBytes,
+            deliveryWindow: proxy.configuration.server.writeBufferBytes)
         requestTime = proxy.now()
         if transferStarted != nil { countTransfer(result: "restarted") }
         transferStarted = .now
@@ -106,7 +123,11 @@ final class Fetch: @unchecked Sendable {
         generation += 1
         let generation = generation
         transfer = proxy.origin.fetch(request) { [self] event in
-            queue.async { self.receive(event, generation: generation) }
+            queue.async {
+                self.receive(event, generation: generation)
+                // Every body chunk dealt with gives its room in the transfer's delivery window back.
+                if case let .body(chunk) = event, generation == self.generation { self.transfer?.consumed(chunk.count) }
+            }
         }
     }
 
@@ -138,7 +159,7 @@ final class Fetch: @unchecked Sendable {
                 dropAnsweredHeadWaiters()
                 return
             }
-            for chunk in chunks { waiter.sink.body(chunk) }
+            for chunk in chunks { send(chunk, toWaiterAt: waiters.count - 1) }
         case .finished:
             // Closed fetches are not in the coalescer; reaching here is a programming error.
             preconditionFailure("attach to a closed fetch")
@@ -321,11 +342,13 @@ final class Fetch: @unchecked Sendable {
         }
         if keepingBody {
             chunks.append(chunk)
+            retainedBytes += chunk.count
             // With a disk tier the body is kept whole (up to max-object-size) to be written there.
             if proxy.disk == nil, receivedBytes > proxy.configuration.effectiveMemoryObjectLimitBytes {
                 // Too large to keep: stream it on, but stop retaining it and take no new waiters.
                 keepingBody = false
                 chunks = []
+                retainedBytes = 0
                 closeToNewcomers()
             }
         }
@@ -339,8 +362,9 @@ final class Fetch: @unchecked Sendable {
         case let .streaming(head):
             // Store before the last bytes go out: a client that has its whole body and asks again must hit.
             if bodyComplete { store(head) }
-            for waiter in waiters { waiter.sink.body(chunk) }
-            if bodyComplete { endAll() }
+            for index in waiters.indices { send(chunk, toWaiterAt: index) }
+            if bodyComplete { return endAll() }
+            applyBackpressure()
         case .waitingForHead, .finished, .lookingOnDisk:
             break
         }
@@ -373,7 +397,13 @@ final class Fetch: @unchecked Sendable {
             let entry = CacheEntry(key: key, head: head, body: body, requestTime: requestTime, responseTime: responseTime,
                                    requestHeaders: leader.forwardedHeaders, policy: proxy.freshnessPolicy)
             proxy.memory.insert(entry)
-            proxy.disk?.insert(entry)
+            if let disk = proxy.disk {
+                // The body waits for the disk queue as one more copy (the clients may still hold the chunks): it
+                // counts in flight until written.
+                let bytes = body.count, metrics = proxy.metrics
+                metrics.inFlightBytes.wrappingAdd(bytes, ordering: .relaxed)
+                disk.insert(entry) { metrics.inFlightBytes.wrappingSubtract(bytes, ordering: .relaxed) }
+            }
         } else if revalidating != nil {
             // The stored entry is outdated and the new one is not kept.
             proxy.disk?.remove(key)   // the file first: see Proxy.purge
@@ -387,7 +417,11 @@ final class Fetch: @unchecked Sendable {
     /// Ends every waiter's response and the fetch.
     private func endAll() {
         for waiter in waiters { waiter.sink.end() }
+        // What the clients have not taken yet stays in memory, in their connections, after the fetch: it stays
+        // counted in flight until they take it or go.
+        let behind = waiters.filter { backlog($0) > 0 }.map { (sink: $0.sink, sentBytes: $0.sentBytes) }
         finish()
+        if !behind.isEmpty { InFlightDrain.start(behind, metrics: proxy.metrics) }
     }
 
     // MARK: steps
@@ -421,9 +455,10 @@ final class Fetch: @unchecked Sendable {
             let wholeBody = bodyComplete
             if wholeBody { store(head) }
             for chunk in backlog {
-                for waiter in waiters { waiter.sink.body(chunk) }
+                for index in waiters.indices { send(chunk, toWaiterAt: index) }
             }
-            if wholeBody { endAll() }
+            if wholeBody { return endAll() }
+            applyBackpressure()
         }
     }
 
@@ -482,6 +517,83 @@ final class Fetch: @unchecked Sendable {
 
     private func isLeader(_ waiter: Waiter) -> Bool { !waiter.collapsed }
 
+    // MARK: backpressure (see the rules at the top)
+
+    private func send(_ chunk: [UInt8], toWaiterAt index: Int) {
+        waiters[index].sentBytes += chunk.count
+        waiters[index].sink.body(chunk)
+    }
+
+    /// Body bytes handed to `waiter` that its client has not taken yet (0 for sinks that are not clients).
+    private func backlog(_ waiter: Waiter) -> Int {
+        let written = waiter.sink.bytesWritten
+        return written >= waiter.sentBytes ? 0 : waiter.sentBytes - written
+    }
+
+    /// Sets this fetch's share of the in-flight total to `bytes`.
+    private func account(_ bytes: Int) {
+        let delta = bytes - accountedBytes
+        guard delta != 0 else { return }
+        accountedBytes = bytes
+        proxy.metrics.inFlightBytes.wrappingAdd(delta, ordering: .relaxed)
+    }
+
+    private func applyBackpressure() {
+        guard case .streaming = state else { return }
+        account(keepingBody ? retainedBytes : waiters.map(backlog).max() ?? 0)
+        guard !paused, overBudget else { return }
+        if keepingBody {
+            let limit = proxy.configuration.inFlightLimitBytes
+            proxy.logger.notice("\(key): not stored, the bodies in flight are over in-flight-limit (\(limit) bytes)")
+            storeDecision = .dontStore(reason: "the bodies in flight were over in-flight-limit")
+            keepingBody = false
+            chunks = []
+            retainedBytes = 0
+            closeToNewcomers()
+            account(waiters.map(backlog).max() ?? 0)
+            if waiters.isEmpty {
+                // Kept on only to fill the cache (complete-abandoned-fetches, a HEAD's fill), which it no longer will.
+                transfer?.cancel()
+                return finish()
+            }
+        }
+        guard watchWaitersBehind() else { return }
+        paused = true
+        transfer?.setPaused(true)
+        proxy.metrics.upstreamPauses.add()
+        proxy.events?(.transferPaused(key: key))
+        proxy.logger.debug("\(key): upstream paused, a client is more than server.write-buffer behind")
+    }
+
+    private var overBudget: Bool {
+        proxy.metrics.inFlightBytes.load(ordering: .relaxed) > proxy.configuration.inFlightLimitBytes
+    }
+
+    /// Asks every client more than `server.write-buffer` behind to say when it has taken all but half a buffer of
+    /// what it was handed (or went away); true when there is one.
+    private func watchWaitersBehind() -> Bool {
+        let buffer = proxy.configuration.server.writeBufferBytes
+        let behind = waiters.filter { backlog($0) > buffer }
+        weak let weakSelf = self
+        for waiter in behind {
+            waiter.sink.whenWritten(waiter.sentBytes - buffer / 2) { [queue] in
+                queue.async { weakSelf?.resume() }
+            }
+        }
+        return !behind.isEmpty
+    }
+
+    /// A client caught up (or went away): read on once none is behind, or the budget has room again.
+    private func resume() {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard paused else { return }
+        if case .finished = state { return }
+        account(keepingBody ? retainedBytes : waiters.map(backlog).max() ?? 0)
+        if overBudget && watchWaitersBehind() { return }
+        paused = false
+        transfer?.setPaused(false)
+    }
+
     /// A revalidation failed before any head went out: waiters that stale-if-error lets have the stale entry get it;
     /// true when every waiter was answered that way (the fetch is then over).
     private func serveStaleIfError(because why: String) -> Bool {
@@ -519,8 +631,10 @@ final class Fetch: @unchecked Sendable {
             countTransfer(result: transferStatus == 304 ? "not_modified" : transferStatus != nil ? "ok" : "cancelled")
         }
         state = .finished
+        account(0)
         waiters = []
         chunks = []
+        retainedBytes = 0
         pendingWhileChecking = []
         // The transfer's event closure holds this fetch: dropping the transfer breaks the cycle.
         transfer = nil
@@ -559,5 +673,42 @@ extension UpstreamError {
         case .loop: "loop"
         case .other: "other"
         }
+    }
+}
+
+/// Keeps the body bytes a finished fetch handed to clients that have not taken them yet counted in
+/// `inFlightBytes` (as the fetch did: the largest backlog, since the clients share the same chunks) until each client
+/// has taken its response or gone. Owned by the callbacks it registers; guarded by its Mutex.
+final class InFlightDrain: Sendable {
+    private struct State {
+        var sinks: [(sink: any ResponseSink, sentBytes: Int)]
+        var accounted = 0
+    }
+
+    private let state: Mutex<State>
+    private let metrics: ProxyMetrics
+
+    private init(_ sinks: [(sink: any ResponseSink, sentBytes: Int)], metrics: ProxyMetrics) {
+        state = Mutex(State(sinks: sinks))
+        self.metrics = metrics
+    }
+
+    static func start(_ sinks: [(sink: any ResponseSink, sentBytes: Int)], metrics: ProxyMetrics) {
+        let drain = InFlightDrain(sinks, metrics: metrics)
+        drain.recount()
+        for (sink, sentBytes) in sinks {
+            sink.whenWritten(sentBytes) { drain.recount() }
+        }
+    }
+
+    /// Sets the count to the largest backlog left (0 once every client took its bytes or went).
+    private func recount() {
+        let delta = state.withLock { state -> Int in
+            state.sinks.removeAll { $0.sink.bytesWritten >= $0.sentBytes }
+            let backlog = state.sinks.map { $0.sentBytes - $0.sink.bytesWritten }.max() ?? 0
+            defer { state.accounted = backlog }
+            return backlog - state.accounted
+        }
+        if delta != 0 { metrics.inFlightBytes.wrappingAdd(delta, ordering: .relaxed) }
     }
 }

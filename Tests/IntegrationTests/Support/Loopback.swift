@@ -11,9 +11,14 @@ struct LoopbackConnectError: Error, CustomStringConvertible {
 /// A blocking TCP socket connected to 127.0.0.1:`port`, close-on-exec, with receive and send timeouts so a bug fails
 /// a test instead of hanging it. On failure the socket is closed here and nothing is returned (so no caller can close
 /// it a second time and hit another test's socket reusing the number).
-func connectLoopback(port: Int, timeoutSeconds: Int) throws(LoopbackConnectError) -> Int32 {
+/// `receiveBuffer` fixes SO_RCVBUF (before connecting, so autotuning is off): a client that reads nothing then holds
+/// little in its kernel buffer and the sender's backlog stays in the sender.
+func connectLoopback(port: Int, timeoutSeconds: Int, receiveBuffer: Int? = nil) throws(LoopbackConnectError) -> Int32 {
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
     guard fd >= 0 else { throw LoopbackConnectError(function: "socket", code: errno) }
+    if var size = receiveBuffer.map(Int32.init) {
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+    }
     var timeout = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))

@@ -13,6 +13,42 @@ final class TestClock: Sendable {
     func advance(_ seconds: Double) { time.withLock { $0 = $0.addingTimeInterval(seconds) } }
 }
 
+/// Counts the fetches that paused their upstream transfer (backpressure) and lets a test wait for a number of them.
+final class PauseBarrier: Sendable {
+    private let state = Mutex<(count: Int, target: Int)>((0, Int.max))
+    private let semaphore = DispatchSemaphore(value: 0)
+    private let pausedCallback = Mutex<(@Sendable () -> Void)?>(nil)
+
+    var count: Int { state.withLock { $0.count } }
+
+    /// Called when a fetch pauses its transfer.
+    var onPaused: (@Sendable () -> Void)? {
+        get { pausedCallback.withLock { $0 } }
+        set { pausedCallback.withLock { $0 = newValue } }
+    }
+
+    func observe(_ event: ProxyEvent) {
+        guard case .transferPaused = event else { return }
+        onPaused?()
+        let fire = state.withLock { state -> Bool in
+            state.count += 1
+            return state.count == state.target
+        }
+        if fire { semaphore.signal() }
+    }
+
+    /// Waits until `target` pauses were seen in all (off the Swift concurrency pool); false after `timeout`.
+    func wait(for target: Int, timeout: Double = 15) async -> Bool {
+        let already = state.withLock { state -> Bool in
+            state.target = target
+            return state.count >= target
+        }
+        if already { return true }
+        let semaphore = semaphore
+        return (try? await offPool { semaphore.wait(timeout: .now() + timeout) == .success }) ?? false
+    }
+}
+
 /// Lets a test block until the proxy reports `count` waiters on one fetch.
 final class WaiterBarrier: Sendable {
     private let state = Mutex<(target: Int, reached: Bool)>((0, false))
@@ -53,6 +89,7 @@ final class ProxyHarness {
     let configuration: Configuration
     private let logger: Logger
     let waiters = WaiterBarrier()
+    let pauses = PauseBarrier()
     /// This harness's own disk tier directory, removed at the end.
     let cacheDirectory: String
     var port: Int { daemon.port }
@@ -79,12 +116,16 @@ final class ProxyHarness {
         }
         self.configuration = configuration
         self.logger = logger
-        daemon = try ProxyHarness.makeDaemon(configuration, logger: logger, clock: clock, waiters: waiters)
+        daemon = try ProxyHarness.makeDaemon(configuration, logger: logger, clock: clock, waiters: waiters, pauses: pauses)
         try daemon.start()
     }
 
-    private static func makeDaemon(_ configuration: Configuration, logger: Logger, clock: TestClock, waiters: WaiterBarrier) throws -> Daemon {
-        try Daemon(configuration: configuration, logger: logger, now: { clock.now() }, events: { waiters.observe($0) })
+    private static func makeDaemon(_ configuration: Configuration, logger: Logger, clock: TestClock, waiters: WaiterBarrier,
+                                   pauses: PauseBarrier) throws -> Daemon {
+        try Daemon(configuration: configuration, logger: logger, now: { clock.now() }, events: { event in
+            waiters.observe(event)
+            pauses.observe(event)
+        })
     }
 
     /// Stops the daemon (its disk writes flushed) and starts a new one on the same cache directory: memory is empty,
@@ -93,7 +134,7 @@ final class ProxyHarness {
         daemon.stop()
         var configuration = configuration
         configure(&configuration)
-        daemon = try ProxyHarness.makeDaemon(configuration, logger: logger, clock: clock, waiters: waiters)
+        daemon = try ProxyHarness.makeDaemon(configuration, logger: logger, clock: clock, waiters: waiters, pauses: pauses)
         try daemon.start()
     }
 

@@ -31,9 +31,9 @@ final class TestConnection: @unchecked Sendable {
     /// The peer reset the connection (RST) rather than closing it (FIN).
     private(set) var resetByPeer = false
 
-    init(port: Int, timeout: Duration = .seconds(15)) throws {
+    init(port: Int, timeout: Duration = .seconds(15), receiveBuffer: Int? = nil) throws {
         do {
-            fd = try connectLoopback(port: port, timeoutSeconds: Int(timeout.components.seconds))
+            fd = try connectLoopback(port: port, timeoutSeconds: Int(timeout.components.seconds), receiveBuffer: receiveBuffer)
         } catch {
             throw TestClientError(description: "\(error) (port \(port))")
         }
