@@ -93,9 +93,11 @@ extension Route {
         let target = targetIsNormal ? raw : UpstreamURL.normalisedOriginForm(raw)
         let mark = target.utf8.firstIndex(of: UInt8(ascii: "?"))
         let path = target[..<(mark ?? target.endIndex)]
+        // The daemon's own paths begin "/f" or "/_": one byte tells most requests they are not one.
+        let second = path.utf8.dropFirst().first
         // The daemon's own paths read their parameters from the query as the client sent it (the normal form would
         // turn a malformed escape into a literal "%25").
-        if path == "/fetch" {
+        if second == UInt8(ascii: "f"), path == "/fetch" {
             let (_, query) = splitQuery(raw)
             guard let query, let encoded = queryParameter("url", in: query) else {
                 return .error(status: 400, reason: "missing url parameter: use /fetch?url=<percent-encoded absolute http or https URL>")
@@ -118,10 +120,10 @@ extension Route {
             }
             return .upstream(parsed, mode: .fetch, trusted: false)
         }
-        if path.hasPrefix("/fetch/") {
+        if second == UInt8(ascii: "f"), path.hasPrefix("/fetch/") {
             return signedPath(path.dropFirst("/fetch/".count), signing: signing)
         }
-        if path == "/_imagecached" || path.hasPrefix("/_imagecached/") {
+        if second == UInt8(ascii: "_"), path == "/_imagecached" || path.hasPrefix("/_imagecached/") {
             return .admin(path: String(path), query: splitQuery(raw).query)
         }
         // The longest matching prefix (the first of equals).

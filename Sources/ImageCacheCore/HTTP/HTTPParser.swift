@@ -349,22 +349,35 @@ public struct HTTPParser: Sendable {
     /// IPv4 address (unreserved, pct-encoded, sub-delims), then digits. Empty is allowed (a target without
     /// authority). "example.com/path", "a b", "host:port:more" and "host:80x" are not hosts.
     static func isValidHost(_ value: String) -> Bool {
-        var bytes = Substring(value).utf8[...]
+        // Every request asks this: one pass over contiguous bytes, no generic slices.
+        if let valid = value.utf8.withContiguousStorageIfAvailable(isValidHost) { return valid }
+        return Array(value.utf8).withUnsafeBufferPointer(isValidHost)
+    }
+
+    private static func isValidHost(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        var index = 0
         if bytes.first == UInt8(ascii: "[") {
-            guard let close = bytes.firstIndex(of: UInt8(ascii: "]")) else { return false }
-            let literal = bytes[bytes.index(after: bytes.startIndex)..<close]
-            guard !literal.isEmpty, literal.allSatisfy({ isHexDigit($0) || $0 == UInt8(ascii: ":") || $0 == UInt8(ascii: ".")
-                || $0 == UInt8(ascii: "v") || $0 == UInt8(ascii: "V") }) else { return false }
-            bytes = bytes[bytes.index(after: close)...]
+            index = 1
+            while index < bytes.count, bytes[index] != UInt8(ascii: "]") {
+                let byte = bytes[index]
+                guard isHexDigit(byte) || byte == UInt8(ascii: ":") || byte == UInt8(ascii: ".") || byte == UInt8(ascii: "v")
+                    || byte == UInt8(ascii: "V") else { return false }
+                index += 1
+            }
+            guard index < bytes.count, index > 1 else { return false }   // no "]", or "[]"
+            index += 1
         } else {
-            let end = bytes.firstIndex(of: UInt8(ascii: ":")) ?? bytes.endIndex
-            guard bytes[..<end].allSatisfy(isRegNameByte) else { return false }
-            bytes = bytes[end...]
+            while index < bytes.count, bytes[index] != UInt8(ascii: ":") {
+                guard isRegNameByte(bytes[index]) else { return false }
+                index += 1
+            }
         }
-        guard let colon = bytes.first else { return true }
-        guard colon == UInt8(ascii: ":") else { return false }
-        let port = bytes.dropFirst()
-        return port.count <= 5 && port.allSatisfy(isDigit)
+        guard index < bytes.count else { return true }
+        guard bytes[index] == UInt8(ascii: ":") else { return false }
+        let digits = bytes.count - index - 1
+        guard digits <= 5 else { return false }
+        for byte in bytes[(index + 1)...] where !isDigit(byte) { return false }
+        return true
     }
 
     /// reg-name bytes: unreserved, "%" (pct-encoded) and sub-delims (RFC 3986 3.2.2).
@@ -413,18 +426,18 @@ public struct HTTPParser: Sendable {
     private mutating func finishHead() -> Event? {
         guard let head else { return fail(400, "missing request line") }
         let headers = head.headers
+        let hosts = headers.values("Host")
         if head.version == .http1_1 {
-            let hosts = headers.values("Host")
             if hosts.isEmpty { return fail(400, "missing Host header") }
             if hosts.count > 1 { return fail(400, "more than one Host header") }
         }
-        if let host = headers["Host"], !Self.isValidHost(host) {
+        if let host = hosts.first, !Self.isValidHost(host) {
             return fail(400, "invalid Host header '\(host.prefix(100))'")
         }
         let transferEncoding = headers.values("Transfer-Encoding")
         let contentLength = headers.values("Content-Length")
         var hasBody = false
-        if !transferEncoding.isEmpty || headers.tokens("Content-Length").contains(where: { $0 != "0" }),
+        if !transferEncoding.isEmpty || (!contentLength.isEmpty && headers.tokens("Content-Length").contains(where: { $0 != "0" })),
            let refusal = bodyRefusal(head) {
             return fail(refusal)
         }
