@@ -192,4 +192,19 @@ struct HTTPParserTests {
         // Then
         #expect(parser.next() == .error(HTTPParser.ParseError(status: 414, reason: "request line too long (limit 8192 bytes)")))
     }
+
+    @Test("Host is host[:port]: names, IPv4, bracketed IPv6 and IPvFuture literals, escapes and sub-delims pass; paths, spaces, extra colons, bad ports and broken brackets do not",
+          arguments: [
+              ("x", true), ("", true), ("img.example:8080", true), ("127.0.0.1", true), ("[::1]:8080", true),
+              ("[2001:db8::1]", true), ("[v1.fe]", true), ("a%20b.example", true), ("a!$&'()*+,;=b", true), ("h:", true),
+              ("h:65535", true), ("example.com/path", false), ("a b", false), ("host:port:more", false), ("host:80x", false),
+              ("h:123456", false), ("[::1", false), ("[]", false), ("[::1]x", false), ("[::1]:8x", false), ("[g::1]", false),
+              ("h\u{e9}", false), ("a@b", false),
+          ] as [(String, Bool)])
+    func hostValues(value: String, valid: Bool) {
+        #expect(HTTPParser.isValidHost(value) == valid)
+        // And the parser answers 400 for the invalid ones, on HTTP/1.0 as on 1.1
+        let outcome = Self.parse("GET / HTTP/1.0\r\nHost: \(value)\r\n\r\n")
+        #expect(outcome == (valid ? Outcome(requests: ["GET / HTTP/1.0 "]) : Outcome(errorStatus: 400)))
+    }
 }
