@@ -4,7 +4,7 @@
 //
 // Reloadable: memory limits (the tier evicts down at once), max-object-size, origins, content-types and allow-svg,
 // stale-if-error, heuristic freshness, complete-abandoned-fetches, access-log, admin-allow, admin-hosts, admin-token,
-// signing-keys, require-signature, shutdown-timeout.
+// signing-keys, require-signature, in-flight-limit, shutdown-timeout.
 // Not reloadable (the daemon logs that a restart is needed): listen, cache-dir and disk-*, server.*, upstream.*,
 // allow-private-networks, log-level. `Configuration.restartOnlyChanges` names them.
 
