@@ -37,7 +37,8 @@ struct CLITests {
         let (status, stdout, _) = try await CLITests.run(["--help"])
         #expect(status == 0)
         for flag in ["--listen", "--origin", "--cache-dir", "--memory-limit", "--max-object-size", "--content-types",
-                     "--allow-private-networks", "--config", "--upstream-queue-order", "--server-idle-timeout"] {
+                     "--allow-private-networks", "--config", "--upstream-queue-order", "--server-idle-timeout",
+                     "--in-flight-limit", "--server-write-buffer"] {
             #expect(stdout.contains(flag), "\(flag) missing from --help")
         }
     }
@@ -46,6 +47,8 @@ struct CLITests {
         (["--memory-limit", "lots"], "--memory-limit: 'lots' is not a size"),
         (["--listen", "nowhere"], "--listen: 'nowhere' is not HOST:PORT"),
         (["--config", "/nonexistent/imagecached.yaml"], "cannot read the configuration file"),
+        (["--in-flight-limit", "1023KiB"], "--in-flight-limit: must be at least 1MiB"),
+        (["--server-write-buffer", "8KiB"], "--server-write-buffer: must be at least 16KiB"),
     ])
     func badValue(arguments: [String], message: String) async throws {
         let (status, _, stderr) = try await CLITests.run(arguments)

@@ -81,6 +81,25 @@ struct ConfigurationTests {
         }
     }
 
+    @Test("in-flight-limit (64 MiB, at least 1 MiB, reloadable) and server.write-buffer (256 KiB, at least 16 KiB, needs a restart) at their edges")
+    func inFlightLimits() throws {
+        let defaults = Configuration()
+        #expect(defaults.inFlightLimitBytes == 64 << 20)
+        #expect(defaults.server.writeBufferBytes == 256 << 10)
+        for (key, smallest) in [("in-flight-limit", 1 << 20), ("server.write-buffer", 16 << 10)] {
+            var configuration = Configuration()
+            try configuration.apply(ConfigSetting(key: key, value: .scalar("\(smallest)"), source: key))
+            #expect(key == "in-flight-limit" ? configuration.inFlightLimitBytes == smallest : configuration.server.writeBufferBytes == smallest)
+            #expect(throws: ConfigError.self) {
+                try configuration.apply(ConfigSetting(key: key, value: .scalar("\(smallest - 1)"), source: key))
+            }
+        }
+        let environment = try Configuration.load(file: nil, environment: ["IMAGECACHED_IN_FLIGHT_LIMIT": "2MiB",
+                                                                          "IMAGECACHED_SERVER_WRITE_BUFFER": "32KiB"], flags: [])
+        #expect(environment.inFlightLimitBytes == 2 << 20 && environment.server.writeBufferBytes == 32 << 10)
+        #expect(defaults.restartOnlyChanges(to: environment) == ["server.*"])
+    }
+
     @Test("an unknown key in the file is reported with the file name")
     func unknownFileKey() throws {
         let settings = try Configuration.settings(fromYAML: "memroy-limit: 1MiB\n", name: "x.yaml")
