@@ -15,12 +15,14 @@ struct CLITests {
         return candidates.first { FileManager.default.isExecutableFile(atPath: $0.path) } ?? candidates[1]
     }
 
-    /// Runs the binary to completion; returns (exit status, stdout, stderr).
-    static func run(_ arguments: [String]) async throws -> (Int32, String, String) {
+    /// Runs the binary to completion (with `environment` instead of the test's own, when given); returns (exit
+    /// status, stdout, stderr).
+    static func run(_ arguments: [String], environment: [String: String]? = nil) async throws -> (Int32, String, String) {
         try await offPool {
             let process = Process()
             process.executableURL = binary
             process.arguments = arguments
+            if let environment { process.environment = environment }
             let out = Pipe(), err = Pipe()
             process.standardOutput = out
             process.standardError = err

@@ -72,20 +72,9 @@ struct SignedURLTests {
         let url = harness.origin.baseURL + "/s.png"
         // When the command signs with the old key only (a client not yet rotated)
         let port = harness.port
-        let (status, stdout, stderr) = try await offPool { () -> (Int32, String, String) in
-            let process = Process()
-            process.executableURL = CLITests.binary
-            process.arguments = ["sign", "--address", "127.0.0.1:\(port)"] + (camo ? ["--camo"] : []) + [url]
-            process.environment = ["IMAGECACHED_SIGNING_KEYS": Self.oldKey]
-            let out = Pipe(), err = Pipe()
-            process.standardOutput = out
-            process.standardError = err
-            try process.run()
-            let stdout = out.fileHandleForReading.readDataToEndOfFile()
-            let stderr = err.fileHandleForReading.readDataToEndOfFile()
-            process.waitUntilExit()
-            return (process.terminationStatus, String(decoding: stdout, as: UTF8.self), String(decoding: stderr, as: UTF8.self))
-        }
+        let (status, stdout, stderr) = try await CLITests.run(
+            ["sign", "--address", "127.0.0.1:\(port)"] + (camo ? ["--camo"] : []) + [url],
+            environment: ["IMAGECACHED_SIGNING_KEYS": Self.oldKey])
         #expect(status == 0, "\(stderr)")
         let prefix = "http://127.0.0.1:\(harness.port)"
         #expect(stdout.hasPrefix(prefix + (camo ? "/fetch/" : "/fetch?url=")))
