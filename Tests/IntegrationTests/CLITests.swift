@@ -3,7 +3,7 @@
 import Foundation
 import Testing
 
-@Suite("The imagecached command")
+@Suite("The imagecached command", .timeLimit(.minutes(2)))
 struct CLITests {
     /// The built executable, next to the test bundle (swift build --build-tests builds both).
     static var binary: URL {

@@ -7,7 +7,7 @@ import Synchronization
 import Testing
 @testable import ImageCacheCore
 
-@Suite("Serving and caching end to end")
+@Suite("Serving and caching end to end", .timeLimit(.minutes(2)))
 struct CachingTests {
     static let png = Fixtures.png(size: 30_000)
 
@@ -417,7 +417,7 @@ struct CachingTests {
     }
 }
 
-@Suite("Serving and caching end to end, more")
+@Suite("Serving and caching end to end, more", .timeLimit(.minutes(2)))
 struct CachingMoreTests {
     @Test("the private-network check runs on the resolved address: a host name that resolves to loopback is refused")
     func dnsAnswerRefused() async throws {

@@ -4,7 +4,7 @@ import Logging
 import Synchronization
 import Testing
 
-@Suite("CurlOrigin against a local TestOrigin")
+@Suite("CurlOrigin against a local TestOrigin", .timeLimit(.minutes(2)))
 struct CurlOriginTests {
     static func makeOrigin(_ adjust: (inout UpstreamConfiguration) -> Void = { _ in },
                            allowPrivateNetworks: Bool = false) throws -> CurlOrigin {

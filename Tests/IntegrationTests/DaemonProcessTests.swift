@@ -5,7 +5,7 @@ import Foundation
 import Testing
 @testable import ImageCacheCore
 
-@Suite("The daemon process under systemd's contract")
+@Suite("The daemon process under systemd's contract", .timeLimit(.minutes(2)))
 struct DaemonProcessTests {
     static let png = Fixtures.png(size: 40_000)
 

@@ -6,7 +6,7 @@ import Synchronization
 import Testing
 @testable import ImageCacheCore
 
-@Suite("Disk tier end to end")
+@Suite("Disk tier end to end", .timeLimit(.minutes(2)))
 struct DiskTierTests {
     static let small = Fixtures.png(size: 30_000)
     static let large = Fixtures.jpeg(size: 1_500_000)  // over the 256 KiB whole-read limit: sent from its file

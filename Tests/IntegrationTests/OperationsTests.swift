@@ -6,7 +6,7 @@ import Synchronization
 import Testing
 @testable import ImageCacheCore
 
-@Suite("Operations: metrics, admin endpoints, prefetch, reload, drain")
+@Suite("Operations: metrics, admin endpoints, prefetch, reload, drain", .timeLimit(.minutes(2)))
 struct OperationsTests {
     static let png = Fixtures.png(size: 20_000)
 

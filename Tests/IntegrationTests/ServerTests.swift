@@ -76,7 +76,7 @@ func withServer<T: Sendable>(handler: any RequestHandler = standardHandler(), co
     }
 }
 
-@Suite("Server")
+@Suite("Server", .timeLimit(.minutes(2)))
 struct ServerTests {
     @Test("serves two requests on one keep-alive connection")
     func keepAlive() async throws {

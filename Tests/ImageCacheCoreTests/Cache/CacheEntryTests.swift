@@ -2,7 +2,7 @@ import Foundation
 import ImageCacheCore
 import Testing
 
-@Suite("CacheEntry")
+@Suite("CacheEntry", .timeLimit(.minutes(1)))
 struct CacheEntryTests {
     static let t0 = Fixture.t0
 

@@ -4,7 +4,7 @@ import Logging
 import Synchronization
 import Testing
 
-@Suite("DiskCache")
+@Suite("DiskCache", .timeLimit(.minutes(1)))
 struct DiskCacheTests {
     static func key(_ name: String) -> CacheKey { Fixture.key("http://origin.test/\(name)") }
 
@@ -788,7 +788,7 @@ struct DiskCacheTests {
 
 /// Measurements, not assertions: run with `DISK_BENCH=100000 swift test --filter DiskBenchmark` (add `-c release`
 /// for release numbers). Prints the insert rate, the startup index load time for N entries and the lookup rate.
-@Suite("DiskBenchmark", .serialized, .enabled(if: ProcessInfo.processInfo.environment["DISK_BENCH"] != nil, "set DISK_BENCH=N to run"))
+@Suite("DiskBenchmark", .serialized, .enabled(if: ProcessInfo.processInfo.environment["DISK_BENCH"] != nil, "set DISK_BENCH=N to run"), .timeLimit(.minutes(10)))
 struct DiskBenchmark {
     static var count: Int { Int(ProcessInfo.processInfo.environment["DISK_BENCH"] ?? "") ?? 100_000 }
 
@@ -843,7 +843,7 @@ struct DiskBenchmark {
     }
 }
 
-@Suite("DiskEntryFormat")
+@Suite("DiskEntryFormat", .timeLimit(.minutes(1)))
 struct DiskEntryFormatTests {
     static func encoded(bodyLength: Int = 5) -> [UInt8] {
         let entry = Fixture.entry([("Vary", "Accept"), ("ETag", "\"x\"")], requestHeaders: ["Accept": "image/*"])

@@ -1,7 +1,7 @@
 @testable import ImageCacheCore
 import Testing
 
-@Suite("FrequencySketch")
+@Suite("FrequencySketch", .timeLimit(.minutes(1)))
 struct FrequencySketchTests {
     @Test("estimates count accesses, never below the true count, saturating at 15")
     func counts() {

@@ -2,7 +2,7 @@ import Foundation
 import ImageCacheCore
 import Testing
 
-@Suite("Freshness")
+@Suite("Freshness", .timeLimit(.minutes(1)))
 struct FreshnessTests {
     static let t0 = Fixture.t0
 

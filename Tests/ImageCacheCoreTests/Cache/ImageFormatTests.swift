@@ -30,7 +30,7 @@ enum Samples {
     static let html: [UInt8] = Array("<!DOCTYPE html><html><body>Not found</body></html>".utf8)
 }
 
-@Suite("ImageSignature")
+@Suite("ImageSignature", .timeLimit(.minutes(1)))
 struct ImageSignatureTests {
     @Test("recognises each format by its leading bytes", arguments: [
         (Samples.jpeg, ImageFormat.jpeg),
@@ -75,7 +75,7 @@ struct ImageSignatureTests {
     }
 }
 
-@Suite("ContentPolicy")
+@Suite("ContentPolicy", .timeLimit(.minutes(1)))
 struct ContentPolicyTests {
     static let images = ContentPolicy(allowedTypes: ["image/jpeg", "image/png", "image/gif", "image/webp", "image/avif"])
 

@@ -3,7 +3,7 @@ import Dispatch
 @testable import ImageCacheCore
 import Testing
 
-@Suite("MemoryCache")
+@Suite("MemoryCache", .timeLimit(.minutes(1)))
 struct MemoryCacheTests {
     static func entry(_ name: String, bytes: Int = 100) -> CacheEntry {
         Fixture.entry([], key: Fixture.key("http://origin.test/\(name)"), body: Array(repeating: 7, count: bytes))

@@ -1,7 +1,7 @@
 import ImageCacheCore
 import Testing
 
-@Suite("Storability")
+@Suite("Storability", .timeLimit(.minutes(1)))
 struct StorabilityTests {
     static let fresh: [(String, String)] = [("Cache-Control", "max-age=60")]
 

@@ -1,7 +1,7 @@
 import ImageCacheCore
 import Testing
 
-@Suite("UpstreamURL")
+@Suite("UpstreamURL", .timeLimit(.minutes(1)))
 struct UpstreamURLTests {
     @Test("normalises equivalent URLs to one form", arguments: [
         ("http://example.com", "http://example.com/"),

@@ -1,7 +1,7 @@
 import ImageCacheCore
 import Testing
 
-@Suite("Vary")
+@Suite("Vary", .timeLimit(.minutes(1)))
 struct VaryTests {
     static func response(vary: [String]) -> HTTPResponseHead {
         var headers = HTTPHeaders()

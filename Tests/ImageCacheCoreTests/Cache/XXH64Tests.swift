@@ -1,7 +1,7 @@
 @testable import ImageCacheCore
 import Testing
 
-@Suite("XXH64")
+@Suite("XXH64", .timeLimit(.minutes(1)))
 struct XXH64Tests {
     /// Byte i is (i * 31 + 7) & 0xFF: deterministic, no runs, every byte value.
     static func pattern(_ count: Int) -> [UInt8] {

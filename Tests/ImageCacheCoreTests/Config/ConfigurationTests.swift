@@ -2,7 +2,7 @@ import Foundation
 import Testing
 @testable import ImageCacheCore
 
-@Suite("Configuration")
+@Suite("Configuration", .timeLimit(.minutes(1)))
 struct ConfigurationTests {
     @Test("defaults match the documented contract")
     func defaults() throws {

@@ -1,7 +1,7 @@
 import ImageCacheCore
 import Testing
 
-@Suite("CacheControl")
+@Suite("CacheControl", .timeLimit(.minutes(1)))
 struct CacheControlTests {
     static func parse(_ values: [String], pragma: String? = nil) -> CacheControl {
         var headers = HTTPHeaders()

@@ -1,7 +1,7 @@
 import ImageCacheCore
 import Testing
 
-@Suite("EntityTag")
+@Suite("EntityTag", .timeLimit(.minutes(1)))
 struct EntityTagTests {
     @Test("parses strong and weak tags", arguments: [
         ("\"v1\"", EntityTag(isWeak: false, opaque: "\"v1\"")),

@@ -2,7 +2,7 @@ import Foundation
 import ImageCacheCore
 import Testing
 
-@Suite("HTTPDate")
+@Suite("HTTPDate", .timeLimit(.minutes(1)))
 struct HTTPDateTests {
     /// 1994-11-06 08:49:37 UTC, RFC 9110's example.
     static let example = Date(timeIntervalSince1970: 784_111_777)

@@ -1,7 +1,7 @@
 import Testing
 @testable import ImageCacheCore
 
-@Suite("HTTPHeaders")
+@Suite("HTTPHeaders", .timeLimit(.minutes(1)))
 struct HTTPHeadersTests {
     @Test("combined joins every field of a name in order, ignoring the name's case", arguments: [
         ([], nil),

@@ -2,7 +2,7 @@ import Foundation
 import Testing
 @testable import ImageCacheCore
 
-@Suite("Operations, pure parts")
+@Suite("Operations, pure parts", .timeLimit(.minutes(1)))
 struct OpsTests {
     @Test("address ranges match what they contain", arguments: [
         ("127.0.0.1/32", "127.0.0.1", true), ("127.0.0.1/32", "127.0.0.2", false), ("127.0.0.0/8", "127.9.9.9", true),

@@ -1,7 +1,7 @@
 import Testing
 @testable import ImageCacheCore
 
-@Suite("Routing: the reverse proxy's fast path")
+@Suite("Routing: the reverse proxy's fast path", .timeLimit(.minutes(1)))
 struct RouteFastPathTests {
     static let targets = [
         "/a.jpg", "/", "/small/img-001.png", "/a/b/c.webp?w=100&h=200", "/a.jpg?", "/?x=1", "/a//b", "/.hidden/x",

@@ -1,7 +1,7 @@
 import Testing
 @testable import ImageCacheCore
 
-@Suite("Routing: three ways in, one cache key")
+@Suite("Routing: three ways in, one cache key", .timeLimit(.minutes(1)))
 struct RouteTests {
     private func route(_ target: String, method: String = "GET", origins: [OriginMapping] = []) -> Route {
         Route.resolve(HTTPRequestHead(method: method, target: target, headers: ["Host": "x"]), origins: origins)

@@ -1,7 +1,7 @@
 import Testing
 @testable import ImageCacheCore
 
-@Suite("Connection.StateMachine")
+@Suite("Connection.StateMachine", .timeLimit(.minutes(1)))
 struct ConnectionStateMachineTests {
     typealias Machine = Connection.StateMachine
     static let date = "Sun, 06 Nov 1994 08:49:37 GMT"

@@ -4,7 +4,7 @@ import Testing
 @testable import ImageCacheCore
 
 /// The loop's own thread and its task inbox (the sockets are covered end to end by the integration tests).
-@Suite("EventLoop")
+@Suite("EventLoop", .timeLimit(.minutes(1)))
 struct EventLoopTests {
     /// Signalled when released: tells that a task closure was let go without running it.
     final class ReleaseProbe: Sendable {

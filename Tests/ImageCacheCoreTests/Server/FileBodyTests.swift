@@ -3,7 +3,7 @@ import Glibc
 @testable import ImageCacheCore
 import Testing
 
-@Suite("File bodies (sendfile)")
+@Suite("File bodies (sendfile)", .timeLimit(.minutes(1)))
 struct FileBodyTests {
     typealias Machine = Connection.StateMachine
     static let date = "Sun, 06 Nov 1994 08:49:37 GMT"

@@ -1,7 +1,7 @@
 import Testing
 @testable import ImageCacheCore
 
-@Suite("HTTPParser")
+@Suite("HTTPParser", .timeLimit(.minutes(1)))
 struct HTTPParserTests {
     /// What a run of the parser over some input produced: the requests, then the error if any.
     struct Outcome: Equatable, CustomStringConvertible {

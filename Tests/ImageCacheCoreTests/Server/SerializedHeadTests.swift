@@ -1,7 +1,7 @@
 import Testing
 @testable import ImageCacheCore
 
-@Suite("Serialised response heads")
+@Suite("Serialised response heads", .timeLimit(.minutes(1)))
 struct SerializedHeadTests {
     static let date = "Sun, 06 Nov 1994 08:49:37 GMT"
 

@@ -1,7 +1,7 @@
 import Testing
 @testable import ImageCacheCore
 
-@Suite("AddressPolicy")
+@Suite("AddressPolicy", .timeLimit(.minutes(1)))
 struct AddressPolicyTests {
     static let refused: [String] = [
         "0.0.0.0", "0.1.2.3", "10.0.0.1", "10.255.255.255", "100.64.0.1", "100.127.255.254", "127.0.0.1", "127.8.9.10",

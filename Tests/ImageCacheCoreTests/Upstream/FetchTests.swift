@@ -5,7 +5,7 @@ import Logging
 import Testing
 @testable import ImageCacheCore
 
-@Suite("Fetch: coalescing without sockets")
+@Suite("Fetch: coalescing without sockets", .timeLimit(.minutes(1)))
 struct FetchTests {
     static let png: [UInt8] = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A] + Array(repeating: 7, count: 100)
     static let client = ClientInfo(address: "127.0.0.1", isLoopback: true)

@@ -1,7 +1,7 @@
 import Testing
 @testable import ImageCacheCore
 
-@Suite("FlowControl: a transfer's delivery window and pause")
+@Suite("FlowControl: a transfer's delivery window and pause", .timeLimit(.minutes(1)))
 struct FlowControlTests {
     @Test("bytes are admitted until the window is full; released below half of it, the waiting handle is resumed once")
     func window() {

@@ -1,7 +1,7 @@
 import Testing
 @testable import ImageCacheCore
 
-@Suite("ResponseHeadParser")
+@Suite("ResponseHeadParser", .timeLimit(.minutes(1)))
 struct ResponseHeadParserTests {
     @Test("parses HTTP/1.1 and HTTP/2 status lines and fields", arguments: [
         (["HTTP/1.1 200 OK", "Content-Type: image/png", "ETag:  \"v1\" "], 200, "OK"),
@@ -30,12 +30,16 @@ struct ResponseHeadParserTests {
         let head = try #require(ResponseHeadParser.parse([
             "HTTP/1.1 200 OK\rSet-Cookie: x", "X-A: 1\rSet-Cookie: s=evil", "Bad Name: 1", "X-Nul: a\u{0}b", "X-Good: fine\tvalue",
         ]))
-        #expect(head.reason == "OK" || head.reason == HTTPResponseHead.standardReason(200))
+        #expect(head.reason == "OK", "a reason with a CR in it is not kept")
         #expect(head.headers["X-A"] == nil)
         #expect(head.headers["Bad Name"] == nil)
         #expect(head.headers["X-Nul"] == nil)
         #expect(head.headers["X-Good"] == "fine\tvalue")
-        #expect(!head.serialized().contains(13) || !String(decoding: head.serialized(), as: UTF8.self).contains("evil"))
+        // And what is written out has no injected field and no CR outside its line endings
+        let bytes = head.serialized()
+        let text = String(decoding: bytes, as: UTF8.self)
+        #expect(!text.contains("evil") && !text.contains("Set-Cookie"))
+        #expect(bytes.indices.allSatisfy { bytes[$0] != 13 || (bytes.index(after: $0) < bytes.endIndex && bytes[$0 + 1] == 10) })
     }
 
     @Test("Content-Length: one value, agreeing repeats, or an error for conflicting and invalid values (RFC 9112 6.3)", arguments: [

@@ -1,7 +1,7 @@
 import Testing
 @testable import ImageCacheCore
 
-@Suite("TransferQueue")
+@Suite("TransferQueue", .timeLimit(.minutes(1)))
 struct TransferQueueTests {
     typealias Queue = TransferQueue<Int>
     let t0 = ContinuousClock.now
