@@ -544,6 +544,29 @@ struct HardeningTests {
         #expect(after.header("X-Cache") == "MISS" && after.body == Fixtures.png(size: size))
     }
 
+    @Test("a client that leaves without reading gives back what it was counted for: the bodies in flight fall to zero")
+    func leavingClientReleasesItsCount() async throws {
+        let harness = try ProxyHarness {
+            $0.inFlightLimitBytes = 16 << 20
+            $0.server.writeBufferBytes = 64 << 10
+        }
+        let size = 12 << 20
+        harness.origin.route("/left.png") { _ in HardeningTests.bigImage(size) }
+        // Given a fetch that ended while its client had read nothing (its body counted in flight)
+        let client = try TestConnection(port: harness.port, receiveBuffer: 16 << 10)
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            harness.waiters.onFinished = { done.resume() }
+            try? client.request("/left.png")
+        }
+        harness.waiters.onFinished = nil
+        let proxy = harness.daemon.proxy
+        #expect(proxy.metrics.inFlightBytes.load(ordering: .relaxed) > 4 << 20)
+        // When the client goes away
+        client.close()
+        // Then once the daemon has seen it go (polled: no event tells a test that), nothing is counted
+        #expect(await eventually { proxy.metrics.inFlightBytes.load(ordering: .relaxed) == 0 })
+    }
+
     @Test("in-flight-limit at its edge: a body within the budget is fetched whole and stored while its client waits; one over it is paused and not stored",
           arguments: [false, true])
     func inFlightLimitEdge(over: Bool) async throws {

@@ -441,7 +441,8 @@ struct ExchangeProgress: ~Copyable, Sendable {
     private let watch = Mutex<(@Sendable () -> Void)?>(nil)
     private let gone = Atomic<Bool>(false)
 
-    var written: Int { count.load(ordering: .relaxed) }
+    /// What the client has taken; Int.max once it is gone (nothing of the response is held for it any more).
+    var written: Int { gone.load(ordering: .relaxed) ? Int.max : count.load(ordering: .relaxed) }
 
     func add(_ bytes: Int) {
         let total = count.add(bytes, ordering: .relaxed).newValue

@@ -67,7 +67,8 @@ public protocol ResponseSink: AnyObject, Sendable {
     func onCancel(_ callback: @escaping @Sendable () -> Void)
     /// Bytes of this response the client has taken so far (read from any thread), counted from its head for a
     /// streamed response (`head`, then `body`): how far behind the bytes handed to the sink it is (backpressure).
-    /// Sinks that do not write to a client say `Int.max`.
+    /// Sinks that do not write to a client, and a client that went away (its connection holds nothing any more), say
+    /// `Int.max`.
     var bytesWritten: Int { get }
     /// Runs `callback` once, on any thread, when `bytesWritten` reaches `bytes` or the client goes away; at once if
     /// either already happened. A later call replaces an earlier one that has not run.
