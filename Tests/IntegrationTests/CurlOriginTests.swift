@@ -10,7 +10,7 @@ struct CurlOriginTests {
                            allowPrivateNetworks: Bool = false) throws -> CurlOrigin {
         var configuration = UpstreamConfiguration()
         configuration.connectTimeoutSeconds = 5
-        configuration.totalTimeoutSeconds = 20
+        configuration.totalTimeoutSeconds = 60
         adjust(&configuration)
         return try CurlOrigin(configuration: configuration, allowPrivateNetworks: allowPrivateNetworks,
                               logger: Logger(label: "test.upstream"))
@@ -223,13 +223,22 @@ struct CurlOriginTests {
         // Given
         let server = try TestOrigin()
         defer { server.stop() }
-        server.route("/reset") { _ in Reply(status: 200, headers: [("Content-Type", "image/png")], body: Fixtures.png(size: 100_000), resetAfterBytes: 10_000) }
+        let reset = Gate()
+        server.route("/reset") { _ in
+            Reply(status: 200, headers: [("Content-Type", "image/png")], body: Fixtures.png(size: 100_000),
+                  resetAfterBytes: 10_000, resetGate: reset)
+        }
         let origin = try Self.makeOrigin()
         defer { origin.shutdown() }
         let recorder = TransferRecorder()
 
-        // When
-        _ = origin.fetch(Self.request(server.baseURL + "/reset"), events: recorder.record)
+        // When the origin resets the connection once the first 10,000 body bytes have been delivered (the gate opens
+        // from the event stream, not from the test's task)
+        let delivered = Mutex(0)
+        _ = origin.fetch(Self.request(server.baseURL + "/reset")) { event in
+            recorder.record(event)
+            if case let .body(bytes) = event, delivered.withLock({ $0 += bytes.count; return $0 }) >= 10_000 { reset.open() }
+        }
         let outcome = try await recorder.completion()
 
         // Then

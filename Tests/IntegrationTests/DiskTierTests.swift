@@ -113,7 +113,8 @@ struct DiskTierTests {
         let conditional = try await harness.get("/l.jpg", headers: [("If-None-Match", "\"L1\"")])
         // Then every client has the exact bytes from the disk tier
         #expect(responses.allSatisfy { $0.status == 200 && $0.complete && $0.body == DiskTierTests.large })
-        #expect(responses.allSatisfy { $0.header("Cache-Status")?.contains("detail=disk") == true })
+        #expect(responses.allSatisfy { $0.header("Cache-Status")?.contains("detail=disk") == true },
+                "\(responses.map { $0.header("Cache-Status") ?? "-" })")
         #expect(head.status == 200 && head.body.isEmpty && head.header("Content-Length") == String(DiskTierTests.large.count))
         #expect(conditional.status == 304 && conditional.body.isEmpty && conditional.header("ETag") == "\"L1\"")
         // And the metrics counted the bytes sent from the file (the daemon was restarted: only these requests)
@@ -169,8 +170,11 @@ struct DiskTierTests {
         harness.origin.route("/s.png") { _ in CachingTests.image(DiskTierTests.small) }
         harness.origin.route("/h.png") { _ in CachingTests.image(DiskTierTests.huge) }
         _ = try await harness.get("/s.png")
-        _ = try await harness.get("/h.png")
+        let first = try await harness.get("/h.png")
+        #expect(first.complete && first.body.count == DiskTierTests.huge.count,
+                "the first fetch of the large entry: \(first.body.count) of \(DiskTierTests.huge.count) bytes")
         await harness.flushDisk()
+        #expect(harness.daemon.proxy.disk?.stats.entries == 2)
         try harness.restart()
         let disk = try #require(harness.daemon.proxy.disk)
         try await offPool { while !disk.stats.indexLoaded { disk.flush() } }
@@ -193,7 +197,8 @@ struct DiskTierTests {
         // Then every answer came from disk
         #expect(responses.map(\.status) == [200, 200, 304, 200, 200, 304])
         #expect(responses[0].body == DiskTierTests.small && responses[3].complete && responses[3].body == DiskTierTests.huge)
-        #expect(responses.allSatisfy { $0.header("Cache-Status")?.contains("detail=disk") == true })
+        #expect(responses.allSatisfy { $0.header("Cache-Status")?.contains("detail=disk") == true },
+                "\(responses.map { $0.header("Cache-Status") ?? "-" })")
         #expect(gone.allSatisfy { $0.status == 200 && $0.header("Cache-Status")?.contains("detail=disk") == true })
         // And once the daemon has seen every client go and the disk's lookups are done, its descriptors are back, but
         // for the one kept open for the entry sent from its file (the next hits use it: HEAD, 304 and the last client;

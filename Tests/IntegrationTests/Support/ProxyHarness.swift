@@ -193,6 +193,10 @@ extension TestConnection {
         let (status, headers) = try await offPool { try self.readHead() }
         return (status, headers)
     }
+    /// `readBody` off the Swift concurrency pool: the body after a head read with `head()`.
+    func body(status: Int, headers: [(String, String)]) async throws -> TestResponse {
+        try await offPool { self.readBody(status: status, headers: headers) }
+    }
     func raw(atLeast count: Int) async -> [UInt8] {
         (try? await offPool { self.readRaw(atLeast: count) }) ?? []
     }

@@ -30,8 +30,10 @@ final class TestConnection: @unchecked Sendable {
     private var closed = false
     /// The peer reset the connection (RST) rather than closing it (FIN).
     private(set) var resetByPeer = false
+    /// A read waited longer than the receive timeout: nothing read since is known to be complete.
+    private(set) var timedOut = false
 
-    init(port: Int, timeout: Duration = .seconds(15), receiveBuffer: Int? = nil) throws {
+    init(port: Int, timeout: Duration = .seconds(60), receiveBuffer: Int? = nil) throws {
         do {
             fd = try connectLoopback(port: port, timeoutSeconds: Int(timeout.components.seconds), receiveBuffer: receiveBuffer)
         } catch {
@@ -77,6 +79,7 @@ final class TestConnection: @unchecked Sendable {
         let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
         if n <= 0 {
             if n < 0 && errno == ECONNRESET { resetByPeer = true }
+            if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { timedOut = true }
             closed = true
             return false
         }
@@ -131,6 +134,11 @@ final class TestConnection: @unchecked Sendable {
     /// Reads a whole response (head and framed body).
     func readResponse(forHEAD: Bool = false) throws -> TestResponse {
         let (status, headers) = try readHead()
+        return readBody(status: status, headers: headers, forHEAD: forHEAD)
+    }
+
+    /// Reads the body that follows a head read with `readHead`, as framed.
+    func readBody(status: Int, headers: [(String, String)], forHEAD: Bool = false) -> TestResponse {
         func header(_ name: String) -> String? { headers.first { $0.0.lowercased() == name }?.1 }
         if forHEAD || status == 304 || status == 204 || (100..<200).contains(status) {
             return TestResponse(status: status, headers: headers, body: [], complete: true)
@@ -164,7 +172,8 @@ final class TestConnection: @unchecked Sendable {
         while fill() {}
         let body = buffer
         buffer = []
-        return TestResponse(status: status, headers: headers, body: body, complete: !resetByPeer)
+        // A receive timeout is not an end: only a clean close (FIN) ends a close-delimited body.
+        return TestResponse(status: status, headers: headers, body: body, complete: !resetByPeer && !timedOut)
     }
 
     private func readLine() -> String? {

@@ -77,8 +77,10 @@ struct Reply: Sendable {
     var delayBeforeHead: Duration?
     /// Send the body in `chunks` pieces with `interval` between them.
     var drip: (chunks: Int, interval: Duration)?
-    /// Send the head (with the full Content-Length) and this many body bytes, then reset the connection (RST).
+    /// Send the head (with the full Content-Length) and this many body bytes, then wait for `resetGate` (the test
+    /// opens it once its client saw those bytes), then reset the connection (RST).
     var resetAfterBytes: Int?
+    var resetGate: Gate?
     /// Wait for this gate after the head is sent and before the body (or after `gateAfterBytes` body bytes).
     var gate: Gate?
     /// With `gate`: send this many body bytes first, then wait for the gate, then the rest (Content-Length framing).
@@ -88,7 +90,7 @@ struct Reply: Sendable {
 
     init(status: Int = 200, headers: [(String, String)] = [], body: [UInt8] = [], chunked: Bool = false,
          delayBeforeHead: Duration? = nil, drip: (chunks: Int, interval: Duration)? = nil,
-         resetAfterBytes: Int? = nil, gate: Gate? = nil) {
+         resetAfterBytes: Int? = nil, resetGate: Gate? = nil, gate: Gate? = nil) {
         self.status = status
         self.headers = headers
         self.body = body
@@ -96,6 +98,7 @@ struct Reply: Sendable {
         self.delayBeforeHead = delayBeforeHead
         self.drip = drip
         self.resetAfterBytes = resetAfterBytes
+        self.resetGate = resetGate
         self.gate = gate
     }
 
@@ -362,7 +365,9 @@ final class TestOrigin: @unchecked Sendable {
         if let resetAfter = reply.resetAfterBytes {
             let sent = Array(reply.body.prefix(resetAfter))
             _ = write(fd, reply.chunked ? Array(String(sent.count, radix: 16).utf8) + [13, 10] + sent + [13, 10] : sent)
-            Thread.sleep(forTimeInterval: 0.2)   // let the client read those bytes before the reset
+            // The test says when its client has the bytes: a reset that overtook them would make a different test.
+            precondition(reply.resetGate != nil, "resetAfterBytes needs a resetGate")
+            reply.resetGate?.wait()
             var linger = Foundation.linger(l_onoff: 1, l_linger: 0)
             setsockopt(fd, SOL_SOCKET, SO_LINGER, &linger, socklen_t(MemoryLayout<Foundation.linger>.size))
             return false   // serve() closes: RST

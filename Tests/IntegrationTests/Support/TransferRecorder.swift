@@ -57,7 +57,7 @@ final class TransferRecorder: Sendable {
     var outcome: Outcome? { Self.outcome(events) }
 
     /// The head (and effective URL); nil when the transfer ended without one.
-    func head(timeout: Duration = .seconds(10)) async throws -> (HTTPResponseHead, String)? {
+    func head(timeout: Duration = .seconds(60)) async throws -> (HTTPResponseHead, String)? {
         try await wait(timeout) { events -> (HTTPResponseHead, String)?? in
             if let head = Self.head(events) { return .some(head) }
             if Self.outcome(events) != nil { return .some(nil) }
@@ -66,12 +66,12 @@ final class TransferRecorder: Sendable {
     }
 
     /// Waits for `.end` or `.failed`.
-    func completion(timeout: Duration = .seconds(20)) async throws -> Outcome {
+    func completion(timeout: Duration = .seconds(60)) async throws -> Outcome {
         try await wait(timeout) { events in Self.outcome(events) }
     }
 
     /// Waits until `count` body bytes have arrived in all, or the transfer ended; returns the body bytes so far.
-    func body(atLeast count: Int, timeout: Duration = .seconds(20)) async throws -> Int {
+    func body(atLeast count: Int, timeout: Duration = .seconds(60)) async throws -> Int {
         try await wait(timeout) { events -> Int? in
             let received = events.reduce(0) { sum, event in if case let .body(bytes) = event { sum + bytes.count } else { sum } }
             return received >= count || Self.outcome(events) != nil ? received : nil
