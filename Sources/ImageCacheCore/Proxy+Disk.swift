@@ -30,36 +30,19 @@ extension Proxy {
     /// once that the key is absent, or answered from a descriptor it kept open).
     func diskAnswered(_ result: DiskLookup?, request: ClientRequest, key: CacheKey, sink: any ResponseSink,
                       removalsSeen: UInt64) {
-        let found: (entry: CacheEntry, file: FileBody?)?
+        let stored: CacheEntry?, file: FileBody?
         switch result {
-        case let .entry(entry): found = (entry, nil)
-        case let .stream(head, file): found = (head, file)
-        case nil: found = nil
+        case let .entry(entry): (stored, file) = (entry, nil)
+        case let .stream(head, body): (stored, file) = (head, body)
+        case nil: (stored, file) = (nil, nil)
         }
-        // Cache-Status fwd (RFC 9211): not stored, a stored variant for other request fields, or too stale to use.
-        var reason = CacheOutcome.Forward.miss
-        if let (entry, _) = found, !(entry.vary?.matches(request.forwardedHeaders) ?? true) { reason = .varyMiss }
-        if let (entry, file) = found, reason == .miss {
-            let time = now()
-            let hit: (outcome: CacheOutcome, served: ServedOutcome)?
-            switch Freshness.use(entry, request: request.cacheControl, now: time) {
-            case let .fresh(ttl): hit = (.hit(ttl: ttl, detail: "disk"), .diskHit)
-            case let .staleAllowed(staleness): hit = (.hit(ttl: -max(staleness, 1), detail: "disk"), .stale)
-            case .revalidate:
-                hit = nil
-                reason = .stale
-            }
-            if let hit {
-                // Read whole only when the memory tier admits it (then promoted); else sent from its file.
-                if file == nil { memory.promote(entry, removalsSeen: removalsSeen) }
-                respond(entry, to: sink, request: request, outcome: hit.outcome, now: time, file: file)
-                countHit(entry, request: request, outcome: hit.served, bodyBytes: file?.length)
-                return
-            }
-        }
-        let sink = countingSink(sink, request: request)
-        let forward = reason
-        queue.async { self.dispatch(request, key: key, sink: sink, reason: forward, disk: .answered(result, removalsSeen: removalsSeen)) }
+        let time = now()
+        let decision = CacheDecision.decide(stored: stored, request: request.cacheControl,
+                                            requestFields: request.forwardedHeaders, now: time)
+        // Read whole only when the memory tier admits it (then promoted); else sent from its file.
+        if case .serve = decision, let stored, file == nil { memory.promote(stored, removalsSeen: removalsSeen) }
+        act(on: decision, stored: stored, request: request, key: key, sink: sink, now: time, tier: "disk", file: file,
+            probe: .answered(result, removalsSeen: removalsSeen))
     }
 }
 

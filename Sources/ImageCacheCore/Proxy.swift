@@ -120,57 +120,44 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
     /// The cache lookup, on the connection's loop thread. A fresh hit is answered here without a queue hop.
     func serve(_ request: ClientRequest, sink: any ResponseSink) {
         let key = CacheKey(request.url)
-        if request.bypassesCache {
+        if case let .forward(reason, _)? = request.decisionBeforeLookup {
             let sink = countingSink(sink, request: request)
-            queue.async { self.dispatch(request, key: key, sink: sink, reason: .bypass) }
+            queue.async { self.dispatch(request, key: key, sink: sink, reason: reason) }
             return
         }
         var removals: UInt64 = 0
-        guard let entry = memory.lookup(key, removals: &removals) else {
-            if let disk {
-                let removals = removals
-                // Small bodies the memory tier would admit are read into memory; the rest are sent from their files
-                // (from a kept descriptor: answered on this queue, without a hop).
-                disk.lookup(key, readsWhole: { [memory] cost in memory.admits(key, cost: cost) }) { result in
-                    self.diskAnswered(result, request: request, key: key, sink: sink, removalsSeen: removals)
-                }
-                return
+        let entry = memory.lookup(key, removals: &removals)
+        if entry == nil, let disk {
+            let removals = removals
+            // Small bodies the memory tier would admit are read into memory; the rest are sent from their files
+            // (from a kept descriptor: answered on this queue, without a hop).
+            disk.lookup(key, readsWhole: { [memory] cost in memory.admits(key, cost: cost) }) { result in
+                self.diskAnswered(result, request: request, key: key, sink: sink, removalsSeen: removals)
             }
-            if request.cacheControl.onlyIfCached {
-                refuse(sink, status: 504, reason: "not in the cache and the request said only-if-cached", request: request.head, client: request.client)
-                return
-            }
-            let sink = countingSink(sink, request: request)
-            queue.async { self.dispatch(request, key: key, sink: sink, reason: .miss) }
-            return
-        }
-        if let vary = entry.vary, !vary.matches(request.forwardedHeaders) {
-            if request.cacheControl.onlyIfCached {
-                refuse(sink, status: 504, reason: "the cached variant does not match this request and it said only-if-cached",
-                       request: request.head, client: request.client)
-                return
-            }
-            let sink = countingSink(sink, request: request)
-            queue.async { self.dispatch(request, key: key, sink: sink, reason: .varyMiss) }
             return
         }
         let time = now()
-        switch Freshness.use(entry, request: request.cacheControl, now: time) {
-        case let .fresh(ttl):
-            respond(entry, to: sink, request: request, outcome: .hit(ttl: ttl), now: time)
-            countHit(entry, request: request, outcome: .hit)
-        case let .staleAllowed(staleness):
-            respond(entry, to: sink, request: request, outcome: .hit(ttl: -max(staleness, 1)), now: time)
-            countHit(entry, request: request, outcome: .stale)
-        case .revalidate:
-            if request.cacheControl.onlyIfCached {
-                refuse(sink, status: 504, reason: "the cached copy is stale and the request said only-if-cached",
-                       request: request.head, client: request.client)
-                return
-            }
-            let reason: CacheOutcome.Forward = request.cacheControl.noCache ? .request : .stale
+        let decision = CacheDecision.decide(stored: entry, request: request.cacheControl,
+                                            requestFields: request.forwardedHeaders, now: time)
+        act(on: decision, stored: entry, request: request, key: key, sink: sink, now: time, tier: nil)
+    }
+
+    /// Carries out a decision made on the connection's loop (memory) or the disk's read queue (disk, `tier` "disk"):
+    /// serve the stored variant, refuse, or hand the request to the proxy queue (`probe`: the disk's answer, so a fetch
+    /// starts from it instead of reading the disk again).
+    func act(on decision: CacheDecision, stored: CacheEntry?, request: ClientRequest, key: CacheKey, sink: any ResponseSink,
+             now time: Date, tier: String?, file: FileBody? = nil, probe: DiskProbe = .notAsked) {
+        switch decision {
+        case .serve:
+            guard let stored, let outcome = decision.servedOutcome(tier: tier), let counted = decision.servedCount(tier: tier)
+            else { preconditionFailure("a decision to serve needs a stored variant") }
+            respond(stored, to: sink, request: request, outcome: outcome, now: time, file: file)
+            countHit(stored, request: request, outcome: counted, bodyBytes: file?.length)
+        case let .refuse(status, reason):
+            refuse(sink, status: status, reason: reason, request: request.head, client: request.client)
+        case let .forward(reason, _):
             let sink = countingSink(sink, request: request)
-            queue.async { self.dispatch(request, key: key, sink: sink, reason: reason) }
+            queue.async { self.dispatch(request, key: key, sink: sink, reason: reason, disk: probe) }
         }
     }
 
@@ -241,30 +228,32 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
         nextWaiterID += 1
         let waiter = Fetch.Waiter(id: nextWaiterID, sink: sink, request: request)
         let fetchKey = FetchKey(key: key, trusted: request.trusted)
+        var revalidating: CacheEntry?
         if reason != .bypass {
             if let fetch = coalescer[fetchKey] {
                 // only-if-cached may share a disk lookup, never wait on the origin.
                 if request.cacheControl.onlyIfCached, !fetch.isLookingOnDisk {
-                    refuse(sink, status: 504, reason: "not in the cache and the request said only-if-cached",
-                           request: request.head, client: request.client)
+                    refuse(sink, status: 504, reason: CacheDecision.notCached, request: request.head, client: request.client)
                     return
                 }
                 fetch.attach(waiter, collapsed: true)
                 return
             }
-            // An entry may have landed (or been refreshed) between the lookup on the connection's loop and now.
-            if let entry = memory.peek(key), entry.vary?.matches(request.forwardedHeaders) ?? true {
+            // An entry may have landed (or been refreshed) between the lookup on the connection's loop and now: decided
+            // again. A stale one this request may not use is revalidated with its validators.
+            if let entry = memory.peek(key) {
                 let time = now()
-                if case let .fresh(ttl) = Freshness.use(entry, request: request.cacheControl, now: time), reason != .request {
-                        respond(entry, to: sink, request: request, outcome: .hit(ttl: ttl), now: time)
+                switch CacheDecision.decide(stored: entry, request: request.cacheControl,
+                                            requestFields: request.forwardedHeaders, now: time) {
+                case let .serve(.fresh(ttl)):
+                    respond(entry, to: sink, request: request, outcome: .hit(ttl: ttl), now: time)
                     return
+                case .forward(_, conditional: true) where reason == .stale || reason == .request:
+                    revalidating = entry
+                default:
+                    break
                 }
             }
-        }
-        var revalidating: CacheEntry?
-        if reason == .stale || reason == .request, let entry = memory.peek(key), entry.vary?.matches(request.forwardedHeaders) ?? true,
-           entry.etag != nil || entry.lastModified != nil {
-            revalidating = entry
         }
         let fetch = Fetch(proxy: self, key: key, leader: request, reason: reason, revalidating: revalidating)
         if reason != .bypass { coalescer[fetchKey] = fetch }
@@ -275,6 +264,13 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
         } else {
             fetch.start()
         }
+    }
+
+    /// Removes what both tiers store for `key`: the file first, then memory, so that a lookup between the two cannot
+    /// promote the file's copy back into memory (see purge in Proxy+Admin.swift).
+    func forget(_ key: CacheKey) {
+        disk?.remove(key)
+        memory.remove(key)
     }
 
     /// Called by a fetch when it will take no more waiters. On `queue`.
@@ -348,8 +344,11 @@ struct ClientRequest: Sendable {
 
     var isHead: Bool { head.method == "HEAD" }
 
-    /// Requests the cache may not answer or share: credentials, or the client's no-store.
-    var bypassesCache: Bool { head.headers.contains("Authorization") || cacheControl.noStore }
+    /// The decision made before any lookup: a request the cache may not answer or share (credentials, the client's
+    /// no-store) is forwarded alone (`CacheDecision.beforeLookup`).
+    var decisionBeforeLookup: CacheDecision? {
+        CacheDecision.beforeLookup(requestCacheControl: cacheControl, hasAuthorization: head.headers.contains("Authorization"))
+    }
 
     /// The end-to-end request fields sent upstream: the ones that matter for images, credentials on a bypass, and
     /// this daemon's `via` (LoopGuard.viaValue).

@@ -61,13 +61,12 @@ extension Fetch {
                     proxy.respond(entry, to: waiter.sink, request: waiter.request, outcome: confirmed, now: time)
                     continue
                 }
-                switch Freshness.use(entry, request: waiter.request.cacheControl, now: time) {
-                case let .fresh(ttl):
-                    proxy.respond(entry, to: waiter.sink, request: waiter.request, outcome: .hit(ttl: ttl, detail: "disk"), now: time)
-                case let .staleAllowed(staleness):
-                    proxy.respond(entry, to: waiter.sink, request: waiter.request, outcome: .hit(ttl: -max(staleness, 1), detail: "disk"), now: time)
-                case .revalidate:
-                    remaining.append(waiter)
+                let decision = CacheDecision.decide(stored: entry, request: waiter.request.cacheControl,
+                                                    requestFields: waiter.request.forwardedHeaders, now: time)
+                if let outcome = decision.servedOutcome(tier: "disk") {
+                    proxy.respond(entry, to: waiter.sink, request: waiter.request, outcome: outcome, now: time)
+                } else {
+                    remaining.append(waiter)   // only-if-cached ones get their 504 in goUpstream
                 }
             }
             waiters = remaining
@@ -84,11 +83,9 @@ extension Fetch {
                     outcomes.append(confirmed)
                     continue
                 }
-                switch Freshness.use(head, request: waiter.request.cacheControl, now: time) {
-                case let .fresh(ttl): outcomes.append(.hit(ttl: ttl, detail: "disk"))
-                case let .staleAllowed(staleness): outcomes.append(.hit(ttl: -max(staleness, 1), detail: "disk"))
-                case .revalidate: break
-                }
+                let decision = CacheDecision.decide(stored: head, request: waiter.request.cacheControl,
+                                                    requestFields: waiter.request.forwardedHeaders, now: time)
+                if let outcome = decision.servedOutcome(tier: "disk") { outcomes.append(outcome) }
             }
             guard outcomes.count == waiters.count else {
                 // Someone needs it revalidated: ask the origin once for all of them.
@@ -116,8 +113,8 @@ extension Fetch {
         state = .waitingForHead
         let offline = waiters.filter { $0.request.cacheControl.onlyIfCached }
         for waiter in offline {
-            proxy.logger.notice("504 \(key): not in the cache and the request said only-if-cached")
-            waiter.sink.fail(status: 504, reason: "not in the cache and the request said only-if-cached")
+            proxy.refuse(waiter.sink, status: 504, reason: CacheDecision.notCached, request: waiter.request.head,
+                         client: waiter.request.client)
         }
         waiters.removeAll { $0.request.cacheControl.onlyIfCached }
         guard !waiters.isEmpty else { return finish() }
@@ -145,16 +142,5 @@ extension Fetch {
         disk.lookup(key) { [self] result in
             queue.async { self.diskAnswered(result, afterRevalidation: outcome, removalsSeen: nil) }
         }
-    }
-
-    /// How long past its freshness `entry` may be served when the origin fails, for `request`: the response's or the
-    /// request's stale-if-error, else the configured offline policy (RFC 5861 section 4).
-    func staleIfErrorAllows(_ entry: CacheEntry, for request: ClientRequest, now: Date) -> Bool {
-        let staleness = Freshness.currentAge(entry, now: now) - entry.freshnessLifetime
-        guard staleness > 0 else { return true }
-        if entry.cacheControl.mustRevalidate || entry.cacheControl.proxyRevalidate { return false }
-        let window = [entry.cacheControl.staleIfError, request.cacheControl.staleIfError].compactMap { $0 }.map(Double.init).max()
-            ?? proxy.configuration.staleIfErrorSeconds
-        return staleness <= max(window, proxy.configuration.staleIfErrorSeconds)
     }
 }

@@ -220,8 +220,7 @@ final class Fetch: @unchecked Sendable {
             guard revalidating.isSelected(by: head) else {
                 // The 304 names other validators than the stored ones: drop the entry and fetch it whole.
                 proxy.logger.notice("\(key): 304 does not match the stored validators; fetching the whole response")
-                proxy.disk?.remove(key)   // the file first: see Proxy.purge
-                proxy.memory.remove(key)
+                proxy.forget(key)
                 self.revalidating = nil
                 revalidatingFromDisk = false
                 transfer?.cancel()
@@ -251,8 +250,7 @@ final class Fetch: @unchecked Sendable {
                 proxy.memory.insert(refreshed)
                 proxy.disk?.update(refreshed)
             } else {
-                proxy.disk?.remove(key)   // the file first: see Proxy.purge
-                proxy.memory.remove(key)
+                proxy.forget(key)
             }
             var mismatched: [Waiter] = []
             // A 304 that may not be shared (Set-Cookie, private, no-store, Vary: *) goes to the leader only, as a 200
@@ -278,8 +276,7 @@ final class Fetch: @unchecked Sendable {
         }
         guard head.status == 200 || head.status == 203 else {
             if revalidating != nil && (head.status == 404 || head.status == 410) {
-                proxy.disk?.remove(key)   // the file first: see Proxy.purge
-                proxy.memory.remove(key)
+                proxy.forget(key)
             }
             if head.status >= 500, serveStaleIfError(because: "upstream answered \(head.status)") { return }
             let status = (400...599).contains(head.status) ? head.status : 502
@@ -406,8 +403,7 @@ final class Fetch: @unchecked Sendable {
             }
         } else if revalidating != nil {
             // The stored entry is outdated and the new one is not kept.
-            proxy.disk?.remove(key)   // the file first: see Proxy.purge
-            proxy.memory.remove(key)
+            proxy.forget(key)
         }
         if case let .dontStore(why) = storeDecision {
             proxy.logger.debug("not stored \(key): \(why)")
@@ -600,10 +596,13 @@ final class Fetch: @unchecked Sendable {
         guard let revalidating, waiters.allSatisfy({ !$0.sentHead }) else { return false }
         splitOffOtherVariants(revalidating)
         let time = proxy.now()
-        guard waiters.allSatisfy({ staleIfErrorAllows(revalidating, for: $0.request, now: time) }) else { return false }
+        let decisions = waiters.map {
+            CacheDecision.afterOriginFailure(stored: revalidating, request: $0.request.cacheControl,
+                                             offlineSeconds: proxy.configuration.staleIfErrorSeconds, now: time)
+        }
+        guard let first = decisions.first, decisions.allSatisfy({ $0 != nil }),
+              let outcome = first?.servedOutcome(tier: nil) else { return false }
         proxy.logger.warning("\(key): \(why); serving the stale copy (stale-if-error)")
-        let staleness = Freshness.currentAge(revalidating, now: time) - revalidating.freshnessLifetime
-        let outcome = CacheOutcome.hit(ttl: -max(staleness, 1), detail: "stale-if-error")
         if revalidatingFromDisk {
             serveFromDiskAfterRevalidation(outcome)
             return true
