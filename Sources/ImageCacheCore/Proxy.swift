@@ -120,9 +120,8 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
     /// The cache lookup, on the connection's loop thread. A fresh hit is answered here without a queue hop.
     func serve(_ request: ClientRequest, sink: any ResponseSink) {
         let key = CacheKey(request.url)
-        if case let .forward(reason, _)? = request.decisionBeforeLookup {
-            let sink = countingSink(sink, request: request)
-            queue.async { self.dispatch(request, key: key, sink: sink, reason: reason) }
+        if let decision = request.decisionBeforeLookup {
+            act(on: decision, stored: nil, request: request, key: key, sink: sink, now: now(), tier: nil)
             return
         }
         var removals: UInt64 = 0
@@ -213,7 +212,8 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
     func refuse(_ sink: any ResponseSink, status: Int, reason: String, request: HTTPRequestHead, client: ClientInfo,
                 headers: HTTPHeaders = HTTPHeaders()) {
         logger.notice("\(status) \(request.method) \(request.target.prefix(500)) from \(client.address): \(reason)")
-        metrics.served(.error)
+        // A counting sink (MetricsSink, the proxy queue's) counts the answer itself: counted once either way.
+        if !(sink is MetricsSink) { metrics.served(.error) }
         metrics.error("refused_\(status)")
         sink.fail(status: status, reason: reason, headers: headers)
     }
@@ -231,11 +231,7 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
         var revalidating: CacheEntry?
         if reason != .bypass {
             if let fetch = coalescer[fetchKey] {
-                // only-if-cached may share a disk lookup, never wait on the origin.
-                if request.cacheControl.onlyIfCached, !fetch.isLookingOnDisk {
-                    refuse(sink, status: 504, reason: CacheDecision.notCached, request: request.head, client: request.client)
-                    return
-                }
+                // No only-if-cached request gets here: CacheDecision refused it where it looked the request up.
                 fetch.attach(waiter, collapsed: true)
                 return
             }

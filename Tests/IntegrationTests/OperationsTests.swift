@@ -20,6 +20,46 @@ struct OperationsTests {
         return try DaemonStats.decode(Data(response.body))
     }
 
+    @Test("only-if-cached is answered 504 and counted once as an error, wherever the lookup ends: nothing stored, stale in memory, stale on disk, a fetch in flight, credentials")
+    func onlyIfCachedCounted() async throws {
+        // Given the disk tier on, one image stored and then stale, one held by the origin while a client waits on it
+        let harness = try ProxyHarness()
+        harness.origin.route("/s.png") { _ in
+            Reply(status: 200, headers: [("Content-Type", "image/png"), ("Cache-Control", "max-age=5"), ("ETag", "\"s1\"")],
+                  body: OperationsTests.png)
+        }
+        let gate = Gate()
+        harness.origin.route("/held.png") { _ in OperationsTests.image(gate: gate) }
+        _ = try await harness.get("/s.png")
+        await harness.flushDisk()
+        harness.clock.advance(60)
+        harness.waiters.expect(1)
+        let leader = try harness.connect()
+        try leader.request("/held.png")
+        #expect(await harness.waiters.wait(), "the leader never waited on its fetch")
+        let offline = [("Cache-Control", "only-if-cached")]
+        // When only-if-cached requests meet each case
+        let absent = try await harness.get("/n.png", headers: offline)
+        let staleInMemory = try await harness.get("/s.png", headers: offline)
+        harness.daemon.proxy.memory.removeAll()
+        let staleOnDisk = try await harness.get("/s.png", headers: offline)
+        let inFlight = try await harness.get("/held.png", headers: offline)
+        let credentials = try await harness.get("/s.png", headers: offline + [("Authorization", "Bearer x")])
+        gate.open()
+        let led = try await leader.response()
+        let stats = try await OperationsTests.stats(harness)
+        // Then each is a 504 with its reason, the origin saw none of them, and each counts once
+        let refused = [absent, staleInMemory, staleOnDisk, inFlight, credentials]
+        #expect(refused.map(\.status) == [504, 504, 504, 504, 504])
+        #expect(refused.map { $0.text.contains("only-if-cached") } == [true, true, true, true, true])
+        #expect(staleInMemory.text.contains("stale") && staleOnDisk.text.contains("stale"))
+        #expect(led.status == 200 && led.body == OperationsTests.png)
+        #expect(harness.origin.requestCount("/s.png") == 1 && harness.origin.requestCount("/held.png") == 1)
+        #expect(harness.origin.requestCount("/n.png") == 0)
+        #expect(stats.requests["error"] == 5)
+        #expect(stats.errors["refused_504"] == 5)
+    }
+
     @Test("the metrics endpoint's counters match a scripted sequence of misses, hits and coalesced requests")
     func metricsMatchScript() async throws {
         // Given an origin with one plain image and one held until 4 clients wait on it

@@ -5,8 +5,10 @@
 // only. Freshness itself (lifetime, age, the request's max-age, min-fresh and max-stale) is `Freshness.use`.
 //
 //   request                             stored variant                             decision
-//   Authorization, or no-store          (not looked up: `beforeLookup`)            forward, bypass (alone, not stored)
-//   only-if-cached                      none, another variant, or needs the origin refuse 504
+//   Authorization, or no-store          (not looked up: `beforeLookup`)            forward, bypass (alone, not stored);
+//                                                                                  with only-if-cached: refuse 504
+//   only-if-cached                      none, another variant, or needs the origin refuse 504 (so no only-if-cached
+//                                                                                  request ever waits on a fetch)
 //   -                                   none                                       forward, miss
 //   -                                   another variant (its Vary fields differ)   forward, vary-miss
 //   -                                   fresh for this request                     serve fresh (ttl)
@@ -55,11 +57,13 @@ enum CacheDecision: Sendable, Equatable {
     static let notCached = "not in the cache and the request said only-if-cached"
     static let otherVariant = "the cached variant does not match this request and it said only-if-cached"
     static let staleOnly = "the cached copy is stale and the request said only-if-cached"
+    static let uncacheable = "the request may not be answered from the cache (credentials or no-store) and it said only-if-cached"
 
     /// The decision that needs no lookup: a request the cache may neither answer nor share goes to the origin alone.
     /// nil: look the request up, then `decide`.
     static func beforeLookup(requestCacheControl request: CacheControl, hasAuthorization: Bool) -> CacheDecision? {
-        hasAuthorization || request.noStore ? .forward(.bypass, conditional: false) : nil
+        guard hasAuthorization || request.noStore else { return nil }
+        return request.onlyIfCached ? .refuse(status: 504, reason: uncacheable) : .forward(.bypass, conditional: false)
     }
 
     /// The decision for a request (its directives `request`; `requestFields`, the fields its Vary is judged on, asked

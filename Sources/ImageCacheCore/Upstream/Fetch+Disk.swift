@@ -1,7 +1,7 @@
 // Fetch, the disk stage: what the hit path (Proxy+Disk.swift) could not answer arrives here with the disk's answer
 // (`startFromDisk`); after a 304 for a large entry the fetch asks the disk again (`serveFromDiskAfterRevalidation`).
 //
-//   lookingOnDisk ── nil ─────────────────────────────> upstream (only-if-cached waiters get 504 first)
+//   lookingOnDisk ── nil ─────────────────────────────> upstream
 //                 ── .entry (small, verified) ────────> promoted into memory; each waiter it is fresh for (or whose
 //                                                        max-stale allows it) is answered; the rest revalidate it
 //                 ── .stream (large, verified) ───────> every waiter may use it: each is answered with the file
@@ -66,7 +66,7 @@ extension Fetch {
                 if let outcome = decision.servedOutcome(tier: "disk") {
                     proxy.respond(entry, to: waiter.sink, request: waiter.request, outcome: outcome, now: time)
                 } else {
-                    remaining.append(waiter)   // only-if-cached ones get their 504 in goUpstream
+                    remaining.append(waiter)
                 }
             }
             waiters = remaining
@@ -108,15 +108,10 @@ extension Fetch {
         proxy.redispatchAlone(others, key: key)
     }
 
-    /// Leaves the disk stage for the origin. Waiters that said only-if-cached get 504 instead.
+    /// Leaves the disk stage for the origin. (No waiter said only-if-cached: CacheDecision refused those where they
+    /// were looked up.)
     func goUpstream() {
         state = .waitingForHead
-        let offline = waiters.filter { $0.request.cacheControl.onlyIfCached }
-        for waiter in offline {
-            proxy.refuse(waiter.sink, status: 504, reason: CacheDecision.notCached, request: waiter.request.head,
-                         client: waiter.request.client)
-        }
-        waiters.removeAll { $0.request.cacheControl.onlyIfCached }
         guard !waiters.isEmpty else { return finish() }
         start()
     }

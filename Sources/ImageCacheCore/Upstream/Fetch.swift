@@ -166,12 +166,6 @@ final class Fetch: @unchecked Sendable {
         }
     }
 
-    /// Still waiting for the disk tier's answer (an only-if-cached request may join it).
-    var isLookingOnDisk: Bool {
-        if case .lookingOnDisk = state { return true }
-        return false
-    }
-
     /// Whether `waiter` may share the response `head` with the leader: same values for the fields it varies on.
     private func varyAllows(_ waiter: Waiter, for head: HTTPResponseHead) -> Bool {
         VaryKey.make(response: head, request: leader.forwardedHeaders)?.matches(waiter.request.forwardedHeaders) ?? true

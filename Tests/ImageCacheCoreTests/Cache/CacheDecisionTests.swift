@@ -80,13 +80,16 @@ struct CacheDecisionTests {
         #expect(decision == row.expected)
     }
 
-    @Test("requests with credentials or no-store are forwarded alone before any lookup; others are looked up")
+    @Test("requests with credentials or no-store are forwarded alone before any lookup (504 with only-if-cached); others are looked up")
     func beforeLookup() {
         let noStore = CacheControl(HTTPHeaders([("Cache-Control", "no-store")]))
         let plain = CacheControl(HTTPHeaders([("Cache-Control", "max-age=0")]))
         #expect(CacheDecision.beforeLookup(requestCacheControl: noStore, hasAuthorization: false) == .forward(.bypass, conditional: false))
         #expect(CacheDecision.beforeLookup(requestCacheControl: plain, hasAuthorization: true) == .forward(.bypass, conditional: false))
         #expect(CacheDecision.beforeLookup(requestCacheControl: plain, hasAuthorization: false) == nil)
+        let offline = CacheControl(HTTPHeaders([("Cache-Control", "only-if-cached")]))
+        #expect(CacheDecision.beforeLookup(requestCacheControl: offline, hasAuthorization: true)
+                == .refuse(status: 504, reason: CacheDecision.uncacheable))
     }
 
     @Test("after an origin failure: stale-if-error from the response, the request or the offline window; never past must-revalidate",
