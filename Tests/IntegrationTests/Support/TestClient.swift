@@ -76,7 +76,10 @@ final class TestConnection: @unchecked Sendable {
     private func fill() -> Bool {
         if closed { return false }
         var chunk = [UInt8](repeating: 0, count: 64 << 10)
-        let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+        var n: Int
+        repeat {
+            n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+        } while n < 0 && errno == EINTR   // an interrupted read is neither an end nor an error
         if n <= 0 {
             if n < 0 && errno == ECONNRESET { resetByPeer = true }
             if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { timedOut = true }
