@@ -204,12 +204,12 @@ struct DiskTierTests {
         // for the one kept open for the entry sent from its file (the next hits use it: HEAD, 304 and the last client;
         // kept only once the file's ctime is a second older than the daemon's clock, which tests inject)
         let listener = harness.daemon.listener
-        #expect(await eventually { listener.connectionCount == 0 })
+        await noConnections(listener)
         await harness.flushDisk()
         #expect(DiskTierTests.descriptors(of: harness) <= baseline + 1)
         // And a purge closes that one too
         #expect(try await harness.get("/_imagecached/cache", method: "DELETE").status == 200)
-        #expect(await eventually { listener.connectionCount == 0 })
+        await noConnections(listener)
         #expect(DiskTierTests.descriptors(of: harness) == baseline)
     }
 

@@ -64,7 +64,12 @@ public final class Listener: @unchecked Sendable {
     private var nextLoop = 0
 
     // MARK: shared, guarded by openConnections
-    private let openConnections = Mutex<Int>(0)
+    private struct Open {
+        var count = 0
+        /// Called (outside the lock) the next time `count` falls to 0.
+        var whenNone: [@Sendable () -> Void] = []
+    }
+    private let openConnections = Mutex(Open())
 
     public init(configuration: ServerConfiguration, handler: any RequestHandler, logger: Logger) {
         self.configuration = configuration
@@ -73,7 +78,19 @@ public final class Listener: @unchecked Sendable {
     }
 
     /// Connections open now.
-    public var connectionCount: Int { openConnections.withLock { $0 } }
+    public var connectionCount: Int { openConnections.withLock { $0.count } }
+
+    /// Calls `callback` once no connection is open: now if none is, else when the last one closes (after its
+    /// connection has let go of its exchange: the cancellations and progress callbacks of a closing connection run
+    /// before). On the caller's thread, or on the loop thread of the connection that closed last.
+    public func whenNoConnections(_ callback: @escaping @Sendable () -> Void) {
+        let now = openConnections.withLock { open -> Bool in
+            if open.count == 0 { return true }
+            open.whenNone.append(callback)
+            return false
+        }
+        if now { callback() }
+    }
 
     /// The event loops (empty before `start`). Not on the listener queue.
     var eventLoops: [EventLoop] { queue.sync { loops } }
@@ -258,9 +275,9 @@ public final class Listener: @unchecked Sendable {
                 logger.error("accept failed: \(error)")
                 return
             }
-            let admitted = openConnections.withLock { count in
-                guard count < configuration.maxConnections else { return false }
-                count += 1
+            let admitted = openConnections.withLock { open in
+                guard open.count < configuration.maxConnections else { return false }
+                open.count += 1
                 return true
             }
             guard admitted else {
@@ -280,7 +297,13 @@ public final class Listener: @unchecked Sendable {
             nextLoop = (nextLoop + 1) % loops.count
             let connection = Connection(fd: fd, id: id, client: client, handler: handler, configuration: configuration,
                                         loop: loop, logger: logger) { [self] closed in
-                openConnections.withLock { $0 -= 1 }
+                let idle = openConnections.withLock { open -> [@Sendable () -> Void] in
+                    open.count -= 1
+                    guard open.count == 0 else { return [] }
+                    defer { open.whenNone = [] }
+                    return open.whenNone
+                }
+                for callback in idle { callback() }
                 queue.async { self.connections[closed.id] = nil }
             }
             connections[id] = connection

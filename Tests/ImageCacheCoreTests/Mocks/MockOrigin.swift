@@ -14,8 +14,17 @@ final class MockTransfer: UpstreamTransfer, @unchecked Sendable {
         self.request = request
         self.events = events
     }
-    func cancel() { cancelled.withLock { $0 = true } }
+    private let cancelSignal = DispatchSemaphore(value: 0)
+    func cancel() {
+        let first = cancelled.withLock { was in defer { was = true }; return !was }
+        if first { cancelSignal.signal() }
+    }
     var isCancelled: Bool { cancelled.withLock { $0 } }
+    /// Blocks until the fetch cancels this transfer; false after `timeout` seconds.
+    func waitCancelled(timeout: Double = 10) -> Bool {
+        if isCancelled { return true }
+        return cancelSignal.wait(timeout: .now() + timeout) == .success
+    }
 
     /// Sends a whole 200 response: head, body, end.
     func respond(_ head: HTTPResponseHead, body: [UInt8]) {
@@ -33,11 +42,22 @@ final class MockOrigin: Origin, @unchecked Sendable {
 
     struct WeakTransfer { weak var transfer: MockTransfer? }
 
+    /// Signalled once per transfer made (see `next`).
+    private let madeSignal = DispatchSemaphore(value: 0)
+
     func fetch(_ request: UpstreamRequest, events: @escaping @Sendable (UpstreamEvent) -> Void) -> any UpstreamTransfer {
         let transfer = MockTransfer(request: request, events: events)
         state.withLock { $0.append(transfer) }
         made.withLock { $0.append(WeakTransfer(transfer: transfer)) }
+        madeSignal.signal()
         return transfer
+    }
+
+    /// Blocks until the proxy has made one more transfer than `next` returned so far, and returns it (nil after
+    /// `timeout` seconds): the test waits for the fetch, not for a number of queue hops.
+    func next(timeout: Double = 10) -> MockTransfer? {
+        guard madeSignal.wait(timeout: .now() + timeout) == .success else { return nil }
+        return take()
     }
 
     var fetchCount: Int { made.withLock { $0.count } }
@@ -58,16 +78,27 @@ final class MockSink: ResponseSink, @unchecked Sendable {
         var cancel: (@Sendable () -> Void)?
     }
     private let state = Mutex(State())
+    /// Signalled when the response is over (ended, answered whole, or aborted).
+    private let over = DispatchSemaphore(value: 0)
 
     func head(_ head: HTTPResponseHead, bodyLength: Int?) {
         state.withLock { $0.status = head.status; $0.headers = head.headers }
     }
     func body(_ chunk: [UInt8]) { state.withLock { $0.body += chunk } }
-    func end() { state.withLock { $0.ended = true } }
+    func end() {
+        state.withLock { $0.ended = true }
+        over.signal()
+    }
     func respond(_ head: HTTPResponseHead, body: [UInt8]) {
         state.withLock { $0.status = head.status; $0.headers = head.headers; $0.body = body; $0.ended = true }
+        over.signal()
     }
-    func abort() { state.withLock { $0.aborted = true } }
+    func abort() {
+        state.withLock { $0.aborted = true }
+        over.signal()
+    }
+    /// Blocks until the response is over (ended or aborted); false after `timeout` seconds.
+    func waitForEnd(timeout: Double = 10) -> Bool { over.wait(timeout: .now() + timeout) == .success }
     func onCancel(_ callback: @escaping @Sendable () -> Void) { state.withLock { $0.cancel = callback } }
 
     var status: Int? { state.withLock { $0.status } }

@@ -10,11 +10,30 @@ struct FetchTests {
     static let png: [UInt8] = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A] + Array(repeating: 7, count: 100)
     static let client = ClientInfo(address: "127.0.0.1", isLoopback: true)
 
-    static func proxy(_ origin: MockOrigin, _ configure: (inout Configuration) -> Void = { _ in }) -> Proxy {
+    static func proxy(_ origin: MockOrigin, attached: Attached? = nil,
+                      _ configure: (inout Configuration) -> Void = { _ in }) -> Proxy {
         var configuration = Configuration()
         configure(&configuration)
-        return Proxy(configuration: configuration, origin: origin, logger: Logger(label: "test") { _ in SwiftLogNoOpLogHandler() })
+        var events: (@Sendable (ProxyEvent) -> Void)?
+        if let attached { events = { attached.observe($0) } }
+        return Proxy(configuration: configuration, origin: origin, logger: Logger(label: "test") { _ in SwiftLogNoOpLogHandler() },
+                     events: events)
     }
+
+    /// Says when `count` clients wait on one fetch (the proxy's waiterAttached events).
+    final class Attached: Sendable {
+        private let count: Int
+        private let reached = DispatchSemaphore(value: 0)
+        init(_ count: Int) { self.count = count }
+        func observe(_ event: ProxyEvent) {
+            if case let .waiterAttached(_, waiters) = event, waiters == count { reached.signal() }
+        }
+        func wait(timeout: Double = 10) -> Bool { reached.wait(timeout: .now() + timeout) == .success }
+    }
+
+    /// What the proxy queue holds once the work already queued on it has run (a read of its state, not a wait for
+    /// work still to come).
+    static func fetchesInFlight(_ proxy: Proxy) -> Int { proxy.fetchesInFlight }
 
     static func request(_ url: String, _ headers: [(String, String)] = []) -> HTTPRequestHead {
         HTTPRequestHead(method: "GET", target: url, headers: HTTPHeaders([("Host", "o")] + headers))
@@ -25,57 +44,58 @@ struct FetchTests {
                                                             ("ETag", "\"v1\"")] + extra))
     }
 
-    /// Waits until the proxy queue has run everything queued so far (twice: events hop once more).
-    static func settle(_ proxy: Proxy) { proxy.queue.sync {}; proxy.queue.sync {} }
-
     @Test("N concurrent requests for one key make one upstream fetch, and every client gets the same bytes")
     func oneFetch() throws {
         // Given a suspended origin
         let origin = MockOrigin()
-        let proxy = FetchTests.proxy(origin)
+        let attached = Attached(20)
+        let proxy = FetchTests.proxy(origin, attached: attached)
         let sinks = (0..<20).map { _ in MockSink() }
-        // When 20 clients ask for one URL
+        // When 20 clients ask for one URL, and all of them wait on its fetch before the origin answers
         for sink in sinks { proxy.handle(FetchTests.request("http://o.test/a.png"), body: [], client: FetchTests.client, sink: sink) }
-        FetchTests.settle(proxy)
-        let transfer = try #require(origin.take())
+        let transfer = try #require(origin.next())
+        #expect(attached.wait(), "20 clients never waited on one fetch")
         transfer.respond(FetchTests.imageHead(), body: FetchTests.png)
-        FetchTests.settle(proxy)
+        #expect(sinks.allSatisfy { $0.waitForEnd() })
         // Then
         #expect(origin.fetchCount == 1)
         #expect(sinks.allSatisfy { $0.status == 200 && $0.body == FetchTests.png && $0.ended })
         #expect(sinks.filter { $0.header("X-Cache") == "COALESCED" }.count == 19)
-        #expect(proxy.coalescer.isEmpty)
+        #expect(FetchTests.fetchesInFlight(proxy) == 0)
     }
 
     @Test("a finished fetch lets go of its transfer")
     func noLeak() throws {
         let origin = MockOrigin()
         let proxy = FetchTests.proxy(origin)
-        proxy.handle(FetchTests.request("http://o.test/a.png"), body: [], client: FetchTests.client, sink: MockSink())
-        FetchTests.settle(proxy)
+        let sink = MockSink()
+        proxy.handle(FetchTests.request("http://o.test/a.png"), body: [], client: FetchTests.client, sink: sink)
         do {
-            let transfer = try #require(origin.take())
+            let transfer = try #require(origin.next())
             transfer.respond(FetchTests.imageHead(), body: FetchTests.png)
-            FetchTests.settle(proxy)
+            #expect(sink.waitForEnd())
         }
+        // The fetch ended its client and finished in one block on the proxy queue: once that block has run, nothing
+        // holds the transfer.
+        #expect(FetchTests.fetchesInFlight(proxy) == 0)
         #expect(origin.liveTransfers == 0)
     }
 
     @Test("when every client leaves, the transfer is cancelled and nothing is stored")
     func cancel() throws {
         let origin = MockOrigin()
-        let proxy = FetchTests.proxy(origin)
         let a = MockSink(), b = MockSink()
+        let attached = Attached(2)
+        let proxy = FetchTests.proxy(origin, attached: attached)
         for sink in [a, b] { proxy.handle(FetchTests.request("http://o.test/a.png"), body: [], client: FetchTests.client, sink: sink) }
-        FetchTests.settle(proxy)
-        let transfer = try #require(origin.take())
-        a.leave()
-        FetchTests.settle(proxy)
-        #expect(!transfer.isCancelled, "one client still waits")
+        let transfer = try #require(origin.next())
+        #expect(attached.wait())
+        a.leave()   // queues the detach on the proxy queue
+        #expect(FetchTests.fetchesInFlight(proxy) == 1, "one client still waits")
+        #expect(!transfer.isCancelled)
         b.leave()
-        FetchTests.settle(proxy)
-        #expect(transfer.isCancelled)
-        #expect(proxy.coalescer.isEmpty)
+        #expect(transfer.waitCancelled())
+        #expect(FetchTests.fetchesInFlight(proxy) == 0)
         #expect(proxy.memory.count == 0)
     }
 
@@ -85,16 +105,15 @@ struct FetchTests {
         let proxy = FetchTests.proxy(origin) { $0.allowSVG = true }
         let a = MockSink(), b = MockSink()
         proxy.handle(FetchTests.request("http://o.test/a.svg", [("Accept", "image/webp")]), body: [], client: FetchTests.client, sink: a)
-        FetchTests.settle(proxy)
-        let first = try #require(origin.take())
+        let first = try #require(origin.next())
         first.events(.head(HTTPResponseHead(status: 200, headers: ["Content-Type": "image/svg+xml", "Cache-Control": "max-age=60", "Vary": "Accept"]),
                            url: "http://o.test/a.svg", redirects: []))
         first.events(.body(Array("<?xml version=\"1.0\"?>".utf8)))  // not enough to decide: still checking
-        FetchTests.settle(proxy)
+        // (the events are queued on the proxy queue before the second client's dispatch: it joins while checking)
         proxy.handle(FetchTests.request("http://o.test/a.svg", [("Accept", "image/avif")]), body: [], client: FetchTests.client, sink: b)
-        FetchTests.settle(proxy)
+        let second = try #require(origin.next(), "the avif client was not sent upstream alone")
         #expect(origin.fetchCount == 2)
-        #expect(origin.requests.last?.headers["Accept"] == "image/avif")
+        #expect(second.request.headers["Accept"] == "image/avif")
     }
 
     @Test("after a 304, a collapsed client of another variant is sent upstream alone, not given the stored variant")
@@ -110,15 +129,17 @@ struct FetchTests {
         let a = MockSink(), b = MockSink()
         proxy.handle(FetchTests.request(url.string, [("Accept", "image/webp")]), body: [], client: FetchTests.client, sink: a)
         proxy.handle(FetchTests.request(url.string, [("Accept", "image/avif")]), body: [], client: FetchTests.client, sink: b)
-        FetchTests.settle(proxy)
-        let revalidation = try #require(origin.take())
+        let revalidation = try #require(origin.next())
         #expect(revalidation.request.headers["If-None-Match"] == "\"v1\"")
+        // (queued after both clients' dispatches: the avif client is a collapsed waiter when the 304 arrives)
         revalidation.events(.head(HTTPResponseHead(status: 304, headers: ["ETag": "\"v1\"", "Cache-Control": "max-age=60"]),
                                   url: url.string, redirects: []))
-        FetchTests.settle(proxy)
+        #expect(a.waitForEnd())
+        let alone = try #require(origin.next(), "the avif client was not sent upstream alone")
         #expect(a.status == 200 && a.body == FetchTests.png)
         #expect(a.header("X-Cache") == "REVALIDATED")
         #expect(b.status == nil, "the avif client must not get the webp variant")
+        #expect(alone.request.headers["Accept"] == "image/avif" && alone.request.headers["If-None-Match"] == nil)
         #expect(origin.fetchCount == 2)
     }
 
@@ -128,19 +149,17 @@ struct FetchTests {
         let proxy = FetchTests.proxy(origin)
         let early = MockSink()
         proxy.handle(FetchTests.request("http://o.test/x.png"), body: [], client: FetchTests.client, sink: early)
-        FetchTests.settle(proxy)
-        try #require(origin.take()).events(.failed(.connect("refused")))
-        FetchTests.settle(proxy)
+        try #require(origin.next()).events(.failed(.connect("refused")))
+        #expect(early.waitForEnd())
         #expect(early.status == 502 && early.ended)
 
         let late = MockSink()
         proxy.handle(FetchTests.request("http://o.test/y.png"), body: [], client: FetchTests.client, sink: late)
-        FetchTests.settle(proxy)
-        let transfer = try #require(origin.take())
+        let transfer = try #require(origin.next())
         transfer.events(.head(FetchTests.imageHead([("Content-Length", "200")]), url: "http://o.test/y.png", redirects: []))
         transfer.events(.body(Array(FetchTests.png.prefix(50))))
         transfer.events(.failed(.broken("reset")))
-        FetchTests.settle(proxy)
+        #expect(late.waitForEnd())
         #expect(late.status == 200 && late.aborted && !late.ended)
         #expect(proxy.memory.count == 0)
     }

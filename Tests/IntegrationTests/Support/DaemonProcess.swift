@@ -11,6 +11,8 @@ import Synchronization
 final class DaemonProcess: @unchecked Sendable {
     let pid: pid_t
     private let output = Mutex("")
+    /// Broadcast by the reader thread after each read and at the exit: `waitForLog` sleeps on it, it never polls.
+    private let logChanged = NSCondition()
     private let exitStatus = Mutex<Int32?>(nil)
     private let exited = DispatchSemaphore(value: 0)
 
@@ -62,12 +64,18 @@ final class DaemonProcess: @unchecked Sendable {
                 let n = buffer.withUnsafeMutableBytes { read(readFD, $0.baseAddress, $0.count) }
                 if n <= 0 { break }
                 let text = String(decoding: buffer[0..<n], as: UTF8.self)
+                logChanged.lock()
                 output.withLock { $0 += text }
+                logChanged.broadcast()
+                logChanged.unlock()
             }
             close(readFD)
             var status: Int32 = 0
             waitpid(childPID, &status, 0)
+            logChanged.lock()
             exitStatus.withLock { $0 = status }
+            logChanged.broadcast()
+            logChanged.unlock()
             exited.signal()
         }.start()
     }
@@ -94,12 +102,14 @@ final class DaemonProcess: @unchecked Sendable {
     func waitForLog(_ text: String, timeout: Double = 20) async -> Bool {
         (try? await offPool { [self] in
             let deadline = Date().addingTimeInterval(timeout)
-            while Date() < deadline {
+            logChanged.lock()
+            defer { logChanged.unlock() }
+            while true {
                 if log.contains(text) { return true }
-                if exitStatus.withLock({ $0 }) != nil { return log.contains(text) }
-                usleep(20_000)
+                if exitStatus.withLock({ $0 }) != nil { return false }
+                // Woken by the reader thread when output arrives or the process exits; false once the deadline passed.
+                guard logChanged.wait(until: deadline) else { return log.contains(text) }
             }
-            return false
         }) ?? false
     }
 

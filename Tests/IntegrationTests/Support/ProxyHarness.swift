@@ -164,17 +164,12 @@ func wait(_ semaphore: DispatchSemaphore, timeout: Double = 15) async -> Bool {
     (try? await offPool { semaphore.wait(timeout: .now() + timeout) == .success }) ?? false
 }
 
-/// Polls `condition` off the Swift concurrency pool until it holds (for what the daemon notices on its own, such as a
-/// client that closed); false after `timeout` seconds.
-func eventually(timeout: Double = 15, _ condition: @escaping @Sendable () -> Bool) async -> Bool {
-    (try? await offPool {
-        let deadline = Date().addingTimeInterval(timeout)
-        while !condition() {
-            if Date() >= deadline { return false }
-            usleep(1_000)
-        }
-        return true
-    }) ?? false
+/// Returns once `listener` has no connection open: the daemon has seen every client go (and the closing connections
+/// have run their cancellations). A regression that keeps one open hangs here until the suite's time limit.
+func noConnections(_ listener: Listener) async {
+    await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+        listener.whenNoConnections { done.resume() }
+    }
 }
 
 /// Reads one response from each connection, in order.
