@@ -152,16 +152,9 @@ extension Proxy {
         }
         guard let query, !query.isEmpty else {
             logger.notice("purge: everything (\(memory.count) entries in memory) by \(client.address)")
-            guard let disk else {
-                memory.removeAll()
-                return answer(nil, "purged everything")
-            }
-            // Memory is emptied once the files are gone: a disk lookup queued behind the removal finds nothing, and
-            // one that started before it cannot promote its copy afterwards (MemoryCache.promote, removal count).
-            disk.removeAll { [memory] failure in
-                memory.removeAll()
-                answer(failure, "purged everything")
-            }
+            // Files first, then memory (TieredStore): a disk lookup queued behind the removal finds nothing, and one
+            // that started before it cannot promote its copy afterwards (MemoryCache.promote, removal count).
+            store.removeAll { failure in answer(failure, "purged everything") }
             return
         }
         let names = query.split(separator: "&").map { $0.split(separator: "=", maxSplits: 1).first.map(String.init) ?? "" }
@@ -179,10 +172,9 @@ extension Proxy {
         }
         let key = CacheKey(url)
         logger.notice("purge: \(key) by \(client.address)")
-        guard let disk else { return answer(nil, memory.remove(key) != nil ? "purged \(key)" : "not cached: \(key)") }
-        disk.remove(key) { [memory] failure in   // memory after the file, as above
-            memory.remove(key)
-            answer(failure, "purged \(key)")
+        // Every variant of the URL, in both tiers.
+        store.remove(key) { [hasDisk = store.writesToDisk] wasInMemory, failure in
+            answer(failure, hasDisk || wasInMemory ? "purged \(key)" : "not cached: \(key)")
         }
     }
 }

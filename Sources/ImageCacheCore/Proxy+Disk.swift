@@ -28,8 +28,9 @@ enum DiskProbe: Sendable {
 extension Proxy {
     /// Called on the disk's read queue with a lookup's answer (or on the connection's loop thread when the index knew at
     /// once that the key is absent, or answered from a descriptor it kept open).
+    /// `otherVariants`: the memory tier holds variants of the URL, none of them this request's.
     func diskAnswered(_ result: DiskLookup?, request: ClientRequest, key: CacheKey, sink: any ResponseSink,
-                      removalsSeen: UInt64) {
+                      removalsSeen: UInt64, otherVariants: Bool) {
         let stored: CacheEntry?, file: FileBody?
         switch result {
         case let .entry(entry): (stored, file) = (entry, nil)
@@ -37,10 +38,10 @@ extension Proxy {
         case nil: (stored, file) = (nil, nil)
         }
         let time = now()
-        let decision = CacheDecision.decide(stored: stored, request: request.cacheControl,
+        let decision = CacheDecision.decide(stored: stored, otherVariants: otherVariants, request: request.cacheControl,
                                             requestFields: request.forwardedHeaders, now: time)
         // Read whole only when the memory tier admits it (then promoted); else sent from its file.
-        if case .serve = decision, let stored, file == nil { memory.promote(stored, removalsSeen: removalsSeen) }
+        if case .serve = decision, let stored, file == nil { store.promote(stored, removalsSeen: removalsSeen) }
         act(on: decision, stored: stored, request: request, key: key, sink: sink, now: time, tier: "disk", file: file,
             probe: .answered(result, removalsSeen: removalsSeen))
     }

@@ -5,8 +5,8 @@
 // Reloadable: memory limits (the tier evicts down at once), max-object-size, origins, content-types and allow-svg,
 // stale-if-error, heuristic freshness, complete-abandoned-fetches, access-log, admin-allow, admin-hosts, admin-token,
 // signing-keys, require-signature, in-flight-limit, shutdown-timeout.
-// Not reloadable (the daemon logs that a restart is needed): listen, cache-dir and disk-*, server.*, upstream.*,
-// allow-private-networks, log-level. `Configuration.restartOnlyChanges` names them.
+// Not reloadable (the daemon logs that a restart is needed): listen, cache-dir and disk-*, max-variants, server.*,
+// upstream.*, allow-private-networks, log-level. `Configuration.restartOnlyChanges` names them.
 
 internal import Foundation
 internal import Synchronization
@@ -76,6 +76,7 @@ extension Configuration {
         check("disk-max-age", \.diskMaxAgeSeconds)
         check("disk-low-water", \.diskLowWaterFraction)
         check("disk-fsync", \.diskFsync)
+        check("max-variants", \.maxVariants)
         check("allow-private-networks", \.allowPrivateNetworks)
         check("log-level", \.logLevel)
         if server != next.server { changes.append("server.*") }
@@ -91,6 +92,7 @@ extension Configuration {
         diskMaxAgeSeconds = running.diskMaxAgeSeconds
         diskLowWaterFraction = running.diskLowWaterFraction
         diskFsync = running.diskFsync
+        maxVariants = running.maxVariants
         allowPrivateNetworks = running.allowPrivateNetworks
         logLevel = running.logLevel
         server = running.server

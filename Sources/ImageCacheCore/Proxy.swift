@@ -3,7 +3,7 @@
 //   connection loop                          proxy queue                           curl thread
 //   ----------------                         -----------                           -----------
 //   route (forward | fetch | reverse | admin)
-//   memory.lookup(key) ── fresh ──> respond (no hop, body shared, not copied)
+//   store.lookupInMemory(key, request's Vary fields) ── fresh ──> respond (no hop, body shared, not copied)
 //        │ stale + max-stale ──> respond STALE
 //        │ only-if-cached ──> 504
 //        └─ miss / stale / vary-miss / bypass ──> dispatch
@@ -15,7 +15,8 @@
 //                                                 their connections' loops); end stores into memory first,
 //                                                 then ends the waiters, then leaves the coalescer.
 //
-// Ownership: `memory` guards itself (Mutex); `coalescer` and every `Fetch` are confined to `queue`
+// Ownership: `store` (TieredStore: memory guards itself, disk owns its queues); `coalescer` and every `Fetch` are
+// confined to `queue`
 // (imagecached.proxy); `origin` is thread-safe; the reloadable settings (`configuration`, `contentPolicy`,
 // `originRoutes`, ...) are one immutable `ProxySettings` behind a Mutex, swapped whole on reload and read once per
 // request (Proxy+Settings.swift); `metrics` are atomics.
@@ -42,9 +43,11 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
     let settingsLock: Mutex<ProxySettings>
     /// Counters for /_imagecached/metrics and /stats (atomics).
     public let metrics = ProxyMetrics()
-    public let memory: MemoryCache
+    /// Both tiers, behind the rules that span them (TieredStore.swift).
+    public let store: TieredStore
+    public var memory: MemoryCache { store.memory }
     /// The disk tier, if on; it owns its queue.
-    public let disk: DiskCache?
+    public var disk: DiskCache? { store.disk }
 
     // MARK: owned by `queue`
     let queue = DispatchQueue(label: "imagecached.proxy")
@@ -60,13 +63,14 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
         settingsLock = Mutex(ProxySettings(configuration))
         self.loopGuard = loopGuard
         self.events = events
-        self.disk = disk
         self.origin = origin
         self.logger = logger
         self.now = now
-        memory = MemoryCache(
-            limitBytes: configuration.memoryLimitBytes, countLimit: configuration.memoryCountLimit,
-            objectLimitBytes: configuration.effectiveMemoryObjectLimitBytes)
+        store = TieredStore(
+            memory: MemoryCache(limitBytes: configuration.memoryLimitBytes, countLimit: configuration.memoryCountLimit,
+                                objectLimitBytes: configuration.effectiveMemoryObjectLimitBytes,
+                                variantLimit: configuration.maxVariants),
+            disk: disk)
     }
 
     /// Called on the connection's loop thread.
@@ -125,20 +129,21 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
             return
         }
         var removals: UInt64 = 0
-        let entry = memory.lookup(key, removals: &removals)
-        if entry == nil, let disk {
-            let removals = removals
+        let found = store.lookupInMemory(key, requestFields: request.forwardedHeaders, removals: &removals)
+        if found.entry == nil {
+            let removals = removals, otherVariants = found.otherVariants
             // Small bodies the memory tier would admit are read into memory; the rest are sent from their files
             // (from a kept descriptor: answered on this queue, without a hop).
-            disk.lookup(key, readsWhole: { [memory] cost in memory.admits(key, cost: cost) }) { result in
-                self.diskAnswered(result, request: request, key: key, sink: sink, removalsSeen: removals)
+            let asked = store.lookupOnDisk(key, requestFields: request.forwardedHeaders) { result in
+                self.diskAnswered(result, request: request, key: key, sink: sink, removalsSeen: removals,
+                                  otherVariants: otherVariants)
             }
-            return
+            if asked { return }
         }
         let time = now()
-        let decision = CacheDecision.decide(stored: entry, request: request.cacheControl,
-                                            requestFields: request.forwardedHeaders, now: time)
-        act(on: decision, stored: entry, request: request, key: key, sink: sink, now: time, tier: nil)
+        let decision = CacheDecision.decide(stored: found.entry, otherVariants: found.otherVariants,
+                                            request: request.cacheControl, requestFields: request.forwardedHeaders, now: time)
+        act(on: decision, stored: found.entry, request: request, key: key, sink: sink, now: time, tier: nil)
     }
 
     /// Carries out a decision made on the connection's loop (memory) or the disk's read queue (disk, `tier` "disk"):
@@ -227,7 +232,7 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
         dispatchPrecondition(condition: .onQueue(queue))
         nextWaiterID += 1
         let waiter = Fetch.Waiter(id: nextWaiterID, sink: sink, request: request)
-        let fetchKey = FetchKey(key: key, trusted: request.trusted)
+        let fetchKey = FetchKey(key: key, trusted: request.trusted, variant: "")
         var revalidating: CacheEntry?
         if reason != .bypass {
             if let fetch = coalescer[fetchKey] {
@@ -237,7 +242,7 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
             }
             // An entry may have landed (or been refreshed) between the lookup on the connection's loop and now: decided
             // again. A stale one this request may not use is revalidated with its validators.
-            if let entry = memory.peek(key) {
+            if let entry = store.peekInMemory(key, requestFields: request.forwardedHeaders).entry {
                 let time = now()
                 switch CacheDecision.decide(stored: entry, request: request.cacheControl,
                                             requestFields: request.forwardedHeaders, now: time) {
@@ -262,18 +267,39 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
         }
     }
 
-    /// Removes what both tiers store for `key`: the file first, then memory, so that a lookup between the two cannot
-    /// promote the file's copy back into memory (see purge in Proxy+Admin.swift).
+    /// Removes every variant both tiers store for `key` (TieredStore.remove: the files first, then memory).
     func forget(_ key: CacheKey) {
-        disk?.remove(key)
-        memory.remove(key)
+        store.remove(key)
     }
 
     /// Called by a fetch when it will take no more waiters. On `queue`.
     func fetchClosed(_ fetch: Fetch) {
         dispatchPrecondition(condition: .onQueue(queue))
-        let fetchKey = FetchKey(key: fetch.key, trusted: fetch.leader.trusted)
+        let fetchKey = fetch.fetchKey
         if coalescer[fetchKey] === fetch { coalescer[fetchKey] = nil }
+    }
+
+    /// Sends waiters whose request selects another variant than `fetch`'s response (`head`, whose Vary names the
+    /// fields they differ in) to a fetch of their own variant: one per variant id, coalesced, stored as one more
+    /// variant of the URL. Waiters of a fetch that was already one variant's go on their own instead. On `queue`.
+    func redispatchToVariants(_ waiters: [Fetch.Waiter], of head: HTTPResponseHead, from fetch: Fetch) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard fetch.variant.isEmpty else { return redispatchAlone(waiters, key: fetch.key) }
+        for waiter in waiters {
+            // Never "" (the URL's own fetch): a head without Vary does not send anyone here.
+            let variant = VaryKey.make(response: head, request: waiter.request.forwardedHeaders)?.id ?? "*"
+            let fetchKey = FetchKey(key: fetch.key, trusted: waiter.request.trusted, variant: variant)
+            let next = Fetch.Waiter(id: waiter.id, sink: waiter.sink, request: waiter.request)
+            if let joined = coalescer[fetchKey] {
+                joined.attach(next, collapsed: true)
+                continue
+            }
+            let started = Fetch(proxy: self, key: fetch.key, leader: waiter.request, reason: .varyMiss, revalidating: nil,
+                                variant: variant)
+            coalescer[started.fetchKey] = started
+            started.attach(next, collapsed: false)
+            started.start()
+        }
     }
 
     /// Sends waiters that cannot share `fetch`'s response upstream on their own. On `queue`.
@@ -290,10 +316,12 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
     public var fetchesInFlight: Int { queue.sync { coalescer.count } }
 }
 
-/// The coalescer's key: one fetch per cache key and trust level.
+/// The coalescer's key: one fetch per cache key and trust level, and per variant id for the fetches of variants
+/// another response's Vary sent waiters to ("" for the URL's own fetch).
 struct FetchKey: Hashable {
     let key: CacheKey
     let trusted: Bool
+    let variant: String
 }
 
 /// What happens to fetches, as seen from the proxy queue.

@@ -41,6 +41,8 @@ struct Imagecached: ParsableCommand {
     var memoryCountLimit: String?
     @Option(help: "Objects larger than this are streamed but not kept in memory. Default 1/8 of --memory-limit.")
     var memoryObjectLimit: String?
+    @Option(help: "Most stored variants of one URL (responses with Vary), in memory and on disk each; the least recently used goes past it. Default 16.")
+    var maxVariants: String?
     @Option(help: "Largest upstream object served or stored; larger transfers are stopped. Default 50MiB.")
     var maxObjectSize: String?
     @Option(help: "Offline policy: how long past its freshness a stored entry may still be served when the origin fails (0 = only where stale-if-error says so). Default 0.")
@@ -129,6 +131,7 @@ struct Imagecached: ParsableCommand {
             ("disk-limit", diskLimit), ("disk-max-age", diskMaxAge), ("disk-low-water", diskLowWater),
             ("disk-fsync", diskFsync ? "true" : nil), ("memory-limit", memoryLimit),
             ("memory-count-limit", memoryCountLimit), ("memory-object-limit", memoryObjectLimit),
+            ("max-variants", maxVariants),
             ("max-object-size", maxObjectSize), ("stale-if-error", staleIfError), ("content-types", contentTypes),
             ("allow-svg", allowSvg ? "true" : nil), ("allow-private-networks", allowPrivateNetworks ? "true" : nil),
             ("heuristic-fraction", heuristicFraction), ("heuristic-max", heuristicMax),

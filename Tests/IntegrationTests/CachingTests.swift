@@ -400,7 +400,7 @@ struct CachingTests {
         #expect(Set(responses.compactMap { $0.header("Set-Cookie") }).count == 3)
     }
 
-    @Test("waiters whose request does not match the response's Vary go upstream on their own")
+    @Test("waiters whose request does not match the response's Vary fetch their own variant, which is stored beside the first")
     func varyMismatch() async throws {
         let harness = try ProxyHarness()
         let gate = Gate()
@@ -423,6 +423,11 @@ struct CachingTests {
         #expect(try await b.response().body == CachingTests.png)
         #expect(harness.origin.requestCount("/vary.png") == 2)
         #expect(Set(harness.origin.requests("/vary.png").compactMap { $0.header("Accept") }) == ["image/webp", "image/png"])
+        // Both variants were stored: both are hits now.
+        for accept in ["image/webp", "image/png"] {
+            #expect(try await harness.get("/vary.png", headers: [("Accept", accept)]).header("X-Cache") == "HIT", "\(accept)")
+        }
+        #expect(harness.origin.requestCount("/vary.png") == 2)
     }
 }
 

@@ -10,7 +10,8 @@
 //   only-if-cached                      none, another variant, or needs the origin refuse 504 (so no only-if-cached
 //                                                                                  request ever waits on a fetch)
 //   -                                   none                                       forward, miss
-//   -                                   another variant (its Vary fields differ)   forward, vary-miss
+//   -                                   only other variants (their Vary fields     forward, vary-miss
+//                                       differ from the request's)
 //   -                                   fresh for this request                     serve fresh (ttl)
 //   max-stale that covers the staleness stale, without must-revalidate,            serve stale (max-stale)
 //                                       proxy-revalidate or s-maxage
@@ -67,10 +68,14 @@ enum CacheDecision: Sendable, Equatable {
     }
 
     /// The decision for a request (its directives `request`; `requestFields`, the fields its Vary is judged on, asked
-    /// for only when the stored variant has a Vary) given the stored variant `stored` (nil: none), at `now`.
-    static func decide(stored: CacheEntry?, request: CacheControl, requestFields: @autoclosure () -> HTTPHeaders,
-                              now: Date) -> CacheDecision {
+    /// for only when the stored variant has a Vary) given the variant the store selected for it, `stored` (nil: none;
+    /// `otherVariants`: none, but the URL has variants for other field values), at `now`.
+    static func decide(stored: CacheEntry?, otherVariants: Bool = false, request: CacheControl,
+                       requestFields: @autoclosure () -> HTTPHeaders, now: Date) -> CacheDecision {
         guard let stored else {
+            if otherVariants {
+                return request.onlyIfCached ? .refuse(status: 504, reason: otherVariant) : .forward(.varyMiss, conditional: false)
+            }
             return request.onlyIfCached ? .refuse(status: 504, reason: notCached) : .forward(.miss, conditional: false)
         }
         if let vary = stored.vary, !vary.matches(requestFields()) {

@@ -30,6 +30,8 @@ public final class CacheEntry: Sendable {
     public let responseTime: Date
     /// The request field values it was selected with; nil when the response has no Vary.
     public let vary: VaryKey?
+    /// Which variant of its URL it is: `vary?.id`, "" without Vary (see Vary.swift), made once.
+    public let variantID: String
     /// Parsed once from `head`.
     public let cacheControl: CacheControl
     /// Seconds; computed at store / refresh.
@@ -85,6 +87,7 @@ public final class CacheEntry: Sendable {
         self.requestTime = requestTime
         self.responseTime = responseTime
         self.vary = vary
+        variantID = vary?.id ?? ""
         self.cacheControl = cacheControl
         self.freshnessLifetime = freshnessLifetime
         self.correctedInitialAge = correctedInitialAge
@@ -132,8 +135,8 @@ public final class CacheEntry: Sendable {
 
     /// Whether a 304 identifies this stored response for update (RFC 9111 section 4.3.4): by a strong ETag equal to
     /// ours, else by a weak ETag equal to ours, else by a Last-Modified equal to ours. A 304 naming another
-    /// validator must not refresh us. A 304 with no validator at all selects us: we keep one stored response per
-    /// key and sent the conditional request for it ourselves (many origins, Python's http.server among them, send
+    /// validator must not refresh us. A 304 with no validator at all selects us: we sent the conditional request
+    /// for this one stored variant ourselves, with its validators (many origins, Python's http.server among them, send
     /// bare 304s; Varnish and nginx refresh on them too), which is stricter reading of 4.3.4's third case relaxed.
     public func isSelected(by notModified: HTTPResponseHead) -> Bool {
         if let theirs = notModified.headers["ETag"].flatMap({ EntityTag.parse($0) }) {

@@ -169,18 +169,18 @@ enum DiskFile {
 
     /// The loader's cheap read: size, mtime, and the checksum-verified key and body length from the first pread.
     static func readIndexFields(_ fd: Int32, buffer: inout [UInt8]) throws
-        -> (key: String, fileSize: Int, actualSize: Int, mtime: Double)
+        -> (key: String, variant: String, fileSize: Int, actualSize: Int, mtime: Double)
     {
         let (status, got, end) = try readPrefix(fd, buffer: &buffer)
         let (size, mtime) = (status.size, status.mtime)
-        let fields: (key: String, bodyOffset: Int, bodyLength: Int)
+        let fields: (key: String, variant: String, bodyOffset: Int, bodyLength: Int)
         if end <= got {
             fields = try DiskEntryFormat.decodeIndexFields(buffer[0..<end])
         } else {
             guard end <= size else { throw DiskEntryFormat.Failure("truncated header") }
             fields = try DiskEntryFormat.decodeIndexFields(try read(fd, count: end, offset: 0)[...])
         }
-        return (fields.key, fields.bodyOffset + fields.bodyLength, size, mtime)
+        return (fields.key, fields.variant, fields.bodyOffset + fields.bodyLength, size, mtime)
     }
 
     /// Bodies up to this size are read whole on a disk hit when memory would keep them (one pread, verified in

@@ -1,6 +1,7 @@
-// Data model: `DiskIndex` maps an entry's file name (hex SHA-256 of its key) to its file size, last use and use
-// sequence, and the file version a lookup last verified (with, for recently hit entries, the decoded header), and
-// keeps the total bytes and the tier's counters. It is a value guarded by `DiskCache.index` (a Mutex):
+// Data model: `DiskIndex` maps an entry's file name (DiskEntryFormat: the URL's primary name, with a variant suffix
+// for a response with Vary) to its file size, last use and use sequence, its Vary key, and the file version a lookup
+// last verified (with, for recently hit entries, the decoded header); it lists each URL's Vary variants by primary
+// name (`variantNames`), and keeps the total bytes and the tier's counters. It is a value guarded by `DiskCache.index` (a Mutex):
 // the disk queue (loader, writes, sweeps) and the lookups on the read queue both update it, never holding the lock
 // across a file call. `stats` reads it under the same lock.
 //
@@ -38,6 +39,8 @@ struct DiskIndex: Sendable {
         /// ctime) skips hashing the body again, and with a kept head skips reading the header too; any change to
         /// the file, or a new file under the name, has another identity.
         var verified: VerifiedVersion? = nil
+        /// The request field values the stored response was selected with (nil: no Vary; the primary name).
+        var vary: VaryKey? = nil
     }
 
     /// A file version whose header and body a lookup verified.
@@ -79,6 +82,8 @@ struct DiskIndex: Sendable {
     var released: [FileBody] = []
 
     var records: [String: Record] = [:]
+    /// The names of the records with a Vary key, by their URL's primary name.
+    var variantNames: [String: [String]] = [:]
     var bytes = 0
     var nextSequence: UInt64 = 1
     var loaded = false
@@ -106,12 +111,54 @@ struct DiskIndex: Sendable {
         case afterWrites
     }
 
-    /// How a lookup of `name` proceeds, and for `.read` the name's kept head and descriptor if any (`keptFile`), with
-    /// one hash of the name into `records` (this runs under the index lock once per memory miss).
-    mutating func routeKeeping(_ name: String, now: Double) -> (route: LookupRoute, kept: (Head, FileBody, FileIdentity)?) {
-        if pendingRemoveAll > 0 || pendingWrites[name] != nil { return (.afterWrites, nil) }
-        guard let index = records.index(forKey: name) else { return (loaded ? .absent : .read, nil) }
-        return (.read, keptFile(at: index, now: now))
+    /// How a lookup of the URL with primary name `primary` for a request with `fields` proceeds; for `.read` the
+    /// name of the variant selected (nil: none indexed yet, the lookup searches the URL's directory) and its kept
+    /// head and descriptor if any (`keptFile`). Runs under the index lock once per memory miss.
+    mutating func routeKeeping(_ primary: String, fields: HTTPHeaders, now: Double)
+        -> (route: LookupRoute, name: String?, kept: (Head, FileBody, FileIdentity)?)
+    {
+        if pendingRemoveAll > 0 || pendingWrites[primary] != nil { return (.afterWrites, nil, nil) }
+        guard let name = selectedName(primary, fields: fields), let index = records.index(forKey: name) else {
+            return (loaded ? .absent : .read, nil, nil)
+        }
+        return (.read, name, keptFile(at: index, now: now))
+    }
+
+    /// The name of the URL's variant that `fields` select (RFC 9111 section 4.1): the response without Vary, or one
+    /// whose Vary fields match; the most recently stored when several do. nil: none indexed.
+    func selectedName(_ primary: String, fields: HTTPHeaders) -> String? {
+        guard let names = variantNames[primary] else { return records[primary] == nil ? nil : primary }
+        var best: (name: String, created: UInt64)?
+        if let record = records[primary] { best = (primary, record.created) }
+        for name in names {
+            guard let record = records[name], record.vary?.matches(fields) ?? true else { continue }
+            if best == nil || record.created > best!.created { best = (name, record.created) }
+        }
+        return best?.name
+    }
+
+    /// The indexed names of every variant of the URL with primary name `primary`.
+    func allNames(_ primary: String) -> [String] {
+        (records[primary] == nil ? [] : [primary]) + (variantNames[primary] ?? [])
+    }
+
+    /// The variants of `primary` to remove after `kept` (a variant just stored, with Vary names `names`) was
+    /// stored: those that vary on other names (or on none, or when `kept` has none), then the least recently used
+    /// past `limit`.
+    func variantsToDrop(_ primary: String, kept: String, names: [String], limit: Int) -> [String] {
+        var drop: [String] = []
+        var others: [(name: String, record: Record)] = []
+        for name in allNames(primary) where name != kept {
+            guard let record = records[name] else { continue }
+            if (record.vary?.names ?? []) != names { drop.append(name) } else { others.append((name, record)) }
+        }
+        if others.count + 1 > limit {
+            others.sort { a, b in
+                a.record.lastUsed != b.record.lastUsed ? a.record.lastUsed < b.record.lastUsed : a.record.sequence < b.record.sequence
+            }
+            drop += others.prefix(others.count + 1 - limit).map(\.name)
+        }
+        return drop
     }
 
     mutating func writeQueued(_ name: String?) {
@@ -124,15 +171,23 @@ struct DiskIndex: Sendable {
         if let count = pendingWrites[name], count > 1 { pendingWrites[name] = count - 1 } else { pendingWrites[name] = nil }
     }
 
-    mutating func set(_ name: String, size: Int, lastUsed: Double, persistedUse: Double) {
+    mutating func set(_ name: String, size: Int, lastUsed: Double, persistedUse: Double, vary: VaryKey? = nil) {
         if let old = records[name] {
             bytes -= old.size
             forgetHead(old)
         }
-        records[name] = Record(size: size, lastUsed: lastUsed, persistedUse: persistedUse, sequence: nextSequence,
-                               created: nextSequence)
+        add(name, Record(size: size, lastUsed: lastUsed, persistedUse: persistedUse, sequence: nextSequence,
+                         created: nextSequence, vary: vary))
         nextSequence += 1
-        bytes += size
+    }
+
+    /// Stores `record` under `name` (whose old record, if any, the caller has uncounted), listing a variant under its
+    /// URL.
+    mutating func add(_ name: String, _ record: Record) {
+        if records.updateValue(record, forKey: name) == nil, name.utf8.count > 64 {
+            variantNames[DiskEntryFormat.primaryName(of: name), default: []].append(name)
+        }
+        bytes += record.size
     }
 
     /// A lookup hit: a known record gets the new last use (its size stays: an insert may have replaced the file
@@ -141,11 +196,11 @@ struct DiskIndex: Sendable {
     /// `verified`: the file version the lookup verified (nil: not to be trusted later); attached only to the record
     /// the lookup saw (`createdSeen`, its `created`; nil: there was none), not to one a new file made since.
     mutating func markUsed(_ name: String, size: Int, lastUsed: Double, persistedUse: Double, verified: VerifiedVersion?,
-                           createdSeen: UInt64?) {
+                           createdSeen: UInt64?, vary: VaryKey? = nil) {
         var verified = verified
         if records[name] == nil {
             guard !loaded else { return }
-            set(name, size: size, lastUsed: lastUsed, persistedUse: persistedUse)
+            set(name, size: size, lastUsed: lastUsed, persistedUse: persistedUse, vary: vary)
         } else if records[name]?.created != createdSeen {
             verified = nil
         }
@@ -240,12 +295,18 @@ struct DiskIndex: Sendable {
         if let old = records.removeValue(forKey: name) {
             bytes -= old.size
             forgetHead(old)
+            if name.utf8.count > 64 {
+                let primary = DiskEntryFormat.primaryName(of: name)
+                variantNames[primary]?.removeAll { $0 == name }
+                if variantNames[primary]?.isEmpty == true { variantNames[primary] = nil }
+            }
         }
     }
 
     mutating func removeAllRecords() {
         for record in records.values { if let file = record.verified?.file { released.append(file) } }
         records = [:]
+        variantNames = [:]
         bytes = 0
         headQueue = []
         headStart = 0
@@ -345,8 +406,8 @@ extension DiskCache {
         }
         defer { closeDescriptor(fd) }
         do {
-            let (key, fileSize, size, mtime) = try DiskFile.readIndexFields(fd, buffer: &buffer)
-            guard DiskEntryFormat.fileName(forKey: key) == name else {
+            let (key, variant, fileSize, size, mtime) = try DiskFile.readIndexFields(fd, buffer: &buffer)
+            guard DiskEntryFormat.fileName(forKey: key, variant: variant) == name else {
                 throw DiskEntryFormat.Failure("holds a key (\(key)) whose hash is not its name")
             }
             guard size == fileSize else {
@@ -355,8 +416,8 @@ extension DiskCache {
             withIndex { index in
                 // A write or a lookup since start knows better than the file's mtime.
                 guard index.records[name] == nil else { return }
-                index.records[name] = DiskIndex.Record(size: size, lastUsed: mtime, persistedUse: mtime, sequence: 0)
-                index.bytes += size
+                index.add(name, DiskIndex.Record(size: size, lastUsed: mtime, persistedUse: mtime, sequence: 0,
+                                                 vary: VaryKey(id: variant)))
             }
         } catch let failure as DiskEntryFormat.Failure {
             _removeCorrupt(name: name, path: path, inode: DiskFile.inode(fd), why: failure.description)

@@ -18,7 +18,11 @@
 //                         A `FileBody` owns the descriptor of a verified body the lookup handed out or the index
 //                         keeps (immutable; connections send it with sendfile at their own offsets; closed at deinit).
 //
-//   Files: `<directory>/<h[0..1]>/<h[2..3]>/<h>`, h = hex SHA-256 of the key's URL string, format in DiskEntryFormat.
+//   Files: `<directory>/<h[0..1]>/<h[2..3]>/<h>[-<v>]`, h = hex SHA-256 of the key's URL string, v = the variant's
+//   (DiskEntryFormat). A URL holds up to `variantLimit` variants: storing one evicts the URL's least recently used
+//   variant past it, and those whose Vary names differ from its own; a removal of the URL removes every variant,
+//   found by listing its shard directory (so files the index does not know yet go too). Lookups select the variant
+//   whose Vary fields the request matches, from the index (before it is loaded: from the URL's directory).
 //   Publishing (nginx): write `<h>.<random>.tmp` in the target directory, optionally fsync, set its mtime to the
 //   injected clock's now, rename(2) onto `<h>`. Readers see the old file or the new one, never a partial file.
 //
@@ -71,6 +75,9 @@ public final class DiskCache: Sendable {
         public var openFileLimit = 1024
         /// Whether init starts the startup loader (tests turn it off to look up before the index exists).
         var startsIndexLoader = true
+        /// Variants kept per URL (responses with Vary, one per set of request field values); the least recently used
+        /// goes past it. Default 16 (`cache.max-variants`).
+        public var variantLimit = MemoryCache.defaultVariantLimit
 
         public init(directory: String, limitBytes: Int = 10 << 30, lowWaterFraction: Double = 0.9,
                     maxAgeSeconds: Double = 7 * 86_400, fsync: Bool = false, memoryReadLimitBytes: Int = 1 << 20,
@@ -168,12 +175,14 @@ public final class DiskCache: Sendable {
     /// removed. A body up to `memoryReadLimitBytes` is read into memory (`.entry`) when `readsWhole` wants it (asked
     /// with the entry's cost in memory, head and body; nil: always); any other is verified and handed out as its open
     /// file (`.stream`).
-    public func lookup(_ key: CacheKey, readsWhole: (@Sendable (_ cost: Int) -> Bool)? = nil,
+    /// `requestFields`: the request's fields that Vary is judged on; the variant they select is looked up.
+    public func lookup(_ key: CacheKey, requestFields: HTTPHeaders = HTTPHeaders(),
+                       readsWhole: (@Sendable (_ cost: Int) -> Bool)? = nil,
                        completion: @escaping @Sendable (DiskLookup?) -> Void) {
-        let name = DiskEntryFormat.fileName(for: key)
+        let primary = DiskEntryFormat.fileName(for: key)
         let nowSeconds = now().timeIntervalSince1970
-        let (route, kept) = withIndex { index in
-            index.routeKeeping(name, now: nowSeconds)
+        let (route, name, kept) = withIndex { index in
+            index.routeKeeping(primary, fields: requestFields, now: nowSeconds)
         }
         switch route {
         case .absent:
@@ -183,10 +192,14 @@ public final class DiskCache: Sendable {
             if let (head, file) = Self.confirmed(kept), !wantsWhole(cost: head.cost, bodyLength: file.length, readsWhole) {
                 return completion(.stream(head: head, file: file))
             }
-            readQueue.async { completion(self._lookup(key: key, name: name, readsWhole: readsWhole)) }
+            readQueue.async {
+                completion(self._lookup(key: key, primary: primary, selected: name, fields: requestFields, readsWhole: readsWhole))
+            }
         case .afterWrites:
-            // A write, update or removal of this name is queued: read after it, as the caller's request came after.
-            queue.async { completion(self._lookup(key: key, name: name, readsWhole: readsWhole)) }
+            // A write, update or removal of this URL is queued: read after it, as the caller's request came after.
+            queue.async {
+                completion(self._lookup(key: key, primary: primary, selected: nil, fields: requestFields, readsWhole: readsWhole))
+            }
         }
     }
 
@@ -196,10 +209,10 @@ public final class DiskCache: Sendable {
     /// `openFileValidSeconds`, no write of the name is queued, and `fstat` on the kept descriptor still shows the
     /// version (a change in place moves ctime). The hit is recorded. nil: none kept (`lookup` opens the name).
     /// `lookup` takes this path itself (one index lock, `routeKeeping`); this entry point lets tests ask for it alone.
-    func lookupOpened(_ key: CacheKey) -> (head: CacheEntry, file: FileBody)? {
-        let name = DiskEntryFormat.fileName(for: key)
+    func lookupOpened(_ key: CacheKey, requestFields: HTTPHeaders = HTTPHeaders()) -> (head: CacheEntry, file: FileBody)? {
+        let primary = DiskEntryFormat.fileName(for: key)
         let nowSeconds = now().timeIntervalSince1970
-        return Self.confirmed(withIndex { $0.routeKeeping(name, now: nowSeconds).kept })
+        return Self.confirmed(withIndex { $0.routeKeeping(primary, fields: requestFields, now: nowSeconds).kept })
     }
 
     /// A kept file whose descriptor `fstat` still shows at the version the index kept (one syscall, no I/O wait).
@@ -215,8 +228,8 @@ public final class DiskCache: Sendable {
         bodyLength <= configuration.memoryReadLimitBytes && (readsWhole?(cost + bodyLength) ?? true)
     }
 
-    /// Queues `work` on the serial queue, and marks `name` (nil: every name) as written until it has run, so
-    /// lookups of it wait for it.
+    /// Queues `work` on the serial queue, and marks the URL with primary name `name` (nil: every URL) as written until
+    /// it has run, so lookups of it wait for it.
     private func enqueueWrite(_ name: String?, _ work: @escaping @Sendable () -> Void) {
         withIndex { $0.writeQueued(name) }
         queue.async {
@@ -230,8 +243,8 @@ public final class DiskCache: Sendable {
     /// the error logged and counted in `writeErrors`; a partial file is never published. `done` runs on the disk
     /// queue once the write is over (written or dropped) and the entry's body is no longer held here.
     public func insert(_ entry: CacheEntry, done: (@Sendable () -> Void)? = nil) {
-        let name = DiskEntryFormat.fileName(for: entry.key)
-        enqueueWrite(name) {
+        let name = DiskEntryFormat.fileName(for: entry.key, variant: entry.variantID)
+        enqueueWrite(DiskEntryFormat.primaryName(of: name)) {
             self._insert(entry, name: name)
             done?()
         }
@@ -241,16 +254,16 @@ public final class DiskCache: Sendable {
     /// (tmp + rename). `entry.body` is not used: it may be empty for a streamed entry. Nothing is written when no
     /// valid file is stored for the key.
     public func update(_ entry: CacheEntry) {
-        let name = DiskEntryFormat.fileName(for: entry.key)
-        enqueueWrite(name) { self._update(entry, name: name) }
+        let name = DiskEntryFormat.fileName(for: entry.key, variant: entry.variantID)
+        enqueueWrite(DiskEntryFormat.primaryName(of: name)) { self._update(entry, name: name) }
     }
 
-    /// Removes the entry for `key`, if any; `completion` runs on the disk queue once the file is gone, with nil, or
-    /// with why it could not be removed (it is then still stored, and still indexed).
+    /// Removes every variant stored for `key`, if any; `completion` runs on the disk queue once the files are gone,
+    /// with nil, or with why one could not be removed (it is then still stored, and still indexed).
     public func remove(_ key: CacheKey, completion: (@Sendable (_ failure: String?) -> Void)? = nil) {
-        let name = DiskEntryFormat.fileName(for: key)
-        enqueueWrite(name) {
-            let failure = self._removeFile(name: name)
+        let primary = DiskEntryFormat.fileName(for: key)
+        enqueueWrite(primary) {
+            let failure = self._removeVariants(of: primary)
             completion?(failure)
         }
     }
@@ -309,8 +322,25 @@ public final class DiskCache: Sendable {
 
     // MARK: - Lookup
 
-    /// On the read queue, or on the serial queue after a queued write of the name; no file call here changes the tree.
-    func _lookup(key: CacheKey, name: String,
+    /// The variant of `key` (primary name `primary`) that `fields` select: `selected` when the index named it, else
+    /// the one the index names now, else (index not loaded yet) the first matching file in the URL's directory.
+    /// On the read queue, or on the serial queue after a queued write of the URL.
+    func _lookup(key: CacheKey, primary: String, selected: String?, fields: HTTPHeaders,
+                 readsWhole: (@Sendable (_ cost: Int) -> Bool)? = nil) -> DiskLookup? {
+        let (name, loaded): (String?, Bool) = selected.map { ($0, true) }
+            ?? withIndex { ($0.selectedName(primary, fields: fields), $0.loaded) }
+        if let name { return _lookup(key: key, name: name, fields: fields, readsWhole: readsWhole) }
+        guard !loaded else { return nil }
+        let candidates = (DiskFile.list(directoryPath(of: primary)) ?? []).filter { DiskEntryFormat.isVariant($0, of: primary) }
+        for name in candidates.sorted() {
+            if let found = _lookup(key: key, name: name, fields: fields, readsWhole: readsWhole) { return found }
+        }
+        return nil
+    }
+
+    /// Reads and verifies the file `name`; nil when it is absent, bad (then removed) or a variant `fields` do not
+    /// select. No file call here changes the tree.
+    func _lookup(key: CacheKey, name: String, fields: HTTPHeaders,
                  readsWhole: (@Sendable (_ cost: Int) -> Bool)? = nil) -> DiskLookup? {
         let known = withIndex { index -> (created: UInt64?, verified: DiskIndex.VerifiedVersion?, persistedUse: Double)? in
             guard !index.knownAbsent(name) else { return nil }
@@ -342,7 +372,8 @@ public final class DiskCache: Sendable {
                 (version, unverified) = (trusted, nil)   // neither the header nor the body is read to check them
             } else {
                 let (header, _) = try DiskFile.readHeader(fd, status: status)
-                guard header.key == key.description else {
+                guard header.key == key.description,
+                      DiskEntryFormat.fileName(for: key, variant: header.variant) == name else {
                     throw DiskEntryFormat.Failure("holds another key (\(header.key)): a hash collision or a foreign file")
                 }
                 guard status.size == header.fileSize else {
@@ -355,6 +386,8 @@ public final class DiskCache: Sendable {
                 unverified = trusted == nil ? header : nil
             }
             let head = version.head!.entry
+            // Another variant of the URL (found by listing its directory): not this request's, and not a fault.
+            guard head.vary?.matches(fields) ?? true else { return nil }
             var kept: FileBody?   // the descriptor the index keeps, for later hits answered on the caller's thread (`lookup`)
             let result: DiskLookup
             if wantsWhole(cost: head.cost, bodyLength: version.bodyLength, readsWhole) {
@@ -377,7 +410,7 @@ public final class DiskCache: Sendable {
             settled.checkedAt = checkedAt.timeIntervalSince1970
             markUsed(name: name, size: status.size, fd: fd, persistedUse: persistedUse,
                      verified: version.identity.isSettled(now: checkedAt) ? settled : nil, createdSeen: created,
-                     hashed: unverified != nil)
+                     hashed: unverified != nil, vary: head.vary)
             return result
         } catch let failure as DiskEntryFormat.Failure {
             handedOut = true
@@ -398,7 +431,7 @@ public final class DiskCache: Sendable {
     /// later, see `FileIdentity.settleSeconds`) and whether it hashed the body; pushes the file's mtime forward when
     /// the on-disk last use (`persistedUse`) is stale (which moves its ctime: the next lookup verifies it again).
     private func markUsed(name: String, size: Int, fd: Int32, persistedUse: Double, verified: DiskIndex.VerifiedVersion?,
-                          createdSeen: UInt64?, hashed: Bool) {
+                          createdSeen: UInt64?, hashed: Bool, vary: VaryKey?) {
         let nowSeconds = now().timeIntervalSince1970
         var persisted = persistedUse
         if nowSeconds - persisted >= DiskCache.touchIntervalSeconds {
@@ -406,7 +439,7 @@ public final class DiskCache: Sendable {
         }
         withIndex { index in
             index.markUsed(name, size: size, lastUsed: nowSeconds, persistedUse: persisted, verified: verified,
-                           createdSeen: createdSeen)
+                           createdSeen: createdSeen, vary: vary)
             if hashed { index.bodiesVerified += 1 }
         }
     }
@@ -449,8 +482,8 @@ public final class DiskCache: Sendable {
     func _insert(_ entry: CacheEntry, name: String) {
         dispatchPrecondition(condition: .onQueue(queue))
         let header = DiskEntryFormat.encodeHeader(
-            key: entry.key.description, head: entry.head, requestTime: entry.requestTime, responseTime: entry.responseTime,
-            vary: entry.vary, bodyLength: entry.body.count, bodyChecksum: DiskEntryFormat.checksum(entry.body))
+            key: entry.key.description, variant: entry.variantID, head: entry.head, requestTime: entry.requestTime,
+            responseTime: entry.responseTime, bodyLength: entry.body.count, bodyChecksum: DiskEntryFormat.checksum(entry.body))
         let size = header.count + entry.body.count
         guard size <= configuration.limitBytes else {
             logger.debug("disk insert skipped: \(entry.key) is \(size) bytes, over the disk limit")
@@ -468,9 +501,15 @@ public final class DiskCache: Sendable {
             return
         }
         let nowSeconds = now().timeIntervalSince1970
-        let bytes = withIndex { index in
-            index.set(name, size: size, lastUsed: nowSeconds, persistedUse: nowSeconds)
-            return index.bytes
+        let primary = DiskEntryFormat.primaryName(of: name)
+        let (bytes, others) = withIndex { index in
+            index.set(name, size: size, lastUsed: nowSeconds, persistedUse: nowSeconds, vary: entry.vary)
+            return (index.bytes, index.variantsToDrop(primary, kept: name, names: entry.vary?.names ?? [],
+                                                      limit: configuration.variantLimit))
+        }
+        for other in others {
+            logger.debug("disk: \(entry.key) variant \(other) removed: another Vary, or past \(configuration.variantLimit) variants")
+            _removeFile(name: other)
         }
         if bytes > configuration.limitBytes { _sweep() }
     }
@@ -491,7 +530,9 @@ public final class DiskCache: Sendable {
         do {
             let (header, status) = try DiskFile.readHeader(old)
             let size = status.size
-            guard header.key == entry.key.description else { throw DiskEntryFormat.Failure("holds another key (\(header.key))") }
+            guard header.key == entry.key.description, header.variant == entry.variantID else {
+                throw DiskEntryFormat.Failure("holds another key (\(header.key))")
+            }
             guard size == header.fileSize else {
                 throw DiskEntryFormat.Failure("file is \(size) bytes, its header describes \(header.fileSize) (truncated?)")
             }
@@ -504,8 +545,8 @@ public final class DiskCache: Sendable {
             return
         }
         let header = DiskEntryFormat.encodeHeader(
-            key: stored.key, head: entry.head, requestTime: entry.requestTime, responseTime: entry.responseTime,
-            vary: entry.vary, bodyLength: stored.bodyLength, bodyChecksum: stored.bodyChecksum)
+            key: stored.key, variant: stored.variant, head: entry.head, requestTime: entry.requestTime,
+            responseTime: entry.responseTime, bodyLength: stored.bodyLength, bodyChecksum: stored.bodyChecksum)
         do {
             try publish(name: name) { fd throws(SystemError) in
                 try DiskFile.write(fd, header)
@@ -518,7 +559,8 @@ public final class DiskCache: Sendable {
         }
         let nowSeconds = now().timeIntervalSince1970
         let bytes = withIndex { index in
-            index.set(name, size: header.count + stored.bodyLength, lastUsed: nowSeconds, persistedUse: nowSeconds)
+            index.set(name, size: header.count + stored.bodyLength, lastUsed: nowSeconds, persistedUse: nowSeconds,
+                      vary: entry.vary)
             return index.bytes
         }
         if bytes > configuration.limitBytes { _sweep() }
@@ -576,6 +618,22 @@ public final class DiskCache: Sendable {
         } catch {}
         withIndex { $0.remove(name) }
         return nil
+    }
+
+    /// Removes every variant of the URL with primary name `primary`: those the index knows and those its shard
+    /// directory holds. Nil once all are gone, else why one stayed.
+    @discardableResult
+    func _removeVariants(of primary: String) -> String? {
+        dispatchPrecondition(condition: .onQueue(queue))
+        var names = Set(withIndex { $0.allNames(primary) })
+        for file in DiskFile.list(directoryPath(of: primary)) ?? [] where DiskEntryFormat.isVariant(file, of: primary) {
+            names.insert(file)
+        }
+        var failure: String?
+        for name in names.sorted() {
+            if let why = _removeFile(name: name), failure == nil { failure = why }
+        }
+        return failure
     }
 
     /// Nil once every entry file is gone, else how many stayed and the first reason; the records of files that stayed

@@ -1,21 +1,26 @@
-// Data model: one disk entry is one file, `<dir>/<h[0..1]>/<h[2..3]>/<h>`, h = lower-case hex SHA-256 of the key's
-// URL string. The file is a versioned header followed by the body bytes (cf. nginx's ngx_http_file_cache_header_t).
-// Pure encoding and decoding, no I/O and no state: whoever holds the bytes owns them (the disk queue, in practice).
+// Data model: one disk entry is one stored variant of a URL, one file: `<dir>/<h[0..1]>/<h[2..3]>/<h>` for the variant
+// without Vary, `<dir>/<h[0..1]>/<h[2..3]>/<h>-<v>` for one with Vary; h = lower-case hex SHA-256 of the key's URL
+// string (the primary name), v = the first 16 hex digits of SHA-256 of the variant id (Vary.swift). Every variant of a
+// URL sits in its URL's shard directory under a name starting with h, so a purge or a lookup before the index is
+// loaded finds them all by listing one small directory. The file is a versioned header followed by the body bytes
+// (cf. nginx's ngx_http_file_cache_header_t). Pure encoding and decoding, no I/O and no state: whoever holds the bytes
+// owns them (the disk queue, in practice).
 //
-// Layout, version 2 (integers little-endian; a "string" is a u32 byte count and that many UTF-8 bytes):
+// Layout, version 3 (integers little-endian; a "string" is a u32 byte count and that many UTF-8 bytes):
 //
 //   offset 0   magic "ICD1"                      4 bytes
 //          4   format version                    u16 (2)
 //          6   reserved                          u16 (0)
 //          8   header length L                   u32: bytes from offset 12 to the end of the header checksum
 //         12   key                               string (the normalised URL)
+//              variant                           string (the variant id: "" without Vary, else the request field
+//                                                values the Vary names, see Vary.swift; the loader reads it with the
+//                                                key, and the file name must be the one it gives)
 //              status                            u16
 //              reason                            string
 //              header field count                u32, then per field: name string, value string
 //              request time                      u64: bit pattern of the Double timeIntervalSinceReferenceDate
 //              response time                     u64: the same
-//              vary                              u8: 0 none, 1 present; if present: u8 matchesNothing, u32 count,
-//                                                then per field: name string, u8 has-value, value string if it has
 //              body length                       u64
 //              body checksum                     u64: XXH64 (seed 0) of the body
 //   12+L-8     header checksum                   u64: XXH64 (seed 0) of bytes [0, 12+L-8)
@@ -23,7 +28,8 @@
 //
 // A 304 changes only the header: the new header is written to a new file, the body bytes are copied after it, and the
 // file is renamed over the old one (the body checksum travels unchanged with the body). A reader never sees a mix.
-// Any version other than `version` is refused: an old file is a miss and is removed, never migrated.
+// Any version other than `version` is refused: an old file is a miss and is removed, never migrated (version 2 held
+// one response per URL with its Vary key after the times; version 3 names the variant after the key).
 //
 // Checksums: XXH64, the checksum of the LZ4 and zstd frame formats: it catches flipped, zeroed, shifted and
 // truncated bytes (what a disk, a crash or a stray write does) at ~10 GB/s, so every disk hit verifies its whole body
@@ -36,7 +42,7 @@ internal import Foundation
 
 enum DiskEntryFormat {
     static let magic: [UInt8] = Array("ICD1".utf8)
-    static let version: UInt16 = 2
+    static let version: UInt16 = 3
     /// Bytes before the header fields: magic, version, reserved, header length.
     static let prefixLength = 12
     /// Bytes of each checksum (an XXH64, little-endian).
@@ -53,10 +59,12 @@ enum DiskEntryFormat {
     /// The decoded header of a stored entry.
     struct Header: Sendable {
         var key: String
+        /// The variant id ("" without Vary).
+        var variant: String
         var head: HTTPResponseHead
         var requestTime: Date
         var responseTime: Date
-        var vary: VaryKey?
+        var vary: VaryKey? { VaryKey(id: variant) }
         var bodyLength: Int
         var bodyChecksum: UInt64
         /// Offset of the first body byte in the file (12 + header length).
@@ -105,16 +113,45 @@ enum DiskEntryFormat {
         }
     }
 
-    /// Whether `name` looks like an entry file name (64 lower-case hex digits).
+    /// The file name of `key`'s variant `variant` ("" without Vary): the primary name, or it, "-" and 16 hex digits
+    /// of the variant id's SHA-256.
+    static func fileName(for key: CacheKey, variant: String) -> String {
+        variant.isEmpty ? fileName(for: key) : fileName(for: key) + "-" + variantSuffix(variant)
+    }
+
+    /// `fileName(for:variant:)` from the key's URL string (the loader checks names with it).
+    static func fileName(forKey key: String, variant: String) -> String {
+        variant.isEmpty ? fileName(forKey: key) : fileName(forKey: key) + "-" + variantSuffix(variant)
+    }
+
+    private static func variantSuffix(_ variant: String) -> String {
+        String(hex(SHA256.hash(data: Array(variant.utf8))).prefix(16))
+    }
+
+    /// The primary name (the URL's) of an entry file name.
+    static func primaryName(of name: String) -> String { String(name.prefix(64)) }
+
+    /// Whether `name` looks like an entry file name: 64 lower-case hex digits, optionally "-" and 16 more.
     static func isEntryName(_ name: String) -> Bool {
-        name.utf8.count == 64 && name.utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) }
+        let utf8 = name.utf8
+        func isHex(_ b: UInt8) -> Bool { (b >= 0x30 && b <= 0x39) || (b >= 0x61 && b <= 0x66) }
+        switch utf8.count {
+        case 64: return utf8.allSatisfy(isHex)
+        case 81: return utf8.prefix(64).allSatisfy(isHex) && utf8.dropFirst(64).first == 0x2D && utf8.suffix(16).allSatisfy(isHex)
+        default: return false
+        }
+    }
+
+    /// Whether `file` is `primary` or one of its variants' names.
+    static func isVariant(_ file: String, of primary: String) -> Bool {
+        file == primary || (file.utf8.count == 81 && file.hasPrefix(primary) && file.utf8.dropFirst(64).first == 0x2D)
     }
 
     // MARK: - Encoding
 
     /// The header bytes (prefix through header checksum) for `entry` with a body of `bodyLength` bytes whose
     /// `checksum` is `bodyChecksum`. The body is not included.
-    static func encodeHeader(key: String, head: HTTPResponseHead, requestTime: Date, responseTime: Date, vary: VaryKey?,
+    static func encodeHeader(key: String, variant: String, head: HTTPResponseHead, requestTime: Date, responseTime: Date,
                              bodyLength: Int, bodyChecksum: UInt64) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(256 + key.utf8.count + head.headers.count * 48)
@@ -123,6 +160,7 @@ enum DiskEntryFormat {
         appendInteger(UInt16(0), to: &out)
         appendInteger(UInt32(0), to: &out)  // header length, patched below
         appendString(key, to: &out)
+        appendString(variant, to: &out)
         appendInteger(UInt16(truncatingIfNeeded: head.status), to: &out)
         appendString(head.reason, to: &out)
         appendInteger(UInt32(head.headers.count), to: &out)
@@ -132,22 +170,6 @@ enum DiskEntryFormat {
         }
         appendInteger(requestTime.timeIntervalSinceReferenceDate.bitPattern, to: &out)
         appendInteger(responseTime.timeIntervalSinceReferenceDate.bitPattern, to: &out)
-        if let vary {
-            out.append(1)
-            out.append(vary.matchesNothing ? 1 : 0)
-            appendInteger(UInt32(vary.fields.count), to: &out)
-            for field in vary.fields {
-                appendString(field.name, to: &out)
-                if let value = field.value {
-                    out.append(1)
-                    appendString(value, to: &out)
-                } else {
-                    out.append(0)
-                }
-            }
-        } else {
-            out.append(0)
-        }
         appendInteger(UInt64(bodyLength), to: &out)
         appendInteger(bodyChecksum, to: &out)
         let headerLength = UInt32(out.count + checksumLength - prefixLength)
@@ -195,6 +217,7 @@ enum DiskEntryFormat {
         }
         var reader = Reader(bytes: bytes[(bytes.startIndex + prefixLength)..<checksumStart])
         let key = try reader.string()
+        let variant = try reader.string()
         let status = Int(try reader.integer(UInt16.self))
         let reason = try reader.string()
         let fieldCount = Int(try reader.integer(UInt32.self))
@@ -205,33 +228,20 @@ enum DiskEntryFormat {
         }
         let requestTime = Date(timeIntervalSinceReferenceDate: Double(bitPattern: try reader.integer(UInt64.self)))
         let responseTime = Date(timeIntervalSinceReferenceDate: Double(bitPattern: try reader.integer(UInt64.self)))
-        var vary: VaryKey?
-        switch try reader.integer(UInt8.self) {
-        case 0: vary = nil
-        case 1:
-            let matchesNothing = try reader.integer(UInt8.self) != 0
-            let count = Int(try reader.integer(UInt32.self))
-            var fields: [VaryKey.Field] = []
-            for _ in 0..<count {
-                let name = try reader.string()
-                let value: String? = try reader.integer(UInt8.self) != 0 ? try reader.string() : nil
-                fields.append(VaryKey.Field(name: name, value: value))
-            }
-            vary = VaryKey(fields: fields, matchesNothing: matchesNothing)
-        default: throw Failure("bad vary tag")
-        }
         let bodyLength = try reader.integer(UInt64.self)
         guard bodyLength <= UInt64(Int.max / 2) else { throw Failure("implausible body length \(bodyLength)") }
         let bodyChecksum = try reader.integer(UInt64.self)
         guard reader.isAtEnd else { throw Failure("unexpected bytes after the header fields") }
-        return Header(key: key, head: HTTPResponseHead(status: status, reason: reason, headers: headers),
-                      requestTime: requestTime, responseTime: responseTime, vary: vary, bodyLength: Int(bodyLength),
+        return Header(key: key, variant: variant, head: HTTPResponseHead(status: status, reason: reason, headers: headers),
+                      requestTime: requestTime, responseTime: responseTime, bodyLength: Int(bodyLength),
                       bodyChecksum: bodyChecksum, bodyOffset: prefixLength + headerLength)
     }
 
     /// What the startup loader needs from a header, verified by the header checksum but not otherwise parsed:
-    /// the key (first field) and the body length (fixed place before the two checksums).
-    static func decodeIndexFields(_ bytes: ArraySlice<UInt8>) throws(Failure) -> (key: String, bodyOffset: Int, bodyLength: Int) {
+    /// the key and variant (first fields) and the body length (fixed place before the two checksums).
+    static func decodeIndexFields(_ bytes: ArraySlice<UInt8>) throws(Failure)
+        -> (key: String, variant: String, bodyOffset: Int, bodyLength: Int)
+    {
         let headerLength = try decodePrefix(bytes)
         let start = bytes.startIndex
         let end = start + prefixLength + headerLength
@@ -242,10 +252,11 @@ enum DiskEntryFormat {
         }
         var reader = Reader(bytes: bytes[(start + prefixLength)..<checksumStart])
         let key = try reader.string()
+        let variant = try reader.string()
         var lengthReader = Reader(bytes: bytes[(checksumStart - checksumLength - 8)..<(checksumStart - checksumLength)])
         let bodyLength = try lengthReader.integer(UInt64.self)
         guard bodyLength <= UInt64(Int.max / 2) else { throw Failure("implausible body length \(bodyLength)") }
-        return (key, prefixLength + headerLength, Int(bodyLength))
+        return (key, variant, prefixLength + headerLength, Int(bodyLength))
     }
 
     /// The 8 bytes of a stored checksum as an integer.

@@ -1,10 +1,12 @@
 // Data model and ownership (cf. Varnish cache_hash.c):
 //
-//   MemoryCache ──owns── Mutex<State>            one lock, held for O(1) work only
-//     State.map     [CacheKey: Int]              key -> index of its node
-//     State.nodes   [Node]                       array-backed doubly linked LRU list; `head` is the most recently
-//                                                used, `tail` the least; free slots are chained through `free`
-//     State.totalCost, evictionCount, limits
+//   MemoryCache ──owns── Mutex<State>            one lock, held for O(variants of one URL) work only
+//     State.map     [CacheKey: Int]              URL -> index of its most recently used variant's node
+//     State.nodes   [Node]                       array-backed doubly linked LRU list of every variant; `head` is
+//                                                the most recently used, `tail` the least; free slots are chained
+//                                                through `free`. Each node also links to the next variant of its
+//                                                URL (`nextVariant`), most recently used first.
+//     State.totalCost, entryCount, evictionCount, limits
 //     State.sketch  FrequencySketch             recent accesses by key hash (every lookup, hit or miss)
 //     State.removals                            remove/removeAll calls so far (a purge's mark)
 //
@@ -17,7 +19,15 @@
 // retain/release traffic while relinking, no weak back-pointers, and the nodes sit together in memory. Indices are
 // only meaningful inside State, which never leaves the lock.
 //
-// Policy: LRU bounded by total cost (bytes) and optionally by count (0 = unbounded). An entry costing more than
+// Variants (RFC 9111 section 4.1): a URL holds up to `variantLimit` stored responses, one per `variantID` (the
+// request field values its Vary names; "" without Vary). A lookup walks the URL's chain in recency order and takes
+// the first variant whose Vary fields match the request (the request's fields are asked for only when a variant has a
+// Vary); a URL with variants but none matching is reported as such (`otherVariants`: the decision says vary-miss).
+// Storing a variant replaces the one with the same id; storing one past the bound evicts the URL's least recently
+// used variant; a response whose Vary names differ from the stored variants' replaces all of them (the origin
+// changed what it varies on, and the old ones would shadow it). A removal of the URL removes every variant.
+//
+// Policy: LRU bounded by total cost (bytes) and optionally by count of variants (0 = unbounded). An entry costing more than
 // the per-object limit or the whole budget is refused (and any old entry under its key removed). Inserting
 // evicts least-recently-used entries until both limits hold again; `setLimits` does so at once.
 //
@@ -35,55 +45,98 @@
 
 import Synchronization
 
-/// NSCache-like LRU of `CacheEntry` values bounded by total cost and count; safe to use from any thread.
+/// NSCache-like LRU of `CacheEntry` values bounded by total cost and count, several variants per URL; safe to use
+/// from any thread.
 public final class MemoryCache: Sendable {
     // MARK: shared, guarded by state's lock
     private let state: Mutex<State>
 
-    public init(limitBytes: Int, countLimit: Int = 0, objectLimitBytes: Int) {
+    /// Variants kept per URL by default (`cache.max-variants`).
+    public static let defaultVariantLimit = 16
+
+    public init(limitBytes: Int, countLimit: Int = 0, objectLimitBytes: Int, variantLimit: Int = MemoryCache.defaultVariantLimit) {
         precondition(limitBytes >= 0 && countLimit >= 0 && objectLimitBytes >= 0, "MemoryCache limits must not be negative")
-        state = Mutex(State(limitBytes: limitBytes, countLimit: countLimit, objectLimitBytes: objectLimitBytes))
+        precondition(variantLimit >= 1, "MemoryCache keeps at least one variant per URL")
+        state = Mutex(State(limitBytes: limitBytes, countLimit: countLimit, objectLimitBytes: objectLimitBytes,
+                            variantLimit: variantLimit))
     }
 
     /// Counters of the admission sketch for a byte budget: one per 4 KiB of budget, 4096 to 1 Mi.
     static func sketchWidth(limitBytes: Int) -> Int { min(max(limitBytes >> 12, 4096), 1 << 20) }
 
-    /// The entry stored under `key`, marked most recently used. Counts the access (hit or miss) for admission.
-    public func lookup(_ key: CacheKey) -> CacheEntry? {
+    /// What a lookup found for a request.
+    public struct Found {
+        /// The variant selected for the request (its Vary fields match), marked most recently used; nil: none.
+        public var entry: CacheEntry?
+        /// No variant matched, but the URL has some (the request wants another variant).
+        public var otherVariants = false
+    }
+
+    /// The variant stored under `key` that `requestFields` select, marked most recently used. Counts the access (hit
+    /// or miss) for admission.
+    public func lookup(_ key: CacheKey, requestFields: HTTPHeaders = HTTPHeaders()) -> CacheEntry? {
         var removals: UInt64 = 0
-        return lookup(key, removals: &removals)
+        return find(key, requestFields: requestFields, counting: true, removals: &removals).entry
     }
 
     /// As `lookup`, without counting an access for admission (a second look for a request already counted).
-    public func peek(_ key: CacheKey) -> CacheEntry? {
+    public func peek(_ key: CacheKey, requestFields: @autoclosure () -> HTTPHeaders = HTTPHeaders()) -> Found {
         var removals: UInt64 = 0
-        return find(key, counting: false, removals: &removals)
+        return find(key, requestFields: requestFields(), counting: false, removals: &removals)
     }
 
-    /// As `lookup`, and reads `removals` under the same lock (for a disk lookup after a miss).
-    public func lookup(_ key: CacheKey, removals: inout UInt64) -> CacheEntry? {
-        find(key, counting: true, removals: &removals)
+    /// As `lookup`, and reads `removals` under the same lock (for a disk lookup after a miss). `requestFields` is
+    /// asked for only when a stored variant has a Vary (a hit of a response without one never builds it).
+    public func lookup(_ key: CacheKey, requestFields: @autoclosure () -> HTTPHeaders, removals: inout UInt64) -> Found {
+        find(key, requestFields: requestFields(), counting: true, removals: &removals)
     }
 
-    private func find(_ key: CacheKey, counting: Bool, removals: inout UInt64) -> CacheEntry? {
+    private func find(_ key: CacheKey, requestFields: @autoclosure () -> HTTPHeaders, counting: Bool,
+                      removals: inout UInt64) -> Found {
         let hash = counting ? key.hashValue : 0
         return state.withLock { state in
             if counting { state.sketch.increment(hash) }
             removals = state.removals
-            guard let index = state.map[key] else { return nil }
-            state.moveToFront(index)
-            return state.nodes[index].entry
+            guard let first = state.map[key] else { return Found() }
+            var fields: HTTPHeaders?
+            var index = first
+            var previous = State.none
+            while index != State.none {
+                let entry = state.nodes[index].entry!
+                let selected: Bool
+                if let vary = entry.vary {
+                    if fields == nil { fields = requestFields() }
+                    selected = vary.matches(fields!)
+                } else {
+                    selected = true
+                }
+                if selected {
+                    state.moveToFront(index)
+                    if previous != State.none {   // most recently used variant first in its URL's chain
+                        state.nodes[previous].nextVariant = state.nodes[index].nextVariant
+                        state.nodes[index].nextVariant = first
+                        state.map[key] = index
+                    }
+                    return Found(entry: entry)
+                }
+                previous = index
+                index = state.nodes[index].nextVariant
+            }
+            return Found(otherVariants: true)
         }
     }
 
-    /// Stores `entry`, replacing any entry under its key, then evicts least-recently-used entries until within the
-    /// limits. False (and any old entry under the key removed) when the entry alone is over the object or total limit.
+    /// Stores `entry`, replacing the variant with its id under its key (and, when its Vary names differ, every other
+    /// variant of the key), then evicts the key's least recently used variant past the per-URL bound and least
+    /// recently used entries until within the limits. False (and any old variant with its id removed) when the entry
+    /// alone is over the object or total limit.
     @discardableResult
     public func insert(_ entry: CacheEntry) -> Bool { store(entry) }
 
     /// Stores an entry read back from the disk tier, if admitted (see the policy at the top) and unless the key already
-    /// holds one received at the same time or later (an upstream fetch may have stored a newer response while the
-    /// file was read), or a removal came after `removalsSeen` (the `removals` count read before the disk lookup).
+    /// holds a variant with its id received at the same time or later (an upstream fetch may have stored a newer
+    /// response while the file was read), or a removal came after `removalsSeen` (the `removals` count read before the
+    /// disk lookup).
     @discardableResult
     public func promote(_ entry: CacheEntry, removalsSeen: UInt64) -> Bool {
         store(entry, promotion: removalsSeen)
@@ -93,19 +146,19 @@ public final class MemoryCache: Sendable {
     /// body into memory; a refused one is sent from its file instead).
     public func admits(_ key: CacheKey, cost: Int) -> Bool {
         let hash = key.hashValue
-        return state.withLock { $0.admits(hash: hash, cost: cost, replacing: $0.map[key]) }
+        return state.withLock { $0.admits(hash: hash, cost: cost, replacing: nil) }
     }
 
     /// `remove` and `removeAll` calls so far: read before a disk lookup, handed to `promote`.
     public var removals: UInt64 { state.withLock { $0.removals } }
 
-    /// `insert` and `promote` (`promotion`: the removals seen): a promotion keeps an entry under the key received at
-    /// the same time or later, and is subject to admission.
+    /// `insert` and `promote` (`promotion`: the removals seen): a promotion keeps a variant received at the same time
+    /// or later, and is subject to admission.
     private func store(_ entry: CacheEntry, promotion removalsSeen: UInt64? = nil) -> Bool {
         let hash = removalsSeen == nil ? 0 : entry.key.hashValue
         let (stored, released) = state.withLock { state -> (Bool, [CacheEntry]) in
             var released: [CacheEntry] = []
-            let old = state.map[entry.key]
+            let old = state.variant(entry.key, id: entry.variantID)
             if let removalsSeen {
                 guard removalsSeen == state.removals else { return (false, []) }
                 if let old, let stored = state.nodes[old].entry, stored.responseTime >= entry.responseTime { return (false, []) }
@@ -113,7 +166,9 @@ public final class MemoryCache: Sendable {
             }
             if let old { released.append(state.release(old)) }
             guard entry.cost <= state.objectLimitBytes, entry.cost <= state.limitBytes else { return (false, released) }
+            state.releaseVariants(of: entry.key, unlessNamed: entry.vary?.names ?? [], into: &released)
             state.insertAtFront(entry)
+            state.trimVariants(of: entry.key, into: &released)
             state._trim(into: &released)
             return (true, released)
         }
@@ -121,13 +176,16 @@ public final class MemoryCache: Sendable {
         return stored
     }
 
-    /// Removes and returns the entry under `key`.
+    /// Removes every variant under `key`; returns the most recently used one (nil: none).
     @discardableResult
     public func remove(_ key: CacheKey) -> CacheEntry? {
-        state.withLock { state in
+        let released = state.withLock { state -> [CacheEntry] in
             state.removals += 1
-            return state.map[key].map { state.release($0) }
+            var released: [CacheEntry] = []
+            while let first = state.map[key] { released.append(state.release(first)) }
+            return released
         }
+        return released.first
     }
 
     public func removeAll() {
@@ -170,11 +228,15 @@ public final class MemoryCache: Sendable {
     public var totalCost: Int { state.withLock { $0.totalCost } }
     /// The byte budget in force (changed by `setLimits`).
     public var limitBytes: Int { state.withLock { $0.limitBytes } }
-    public var count: Int { state.withLock { $0.map.count } }
-    /// Entries evicted to respect the limits since creation (replacements and removals not counted).
+    /// Stored entries (every variant counts).
+    public var count: Int { state.withLock { $0.entryCount } }
+    /// URLs with at least one stored variant.
+    public var urlCount: Int { state.withLock { $0.map.count } }
+    /// Entries evicted to respect the limits since creation, the per-URL variant bound included (replacements and
+    /// removals not counted).
     public var evictionCount: Int { state.withLock { $0.evictionCount } }
 
-    /// Keys from most to least recently used (tests and diagnostics; O(n) under the lock).
+    /// Keys from most to least recently used, once per stored variant (tests and diagnostics; O(n) under the lock).
     public var keysByRecency: [CacheKey] {
         state.withLock { state in
             var keys: [CacheKey] = []
@@ -187,7 +249,20 @@ public final class MemoryCache: Sendable {
         }
     }
 
-    /// Checks the internal invariants (tests; O(n) under the lock): list and map agree, costs add up.
+    /// The variants stored under `key`, most recently used first (tests and diagnostics).
+    public func variants(_ key: CacheKey) -> [CacheEntry] {
+        state.withLock { state in
+            var entries: [CacheEntry] = []
+            var index = state.map[key] ?? State.none
+            while index != State.none {
+                entries.append(state.nodes[index].entry!)
+                index = state.nodes[index].nextVariant
+            }
+            return entries
+        }
+    }
+
+    /// Checks the internal invariants (tests; O(n) under the lock): list, chains and map agree, costs add up.
     func checkInvariants() -> Bool {
         state.withLock { $0.isConsistent() }
     }
@@ -198,6 +273,8 @@ public final class MemoryCache: Sendable {
         var entry: CacheEntry?
         var prev: Int
         var next: Int
+        /// The next (less recently used) variant of the same URL.
+        var nextVariant: Int
     }
 
     private struct State {
@@ -209,18 +286,31 @@ public final class MemoryCache: Sendable {
         var head = State.none
         var tail = State.none
         var totalCost = 0
+        var entryCount = 0
         var evictionCount = 0
         var limitBytes: Int
         var countLimit: Int
         var objectLimitBytes: Int
+        let variantLimit: Int
         var sketch: FrequencySketch
         var removals: UInt64 = 0
 
-        init(limitBytes: Int, countLimit: Int, objectLimitBytes: Int) {
+        init(limitBytes: Int, countLimit: Int, objectLimitBytes: Int, variantLimit: Int) {
             self.limitBytes = limitBytes
             self.countLimit = countLimit
             self.objectLimitBytes = objectLimitBytes
+            self.variantLimit = variantLimit
             sketch = FrequencySketch(width: MemoryCache.sketchWidth(limitBytes: limitBytes))
+        }
+
+        /// The node of `key`'s variant `id`, if stored.
+        func variant(_ key: CacheKey, id: String) -> Int? {
+            var index = map[key] ?? State.none
+            while index != State.none {
+                if nodes[index].entry!.variantID == id { return index }
+                index = nodes[index].nextVariant
+            }
+            return nil
         }
 
         /// Admission of a promotion of `cost` bytes (key hash `hash`; `replacing`: the node it would replace): within
@@ -228,7 +318,7 @@ public final class MemoryCache: Sendable {
         func admits(hash: Int, cost: Int, replacing: Int?) -> Bool {
             guard cost <= objectLimitBytes, cost <= limitBytes else { return false }
             let freed = replacing.flatMap { nodes[$0].entry?.cost } ?? 0
-            let count = map.count + (replacing == nil ? 1 : 0)
+            let count = entryCount + (replacing == nil ? 1 : 0)
             if totalCost - freed + cost <= limitBytes, countLimit == 0 || count <= countLimit { return true }
             var victim = tail
             if victim == replacing, victim != State.none { victim = nodes[victim].prev }
@@ -236,29 +326,68 @@ public final class MemoryCache: Sendable {
             return sketch.estimate(hash) > sketch.estimate(victimKey.hashValue)
         }
 
+        /// Links `entry` in front of the LRU list and of its URL's chain.
         mutating func insertAtFront(_ entry: CacheEntry) {
             let index: Int
+            let node = Node(entry: entry, prev: State.none, next: State.none, nextVariant: map[entry.key] ?? State.none)
             if let reused = free.popLast() {
                 index = reused
-                nodes[index] = Node(entry: entry, prev: State.none, next: State.none)
+                nodes[index] = node
             } else {
                 index = nodes.count
-                nodes.append(Node(entry: entry, prev: State.none, next: State.none))
+                nodes.append(node)
             }
             map[entry.key] = index
             totalCost += entry.cost
+            entryCount += 1
             linkAtFront(index)
         }
 
-        /// Unlinks and frees the node; returns its entry for release outside the lock.
+        /// Unlinks and frees the node (from the LRU list and its URL's chain); returns its entry for release outside
+        /// the lock.
         mutating func release(_ index: Int) -> CacheEntry {
             unlink(index)
             let entry = nodes[index].entry!
+            let next = nodes[index].nextVariant
+            if let first = map[entry.key], first == index {
+                map[entry.key] = next == State.none ? nil : next
+            } else {
+                var previous = map[entry.key] ?? State.none
+                while previous != State.none, nodes[previous].nextVariant != index { previous = nodes[previous].nextVariant }
+                if previous != State.none { nodes[previous].nextVariant = next }
+            }
             nodes[index].entry = nil
+            nodes[index].nextVariant = State.none
             free.append(index)
-            map[entry.key] = nil
             totalCost -= entry.cost
+            entryCount -= 1
             return entry
+        }
+
+        /// Releases `key`'s variants whose Vary names are not `names` (a response that varies on other fields, or on
+        /// none, replaces them all).
+        mutating func releaseVariants(of key: CacheKey, unlessNamed names: [String], into released: inout [CacheEntry]) {
+            var index = map[key] ?? State.none
+            while index != State.none {
+                let next = nodes[index].nextVariant
+                if (nodes[index].entry!.vary?.names ?? []) != names { released.append(release(index)) }
+                index = next
+            }
+        }
+
+        /// Evicts `key`'s least recently used variants past `variantLimit`.
+        mutating func trimVariants(of key: CacheKey, into released: inout [CacheEntry]) {
+            var index = map[key] ?? State.none
+            var count = 0
+            while index != State.none {
+                count += 1
+                let next = nodes[index].nextVariant
+                if count > variantLimit {
+                    released.append(release(index))
+                    evictionCount += 1
+                }
+                index = next
+            }
         }
 
         mutating func moveToFront(_ index: Int) {
@@ -269,7 +398,7 @@ public final class MemoryCache: Sendable {
 
         /// Evicts from the LRU end until within the limits. Caller holds the lock.
         mutating func _trim(into released: inout [CacheEntry]) {
-            while tail != State.none, totalCost > limitBytes || (countLimit > 0 && map.count > countLimit) {
+            while tail != State.none, totalCost > limitBytes || (countLimit > 0 && entryCount > countLimit) {
                 released.append(release(tail))
                 evictionCount += 1
             }
@@ -282,6 +411,7 @@ public final class MemoryCache: Sendable {
             head = State.none
             tail = State.none
             totalCost = 0
+            entryCount = 0
         }
 
         private mutating func linkAtFront(_ index: Int) {
@@ -307,13 +437,26 @@ public final class MemoryCache: Sendable {
             var index = head
             var previous = State.none
             while index != State.none {
-                guard let entry = nodes[index].entry, map[entry.key] == index, nodes[index].prev == previous else { return false }
+                guard nodes[index].entry != nil, nodes[index].prev == previous else { return false }
                 seen += 1
-                cost += entry.cost
+                cost += nodes[index].entry!.cost
                 previous = index
                 index = nodes[index].next
             }
-            return previous == tail && seen == map.count && cost == totalCost
+            // Every chain holds nodes of its key only, within the bound; together they hold every node once.
+            var chained = 0
+            for (key, first) in map {
+                var index = first
+                var count = 0
+                while index != State.none {
+                    guard let entry = nodes[index].entry, entry.key == key else { return false }
+                    count += 1
+                    index = nodes[index].nextVariant
+                }
+                guard count >= 1, count <= variantLimit else { return false }
+                chained += count
+            }
+            return previous == tail && seen == entryCount && chained == entryCount && cost == totalCost
                 && seen + free.count == nodes.count
         }
     }

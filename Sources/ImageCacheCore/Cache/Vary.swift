@@ -1,8 +1,16 @@
 // Data model: a `VaryKey` records, for a stored response that has a Vary field, the request field values it was
 // selected with (RFC 9111 section 4.1). An immutable value kept inside its `CacheEntry`; no owner, no lock.
 //
+// Variant identity: a URL (the primary key, `CacheKey`) holds several stored responses, its variants; each is named
+// by its `VariantID`: "" for a response without Vary, else the canonical text of its VaryKey, one line per nominated
+// field in name order, "name:value" or "name" when the request had no such field ("*" for Vary: *). Field names hold
+// no ":" and normalised values no line break, so the text is unambiguous and `VaryKey(id:)` reads it back (the disk
+// format stores it). The id is an open string on purpose: a later derived rendition of a source (a resized or
+// re-encoded image) becomes one more variant of the same URL by extending it, so a purge of the URL takes it too.
+//
 // Matching policy:
-//   - Vary names are compared ignoring case; duplicates are listed once.
+//   - Vary names are compared ignoring case; duplicates are listed once; the fields are kept in name order (the
+//     order a Vary lists them in does not split variants).
 //   - Values are normalised before comparing: every field of that name combined with ", ", runs of white space folded
 //     to one space, white space around commas removed, leading and trailing white space dropped. A field that is
 //     absent only matches an absent field (not an empty one).
@@ -22,7 +30,7 @@ public struct VaryKey: Sendable, Equatable {
         }
     }
 
-    /// The nominated fields, in Vary order.
+    /// The nominated fields, in name order.
     public let fields: [Field]
     /// True for Vary: *.
     public let matchesNothing: Bool
@@ -44,8 +52,38 @@ public struct VaryKey: Sendable, Equatable {
             if fields.contains(where: { $0.name == name }) { continue }
             fields.append(Field(name: name, value: normalisedValue(name, in: request)))
         }
+        fields.sort { $0.name < $1.name }
         return VaryKey(fields: fields, matchesNothing: false)
     }
+
+    /// The variant's identity text (see the top); never empty.
+    public var id: String {
+        if matchesNothing { return "*" }
+        var text = ""
+        for (n, field) in fields.enumerated() {
+            if n > 0 { text += "\n" }
+            text += field.name
+            if let value = field.value { text += ":" + value }
+        }
+        return text
+    }
+
+    /// The key an `id` was made from; nil for "" (no Vary).
+    public init?(id: String) {
+        if id.isEmpty { return nil }
+        if id == "*" {
+            self.init(fields: [], matchesNothing: true)
+            return
+        }
+        let fields = id.split(separator: "\n", omittingEmptySubsequences: false).map { line -> Field in
+            guard let colon = line.firstIndex(of: ":") else { return Field(name: String(line), value: nil) }
+            return Field(name: String(line[..<colon]), value: String(line[line.index(after: colon)...]))
+        }
+        self.init(fields: fields, matchesNothing: false)
+    }
+
+    /// The nominated field names (lower-cased, in name order): all variants of a URL share them.
+    public var names: [String] { matchesNothing ? ["*"] : fields.map(\.name) }
 
     /// Whether `request` nominates the same stored response (Vary: * never does).
     public func matches(_ request: HTTPHeaders) -> Bool {

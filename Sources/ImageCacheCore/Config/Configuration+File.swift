@@ -13,6 +13,7 @@
 //   memory-limit                 IMAGECACHED_MEMORY_LIMIT                --memory-limit SIZE
 //   memory-count-limit           IMAGECACHED_MEMORY_COUNT_LIMIT          --memory-count-limit N
 //   memory-object-limit          IMAGECACHED_MEMORY_OBJECT_LIMIT         --memory-object-limit SIZE
+//   max-variants                 IMAGECACHED_MAX_VARIANTS                --max-variants N
 //   max-object-size              IMAGECACHED_MAX_OBJECT_SIZE             --max-object-size SIZE
 //   stale-if-error               IMAGECACHED_STALE_IF_ERROR              --stale-if-error DURATION
 //   content-types  (list or comma-separated)  IMAGECACHED_CONTENT_TYPES  --content-types LIST
@@ -64,7 +65,7 @@ public struct ConfigSetting: Sendable, Equatable {
 extension Configuration {
     /// Every key the configuration understands, in the order of the documentation.
     public static let keys: [String] = [
-        "listen", "origin", "origins", "cache-dir", "disk-limit", "disk-max-age", "disk-low-water", "disk-fsync", "memory-limit", "memory-count-limit", "memory-object-limit",
+        "listen", "origin", "origins", "cache-dir", "disk-limit", "disk-max-age", "disk-low-water", "disk-fsync", "memory-limit", "memory-count-limit", "memory-object-limit", "max-variants",
         "max-object-size", "stale-if-error", "content-types", "allow-svg", "allow-private-networks", "heuristic-fraction",
         "heuristic-max", "complete-abandoned-fetches", "log-level", "access-log", "admin-allow", "admin-hosts", "admin-token", "admin-token-file",
         "signing-keys", "signing-keys-file", "require-signature", "in-flight-limit", "shutdown-timeout",
@@ -302,6 +303,7 @@ extension Configuration {
             memoryLimitIsExplicit = true
         case "memory-count-limit": memoryCountLimit = try integer()
         case "memory-object-limit": memoryObjectLimitBytes = try size()
+        case "max-variants": maxVariants = try integer(min: 1)
         case "max-object-size":
             let bytes = try size()
             guard bytes > 0 else { throw ConfigError(key: source, reason: "must be more than 0 bytes") }

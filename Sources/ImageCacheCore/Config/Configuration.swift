@@ -26,6 +26,10 @@ public struct Configuration: Sendable, Equatable {
     public var memoryLimitIsExplicit: Bool = false
     /// `memory-count-limit`: most entries in the memory tier; 0 means no count limit. Default 0.
     public var memoryCountLimit: Int = 0
+    /// `max-variants`: most stored variants of one URL (responses with Vary, one per set of request field values),
+    /// in memory and on disk each; storing one more evicts the URL's least recently used variant. At least 1.
+    /// Default 16. Restart only.
+    public var maxVariants: Int = MemoryCache.defaultVariantLimit
     /// `memory-object-limit`: larger objects are streamed but not kept in memory. Default: 1/8 of memory-limit.
     public var memoryObjectLimitBytes: Int? = nil
     /// `stale-if-error`: offline policy: how long past its freshness a stored entry may still be served when the

@@ -47,18 +47,18 @@ public final class Daemon: @unchecked Sendable {
                                 loopGuard: loopGuard, logger: logger)
         var disk: DiskCache?
         if configuration.diskLimitBytes > 0 {
-            disk = try DiskCache(
-                configuration: DiskCache.Configuration(
-                    directory: configuration.cacheDirectory, limitBytes: configuration.diskLimitBytes,
-                    lowWaterFraction: configuration.diskLowWaterFraction, maxAgeSeconds: configuration.diskMaxAgeSeconds,
-                    fsync: configuration.diskFsync,
-                    // Bodies that fit the memory tier, and any up to 256 KiB, may be read whole (one pread, verified
-                    // in memory, promoted) when the memory tier admits them. The rest are verified through a buffer
-                    // and sent from the file with sendfile, so a hit never holds a large body in memory.
-                    memoryReadLimitBytes: max(configuration.effectiveMemoryObjectLimitBytes, DiskFile.wholeReadLimit),
-                    freshnessPolicy: FreshnessPolicy(heuristicFraction: configuration.heuristicFraction,
-                                                     heuristicMaxSeconds: configuration.heuristicMaxSeconds)),
-                logger: logger, now: now)
+            var diskConfiguration = DiskCache.Configuration(
+                directory: configuration.cacheDirectory, limitBytes: configuration.diskLimitBytes,
+                lowWaterFraction: configuration.diskLowWaterFraction, maxAgeSeconds: configuration.diskMaxAgeSeconds,
+                fsync: configuration.diskFsync,
+                // Bodies that fit the memory tier, and any up to 256 KiB, may be read whole (one pread, verified
+                // in memory, promoted) when the memory tier admits them. The rest are verified through a buffer
+                // and sent from the file with sendfile, so a hit never holds a large body in memory.
+                memoryReadLimitBytes: max(configuration.effectiveMemoryObjectLimitBytes, DiskFile.wholeReadLimit),
+                freshnessPolicy: FreshnessPolicy(heuristicFraction: configuration.heuristicFraction,
+                                                 heuristicMaxSeconds: configuration.heuristicMaxSeconds))
+            diskConfiguration.variantLimit = configuration.maxVariants
+            disk = try DiskCache(configuration: diskConfiguration, logger: logger, now: now)
         }
         proxy = Proxy(configuration: configuration, origin: origin, disk: disk, logger: logger, now: now, events: events,
                       loopGuard: loopGuard)

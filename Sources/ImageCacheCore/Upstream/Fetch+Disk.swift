@@ -50,9 +50,9 @@ extension Fetch {
             splitOffOtherVariants(entry)
             guard !waiters.isEmpty else { return finish() }
             if afterRevalidation != nil {
-                proxy.memory.insert(entry)
+                proxy.store.keepInMemory(entry)
             } else if let removalsSeen {
-                proxy.memory.promote(entry, removalsSeen: removalsSeen)
+                proxy.store.promote(entry, removalsSeen: removalsSeen)
             }
             let time = proxy.now()
             var remaining: [Waiter] = []
@@ -99,13 +99,13 @@ extension Fetch {
         }
     }
 
-    /// Waiters whose request does not match the stored variant's Vary fields go upstream on their own.
+    /// Waiters whose request does not match the stored variant's Vary fields go to a fetch of their own variant.
     func splitOffOtherVariants(_ entry: CacheEntry) {
         guard let vary = entry.vary else { return }
         let others = waiters.filter { !vary.matches($0.request.forwardedHeaders) }
         guard !others.isEmpty else { return }
         waiters.removeAll { waiter in others.contains { $0.id == waiter.id } }
-        proxy.redispatchAlone(others, key: key)
+        proxy.redispatchToVariants(others, of: entry.head, from: self)
     }
 
     /// Leaves the disk stage for the origin. (No waiter said only-if-cached: CacheDecision refused those where they
@@ -129,13 +129,13 @@ extension Fetch {
 
     /// After a revalidation of a large disk entry: the refreshed header is written, then the body streams from the file.
     func serveFromDiskAfterRevalidation(_ outcome: CacheOutcome) {
-        guard let disk = proxy.disk else { return finish() }
         transfer?.cancel()
         transfer = nil
         generation += 1   // ignore whatever the upstream transfer still reports
         state = .lookingOnDisk
-        disk.lookup(key) { [self] result in
+        let asked = proxy.store.reread(key, requestFields: leader.forwardedHeaders) { [self] result in
             queue.async { self.diskAnswered(result, afterRevalidation: outcome, removalsSeen: nil) }
         }
+        if !asked { finish() }
     }
 }

@@ -12,8 +12,10 @@
 //
 // Rules
 //   - A response that may not be shared (private, no-store, Set-Cookie, Vary: *) goes to the leader only;
-//     the other waiters are sent upstream on their own. Waiters whose request does not match the response's
-//     Vary fields likewise.
+//     the other waiters are sent upstream on their own. Waiters whose request selects another variant (their fields
+//     differ in what the response's Vary names) go to a fetch of their variant, coalesced by variant id and stored
+//     as one more variant of the URL (`Proxy.redispatchToVariants`); from a fetch that was already one variant's,
+//     they go on their own (an origin that changes its Vary between responses cannot bounce them further).
 //   - A failure before the head went out answers every waiter with the error's status and reason; after it,
 //     every waiter's connection is closed (abort), so no short body passes as complete. Nothing is stored.
 //   - On success the entry is stored first, then the waiters are ended, then the fetch leaves the coalescer.
@@ -60,6 +62,9 @@ final class Fetch: @unchecked Sendable {
     let key: CacheKey
     let leader: ClientRequest
     let reason: CacheOutcome.Forward
+    /// The variant id this fetch was started for, when it serves waiters another response's Vary sent away ("": the
+    /// URL's fetch, whatever variant it brings).
+    let variant: String
 
     // MARK: owned by proxy.queue
     /// The stored entry being revalidated (conditional request), if any.
@@ -95,13 +100,18 @@ final class Fetch: @unchecked Sendable {
     private var transferBytes = 0
     private var attachedCount = 0
 
-    init(proxy: Proxy, key: CacheKey, leader: ClientRequest, reason: CacheOutcome.Forward, revalidating: CacheEntry?) {
+    init(proxy: Proxy, key: CacheKey, leader: ClientRequest, reason: CacheOutcome.Forward, revalidating: CacheEntry?,
+         variant: String = "") {
         self.proxy = proxy
         self.key = key
         self.leader = leader
         self.reason = reason
         self.revalidating = revalidating
+        self.variant = variant
     }
+
+    /// Its place in the coalescer.
+    var fetchKey: FetchKey { FetchKey(key: key, trusted: leader.trusted, variant: variant) }
 
     var queue: DispatchQueue { proxy.queue }
 
@@ -147,11 +157,11 @@ final class Fetch: @unchecked Sendable {
             waiters.append(waiter)
             proxy.events?(.waiterAttached(key: key, waiters: waiters.count))
         case let .checkingBody(head):
-            guard varyAllows(waiter, for: head) else { return proxy.redispatchAlone([waiter], key: key) }
+            guard varyAllows(waiter, for: head) else { return proxy.redispatchToVariants([waiter], of: head, from: self) }
             waiters.append(waiter)
             proxy.events?(.waiterAttached(key: key, waiters: waiters.count))
         case let .streaming(head):
-            guard varyAllows(waiter, for: head) else { return proxy.redispatchAlone([waiter], key: key) }
+            guard varyAllows(waiter, for: head) else { return proxy.redispatchToVariants([waiter], of: head, from: self) }
             waiters.append(waiter)
             proxy.events?(.waiterAttached(key: key, waiters: waiters.count))
             sendHead(head, toWaiterAt: waiters.count - 1)
@@ -230,7 +240,7 @@ final class Fetch: @unchecked Sendable {
                                           response: refreshed.head, responseCacheControl: refreshed.cacheControl) == .store
             if revalidatingFromDisk {
                 // The body is in the file: write the refreshed header, then stream the body from there.
-                if keep { proxy.disk?.update(refreshed) } else { proxy.disk?.remove(key) }
+                if keep { proxy.store.refresh(refreshed, bodyInFile: true) } else { proxy.forget(key) }
                 let outcome = CacheOutcome(forward: reason, forwardStatus: 304, stored: keep)
                 if keep { return serveFromDiskAfterRevalidation(outcome) }
                 // Not kept: the file is gone; fetch the whole response instead.
@@ -241,29 +251,30 @@ final class Fetch: @unchecked Sendable {
                 return
             }
             if keep {
-                proxy.memory.insert(refreshed)
-                proxy.disk?.update(refreshed)
+                proxy.store.refresh(refreshed, bodyInFile: false)
             } else {
                 proxy.forget(key)
             }
-            var mismatched: [Waiter] = []
+            var unshared: [Waiter] = []
+            var otherVariants: [Waiter] = []
             // A 304 that may not be shared (Set-Cookie, private, no-store, Vary: *) goes to the leader only, as a 200
             // would: the others go upstream on their own.
             let shareable = Storability.isShareable(refreshed.head, cacheControl: refreshed.cacheControl)
             for waiter in waiters {
                 if !shareable && !isLeader(waiter) {
-                    mismatched.append(waiter)
+                    unshared.append(waiter)
                     continue
                 }
                 if let vary = refreshed.vary, !vary.matches(waiter.request.forwardedHeaders) {
-                    mismatched.append(waiter)
+                    otherVariants.append(waiter)
                     continue
                 }
                 var outcome = CacheOutcome(forward: reason, forwardStatus: 304, stored: keep)
                 outcome.collapsed = waiter.collapsed
                 proxy.respond(refreshed, to: waiter.sink, request: waiter.request, outcome: outcome, now: responseTime)
             }
-            proxy.redispatchAlone(mismatched, key: key)
+            proxy.redispatchAlone(unshared, key: key)
+            proxy.redispatchToVariants(otherVariants, of: refreshed.head, from: self)
             // No cancel: the 304 has no body, and letting it end keeps the connection reusable.
             finish()
             return
@@ -314,7 +325,7 @@ final class Fetch: @unchecked Sendable {
         } else if let vary = VaryKey.make(response: head, request: leader.forwardedHeaders) {
             let mismatched = waiters.filter { !isLeader($0) && !vary.matches($0.request.forwardedHeaders) }
             waiters.removeAll { w in mismatched.contains { $0.id == w.id } }
-            proxy.redispatchAlone(mismatched, key: key)
+            proxy.redispatchToVariants(mismatched, of: head, from: self)
         }
         if waiters.isEmpty && !proxy.configuration.completeAbandonedFetches && !fillingForHead {
             transfer?.cancel()
@@ -335,7 +346,7 @@ final class Fetch: @unchecked Sendable {
             chunks.append(chunk)
             retainedBytes += chunk.count
             // With a disk tier the body is kept whole (up to max-object-size) to be written there.
-            if proxy.disk == nil, receivedBytes > proxy.configuration.effectiveMemoryObjectLimitBytes {
+            if !proxy.store.writesToDisk, receivedBytes > proxy.configuration.effectiveMemoryObjectLimitBytes {
                 // Too large to keep: stream it on, but stop retaining it and take no new waiters.
                 keepingBody = false
                 chunks = []
@@ -387,13 +398,14 @@ final class Fetch: @unchecked Sendable {
             let body = chunks.count == 1 ? chunks[0] : Array(chunks.joined())
             let entry = CacheEntry(key: key, head: head, body: body, requestTime: requestTime, responseTime: responseTime,
                                    requestHeaders: leader.forwardedHeaders, policy: proxy.freshnessPolicy)
-            proxy.memory.insert(entry)
-            if let disk = proxy.disk {
+            if proxy.store.writesToDisk {
                 // The body waits for the disk queue as one more copy (the clients may still hold the chunks): it
                 // counts in flight until written.
                 let bytes = body.count, metrics = proxy.metrics
                 metrics.inFlightBytes.wrappingAdd(bytes, ordering: .relaxed)
-                disk.insert(entry) { metrics.inFlightBytes.wrappingSubtract(bytes, ordering: .relaxed) }
+                proxy.store.store(entry) { metrics.inFlightBytes.wrappingSubtract(bytes, ordering: .relaxed) }
+            } else {
+                proxy.store.store(entry)
             }
         } else if revalidating != nil {
             // The stored entry is outdated and the new one is not kept.
@@ -458,7 +470,7 @@ final class Fetch: @unchecked Sendable {
         headers.remove("Content-Length")
         var outcome = CacheOutcome(forward: reason, forwardStatus: upstream.status)
         if case .store = storeDecision, keepingBody,
-           proxy.disk != nil || (bodyLength ?? 0) <= proxy.configuration.effectiveMemoryObjectLimitBytes {
+           proxy.store.writesToDisk || (bodyLength ?? 0) <= proxy.configuration.effectiveMemoryObjectLimitBytes {
             outcome.stored = true
         }
         outcome.collapsed = waiter.collapsed

@@ -80,6 +80,16 @@ struct CacheDecisionTests {
         #expect(decision == row.expected)
     }
 
+    @Test("the store selected no variant but the URL has others: vary-miss, or 504 with only-if-cached")
+    func onlyOtherVariants() {
+        let plain = HTTPHeaders([("Accept", "image/avif")])
+        #expect(CacheDecision.decide(stored: nil, otherVariants: true, request: CacheControl(plain), requestFields: plain,
+                                     now: Fixture.t0) == .forward(.varyMiss, conditional: false))
+        let offline = HTTPHeaders([("Accept", "image/avif"), ("Cache-Control", "only-if-cached")])
+        #expect(CacheDecision.decide(stored: nil, otherVariants: true, request: CacheControl(offline), requestFields: offline,
+                                     now: Fixture.t0) == .refuse(status: 504, reason: CacheDecision.otherVariant))
+    }
+
     @Test("requests with credentials or no-store are forwarded alone before any lookup (504 with only-if-cached); others are looked up")
     func beforeLookup() {
         let noStore = CacheControl(HTTPHeaders([("Cache-Control", "no-store")]))

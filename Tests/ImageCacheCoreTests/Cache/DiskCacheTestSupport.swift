@@ -69,10 +69,10 @@ final class DiskTestLog: LogHandler, @unchecked Sendable {
 
 extension DiskCache {
     /// `lookup` made synchronous for tests: queues the lookup, waits for the queue, returns what it delivered.
-    func lookupNow(_ key: CacheKey) -> DiskLookup? {
+    func lookupNow(_ key: CacheKey, requestFields: HTTPHeaders = HTTPHeaders()) -> DiskLookup? {
         let result = Mutex<DiskLookup?>(nil)
         flush()  // let queued writes land first (lookups of a name with a queued write wait for it anyway)
-        lookup(key) { found in result.withLock { $0 = found } }
+        lookup(key, requestFields: requestFields) { found in result.withLock { $0 = found } }
         flush()
         return result.withLock { $0 }
     }

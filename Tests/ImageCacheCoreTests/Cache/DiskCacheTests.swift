@@ -77,7 +77,7 @@ struct DiskCacheTests {
         #expect(entry.vary?.fields.count == 2)
         // When
         cache.insert(entry)
-        let found = try #require(cache.lookupNow(entry.key)?.entry)
+        let found = try #require(cache.lookupNow(entry.key, requestFields: ["Accept": "image/webp,image/*"])?.entry)
         // Then
         #expect(found.key == entry.key)
         #expect(found.head == entry.head)
@@ -94,17 +94,22 @@ struct DiskCacheTests {
         #expect(cache.lookupNow(Self.key("other.webp")) == nil)
     }
 
-    @Test("Vary: * and an empty body round-trip too")
+    @Test("an empty body and a Vary on an absent field round-trip; a Vary: * response is never selected")
     func varyStarAndEmptyBody() throws {
         let directory = DiskTestDirectory()
         let cache = try Self.makeCache(directory)
-        let entry = Fixture.entry([("Vary", "*")], status: 204, key: Self.key("empty"), body: [])
-        #expect(entry.vary?.matchesNothing == true)
+        let entry = Fixture.entry([("Vary", "X-Absent")], status: 204, key: Self.key("empty"), body: [])
         cache.insert(entry)
         let found = try #require(cache.lookupNow(entry.key)?.entry)
-        #expect(found.vary == entry.vary)
+        #expect(found.vary == entry.vary && found.vary?.fields == [VaryKey.Field(name: "x-absent", value: nil)])
         #expect(found.body.isEmpty)
         #expect(found.head.status == 204)
+        #expect(cache.lookupNow(entry.key, requestFields: ["X-Absent": ""]) == nil)
+
+        let star = Fixture.entry([("Vary", "*")], key: Self.key("star"))
+        #expect(star.vary?.matchesNothing == true)
+        cache.insert(star)
+        #expect(cache.lookupNow(star.key) == nil)
     }
 
     @Test("a body over the memory read limit comes back as a stream with the exact bytes")
@@ -847,8 +852,8 @@ struct DiskBenchmark {
 struct DiskEntryFormatTests {
     static func encoded(bodyLength: Int = 5) -> [UInt8] {
         let entry = Fixture.entry([("Vary", "Accept"), ("ETag", "\"x\"")], requestHeaders: ["Accept": "image/*"])
-        return DiskEntryFormat.encodeHeader(key: entry.key.description, head: entry.head, requestTime: entry.requestTime,
-                                            responseTime: entry.responseTime, vary: entry.vary, bodyLength: bodyLength,
+        return DiskEntryFormat.encodeHeader(key: entry.key.description, variant: entry.variantID, head: entry.head,
+                                            requestTime: entry.requestTime, responseTime: entry.responseTime, bodyLength: bodyLength,
                                             bodyChecksum: DiskEntryFormat.checksum([UInt8](repeating: 1, count: bodyLength)))
     }
 
@@ -862,6 +867,7 @@ struct DiskEntryFormatTests {
         #expect(header.vary?.fields == [VaryKey.Field(name: "accept", value: "image/*")])
         let fields = try DiskEntryFormat.decodeIndexFields(bytes[...])
         #expect(fields.key == header.key && fields.bodyOffset == header.bodyOffset && fields.bodyLength == 5)
+        #expect(fields.variant == "accept:image/*" && header.variant == fields.variant)
         #expect(Array(bytes[0..<4]) == Array("ICD1".utf8))
     }
 
@@ -875,7 +881,7 @@ struct DiskEntryFormatTests {
         }
     }
 
-    @Test("another format version (the SHA-256 version 1, or a newer one) is refused with its number", arguments: [1, 3])
+    @Test("another format version (SHA-256 version 1, one-variant version 2, or a newer one) is refused with its number", arguments: [1, 2, 4])
     func otherVersion(version: UInt8) {
         var bytes = Self.encoded()
         bytes[4] = version

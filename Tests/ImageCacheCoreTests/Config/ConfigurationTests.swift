@@ -100,6 +100,18 @@ struct ConfigurationTests {
         #expect(defaults.restartOnlyChanges(to: environment) == ["server.*"])
     }
 
+    @Test("max-variants: 16 by default, 1 at least (0 refused with the key named), restart only")
+    func maxVariants() throws {
+        let defaults = try Configuration.load(file: nil, environment: [:], flags: [])
+        #expect(defaults.maxVariants == 16)
+        let one = try Configuration.load(file: nil, environment: ["IMAGECACHED_MAX_VARIANTS": "1"], flags: [])
+        #expect(one.maxVariants == 1)
+        #expect(defaults.restartOnlyChanges(to: one) == ["max-variants: 16 -> 1"])
+        #expect { try Configuration.load(file: nil, environment: [:],
+                                         flags: [ConfigSetting(key: "max-variants", value: .scalar("0"), source: "--max-variants")]) }
+            throws: { "\($0)".contains("--max-variants") && "\($0)".contains(">= 1") }
+    }
+
     @Test("an unknown key in the file is reported with the file name")
     func unknownFileKey() throws {
         let settings = try Configuration.settings(fromYAML: "memroy-limit: 1MiB\n", name: "x.yaml")
