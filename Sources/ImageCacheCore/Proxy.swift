@@ -142,7 +142,7 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
         }
         let time = now()
         let decision = CacheDecision.decide(stored: found.entry, otherVariants: found.otherVariants,
-                                            request: request.cacheControl, requestFields: request.forwardedHeaders, now: time)
+                                            request: request.cacheControl, now: time)
         act(on: decision, stored: found.entry, request: request, key: key, sink: sink, now: time, tier: nil)
     }
 
@@ -245,7 +245,7 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
             if let entry = store.peekInMemory(key, requestFields: request.forwardedHeaders).entry {
                 let time = now()
                 switch CacheDecision.decide(stored: entry, request: request.cacheControl,
-                                            requestFields: request.forwardedHeaders, now: time) {
+                                            now: time) {
                 case let .serve(.fresh(ttl)):
                     respond(entry, to: sink, request: request, outcome: .hit(ttl: ttl), now: time)
                     return

@@ -12,6 +12,8 @@
 //   -                                   none                                       forward, miss
 //   -                                   only other variants (their Vary fields     forward, vary-miss
 //                                       differ from the request's)
+// The stored variant is the one the store selected for the request (TieredStore: its Vary fields match), so the
+// decision is about freshness only; Vary is the store's (selection) and the coalescer's (who shares a response).
 //   -                                   fresh for this request                     serve fresh (ttl)
 //   max-stale that covers the staleness stale, without must-revalidate,            serve stale (max-stale)
 //                                       proxy-revalidate or s-maxage
@@ -67,19 +69,14 @@ enum CacheDecision: Sendable, Equatable {
         return request.onlyIfCached ? .refuse(status: 504, reason: uncacheable) : .forward(.bypass, conditional: false)
     }
 
-    /// The decision for a request (its directives `request`; `requestFields`, the fields its Vary is judged on, asked
-    /// for only when the stored variant has a Vary) given the variant the store selected for it, `stored` (nil: none;
-    /// `otherVariants`: none, but the URL has variants for other field values), at `now`.
-    static func decide(stored: CacheEntry?, otherVariants: Bool = false, request: CacheControl,
-                       requestFields: @autoclosure () -> HTTPHeaders, now: Date) -> CacheDecision {
+    /// The decision for a request (its directives `request`) given the variant the store selected for it, `stored`
+    /// (nil: none; `otherVariants`: none, but the URL has variants for other field values), at `now`.
+    static func decide(stored: CacheEntry?, otherVariants: Bool = false, request: CacheControl, now: Date) -> CacheDecision {
         guard let stored else {
             if otherVariants {
                 return request.onlyIfCached ? .refuse(status: 504, reason: otherVariant) : .forward(.varyMiss, conditional: false)
             }
             return request.onlyIfCached ? .refuse(status: 504, reason: notCached) : .forward(.miss, conditional: false)
-        }
-        if let vary = stored.vary, !vary.matches(requestFields()) {
-            return request.onlyIfCached ? .refuse(status: 504, reason: otherVariant) : .forward(.varyMiss, conditional: false)
         }
         switch Freshness.use(stored, request: request, now: now) {
         case let .fresh(ttl):

@@ -8,11 +8,13 @@
 // Startup loader (nginx's cache loader): the index starts empty and `loaded == false`. The loader lists the 256
 // possible top-level shard directories, then handles one per queue block (its 256 subdirectories, every file in
 // them) and re-queues itself, so lookups and writes interleave with it. Per file it reads only the header: open,
-// fstat (size, mtime = last use), one pread of 4 KiB (more only for a larger header), header checksum, key hash equal
-// to the file name, size equal to header + body length. Failing files are removed as corrupt; leftover `*.tmp`
-// files (a crash mid-write; our own tmp files never outlive a queue block) are removed. A name already in the index
-// (written or looked up since start) is skipped: the index knows better. While loading, lookups open the file
-// directly; once loaded, a key not in the index is a miss without a syscall or a queue hop.
+// fstat (size, mtime = last use), one pread of 4 KiB (more only for a larger header), header checksum, the name the
+// key and variant id give equal to the file name, size equal to header + body length. Failing files are removed as
+// corrupt; leftover `*.tmp` files (a crash mid-write; our own tmp files never outlive a queue block) are removed. A
+// name already in the index (written or looked up since start) is skipped: the index knows better; so is (removed) a
+// variant whose Vary names differ from a variant of its URL stored since start. While loading, a lookup the index
+// cannot answer lists the URL's directory and reads the candidates' headers; once loaded, a key not in the index is
+// a miss without a syscall or a queue hop.
 
 internal import Dispatch
 internal import Foundation
@@ -96,7 +98,7 @@ struct DiskIndex: Sendable {
     var evicted = 0
     var expired = 0
     var bodiesVerified = 0
-    /// Writes, updates and removals queued on the serial queue and not yet run, by file name.
+    /// Writes, updates and removals queued on the serial queue and not yet run, by the URL's primary name.
     var pendingWrites: [String: Int] = [:]
     /// `removeAll` calls queued and not yet run.
     var pendingRemoveAll = 0
@@ -128,13 +130,24 @@ struct DiskIndex: Sendable {
     /// whose Vary fields match; the most recently stored when several do. nil: none indexed.
     func selectedName(_ primary: String, fields: HTTPHeaders) -> String? {
         guard let names = variantNames[primary] else { return records[primary] == nil ? nil : primary }
-        var best: (name: String, created: UInt64)?
-        if let record = records[primary] { best = (primary, record.created) }
+        var best: (name: String, created: UInt64, lastUsed: Double)?   // the most recently stored, then used
+        if let record = records[primary] { best = (primary, record.created, record.lastUsed) }
         for name in names {
             guard let record = records[name], record.vary?.matches(fields) ?? true else { continue }
-            if best == nil || record.created > best!.created { best = (name, record.created) }
+            if best == nil || (record.created, record.lastUsed) > (best!.created, best!.lastUsed) {
+                best = (name, record.created, record.lastUsed)
+            }
         }
         return best?.name
+    }
+
+    /// Whether a variant of `primary` stored since start varies on other fields than `names` (a file the loader finds
+    /// for the URL is then outdated).
+    func hasNewerVariants(_ primary: String, otherThanNamed names: [String]) -> Bool {
+        allNames(primary).contains { name in
+            guard let record = records[name], record.created > 0 else { return false }
+            return (record.vary?.names ?? []) != names
+        }
     }
 
     /// The indexed names of every variant of the URL with primary name `primary`.
@@ -413,11 +426,20 @@ extension DiskCache {
             guard size == fileSize else {
                 throw DiskEntryFormat.Failure("file is \(size) bytes, its header describes \(fileSize) (truncated?)")
             }
-            withIndex { index in
+            let vary = VaryKey(id: variant)
+            let outdated = withIndex { index -> Bool in
                 // A write or a lookup since start knows better than the file's mtime.
-                guard index.records[name] == nil else { return }
-                index.add(name, DiskIndex.Record(size: size, lastUsed: mtime, persistedUse: mtime, sequence: 0,
-                                                 vary: VaryKey(id: variant)))
+                guard index.records[name] == nil else { return false }
+                // The origin changed what this URL varies on since the file was written: the file is outdated.
+                if index.hasNewerVariants(DiskEntryFormat.primaryName(of: name), otherThanNamed: vary?.names ?? []) {
+                    return true
+                }
+                index.add(name, DiskIndex.Record(size: size, lastUsed: mtime, persistedUse: mtime, sequence: 0, vary: vary))
+                return false
+            }
+            if outdated {
+                logger.debug("disk loader removes \(path): a variant stored since start varies on other fields")
+                _removeFile(name: name)
             }
         } catch let failure as DiskEntryFormat.Failure {
             _removeCorrupt(name: name, path: path, inode: DiskFile.inode(fd), why: failure.description)

@@ -18,13 +18,13 @@
 //                         A `FileBody` owns the descriptor of a verified body the lookup handed out or the index
 //                         keeps (immutable; connections send it with sendfile at their own offsets; closed at deinit).
 //
-//   Files: `<directory>/<h[0..1]>/<h[2..3]>/<h>[-<v>]`, h = hex SHA-256 of the key's URL string, v = the variant's
-//   (DiskEntryFormat). A URL holds up to `variantLimit` variants: storing one evicts the URL's least recently used
+//   Files: `<directory>/<h[0..1]>/<h[2..3]>/<h>[-<v>]`, h = hex SHA-256 of the key's URL string, v = 16 hex digits
+//   of SHA-256 of the variant id (DiskEntryFormat). A URL holds up to `variantLimit` variants: storing one evicts the URL's least recently used
 //   variant past it, and those whose Vary names differ from its own; a removal of the URL removes every variant,
 //   found by listing its shard directory (so files the index does not know yet go too). Lookups select the variant
 //   whose Vary fields the request matches, from the index (before it is loaded: from the URL's directory).
-//   Publishing (nginx): write `<h>.<random>.tmp` in the target directory, optionally fsync, set its mtime to the
-//   injected clock's now, rename(2) onto `<h>`. Readers see the old file or the new one, never a partial file.
+//   Publishing (nginx): write `<name>.<random>.tmp` in the target directory, optionally fsync, set its mtime to the
+//   injected clock's now, rename(2) onto `<name>`. Readers see the old file or the new one, never a partial file.
 //
 //   Recency: the index keeps each entry's last use (injected clock) and a use sequence (tie-breaker for equal
 //   times); atime is never read. A file's mtime is its last use as known on disk: set when written, pushed forward
@@ -258,6 +258,15 @@ public final class DiskCache: Sendable {
         enqueueWrite(DiskEntryFormat.primaryName(of: name)) { self._update(entry, name: name) }
     }
 
+    /// Removes `key`'s variant `variant` ("" without Vary), if stored; `completion` as `remove(_:completion:)`.
+    public func remove(_ key: CacheKey, variant: String, completion: (@Sendable (_ failure: String?) -> Void)? = nil) {
+        let name = DiskEntryFormat.fileName(for: key, variant: variant)
+        enqueueWrite(DiskEntryFormat.primaryName(of: name)) {
+            let failure = self._removeFile(name: name)
+            completion?(failure)
+        }
+    }
+
     /// Removes every variant stored for `key`, if any; `completion` runs on the disk queue once the files are gone,
     /// with nil, or with why one could not be removed (it is then still stored, and still indexed).
     public func remove(_ key: CacheKey, completion: (@Sendable (_ failure: String?) -> Void)? = nil) {
@@ -485,6 +494,14 @@ public final class DiskCache: Sendable {
             key: entry.key.description, variant: entry.variantID, head: entry.head, requestTime: entry.requestTime,
             responseTime: entry.responseTime, bodyLength: entry.body.count, bodyChecksum: DiskEntryFormat.checksum(entry.body))
         let size = header.count + entry.body.count
+        // Variants that vary on other fields are outdated by this response (the origin changed its Vary) whether or
+        // not it is written: they go first.
+        let primary = DiskEntryFormat.primaryName(of: name)
+        let names = entry.vary?.names ?? []
+        for other in withIndex({ $0.variantsToDrop(primary, kept: name, names: names, limit: .max) }) {
+            logger.debug("disk: \(entry.key) variant \(other) removed: it varies on other fields")
+            _removeFile(name: other)
+        }
         guard size <= configuration.limitBytes else {
             logger.debug("disk insert skipped: \(entry.key) is \(size) bytes, over the disk limit")
             _removeFile(name: name)
@@ -501,14 +518,12 @@ public final class DiskCache: Sendable {
             return
         }
         let nowSeconds = now().timeIntervalSince1970
-        let primary = DiskEntryFormat.primaryName(of: name)
         let (bytes, others) = withIndex { index in
             index.set(name, size: size, lastUsed: nowSeconds, persistedUse: nowSeconds, vary: entry.vary)
-            return (index.bytes, index.variantsToDrop(primary, kept: name, names: entry.vary?.names ?? [],
-                                                      limit: configuration.variantLimit))
+            return (index.bytes, index.variantsToDrop(primary, kept: name, names: names, limit: configuration.variantLimit))
         }
         for other in others {
-            logger.debug("disk: \(entry.key) variant \(other) removed: another Vary, or past \(configuration.variantLimit) variants")
+            logger.debug("disk: \(entry.key) variant \(other) removed: past \(configuration.variantLimit) variants, least recently used")
             _removeFile(name: other)
         }
         if bytes > configuration.limitBytes { _sweep() }

@@ -9,7 +9,7 @@
 // Layout, version 3 (integers little-endian; a "string" is a u32 byte count and that many UTF-8 bytes):
 //
 //   offset 0   magic "ICD1"                      4 bytes
-//          4   format version                    u16 (2)
+//          4   format version                    u16 (3)
 //          6   reserved                          u16 (0)
 //          8   header length L                   u32: bytes from offset 12 to the end of the header checksum
 //         12   key                               string (the normalised URL)

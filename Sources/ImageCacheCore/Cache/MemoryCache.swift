@@ -28,7 +28,7 @@
 // changed what it varies on, and the old ones would shadow it). A removal of the URL removes every variant.
 //
 // Policy: LRU bounded by total cost (bytes) and optionally by count of variants (0 = unbounded). An entry costing more than
-// the per-object limit or the whole budget is refused (and any old entry under its key removed). Inserting
+// the per-object limit or the whole budget is refused (and the old variant with its id removed). Inserting
 // evicts least-recently-used entries until both limits hold again; `setLimits` does so at once.
 //
 // Admission of copies read back from the disk tier (`promote`): LRU alone thrashes when the working set is larger
@@ -135,8 +135,8 @@ public final class MemoryCache: Sendable {
 
     /// Stores an entry read back from the disk tier, if admitted (see the policy at the top) and unless the key already
     /// holds a variant with its id received at the same time or later (an upstream fetch may have stored a newer
-    /// response while the file was read), or a removal came after `removalsSeen` (the `removals` count read before the
-    /// disk lookup).
+    /// response while the file was read), or variants that vary on other fields (a copy never replaces them: they came
+    /// from the origin since), or a removal came after `removalsSeen` (the `removals` count read before the disk lookup).
     @discardableResult
     public func promote(_ entry: CacheEntry, removalsSeen: UInt64) -> Bool {
         store(entry, promotion: removalsSeen)
@@ -162,6 +162,7 @@ public final class MemoryCache: Sendable {
             if let removalsSeen {
                 guard removalsSeen == state.removals else { return (false, []) }
                 if let old, let stored = state.nodes[old].entry, stored.responseTime >= entry.responseTime { return (false, []) }
+                guard !state.hasVariants(of: entry.key, otherThanNamed: entry.vary?.names ?? []) else { return (false, []) }
                 guard state.admits(hash: hash, cost: entry.cost, replacing: old) else { return (false, []) }
             }
             if let old { released.append(state.release(old)) }
@@ -174,6 +175,15 @@ public final class MemoryCache: Sendable {
         }
         _ = released  // dropped here, outside the lock
         return stored
+    }
+
+    /// Removes `key`'s variant `id`; returns it (nil: none).
+    @discardableResult
+    public func remove(_ key: CacheKey, variant id: String) -> CacheEntry? {
+        state.withLock { state in
+            state.removals += 1
+            return state.variant(key, id: id).map { state.release($0) }
+        }
     }
 
     /// Removes every variant under `key`; returns the most recently used one (nil: none).
@@ -364,6 +374,16 @@ public final class MemoryCache: Sendable {
             return entry
         }
 
+        /// Whether `key` holds a variant whose Vary names are not `names`.
+        func hasVariants(of key: CacheKey, otherThanNamed names: [String]) -> Bool {
+            var index = map[key] ?? State.none
+            while index != State.none {
+                if (nodes[index].entry!.vary?.names ?? []) != names { return true }
+                index = nodes[index].nextVariant
+            }
+            return false
+        }
+
         /// Releases `key`'s variants whose Vary names are not `names` (a response that varies on other fields, or on
         /// none, replaces them all).
         mutating func releaseVariants(of key: CacheKey, unlessNamed names: [String], into released: inout [CacheEntry]) {
@@ -451,9 +471,10 @@ public final class MemoryCache: Sendable {
                 while index != State.none {
                     guard let entry = nodes[index].entry, entry.key == key else { return false }
                     count += 1
+                    guard count <= variantLimit else { return false }   // also ends a chain that loops
                     index = nodes[index].nextVariant
                 }
-                guard count >= 1, count <= variantLimit else { return false }
+                guard count >= 1 else { return false }
                 chained += count
             }
             return previous == tail && seen == entryCount && chained == entryCount && cost == totalCost

@@ -10,7 +10,8 @@
 //                rewrites the file's header, keeping the body
 //   promote      a disk hit's copy into memory, subject to the memory tier's admission and to no removal since
 //                the lookup began (`removalsSeen`)
-//   remove       disk first, then memory: a lookup between the two cannot promote the file's copy back
+//   remove       memory at once (no later request hits it), and again once the files are gone (disk first, then
+//                memory: a promotion that read a file before it went is refused by the removal count)
 //   purge all    the same order
 //
 // Variants (RFC 9111 section 4.1): the key is the URL (primary key); each tier keeps up to `max-variants` stored
@@ -97,18 +98,23 @@ public final class TieredStore: Sendable {
     /// Removes every variant of `key`: the files first, then memory. `completion` runs once both are gone (on the
     /// disk queue, or here without a disk tier) with whether memory held it and why a file could not go (nil: gone).
     func remove(_ key: CacheKey, completion: (@Sendable (_ wasInMemory: Bool, _ diskFailure: String?) -> Void)? = nil) {
+        // Memory goes at once (a request after this call must not hit memory while the file waits its turn); the
+        // removal after the file catches a promotion that read the file before it went.
+        let removed = memory.remove(key) != nil
         guard let disk else {
-            let removed = memory.remove(key) != nil
             completion?(removed, nil)
             return
         }
         disk.remove(key) { [memory] failure in
-            let removed = memory.remove(key) != nil
-            completion?(removed, failure)
+            let late = memory.remove(key) != nil
+            completion?(removed || late, failure)
         }
-        // Memory goes at once too (a request after this call must not hit memory while the file waits its turn);
-        // the removal after the file catches a promotion that read the file before it went.
-        memory.remove(key)
+    }
+
+    /// Removes `key`'s variant `variant` only (one response outdated by the origin; the URL's other variants stay).
+    func remove(_ key: CacheKey, variant: String) {
+        memory.remove(key, variant: variant)
+        disk?.remove(key, variant: variant) { [memory] _ in memory.remove(key, variant: variant) }
     }
 
     /// Removes everything: the files first, then memory (and memory at once, as `remove`). `completion` as `remove`.

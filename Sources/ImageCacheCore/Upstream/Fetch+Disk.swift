@@ -62,7 +62,7 @@ extension Fetch {
                     continue
                 }
                 let decision = CacheDecision.decide(stored: entry, request: waiter.request.cacheControl,
-                                                    requestFields: waiter.request.forwardedHeaders, now: time)
+                                                    now: time)
                 if let outcome = decision.servedOutcome(tier: "disk") {
                     proxy.respond(entry, to: waiter.sink, request: waiter.request, outcome: outcome, now: time)
                 } else {
@@ -84,7 +84,7 @@ extension Fetch {
                     continue
                 }
                 let decision = CacheDecision.decide(stored: head, request: waiter.request.cacheControl,
-                                                    requestFields: waiter.request.forwardedHeaders, now: time)
+                                                    now: time)
                 if let outcome = decision.servedOutcome(tier: "disk") { outcomes.append(outcome) }
             }
             guard outcomes.count == waiters.count else {

@@ -224,7 +224,7 @@ final class Fetch: @unchecked Sendable {
             guard revalidating.isSelected(by: head) else {
                 // The 304 names other validators than the stored ones: drop the entry and fetch it whole.
                 proxy.logger.notice("\(key): 304 does not match the stored validators; fetching the whole response")
-                proxy.forget(key)
+                proxy.store.remove(key, variant: revalidating.variantID)
                 self.revalidating = nil
                 revalidatingFromDisk = false
                 transfer?.cancel()
@@ -240,7 +240,11 @@ final class Fetch: @unchecked Sendable {
                                           response: refreshed.head, responseCacheControl: refreshed.cacheControl) == .store
             if revalidatingFromDisk {
                 // The body is in the file: write the refreshed header, then stream the body from there.
-                if keep { proxy.store.refresh(refreshed, bodyInFile: true) } else { proxy.forget(key) }
+                if keep {
+                    proxy.store.refresh(refreshed, bodyInFile: true)
+                } else {
+                    proxy.store.remove(key, variant: revalidating.variantID)
+                }
                 let outcome = CacheOutcome(forward: reason, forwardStatus: 304, stored: keep)
                 if keep { return serveFromDiskAfterRevalidation(outcome) }
                 // Not kept: the file is gone; fetch the whole response instead.
@@ -253,7 +257,7 @@ final class Fetch: @unchecked Sendable {
             if keep {
                 proxy.store.refresh(refreshed, bodyInFile: false)
             } else {
-                proxy.forget(key)
+                proxy.store.remove(key, variant: revalidating.variantID)
             }
             var unshared: [Waiter] = []
             var otherVariants: [Waiter] = []
@@ -281,7 +285,7 @@ final class Fetch: @unchecked Sendable {
         }
         guard head.status == 200 || head.status == 203 else {
             if revalidating != nil && (head.status == 404 || head.status == 410) {
-                proxy.forget(key)
+                proxy.forget(key)   // the resource is gone: every variant of it
             }
             if head.status >= 500, serveStaleIfError(because: "upstream answered \(head.status)") { return }
             let status = (400...599).contains(head.status) ? head.status : 502
@@ -407,9 +411,9 @@ final class Fetch: @unchecked Sendable {
             } else {
                 proxy.store.store(entry)
             }
-        } else if revalidating != nil {
-            // The stored entry is outdated and the new one is not kept.
-            proxy.forget(key)
+        } else if let revalidating {
+            // The stored variant is outdated and the new response is not kept.
+            proxy.store.remove(key, variant: revalidating.variantID)
         }
         if case let .dontStore(why) = storeDecision {
             proxy.logger.debug("not stored \(key): \(why)")

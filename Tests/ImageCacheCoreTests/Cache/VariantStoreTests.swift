@@ -38,6 +38,10 @@ struct MemoryVariantTests {
         #expect(other.entry == nil && other.otherVariants)
         let none = cache.lookup(Fixture.key("http://origin.test/none"), requestFields: [:], removals: &removals)
         #expect(none.entry == nil && !none.otherVariants)
+        // Vary: * is never selected (RFC 9111 4.1).
+        let star = Fixture.entry([("Vary", "*")], key: Fixture.key("http://origin.test/star"))
+        cache.insert(star)
+        #expect(cache.lookup(star.key, requestFields: [:], removals: &removals).otherVariants)
         #expect(cache.checkInvariants())
     }
 
@@ -98,14 +102,22 @@ struct MemoryVariantTests {
         #expect(cache.promote(VariantFixture.entry(accept: "b", body: 3), removalsSeen: removals))
         #expect(cache.count == 2)
         #expect(cache.lookup(VariantFixture.key, requestFields: VariantFixture.accept("a"))?.body.first == 2)
+        // A copy that varies on other fields (an older file) never replaces what the origin sent since.
+        let older = Fixture.entry([("Content-Type", "image/png")], key: VariantFixture.key, body: [9])
+        #expect(!cache.promote(older, removalsSeen: cache.removals))
+        #expect(cache.count == 2)
+        // One variant can go alone (the origin outdated it); the others stay.
+        #expect(cache.remove(VariantFixture.key, variant: "accept:a") != nil)
+        #expect(cache.variants(VariantFixture.key).map(\.variantID) == ["accept:b"])
+        #expect(cache.checkInvariants())
     }
 }
 
 @Suite("Variants in the disk tier", .timeLimit(.minutes(1)))
 struct DiskVariantTests {
     static func makeCache(_ directory: DiskTestDirectory, clock: DiskTestClock = DiskTestClock(), variantLimit: Int = 16,
-                          loader: Bool = true) throws -> DiskCache {
-        var configuration = DiskCache.Configuration(directory: directory.path)
+                          loader: Bool = true, limit: Int = 10 << 30) throws -> DiskCache {
+        var configuration = DiskCache.Configuration(directory: directory.path, limitBytes: limit)
         configuration.variantLimit = variantLimit
         configuration.startsIndexLoader = loader
         return try DiskCache(configuration: configuration, logger: DiskTestLog().logger, now: clock.now)
@@ -170,6 +182,38 @@ struct DiskVariantTests {
         cache.insert(Fixture.entry([("Content-Type", "image/png")], key: VariantFixture.key, body: [9]))
         cache.flush()
         #expect(directory.files.count == 1)
+        #expect(Self.body(cache, accept: "a") == 9)
+    }
+
+    @Test("a response that varies on other fields outdates the URL's variants even when it is not written itself")
+    func otherNamesGoEvenWhenTheWriteIsSkipped() throws {
+        let directory = DiskTestDirectory()
+        let cache = try Self.makeCache(directory, limit: 4096)
+        cache.waitForIndex()
+        cache.insert(VariantFixture.entry(accept: "a"))
+        cache.insert(VariantFixture.entry(accept: "b"))
+        cache.flush()
+        #expect(directory.files.count == 2)
+        let tooLarge = Fixture.entry([("Content-Type", "image/png")], key: VariantFixture.key, body: Array(repeating: 1, count: 8192))
+        cache.insert(tooLarge)
+        cache.flush()
+        #expect(directory.files.isEmpty && cache.stats.entries == 0)
+    }
+
+    @Test("the loader removes a file whose Vary names differ from a variant of its URL stored since start")
+    func loaderDropsOutdatedVariants() throws {
+        let directory = DiskTestDirectory()
+        do {
+            let cache = try Self.makeCache(directory)
+            cache.insert(VariantFixture.entry(accept: "a", body: 1))
+            cache.insert(VariantFixture.entry(accept: "b", body: 2))
+            cache.flush()
+        }
+        let cache = try Self.makeCache(directory, loader: false)
+        cache.insert(Fixture.entry([("Content-Type", "image/png")], key: VariantFixture.key, body: [9]))
+        cache.startIndexLoader()
+        cache.waitForIndex()
+        #expect(cache.stats.entries == 1 && directory.files.count == 1)
         #expect(Self.body(cache, accept: "a") == 9)
     }
 
