@@ -19,10 +19,11 @@
 //                         keeps (immutable; connections send it with sendfile at their own offsets; closed at deinit).
 //
 //   Files: `<directory>/<h[0..1]>/<h[2..3]>/<h>[-<v>]`, h = hex SHA-256 of the key's URL string, v = 16 hex digits
-//   of SHA-256 of the variant id (DiskEntryFormat). A URL holds up to `variantLimit` variants: storing one evicts the URL's least recently used
-//   variant past it, and those whose Vary names differ from its own; a removal of the URL removes every variant,
-//   found by listing its shard directory (so files the index does not know yet go too). Lookups select the variant
-//   whose Vary fields the request matches, from the index (before it is loaded: from the URL's directory).
+//   of SHA-256 of the variant id (DiskEntryFormat). A URL holds up to `variantLimit` variants: storing one removes
+//   those whose Vary names differ from its own, then the URL's least recently used variant past the bound; a removal
+//   of the URL removes every variant, found by listing its shard directory too (so files the index does not know
+//   yet go as well). Lookups select the variant whose Vary fields the request matches, from the index (before it is
+//   loaded: from the URL's directory).
 //   Publishing (nginx): write `<name>.<random>.tmp` in the target directory, optionally fsync, set its mtime to the
 //   injected clock's now, rename(2) onto `<name>`. Readers see the old file or the new one, never a partial file.
 //
@@ -76,7 +77,7 @@ public final class DiskCache: Sendable {
         /// Whether init starts the startup loader (tests turn it off to look up before the index exists).
         var startsIndexLoader = true
         /// Variants kept per URL (responses with Vary, one per set of request field values); the least recently used
-        /// goes past it. Default 16 (`cache.max-variants`).
+        /// goes past it. Default 16 (`max-variants`).
         public var variantLimit = MemoryCache.defaultVariantLimit
 
         public init(directory: String, limitBytes: Int = 10 << 30, lowWaterFraction: Double = 0.9,

@@ -51,7 +51,7 @@ public final class MemoryCache: Sendable {
     // MARK: shared, guarded by state's lock
     private let state: Mutex<State>
 
-    /// Variants kept per URL by default (`cache.max-variants`).
+    /// Variants kept per URL by default (`max-variants`).
     public static let defaultVariantLimit = 16
 
     public init(limitBytes: Int, countLimit: Int = 0, objectLimitBytes: Int, variantLimit: Int = MemoryCache.defaultVariantLimit) {

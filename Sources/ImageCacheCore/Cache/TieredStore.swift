@@ -57,8 +57,8 @@ public final class TieredStore: Sendable {
         return true
     }
 
-    /// Reads `key`'s variant for `requestFields` from disk again, bypassing nothing (after a revalidation of a
-    /// variant whose body lives in its file).
+    /// Reads `key`'s variant for `requestFields` from disk again (after the origin confirmed a variant whose body
+    /// lives in its file); the body is read whole only up to the disk tier's memory read limit.
     func reread(_ key: CacheKey, requestFields: HTTPHeaders, completion: @escaping @Sendable (DiskLookup?) -> Void) -> Bool {
         guard let disk else { return false }
         disk.lookup(key, requestFields: requestFields, completion: completion)
