@@ -68,18 +68,21 @@ public final class CacheEntry: Sendable {
                             vary: VaryKey?, policy: FreshnessPolicy) {
         let cacheControl = CacheControl(head.headers)
         let serializedHead = SerializedResponseHead(head, excluding: CacheEntry.perResponseFields)
+        let variantID = vary?.id ?? ""
         self.init(key: key, head: head, body: body, requestTime: requestTime, responseTime: responseTime, vary: vary,
-                  cacheControl: cacheControl,
+                  variantID: variantID, cacheControl: cacheControl,
                   freshnessLifetime: Freshness.lifetime(of: head, cacheControl: cacheControl, responseTime: responseTime, policy: policy),
                   correctedInitialAge: Freshness.correctedInitialAge(of: head, requestTime: requestTime, responseTime: responseTime),
-                  cost: CacheEntry.cost(head: head, bodyCount: body.count) + serializedHead.bytes.count,
+                  // The Vary values are held twice (the key's fields and the id): a client's long field values count.
+                  cost: CacheEntry.cost(head: head, bodyCount: body.count) + serializedHead.bytes.count
+                      + 2 * variantID.utf8.count,
                   serializedHead: serializedHead, upstreamCacheStatus: head.headers.combined("Cache-Status"),
                   guardsUntrusted: UntrustedResponse.isApplied(head.headers))
     }
 
     /// Every field given (the initialiser above, `withBody`).
     private init(key: CacheKey, head: HTTPResponseHead, body: [UInt8], requestTime: Date, responseTime: Date, vary: VaryKey?,
-                 cacheControl: CacheControl, freshnessLifetime: Double, correctedInitialAge: Double, cost: Int,
+                 variantID: String, cacheControl: CacheControl, freshnessLifetime: Double, correctedInitialAge: Double, cost: Int,
                  serializedHead: SerializedResponseHead, upstreamCacheStatus: String?, guardsUntrusted: Bool) {
         self.key = key
         self.head = head
@@ -87,7 +90,7 @@ public final class CacheEntry: Sendable {
         self.requestTime = requestTime
         self.responseTime = responseTime
         self.vary = vary
-        variantID = vary?.id ?? ""
+        self.variantID = variantID
         self.cacheControl = cacheControl
         self.freshnessLifetime = freshnessLifetime
         self.correctedInitialAge = correctedInitialAge
@@ -100,7 +103,7 @@ public final class CacheEntry: Sendable {
     /// The same response with another body (the disk tier keeps decoded heads without one): cost follows the body.
     func withBody(_ body: [UInt8]) -> CacheEntry {
         CacheEntry(key: key, head: head, body: body, requestTime: requestTime, responseTime: responseTime, vary: vary,
-                   cacheControl: cacheControl, freshnessLifetime: freshnessLifetime, correctedInitialAge: correctedInitialAge,
+                   variantID: variantID, cacheControl: cacheControl, freshnessLifetime: freshnessLifetime, correctedInitialAge: correctedInitialAge,
                    cost: cost + body.count - self.body.count, serializedHead: serializedHead,
                    upstreamCacheStatus: upstreamCacheStatus, guardsUntrusted: guardsUntrusted)
     }

@@ -45,6 +45,17 @@ struct MemoryVariantTests {
         #expect(cache.checkInvariants())
     }
 
+    @Test("a variant's cost counts its Vary values: a client's long Accept cannot make entries cheaper than they are")
+    func costCountsVaryValues() {
+        let long = String(repeating: "x", count: 4000)
+        func entry(_ accept: String) -> CacheEntry {
+            Fixture.entry([("Content-Type", "image/png"), ("Vary", "Accept")], key: VariantFixture.key,
+                          requestHeaders: VariantFixture.accept(accept))
+        }
+        // Same head and body: the difference is the id ("accept:" + value) and the key's value, each held once.
+        #expect(entry(long).cost - entry("a").cost == 2 * (long.utf8.count - 1))
+    }
+
     @Test("storing a variant again replaces it; the per-URL bound evicts the least recently used variant")
     func boundEvictsLeastRecentlyUsedVariant() {
         let cache = MemoryCache(limitBytes: 1 << 20, objectLimitBytes: 1 << 20, variantLimit: 2)
@@ -123,6 +134,16 @@ struct DiskVariantTests {
         return try DiskCache(configuration: configuration, logger: DiskTestLog().logger, now: clock.now)
     }
 
+    /// A cache directory holding variants a (body 1) and b (body 2) of the fixture URL, written by a cache since gone.
+    static func directoryWithTwoVariants() throws -> DiskTestDirectory {
+        let directory = DiskTestDirectory()
+        let cache = try makeCache(directory)
+        cache.insert(VariantFixture.entry(accept: "a", body: 1))
+        cache.insert(VariantFixture.entry(accept: "b", body: 2))
+        cache.flush()
+        return directory
+    }
+
     static func body(_ cache: DiskCache, accept: String) -> UInt8? {
         cache.lookupNow(VariantFixture.key, requestFields: VariantFixture.accept(accept))?.entry?.body.first
     }
@@ -146,13 +167,7 @@ struct DiskVariantTests {
 
     @Test("both variants come back after a restart: before the index is loaded (from the URL's directory) and after")
     func restart() throws {
-        let directory = DiskTestDirectory()
-        do {
-            let cache = try Self.makeCache(directory)
-            cache.insert(VariantFixture.entry(accept: "a", body: 1))
-            cache.insert(VariantFixture.entry(accept: "b", body: 2))
-            cache.flush()
-        }
+        let directory = try Self.directoryWithTwoVariants()
         let unloaded = try Self.makeCache(directory, loader: false)
         #expect(Self.body(unloaded, accept: "a") == 1 && Self.body(unloaded, accept: "b") == 2)
         #expect(Self.body(unloaded, accept: "c") == nil)
@@ -202,13 +217,7 @@ struct DiskVariantTests {
 
     @Test("the loader removes a file whose Vary names differ from a variant of its URL stored since start")
     func loaderDropsOutdatedVariants() throws {
-        let directory = DiskTestDirectory()
-        do {
-            let cache = try Self.makeCache(directory)
-            cache.insert(VariantFixture.entry(accept: "a", body: 1))
-            cache.insert(VariantFixture.entry(accept: "b", body: 2))
-            cache.flush()
-        }
+        let directory = try Self.directoryWithTwoVariants()
         let cache = try Self.makeCache(directory, loader: false)
         cache.insert(Fixture.entry([("Content-Type", "image/png")], key: VariantFixture.key, body: [9]))
         cache.startIndexLoader()
