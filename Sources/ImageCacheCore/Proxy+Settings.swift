@@ -1,6 +1,7 @@
 // The reloadable part of the proxy: one immutable `ProxySettings` built from a Configuration, held behind one
-// Mutex and replaced whole by `apply` (SIGHUP). A request reads it once (`settings`), so it sees one version
-// from start to end; a fetch in flight reads it again as it goes (a reload mid-transfer applies to what is left).
+// Mutex (`SettingsCell`, shared by the proxy and its coalescer) and replaced whole by `apply` (SIGHUP). A request
+// reads it once (`settings`), so it sees one version from start to end; a fetch reads it when it starts and keeps
+// it (a reload applies to the fetches started after it).
 //
 // Reloadable: memory limits (the tier evicts down at once), max-object-size, origins, content-types and allow-svg,
 // stale-if-error, heuristic freshness, complete-abandoned-fetches, access-log, admin-allow, admin-hosts, admin-token,
@@ -31,9 +32,20 @@ final class ProxySettings: Sendable {
     }
 }
 
+/// The settings in force, replaced whole on reload. Shared by the proxy and the coalescer.
+final class SettingsCell: Sendable {
+    private let lock: Mutex<ProxySettings>
+
+    init(_ settings: ProxySettings) { lock = Mutex(settings) }
+
+    var current: ProxySettings { lock.withLock { $0 } }
+
+    func replace(with settings: ProxySettings) { lock.withLock { $0 = settings } }
+}
+
 extension Proxy {
     /// The settings in force. Read once per request.
-    var settings: ProxySettings { settingsLock.withLock { $0 } }
+    var settings: ProxySettings { settingsCell.current }
     public var configuration: Configuration { settings.configuration }
     var contentPolicy: ContentPolicy { settings.contentPolicy }
     var freshnessPolicy: FreshnessPolicy { settings.freshnessPolicy }
@@ -45,7 +57,7 @@ extension Proxy {
         let current = self.configuration
         var next = configuration
         next.keepRestartOnlySettings(of: current)
-        settingsLock.withLock { $0 = ProxySettings(next) }
+        settingsCell.replace(with: ProxySettings(next))
         memory.setLimits(bytes: next.memoryLimitBytes, count: next.memoryCountLimit,
                          objectLimitBytes: next.effectiveMemoryObjectLimitBytes)
     }

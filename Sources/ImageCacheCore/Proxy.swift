@@ -3,28 +3,28 @@
 //   connection loop                          proxy queue                           curl thread
 //   ----------------                         -----------                           -----------
 //   route (forward | fetch | reverse | admin)
-//   store.lookupInMemory(key, request's Vary fields) ── fresh ──> respond (no hop, body shared, not copied)
-//        │ stale + max-stale ──> respond STALE
+//   store.lookupInMemory(key, request's Vary fields) ── fresh ──> StoredResponse.send (no hop, body shared, not copied)
+//        │ (memory miss: the disk, Proxy+Disk.swift)
+//        │ stale + max-stale ──> served STALE
 //        │ only-if-cached ──> 504
-//        └─ miss / stale / vary-miss / bypass ──> dispatch
-//                                              coalescer[key]? ── attach as waiter (collapsed)
+//        └─ miss / stale / vary-miss / bypass ──> coalescer.dispatch (Coalescer.swift)
+//                                              fetch in flight? ── attach as waiter (collapsed)
 //                                              memory re-check (an entry may have landed)
 //                                              new Fetch ──────────────────────────> origin.fetch
 //                                              Fetch.receive(event) <─── queue.async ─ head, body, end, failed
-//                                                 head/body/end fan out to every waiter's sink (sinks hop to
-//                                                 their connections' loops); end stores into memory first,
-//                                                 then ends the waiters, then leaves the coalescer.
+//                                                 FetchMachine decides; Fetch carries out its actions: heads and
+//                                                 chunks fan out to every waiter's sink (sinks hop to their
+//                                                 connections' loops); the entry is stored first, then the
+//                                                 waiters are ended, then the fetch is finished.
 //
 // Ownership: `store` (TieredStore: memory guards itself, disk owns its queues); `coalescer` and every `Fetch` are
-// confined to `queue`
-// (imagecached.proxy); `origin` is thread-safe; the reloadable settings (`configuration`, `contentPolicy`,
-// `originRoutes`, ...) are one immutable `ProxySettings` behind a Mutex, swapped whole on reload and read once per
-// request (Proxy+Settings.swift); `metrics` are atomics.
+// confined to `queue` (imagecached.proxy) and hold no reference to the proxy; `origin` is thread-safe; the
+// reloadable settings (`configuration`, `contentPolicy`, `originRoutes`, ...) are one immutable `ProxySettings` in a
+// `SettingsCell`, swapped whole on reload and read once per request (Proxy+Settings.swift); `metrics` are atomics.
 
 internal import Dispatch
 public import Foundation
 public import Logging
-internal import Synchronization
 
 /// Answers requests from the cache, or through one coalesced upstream fetch per cache key.
 public final class Proxy: RequestHandler, @unchecked Sendable {
@@ -40,7 +40,7 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
 
     // MARK: shared, guarded by its own lock
     /// The settings in force (configuration, content policy, origin routes); replaced whole by `apply` (reload).
-    let settingsLock: Mutex<ProxySettings>
+    let settingsCell: SettingsCell
     /// Counters for /_imagecached/metrics and /stats (atomics).
     public let metrics = ProxyMetrics()
     /// Both tiers, behind the rules that span them (TieredStore.swift).
@@ -51,16 +51,13 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
 
     // MARK: owned by `queue`
     let queue = DispatchQueue(label: "imagecached.proxy")
-    /// Confined to `queue`: the fetches in flight, by cache key and trust (a fetch for an untrusted request is
-    /// subject to the private-network check and must not answer requests for a configured origin, nor the reverse).
-    var coalescer: [FetchKey: Fetch] = [:]
-    /// Confined to `queue`: waiter identities.
-    var nextWaiterID = 0
+    /// The fetches in flight and who joins which (Coalescer.swift). Confined to `queue`.
+    let coalescer: Coalescer
 
     public init(configuration: Configuration, origin: any Origin, disk: DiskCache? = nil, logger: Logger,
                 now: @escaping @Sendable () -> Date = { Date() }, events: (@Sendable (ProxyEvent) -> Void)? = nil,
                 loopGuard: LoopGuard = LoopGuard()) {
-        settingsLock = Mutex(ProxySettings(configuration))
+        settingsCell = SettingsCell(ProxySettings(configuration))
         self.loopGuard = loopGuard
         self.events = events
         self.origin = origin
@@ -71,6 +68,10 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
                                 objectLimitBytes: configuration.effectiveMemoryObjectLimitBytes,
                                 variantLimit: configuration.maxVariants),
             disk: disk)
+        coalescer = Coalescer(
+            context: FetchContext(origin: origin, store: store, metrics: metrics, logger: logger, events: events,
+                                  via: loopGuard.viaValue, now: now, queue: queue),
+            settings: settingsCell)
     }
 
     /// Called on the connection's loop thread.
@@ -155,62 +156,14 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
         case .serve:
             guard let stored, let outcome = decision.servedOutcome(tier: tier), let counted = decision.servedCount(tier: tier)
             else { preconditionFailure("a decision to serve needs a stored variant") }
-            respond(stored, to: sink, request: request, outcome: outcome, now: time, file: file)
+            StoredResponse.send(stored, to: sink, request: request, outcome: outcome, now: time, file: file)
             countHit(stored, request: request, outcome: counted, bodyBytes: file?.length)
         case let .refuse(status, reason):
             refuse(sink, status: status, reason: reason, request: request.head, client: request.client)
         case let .forward(reason, _):
             let sink = countingSink(sink, request: request)
-            queue.async { self.dispatch(request, key: key, sink: sink, reason: reason, disk: probe) }
+            queue.async { self.coalescer.dispatch(request, key: key, sink: sink, reason: reason, disk: probe) }
         }
-    }
-
-    /// Writes a stored entry: the full response, or 304 when the client's own validators match.
-    /// The full response sends the entry's head as rendered at store time plus Age, Cache-Status and X-Cache
-    /// (`CacheEntry.serializedHead`): no per-field work per hit. The body is the entry's, or `file` (a verified
-    /// disk body too large for memory, sent with sendfile; the entry's own body is then empty).
-    func respond(_ entry: CacheEntry, to sink: any ResponseSink, request: ClientRequest, outcome: CacheOutcome, now: Date,
-                 file: FileBody? = nil) {
-        if request.clientValidatorsMatch(entry) {
-            let (head, _) = clientHead(for: entry, request: request, outcome: outcome, now: now)
-            sink.head(head, bodyLength: nil)
-            sink.end()
-            return
-        }
-        let age = String(Int(Freshness.currentAge(entry, now: now)))
-        let cacheStatus = outcome.cacheStatus
-        var extra = HTTPHeaders([
-            ("Age", age),
-            ("Cache-Status", entry.upstreamCacheStatus.map { $0 + ", " + cacheStatus } ?? cacheStatus),
-            ("X-Cache", outcome.xCache),
-        ])
-        // An entry a configured origin's fetch stored, asked for through forward or fetch mode.
-        if !request.trusted && !entry.guardsUntrusted {
-            for (name, value) in UntrustedResponse.fields { extra.add(name, value) }
-        }
-        if let file {
-            sink.respond(entry.serializedHead, extra: extra, file: file)
-        } else {
-            sink.respond(entry.serializedHead, extra: extra, body: entry.body)
-        }
-    }
-
-    /// The head a client gets for a stored entry (Age, Cache-Status, X-Cache set; no Content-Length, the sink frames
-    /// the body), or a 304 head when the client's own validators match (`notModified`). Used where the body is not in
-    /// the entry (a large body streamed from its file) and for 304s; hits of whole entries use `respond`.
-    func clientHead(for entry: CacheEntry, request: ClientRequest, outcome: CacheOutcome, now: Date) -> (HTTPResponseHead, notModified: Bool) {
-        var headers = entry.head.headers
-        headers.remove("Content-Length")
-        headers.set("Age", String(Int(Freshness.currentAge(entry, now: now))))
-        outcome.apply(to: &headers)
-        if !request.trusted { UntrustedResponse.apply(to: &headers) }
-        if request.clientValidatorsMatch(entry) {
-            let kept = ["ETag", "Cache-Control", "Expires", "Last-Modified", "Date", "Vary", "Content-Location", "Age",
-                        "Cache-Status", "X-Cache"]
-            headers.removeAll { field in !kept.contains { $0.equalsIgnoringASCIICase(field.name) } }
-            return (HTTPResponseHead(status: 304, headers: headers), true)
-        }
-        return (HTTPResponseHead(status: entry.head.status, reason: entry.head.reason, headers: headers), false)
     }
 
     /// A clear error: status, one-line reason in the body and the log.
@@ -225,103 +178,8 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
 
     // MARK: proxy queue
 
-    /// Joins the fetch in flight for `key`, or starts one. On `queue`. `disk` is the disk tier's answer when the
-    /// caller already asked it (a new fetch then starts from that answer instead of asking again).
-    func dispatch(_ request: ClientRequest, key: CacheKey, sink: any ResponseSink, reason: CacheOutcome.Forward,
-                  disk probe: DiskProbe = .notAsked) {
-        dispatchPrecondition(condition: .onQueue(queue))
-        nextWaiterID += 1
-        let waiter = Fetch.Waiter(id: nextWaiterID, sink: sink, request: request)
-        let fetchKey = FetchKey(key: key, trusted: request.trusted, variant: "")
-        var revalidating: CacheEntry?
-        if reason != .bypass {
-            if let fetch = coalescer[fetchKey] {
-                // No only-if-cached request gets here: CacheDecision refused it where it looked the request up.
-                fetch.attach(waiter, collapsed: true)
-                return
-            }
-            // An entry may have landed (or been refreshed) between the lookup on the connection's loop and now: decided
-            // again. A stale one this request may not use is revalidated with its validators.
-            if let entry = store.peekInMemory(key, requestFields: request.forwardedHeaders).entry {
-                let time = now()
-                switch CacheDecision.decide(stored: entry, request: request.cacheControl,
-                                            now: time) {
-                case let .serve(.fresh(ttl)):
-                    respond(entry, to: sink, request: request, outcome: .hit(ttl: ttl), now: time)
-                    return
-                case .forward(_, conditional: true) where reason == .stale || reason == .request:
-                    revalidating = entry
-                default:
-                    break
-                }
-            }
-        }
-        let fetch = Fetch(proxy: self, key: key, leader: request, reason: reason, revalidating: revalidating)
-        if reason != .bypass { coalescer[fetchKey] = fetch }
-        fetch.attach(waiter, collapsed: false)
-        // A miss reaches here only after the hit path asked the disk (Proxy+Disk.swift), with its answer.
-        if case let .answered(result, removalsSeen) = probe {
-            fetch.startFromDisk(result, removalsSeen: removalsSeen)
-        } else {
-            fetch.start()
-        }
-    }
-
-    /// Removes every variant both tiers store for `key` (TieredStore.remove: the files first, then memory).
-    func forget(_ key: CacheKey) {
-        store.remove(key)
-    }
-
-    /// Called by a fetch when it will take no more waiters. On `queue`.
-    func fetchClosed(_ fetch: Fetch) {
-        dispatchPrecondition(condition: .onQueue(queue))
-        let fetchKey = fetch.fetchKey
-        if coalescer[fetchKey] === fetch { coalescer[fetchKey] = nil }
-    }
-
-    /// Sends waiters whose request selects another variant than `fetch`'s response (`head`, whose Vary names the
-    /// fields they differ in) to a fetch of their own variant: one per variant id, coalesced, stored as one more
-    /// variant of the URL. Waiters of a fetch that was already one variant's go on their own instead. On `queue`.
-    func redispatchToVariants(_ waiters: [Fetch.Waiter], of head: HTTPResponseHead, from fetch: Fetch) {
-        dispatchPrecondition(condition: .onQueue(queue))
-        guard fetch.variant.isEmpty else { return redispatchAlone(waiters, key: fetch.key) }
-        for waiter in waiters {
-            // Never "" (the URL's own fetch): a head without Vary does not send anyone here.
-            let variant = VaryKey.make(response: head, request: waiter.request.forwardedHeaders)?.id ?? "*"
-            let fetchKey = FetchKey(key: fetch.key, trusted: waiter.request.trusted, variant: variant)
-            let next = Fetch.Waiter(id: waiter.id, sink: waiter.sink, request: waiter.request)
-            if let joined = coalescer[fetchKey] {
-                joined.attach(next, collapsed: true)
-                continue
-            }
-            let started = Fetch(proxy: self, key: fetch.key, leader: waiter.request, reason: .varyMiss, revalidating: nil,
-                                variant: variant)
-            coalescer[started.fetchKey] = started
-            started.attach(next, collapsed: false)
-            started.start()
-        }
-    }
-
-    /// Sends waiters that cannot share `fetch`'s response upstream on their own. On `queue`.
-    func redispatchAlone(_ waiters: [Fetch.Waiter], key: CacheKey) {
-        dispatchPrecondition(condition: .onQueue(queue))
-        for waiter in waiters {
-            let fetch = Fetch(proxy: self, key: key, leader: waiter.request, reason: .bypass, revalidating: nil)
-            fetch.attach(Fetch.Waiter(id: waiter.id, sink: waiter.sink, request: waiter.request), collapsed: false)
-            fetch.start()
-        }
-    }
-
     /// Waiting fetches for tests and stats. Blocks until the proxy queue answers; never call it on a request path.
     public var fetchesInFlight: Int { queue.sync { coalescer.count } }
-}
-
-/// The coalescer's key: one fetch per cache key and trust level, and per variant id for the fetches of variants
-/// another response's Vary sent waiters to ("" for the URL's own fetch).
-struct FetchKey: Hashable {
-    let key: CacheKey
-    let trusted: Bool
-    let variant: String
 }
 
 /// What happens to fetches, as seen from the proxy queue.

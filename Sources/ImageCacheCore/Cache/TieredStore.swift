@@ -20,7 +20,7 @@
 //
 // Ownership: immutable after init; `memory` guards itself (Mutex), `disk` owns its queues. Sendable.
 
-public import Foundation
+internal import Foundation
 
 /// The memory and disk tiers behind one interface, with the cross-tier rules above.
 public final class TieredStore: Sendable {

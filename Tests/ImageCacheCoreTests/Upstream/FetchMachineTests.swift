@@ -1,0 +1,268 @@
+// FetchMachine as a value: sequences of events (clients join and leave, the disk answers, the origin sends a head,
+// chunks, the end or a failure) and the actions each returns. No sockets, queues or sinks; the time is a fixed date.
+
+import Foundation
+import Testing
+@testable import ImageCacheCore
+
+@Suite("FetchMachine: coalescing decisions as a value", .timeLimit(.minutes(1)))
+struct FetchMachineTests {
+    static let url = "http://origin.test/a.png"
+    static let t0 = Fixture.t0
+    static let png: [UInt8] = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A] + Array(repeating: 7, count: 92)
+
+    static func request(_ headers: [(String, String)] = [], method: String = "GET") -> ClientRequest {
+        ClientRequest(head: HTTPRequestHead(method: method, target: url, headers: HTTPHeaders([("Host", "origin.test")] + headers)),
+                      url: try! UpstreamURL.parse(url), mode: .reverse, trusted: true,
+                      client: ClientInfo(address: "127.0.0.1", isLoopback: true))
+    }
+
+    static func rules(writesToDisk: Bool = false, completeAbandoned: Bool = false, maxObject: Int = 1 << 20,
+                      staleIfError: Double = 0) -> FetchMachine.Rules {
+        FetchMachine.Rules(maxObjectSizeBytes: maxObject, memoryObjectLimitBytes: 1 << 20, writesToDisk: writesToDisk,
+                           completeAbandonedFetches: completeAbandoned, staleIfErrorSeconds: staleIfError,
+                           contentPolicy: ContentPolicy(allowedTypes: ["image/*"]), freshnessPolicy: FreshnessPolicy())
+    }
+
+    /// A machine with its leader (waiter 1) attached, plus `others` collapsed waiters (2, 3, ...).
+    static func machine(leader: ClientRequest = request(), others: [ClientRequest] = [], variant: String = "",
+                        rules: FetchMachine.Rules = rules(), revalidating: CacheEntry? = nil,
+                        reason: CacheOutcome.Forward = .miss) -> FetchMachine {
+        var machine = FetchMachine(key: Fixture.key(url), leader: leader, reason: reason, variant: variant, rules: rules,
+                                   revalidating: revalidating, now: t0)
+        _ = machine.attach(FetchMachine.Waiter(id: 1, request: leader), collapsed: false)
+        for (index, other) in others.enumerated() {
+            _ = machine.attach(FetchMachine.Waiter(id: index + 2, request: other), collapsed: true)
+        }
+        return machine
+    }
+
+    static func head(_ status: Int = 200, length: Int? = png.count, _ extra: [(String, String)] = []) -> HTTPResponseHead {
+        var fields: [(String, String)] = [("Content-Type", "image/png"), ("Cache-Control", "max-age=60"), ("ETag", "\"v1\"")]
+        if let length { fields.append(("Content-Length", String(length))) }
+        return HTTPResponseHead(status: status, headers: HTTPHeaders(fields + extra))
+    }
+
+    /// A stored copy, `age` seconds old at t0, with the given Cache-Control and an ETag.
+    static func stored(age: Double, cacheControl: String = "max-age=60", etag: String? = "\"v1\"") -> CacheEntry {
+        var fields = [("Content-Type", "image/png"), ("Cache-Control", cacheControl)]
+        if let etag { fields.append(("ETag", etag)) }
+        return Fixture.entry(fields, key: Fixture.key(url), body: png, requestTime: t0.addingTimeInterval(-age),
+                             responseTime: t0.addingTimeInterval(-age))
+    }
+
+    /// The actions as short lines (logs left out), so a test states the whole sequence it expects.
+    static func lines(_ actions: [FetchMachine.Action]) -> [String] {
+        actions.compactMap { action in
+            switch action {
+            case let .startTransfer(conditional):
+                conditional.isEmpty ? "start" : "start " + conditional.map { "\($0.name): \($0.value)" }.joined(separator: ", ")
+            case .cancelTransfer: "cancel"
+            case .lookOnDisk: "look on disk"
+            case let .waiterAttached(waiters): "attached \(waiters)"
+            case let .sendHead(head, _, to, ends): "head \(head.status) \(head.headers["X-Cache"] ?? "") to \(to)" + (ends ? " (ends)" : "")
+            case let .sendBody(chunk, to): "body \(chunk.count) to \(to)"
+            case let .respondWhole(head, body, to): "whole \(head.status) \(head.headers["X-Cache"] ?? "") \(body.count) to \(to)"
+            case let .respondStored(_, outcome, file, _, to): "stored \(outcome.xCache) \(outcome.cacheStatus)\(file == nil ? "" : " file") to \(to)"
+            case let .end(ids): "end \(ids)"
+            case let .fail(ids, status, _): "fail \(status) \(ids)"
+            case let .abort(ids): "abort \(ids)"
+            case let .store(entry): "store \(entry.body.count)"
+            case let .refresh(entry, bodyInFile): "refresh \(entry.etag ?? "")" + (bodyInFile ? " (file)" : "")
+            case .keepInMemory: "keep in memory"
+            case .promote: "promote"
+            case let .remove(variant): variant.map { "remove variant \"\($0)\"" } ?? "remove all"
+            case let .redispatchToVariants(waiters, _): "to variants \(waiters.map(\.id))"
+            case let .redispatchAlone(waiters): "alone \(waiters.map(\.id))"
+            case .closeToNewcomers: "closed"
+            case .finish: "finish"
+            case .log: nil
+            case let .countError(kind): "error \(kind)"
+            }
+        }
+    }
+
+    @Test("a coalesced miss whose body is whole when the image check passes: stored, then one whole response per client")
+    func wholeBody() {
+        var machine = Self.machine(others: [Self.request()])
+        #expect(Self.lines(machine.start()) == ["start"])
+        #expect(Self.lines(machine.receiveHead(Self.head(), url: Self.url, redirects: [], now: Self.t0)).isEmpty)
+        #expect(Self.lines(machine.receiveBody(Self.png, now: Self.t0)) == [
+            "store 100", "whole 200 MISS 100 to 1", "whole 200 COALESCED 100 to 2", "closed", "finish",
+        ])
+        #expect(machine.isFinished)
+    }
+
+    @Test("a streamed body: heads once the check passes, every chunk to every client, a late joiner gets what came before")
+    func streaming() {
+        var machine = Self.machine(others: [Self.request()])
+        _ = machine.start()
+        _ = machine.receiveHead(Self.head(length: nil), url: Self.url, redirects: [], now: Self.t0)
+        #expect(Self.lines(machine.receiveBody(Array(Self.png[0..<4]), now: Self.t0)).isEmpty, "4 bytes cannot be judged")
+        #expect(Self.lines(machine.receiveBody(Array(Self.png[4..<50]), now: Self.t0)) == [
+            "head 200 MISS to 1", "head 200 COALESCED to 2", "body 4 to [1, 2]", "body 46 to [1, 2]",
+        ])
+        #expect(Self.lines(machine.attach(FetchMachine.Waiter(id: 3, request: Self.request()), collapsed: true)) == [
+            "attached 3", "head 200 COALESCED to 3", "body 4 to [3]", "body 46 to [3]",
+        ])
+        #expect(Self.lines(machine.receiveBody(Array(Self.png[50...]), now: Self.t0)) == ["body 50 to [1, 2, 3]"])
+        #expect(Self.lines(machine.receiveEnd(now: Self.t0)) == ["store 100", "end [1, 2, 3]", "closed", "finish"])
+    }
+
+    @Test("a 304 for the stale copy: refreshed once, every client served the refreshed copy, nothing cancelled")
+    func notModified() {
+        var machine = Self.machine(others: [Self.request()], revalidating: Self.stored(age: 120), reason: .stale)
+        #expect(Self.lines(machine.start()) == ["start If-None-Match: \"v1\""])
+        let lines = Self.lines(machine.receiveHead(HTTPResponseHead(status: 304, headers: ["ETag": "\"v1\"", "Cache-Control": "max-age=60"]),
+                                                   url: Self.url, redirects: [], now: Self.t0))
+        #expect(lines == [
+            "refresh \"v1\"",
+            "stored REVALIDATED imagecached; fwd=stale; fwd-status=304; stored to 1",
+            "stored COALESCED imagecached; fwd=stale; fwd-status=304; stored; collapsed to 2",
+            "closed", "finish",
+        ])
+    }
+
+    @Test("a 304 naming other validators: the outdated variant goes and the response is fetched again, unconditionally")
+    func notModifiedOtherValidators() {
+        var machine = Self.machine(revalidating: Self.stored(age: 120), reason: .stale)
+        _ = machine.start()
+        let lines = Self.lines(machine.receiveHead(HTTPResponseHead(status: 304, headers: ["ETag": "\"v2\""]),
+                                                   url: Self.url, redirects: [], now: Self.t0))
+        #expect(lines == ["remove variant \"\"", "cancel", "start"])
+        #expect(!machine.isFinished)
+        // The new 200 replaces the copy.
+        _ = machine.receiveHead(Self.head(), url: Self.url, redirects: [], now: Self.t0)
+        #expect(Self.lines(machine.receiveBody(Self.png, now: Self.t0)) == ["store 100", "whole 200 EXPIRED 100 to 1", "closed", "finish"])
+    }
+
+    @Test("a response that may not be shared goes to its leader only; the collapsed clients go upstream alone")
+    func unshareable() {
+        for extra in [[("Set-Cookie", "a=1")], [("Cache-Control", "private")], [("Vary", "*")]] {
+            var machine = Self.machine(others: [Self.request(), Self.request()])
+            _ = machine.start()
+            let lines = Self.lines(machine.receiveHead(Self.head(200, length: Self.png.count, extra), url: Self.url, redirects: [], now: Self.t0))
+            #expect(lines == ["closed", "alone [2, 3]"], "\(extra)")
+            #expect(machine.waiters.map(\.id) == [1])
+        }
+    }
+
+    @Test("Vary: clients whose field differs go to their variant's fetch; from a variant's fetch they go alone")
+    func varyMismatch() {
+        let webp = Self.request([("Accept", "image/webp")]), avif = Self.request([("Accept", "image/avif")])
+        for (variant, expected) in [("", "to variants [3]"), ("accept=image/webp", "alone [3]")] {
+            var machine = Self.machine(leader: webp, others: [webp, avif], variant: variant)
+            _ = machine.start()
+            let lines = Self.lines(machine.receiveHead(Self.head(200, length: Self.png.count, [("Vary", "Accept")]), url: Self.url, redirects: [], now: Self.t0))
+            #expect(lines == [expected])
+            #expect(machine.waiters.map(\.id) == [1, 2])
+            // A client that joins later with the other value is sent on too, without being attached.
+            #expect(Self.lines(machine.attach(FetchMachine.Waiter(id: 4, request: avif), collapsed: true))
+                    == [expected.replacingOccurrences(of: "3", with: "4")])
+        }
+    }
+
+    @Test("the last client leaving cancels the transfer, unless complete-abandoned-fetches is on")
+    func lastClientLeaves() {
+        var machine = Self.machine(others: [Self.request()])
+        _ = machine.start()
+        #expect(Self.lines(machine.detach(2)).isEmpty)
+        #expect(Self.lines(machine.detach(1)) == ["cancel", "closed", "finish"])
+        var keeps = Self.machine(rules: Self.rules(completeAbandoned: true))
+        _ = keeps.start()
+        #expect(Self.lines(keeps.detach(1)).isEmpty)
+        _ = keeps.receiveHead(Self.head(), url: Self.url, redirects: [], now: Self.t0)
+        #expect(Self.lines(keeps.receiveBody(Self.png, now: Self.t0)) == ["store 100", "closed", "finish"],
+                "fetched to the end and stored with no client")
+    }
+
+    @Test("a HEAD client gets the head and leaves; the fetch runs on to fill the cache even when its client goes")
+    func headFills() {
+        var machine = Self.machine(leader: Self.request(method: "HEAD"))
+        _ = machine.start()
+        _ = machine.receiveHead(Self.head(length: nil), url: Self.url, redirects: [], now: Self.t0)
+        #expect(Self.lines(machine.receiveBody(Array(Self.png[0..<50]), now: Self.t0)) == ["head 200 MISS to 1 (ends)"])
+        #expect(machine.waiters.isEmpty && machine.fillingForHead)
+        #expect(Self.lines(machine.detach(1)).isEmpty, "not cancelled: it fills the cache")
+        _ = machine.receiveBody(Array(Self.png[50...]), now: Self.t0)
+        #expect(Self.lines(machine.receiveEnd(now: Self.t0)) == ["store 100", "closed", "finish"])
+    }
+
+    @Test("refusals before the head: too large, not an image, an error status; every client gets the status, nothing stored")
+    func refusals() {
+        let cases: [(HTTPResponseHead, [String])] = [
+            (Self.head(length: 2 << 20), ["error upstream_too_large", "fail 502 [1, 2]", "cancel", "closed", "finish"]),
+            (HTTPResponseHead(status: 200, headers: ["Content-Type": "text/html"]),
+             ["error content_refused", "fail 502 [1, 2]", "cancel", "closed", "finish"]),
+            (HTTPResponseHead(status: 404, headers: ["Content-Type": "text/plain"]),
+             ["error upstream_status_4xx", "fail 404 [1, 2]", "cancel", "closed", "finish"]),
+        ]
+        for (head, expected) in cases {
+            var machine = Self.machine(others: [Self.request()])
+            _ = machine.start()
+            #expect(Self.lines(machine.receiveHead(head, url: Self.url, redirects: [], now: Self.t0)) == expected)
+        }
+    }
+
+    @Test("a body that breaks after the heads went out closes every client's connection; before, each gets 502")
+    func brokenBody() {
+        var streaming = Self.machine(others: [Self.request()])
+        _ = streaming.start()
+        _ = streaming.receiveHead(Self.head(length: 100), url: Self.url, redirects: [], now: Self.t0)
+        _ = streaming.receiveBody(Array(Self.png[0..<60]), now: Self.t0)
+        #expect(Self.lines(streaming.receiveEnd(now: Self.t0)) == ["error upstream_broken", "abort [1, 2]", "cancel", "closed", "finish"])
+        var waiting = Self.machine(others: [Self.request()])
+        _ = waiting.start()
+        #expect(Self.lines(waiting.receiveEnd(now: Self.t0)) == ["error upstream_broken", "fail 502 [1, 2]", "cancel", "closed", "finish"])
+    }
+
+    @Test("stale-if-error: a failed revalidation serves the stale copy when the copy, the request or the policy allows it")
+    func staleIfError() {
+        let cases: [(CacheEntry, FetchMachine.Rules, Bool)] = [
+            (Self.stored(age: 90, cacheControl: "max-age=60, stale-if-error=60"), Self.rules(), true),
+            (Self.stored(age: 90), Self.rules(staleIfError: 60), true),
+            (Self.stored(age: 90), Self.rules(), false),
+            (Self.stored(age: 90, cacheControl: "max-age=60, must-revalidate"), Self.rules(staleIfError: 60), false),
+        ]
+        for (entry, rules, serves) in cases {
+            var machine = Self.machine(others: [Self.request()], rules: rules, revalidating: entry, reason: .stale)
+            _ = machine.start()
+            let lines = Self.lines(machine.receiveFailure(.connect("refused"), now: Self.t0))
+            let expected = serves
+                ? ["error upstream_connect", "stored STALE imagecached; hit; ttl=-30; detail=stale-if-error to 1",
+                   "stored STALE imagecached; hit; ttl=-30; detail=stale-if-error to 2", "cancel", "closed", "finish"]
+                : ["error upstream_connect", "fail 502 [1, 2]", "cancel", "closed", "finish"]
+            #expect(lines == expected, "\(entry.cacheControl)")
+        }
+    }
+
+    @Test("the disk stage: a fresh copy serves every client; a stale one is revalidated once; none goes upstream")
+    func diskStage() {
+        var fresh = Self.machine(others: [Self.request()])
+        #expect(Self.lines(fresh.start(fromDisk: .entry(Self.stored(age: 10)), removalsSeen: 0, now: Self.t0)) == [
+            "promote", "stored HIT imagecached; hit; ttl=50; detail=disk to 1", "stored HIT imagecached; hit; ttl=50; detail=disk to 2",
+            "closed", "finish",
+        ])
+        var stale = Self.machine(others: [Self.request()])
+        #expect(Self.lines(stale.start(fromDisk: .entry(Self.stored(age: 90)), removalsSeen: 0, now: Self.t0))
+                == ["promote", "start If-None-Match: \"v1\""])
+        var noValidator = Self.machine()
+        #expect(Self.lines(noValidator.start(fromDisk: .entry(Self.stored(age: 90, etag: nil)), removalsSeen: 0, now: Self.t0))
+                == ["promote", "start"])
+        var missing = Self.machine()
+        #expect(Self.lines(missing.start(fromDisk: nil, removalsSeen: 0, now: Self.t0)) == ["start"])
+    }
+
+    @Test("over the in-flight budget the kept body is let go: streamed on, not stored, no newcomer joins")
+    func overBudget() {
+        var machine = Self.machine()
+        _ = machine.start()
+        _ = machine.receiveHead(Self.head(length: nil), url: Self.url, redirects: [], now: Self.t0)
+        _ = machine.receiveBody(Array(Self.png[0..<50]), now: Self.t0)
+        #expect(machine.keepsBody && machine.keptBytes == 50)
+        #expect(Self.lines(machine.bodiesOverBudget(limit: 10)) == ["closed"])
+        #expect(!machine.keepsBody && !machine.joinable)
+        _ = machine.receiveBody(Array(Self.png[50...]), now: Self.t0)
+        #expect(Self.lines(machine.receiveEnd(now: Self.t0)) == ["end [1]", "finish"])
+    }
+}
