@@ -5,10 +5,10 @@
 //
 //   connection loop             disk read queue (concurrent)                    proxy queue
 //   memory miss ── lookup ───>  open, pread, verify checksums ── fresh ──> promote into memory, respond
-//        │                                                   └ stale / stream / vary / nil ──> dispatch(answer)
-//        └ index knows the key is absent ── at once ───────────────────────────────────────────> dispatch(nil)
+//        │                                                   └ stale / stream / vary / nil ──> coalescer.dispatch(answer)
+//        └ index knows the key is absent ── at once ───────────────────────────────────────────> coalescer.dispatch(nil)
 //
-// Anything the hit path cannot finish goes to `dispatch` with the answer in hand, so the disk is read once per
+// Anything the hit path cannot finish goes to `Coalescer.dispatch` with the answer in hand, so the disk is read once per
 // request: a coalesced fetch may start from it (revalidate the stale copy, stream the large body, or go upstream).
 // Concurrent misses of one key each read the file (reads are cheap and need no order); the origin is still asked
 // once, through the coalescer.
@@ -16,7 +16,7 @@
 internal import Dispatch
 internal import Foundation
 
-/// Whether the disk tier was already asked for a request that reaches `dispatch`.
+/// Whether the disk tier was already asked for a request that reaches `Coalescer.dispatch`.
 enum DiskProbe: Sendable {
     /// Not asked (no disk tier, or a path that does not look on disk first).
     case notAsked

@@ -10,8 +10,8 @@
 //             the waiters in the order they came (ids, requests).
 //   clients   per waiter id: its sink and the body bytes handed to it (its backlog is that minus what it has taken).
 //             Every chunk is handed to each sink as the same [UInt8] array (shared storage, not copied).
-//   transfer  the upstream transfer of the current `generation` (a restart after a 304 naming other validators, or
-//             the disk read after a 304 for a large copy, bumps it: events of an earlier transfer are ignored).
+//   transfer  the upstream transfer of the current `generation` (a restart after a 304, or the disk read of a large
+//             copy confirmed by a 304 or kept by stale-if-error, bumps it: events of an earlier transfer are ignored).
 //
 // Backpressure (`applyBackpressure`, after every upstream event while streaming): the fetch counts the bytes it keeps
 // alive in the daemon-wide in-flight total (its kept body while it may be stored, else what its slowest client has

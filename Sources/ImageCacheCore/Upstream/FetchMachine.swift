@@ -6,15 +6,19 @@
 //
 // States (each carries its own data; `finished` is terminal)
 //
-//   lookingOnDisk(confirmed, removalsSeen) ── disk answer ──> a waiter the stored copy serves is answered from it;
-//        │                                                    the rest go upstream (revalidating it if it can)
-//        └────────────────────────────────────────────────> waitingForHead(Upstream: what is revalidated, when asked)
+//   lookingOnDisk(confirmed, removalsSeen, fallback) ── disk answer ──> a waiter the stored copy serves is answered
+//        │                                                              from it; the rest go upstream (revalidating
+//        │                                                              it if it can, else `fallback`)
+//        └──────────────────────────────────────────────────────────> waitingForHead(Upstream: what is revalidated,
+//                                                                                     when asked)
 //   waitingForHead ── 304 for the revalidated copy ──> each waiter served the refreshed copy ──> finished
-//                  ── 304 for a large disk copy ─────> lookingOnDisk(confirmed: the outcome)   (the body is in its file)
+//                  ── 304 for a large disk copy ─────> kept: lookingOnDisk(confirmed: the outcome) (the body is in its
+//                                                      file); not kept: waitingForHead again, unconditional
 //                  ── 304 naming other validators ───> waitingForHead again, unconditional      (outdated copy removed)
 //                  ── 200/203 ───────────────────────> checkingBody(Response, first bytes, chunks held back)
-//                  ── other status, failure ─────────> stale-if-error serves the stale copy, else every waiter gets
-//                                                      the error ──> finished
+//                  ── other status, failure ─────────> stale-if-error serves the stale copy (a large disk copy: from
+//                                                      lookingOnDisk(confirmed)), else every waiter gets the error
+//                                                      ──> finished
 //   checkingBody ── image checks pass ──> streaming(Response) (or, when the whole body is in, each waiter gets its
 //                                         whole response in one call and the fetch finishes)
 //   streaming ── end ──> store, end every waiter ──> finished
@@ -91,8 +95,9 @@ struct FetchMachine {
 
     enum State {
         /// Asking the disk tier (a memory miss, or the body of a large copy just confirmed by a 304 or kept by
-        /// stale-if-error: `confirmed` is the outcome every waiter is then served with).
-        case lookingOnDisk(confirmed: CacheOutcome?, removalsSeen: UInt64?)
+        /// stale-if-error: `confirmed` is the outcome every waiter is then served with). `fallback`: a memory copy
+        /// to revalidate when the disk's has no validators (one that landed between the lookup and the dispatch).
+        case lookingOnDisk(confirmed: CacheOutcome?, removalsSeen: UInt64?, fallback: Revalidation?)
         case waitingForHead(Upstream)
         /// The image checks wait for the body's first bytes; chunks that came meanwhile are held back.
         case checkingBody(Response, prefix: [UInt8], heldBack: [[UInt8]])
@@ -152,7 +157,8 @@ struct FetchMachine {
     /// The actions of the event being handled.
     private var actions: [Action] = []
 
-    /// A fetch that starts upstream (`revalidating`: a stale copy to revalidate) or, with `disk`, from a disk answer.
+    /// A fetch for `key` led by `leader` (`revalidating`: a stale copy to revalidate). `start` or `start(fromDisk:)`
+    /// takes its first step.
     init(key: CacheKey, leader: ClientRequest, reason: CacheOutcome.Forward, variant: String = "", rules: Rules,
          revalidating: CacheEntry?, now: Date) {
         self.key = key
@@ -188,7 +194,9 @@ struct FetchMachine {
     /// The first step when the caller already has the disk tier's answer for the leader's variant (`removalsSeen`:
     /// the memory tier's removal count read before it asked, for a promotion).
     mutating func start(fromDisk answer: DiskLookup?, removalsSeen: UInt64, now: Date) -> [Action] {
-        state = .lookingOnDisk(confirmed: nil, removalsSeen: removalsSeen)
+        var fallback: Revalidation?
+        if case let .waitingForHead(upstream) = state { fallback = upstream.revalidating }
+        state = .lookingOnDisk(confirmed: nil, removalsSeen: removalsSeen, fallback: fallback)
         handleDisk(answer, now: now)
         return takeActions()
     }
@@ -299,7 +307,7 @@ struct FetchMachine {
     // MARK: the disk stage
 
     private mutating func handleDisk(_ result: DiskLookup?, now: Date) {
-        guard case let .lookingOnDisk(confirmed, removalsSeen) = state else { return }
+        guard case let .lookingOnDisk(confirmed, removalsSeen, fallback) = state else { return }
         let stored: CacheEntry?, file: FileBody?
         switch result {
         case let .entry(entry): (stored, file) = (entry, nil)
@@ -335,7 +343,7 @@ struct FetchMachine {
             // A large body: sent to all from its file (one FileBody, sendfile per connection) only when it serves
             // all; else the origin is asked once for all of them.
             guard remaining.isEmpty else {
-                let revalidating = stored.hasValidators ? Revalidation(entry: stored, bodyInFile: true) : nil
+                let revalidating = stored.hasValidators ? Revalidation(entry: stored, bodyInFile: true) : fallback
                 return goUpstream(revalidating: revalidating, now: now)
             }
             closeToNewcomers()
@@ -350,14 +358,20 @@ struct FetchMachine {
         }
         waiters = remaining
         guard !waiters.isEmpty else { return finish() }
-        goUpstream(revalidating: stored.hasValidators ? Revalidation(entry: stored, bodyInFile: false) : nil, now: now)
+        goUpstream(revalidating: stored.hasValidators ? Revalidation(entry: stored, bodyInFile: false) : fallback, now: now)
     }
 
     /// Leaves the disk stage for the origin. (No waiter said only-if-cached: CacheDecision refused those where they
     /// were looked up.)
     private mutating func goUpstream(revalidating: Revalidation?, now: Date) {
-        state = .waitingForHead(Upstream(revalidating: revalidating, requestTime: now))
         guard !waiters.isEmpty else { return finish() }
+        restartUpstream(revalidating: revalidating, now: now)
+    }
+
+    /// A new upstream request, whoever waits (after a 304 the fetch may be running on with no waiter, to fill the
+    /// cache: complete-abandoned-fetches).
+    private mutating func restartUpstream(revalidating: Revalidation?, now: Date) {
+        state = .waitingForHead(Upstream(revalidating: revalidating, requestTime: now))
         actions.append(.startTransfer(conditional: revalidating?.entry.conditionalHeaders ?? HTTPHeaders()))
     }
 
@@ -373,7 +387,7 @@ struct FetchMachine {
     /// After a 304 (or stale-if-error) for a large disk copy: the body streams from its file, looked up again.
     private mutating func serveFromDisk(confirmed outcome: CacheOutcome) {
         actions.append(.cancelTransfer)
-        state = .lookingOnDisk(confirmed: outcome, removalsSeen: nil)
+        state = .lookingOnDisk(confirmed: outcome, removalsSeen: nil, fallback: nil)
         actions.append(.lookOnDisk)
     }
 
@@ -448,7 +462,7 @@ struct FetchMachine {
             actions.append(.log(.notice, "\(key): 304 does not match the stored validators; fetching the whole response"))
             actions.append(.remove(variant: entry.variantID))
             actions.append(.cancelTransfer)
-            return goUpstream(revalidating: nil, now: now)
+            return restartUpstream(revalidating: nil, now: now)
         }
         let refreshed = entry.refreshed(with: head, requestTime: requestTime, responseTime: now,
                                         policy: rules.freshnessPolicy)
@@ -463,7 +477,7 @@ struct FetchMachine {
             // file is gone, so fetch the whole response instead.
             if keep { return serveFromDisk(confirmed: CacheOutcome(forward: reason, forwardStatus: 304, stored: true)) }
             actions.append(.cancelTransfer)
-            return goUpstream(revalidating: nil, now: now)
+            return restartUpstream(revalidating: nil, now: now)
         }
         // A 304 that may not be shared (Set-Cookie, private, no-store, Vary: *) goes to the leader only, as a 200
         // would: the others go upstream on their own.
@@ -489,15 +503,18 @@ struct FetchMachine {
     }
 
     private mutating func handleBody(_ chunk: [UInt8], now: Date) {
-        var response: Response
+        var response: Response, checking: (prefix: [UInt8], heldBack: [[UInt8]])?
         switch state {
-        case let .checkingBody(checked, _, _), let .streaming(checked): response = checked
+        case let .checkingBody(checked, prefix, heldBack): (response, checking) = (checked, (prefix, heldBack))
+        case let .streaming(streamed): (response, checking) = (streamed, nil)
         default: return
         }
-        response.received += chunk.count
-        if let length = response.bodyLength, response.received > length {
+        if let length = response.bodyLength, response.received + chunk.count > length {
             return fail(.broken("more body bytes than the Content-Length of \(length)"), now: now)
         }
+        // The state lets go of its copies, so the kept chunks are appended to in place, not copied per chunk.
+        state = .finished
+        response.received += chunk.count
         var stopsKeeping = false
         if response.kept != nil {
             response.kept!.append(chunk)
@@ -510,16 +527,15 @@ struct FetchMachine {
                 stopsKeeping = true
             }
         }
-        switch state {
-        case .checkingBody(_, var prefix, var heldBack):
-            if prefix.count < ImageSignature.bytesNeeded {
-                prefix.append(contentsOf: chunk.prefix(ImageSignature.bytesNeeded - prefix.count))
+        if var checking = checking.take() {
+            if checking.prefix.count < ImageSignature.bytesNeeded {
+                checking.prefix.append(contentsOf: chunk.prefix(ImageSignature.bytesNeeded - checking.prefix.count))
             }
-            heldBack.append(chunk)
-            state = .checkingBody(response, prefix: prefix, heldBack: heldBack)
+            checking.heldBack.append(chunk)
+            state = .checkingBody(response, prefix: checking.prefix, heldBack: checking.heldBack)
             if stopsKeeping { closeToNewcomers() }
             checkBody(complete: response.bodyComplete)
-        default:
+        } else {
             state = .streaming(response)
             if stopsKeeping { closeToNewcomers() }
             // Store before the last bytes go out: a client that has its whole body and asks again must hit.
@@ -616,7 +632,7 @@ struct FetchMachine {
     private mutating func refuseAll(status: Int, reason: String, kind: String = "content_refused") {
         actions.append(.log(.notice, "\(status) \(key): \(reason)"))
         actions.append(.countError(kind))
-        actions.append(.fail(waiters.map(\.id), status: status, reason: reason))
+        if !waiters.isEmpty { actions.append(.fail(waiters.map(\.id), status: status, reason: reason)) }
         actions.append(.cancelTransfer)
         finish()
     }

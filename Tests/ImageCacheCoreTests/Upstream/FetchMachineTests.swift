@@ -251,6 +251,23 @@ struct FetchMachineTests {
                 == ["promote", "start"])
         var missing = Self.machine()
         #expect(Self.lines(missing.start(fromDisk: nil, removalsSeen: 0, now: Self.t0)) == ["start"])
+        // A stale memory copy the coalescer found (landed after the lookup) is revalidated when the disk's copy has no
+        // validators.
+        var inMemory = Self.machine(revalidating: Self.stored(age: 120), reason: .stale)
+        #expect(Self.lines(inMemory.start(fromDisk: .entry(Self.stored(age: 90, etag: nil)), removalsSeen: 0, now: Self.t0))
+                == ["promote", "start If-None-Match: \"v1\""])
+    }
+
+    @Test("with complete-abandoned-fetches, a 304 naming other validators fetches the whole response for the cache even with no client left")
+    func restartWithoutClients() {
+        var machine = Self.machine(rules: Self.rules(completeAbandoned: true), revalidating: Self.stored(age: 120), reason: .stale)
+        _ = machine.start()
+        #expect(Self.lines(machine.detach(1)).isEmpty)
+        let lines = Self.lines(machine.receiveHead(HTTPResponseHead(status: 304, headers: ["ETag": "\"v2\""]),
+                                                   url: Self.url, redirects: [], now: Self.t0))
+        #expect(lines == ["remove variant \"\"", "cancel", "start"])
+        _ = machine.receiveHead(Self.head(), url: Self.url, redirects: [], now: Self.t0)
+        #expect(Self.lines(machine.receiveBody(Self.png, now: Self.t0)) == ["store 100", "closed", "finish"])
     }
 
     @Test("over the in-flight budget the kept body is let go: streamed on, not stored, no newcomer joins")
