@@ -14,9 +14,14 @@
 //   STALE        imagecached; hit; ttl=-N; detail=stale-if-error   stale, served because the origin failed and
 //                                                               stale-if-error (directive or the offline policy) allows it
 // A Cache-Status the origin already sent is kept and ours is appended (RFC 9211 section 2).
+//
+// The outcome is one value handed along with the response: whoever produces a response tells its sink first
+// (`ResponseSink.note`), and the fields (Cache-Status, X-Cache), the metrics label (`served`), the access log and
+// prefetch's report are all rendered from it. Nothing reads a response's fields back to learn what happened; a
+// response with no outcome is the daemon's own error answer.
 
 /// How a response was produced.
-struct CacheOutcome: Sendable, Equatable {
+public struct CacheOutcome: Sendable, Equatable {
     enum Forward: String, Sendable, Equatable {
         case miss, stale, request, bypass
         case varyMiss = "vary-miss"
@@ -33,6 +38,17 @@ struct CacheOutcome: Sendable, Equatable {
     var detail: String?
 
     static func hit(ttl: Double, detail: String? = nil) -> CacheOutcome { CacheOutcome(forward: nil, ttl: ttl, detail: detail) }
+
+    /// The label the response is counted under (requests_total, served_bytes_total by outcome).
+    var served: ServedOutcome {
+        guard let forward else { return (ttl ?? 0) < 0 ? .stale : detail == "disk" ? .diskHit : .hit }
+        if collapsed { return .coalesced }
+        switch forward {
+        case .stale: return forwardStatus == 304 ? .revalidated : .expired
+        case .bypass: return .bypass
+        case .miss, .request, .varyMiss: return forwardStatus == 304 ? .revalidated : .miss
+        }
+    }
 
     var xCache: String {
         guard let forward else { return (ttl ?? 0) < 0 ? "STALE" : "HIT" }

@@ -139,12 +139,9 @@ final class PrefetchSink: ResponseSink, @unchecked Sendable {
         report(status, xCache, bytes, why)
     }
 
-    private func started(_ head: HTTPResponseHead) {
-        lock.withLock {
-            status = head.status
-            xCache = head.headers["X-Cache"] ?? "-"
-        }
-    }
+    func note(_ outcome: CacheOutcome) { lock.withLock { xCache = outcome.xCache } }
+
+    private func started(_ head: HTTPResponseHead) { lock.withLock { status = head.status } }
 
     func head(_ head: HTTPResponseHead, bodyLength: Int?) { started(head) }
     func body(_ chunk: [UInt8]) { lock.withLock { bytes += chunk.count } }
@@ -159,7 +156,6 @@ final class PrefetchSink: ResponseSink, @unchecked Sendable {
     func respond(_ head: SerializedResponseHead, extra: HTTPHeaders, file: FileBody) {
         lock.withLock {
             status = head.status
-            xCache = extra["X-Cache"] ?? head.headers["X-Cache"] ?? "-"
             bytes += file.length
         }
         finish(failure: nil)

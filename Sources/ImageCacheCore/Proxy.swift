@@ -154,10 +154,10 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
              now time: Date, tier: String?, file: FileBody? = nil, probe: DiskProbe = .notAsked) {
         switch decision {
         case .serve:
-            guard let stored, let outcome = decision.servedOutcome(tier: tier), let counted = decision.servedCount(tier: tier)
+            guard let stored, let outcome = decision.servedOutcome(tier: tier)
             else { preconditionFailure("a decision to serve needs a stored variant") }
             StoredResponse.send(stored, to: sink, request: request, outcome: outcome, now: time, file: file)
-            countHit(stored, request: request, outcome: counted, bodyBytes: file?.length)
+            countHit(stored, request: request, outcome: outcome.served, bodyBytes: file?.length)
         case let .refuse(status, reason):
             refuse(sink, status: status, reason: reason, request: request.head, client: request.client)
         case let .forward(reason, _):

@@ -10,6 +10,7 @@ enum StoredResponse {
     /// disk body too large for memory, sent with sendfile; the entry's own body is then empty).
     static func send(_ entry: CacheEntry, to sink: any ResponseSink, request: ClientRequest, outcome: CacheOutcome,
                      now: Date, file: FileBody? = nil) {
+        sink.note(outcome)
         if request.clientValidatorsMatch(entry) {
             let (head, _) = Self.head(for: entry, request: request, outcome: outcome, now: now)
             sink.head(head, bodyLength: nil)

@@ -111,14 +111,4 @@ enum CacheDecision: Sendable, Equatable {
         case let .stale(staleness, .staleIfError): return .hit(ttl: -max(staleness, 1), detail: StaleReason.staleIfError.rawValue)
         }
     }
-
-    /// How a served response is counted (metrics): a fresh disk hit apart, any stale one as stale. nil for decisions
-    /// that serve nothing.
-    func servedCount(tier: String?) -> ServedOutcome? {
-        guard case let .serve(serve) = self else { return nil }
-        switch serve {
-        case .fresh: return tier == nil ? .hit : .diskHit
-        case .stale: return .stale
-        }
-    }
 }

@@ -39,11 +39,13 @@ final class AccessLogSink: ResponseSink {
         started = ContinuousClock.now
     }
 
+    func note(_ outcome: CacheOutcome) {
+        state.withLock { $0.xCache = outcome.xCache }
+        inner.note(outcome)
+    }
+
     private func started(_ head: HTTPResponseHead) {
-        state.withLock {
-            $0.status = head.status
-            $0.xCache = head.headers["X-Cache"] ?? "-"
-        }
+        state.withLock { $0.status = head.status }
     }
 
     private func finish(_ outcome: String) {
@@ -102,7 +104,6 @@ final class AccessLogSink: ResponseSink {
     private func startedPrepared(_ head: SerializedResponseHead, extra: HTTPHeaders, bodyBytes: Int) {
         state.withLock {
             $0.status = head.status
-            $0.xCache = extra["X-Cache"] ?? head.headers["X-Cache"] ?? "-"
             $0.bytes += bodyBytes
         }
     }

@@ -4,7 +4,7 @@
 // Data model
 //   requests, servedBytes     one relaxed atomic per cache outcome (hit, disk_hit, stale, miss, ...), bumped on the
 //                             queue that answers: a memory hit on its connection's loop, everything else as its sink
-//                             sees the response head and body (MetricsSink).
+//                             is told the response's outcome and sees its body (MetricsSink).
 //   upstream*, fetchWaiters   bumped by Fetch on the proxy queue, still through atomics (no lock, no hop).
 //   errors, hosts             string-keyed, rare (errors) or slow-path only (hosts: one update per upstream transfer):
 //                             each behind its own Mutex.
@@ -65,33 +65,10 @@ final class Histogram: Sendable {
     }
 }
 
-/// How a request was answered, as counted (the X-Cache vocabulary, with disk hits told apart, and errors).
+/// How a request was answered, as counted (`CacheOutcome.served`: the X-Cache vocabulary, with disk hits told apart;
+/// `error` for the daemon's own error answers).
 public enum ServedOutcome: String, Sendable, CaseIterable, Codable {
     case hit, diskHit = "disk_hit", stale, miss, coalesced, revalidated, expired, bypass, error
-
-    /// From the X-Cache and Cache-Status fields of a response head (nil X-Cache: an error answered by the daemon).
-    init(head: HTTPResponseHead) {
-        self.init(status: head.status, xCache: head.headers["X-Cache"], cacheStatus: head.headers["Cache-Status"])
-    }
-
-    /// From a prepared head and its per-response fields (which carry X-Cache and Cache-Status for stored entries).
-    init(prepared head: SerializedResponseHead, extra: HTTPHeaders) {
-        self.init(status: head.status, xCache: extra["X-Cache"] ?? head.headers["X-Cache"],
-                  cacheStatus: extra["Cache-Status"] ?? head.headers["Cache-Status"])
-    }
-
-    init(status: Int, xCache: String?, cacheStatus: String?) {
-        switch xCache {
-        case "HIT"?: self = (cacheStatus?.contains("detail=disk") ?? false) ? .diskHit : .hit
-        case "STALE"?: self = .stale
-        case "MISS"?: self = .miss
-        case "COALESCED"?: self = .coalesced
-        case "REVALIDATED"?: self = .revalidated
-        case "EXPIRED"?: self = .expired
-        case "BYPASS"?: self = .bypass
-        default: self = status >= 400 ? .error : .miss
-        }
-    }
 
     /// Served from stored bytes without transferring the body upstream.
     var fromCache: Bool { [.hit, .diskHit, .stale, .revalidated].contains(self) }
@@ -363,9 +340,9 @@ extension DaemonStats {
 
 // MARK: - The sink that counts
 
-/// Counts one response's outcome (from its head) and body bytes, then forwards every call. Wraps the sink of
-/// every request that leaves the connection's loop (misses, stale, bypass, disk); fresh memory hits are counted
-/// where they are answered, without a wrapper.
+/// Counts one response's outcome (as noted before its head: `note`; none noted, the daemon's own error answer) and
+/// body bytes, then forwards every call. Wraps the sink of every request that leaves the connection's loop (misses,
+/// stale, bypass, disk); fresh memory hits are counted where they are answered, without a wrapper.
 final class MetricsSink: ResponseSink {
     private let inner: any ResponseSink
     private let metrics: ProxyMetrics
@@ -379,7 +356,13 @@ final class MetricsSink: ResponseSink {
         countsBody = !isHead
     }
 
-    private func started(_ head: HTTPResponseHead) { started(ServedOutcome(head: head)) }
+    func note(_ outcome: CacheOutcome) {
+        started(outcome.served)
+        inner.note(outcome)
+    }
+
+    /// The head goes out: counted as the noted outcome, or as an error when none was noted.
+    private func started() { started(.error) }
 
     private func started(_ outcome: ServedOutcome) {
         let index = ServedOutcome.allCases.firstIndex(of: outcome)!
@@ -394,7 +377,7 @@ final class MetricsSink: ResponseSink {
     }
 
     func head(_ head: HTTPResponseHead, bodyLength: Int?) {
-        started(head)
+        started()
         inner.head(head, bodyLength: bodyLength)
     }
 
@@ -406,13 +389,12 @@ final class MetricsSink: ResponseSink {
     func end() { inner.end() }
 
     func respond(_ head: HTTPResponseHead, body: [UInt8]) {
-        started(head)
+        started()
         if head.status != 304 { count(body.count) }
         inner.respond(head, body: body)
     }
 
-    /// Passes the prepared head through (the outcome read from the per-response fields), so a hit answered
-    /// through this sink keeps the serialised fast path.
+    /// Passes the prepared head through, so a hit answered through this sink keeps the serialised fast path.
     func respond(_ head: SerializedResponseHead, extra: HTTPHeaders, body: [UInt8]) {
         startedPrepared(head, extra: extra, bodyBytes: body.count)
         inner.respond(head, extra: extra, body: body)
@@ -424,7 +406,7 @@ final class MetricsSink: ResponseSink {
     }
 
     private func startedPrepared(_ head: SerializedResponseHead, extra: HTTPHeaders, bodyBytes: Int) {
-        started(ServedOutcome(prepared: head, extra: extra))
+        started()
         if head.status != 304 { count(bodyBytes) }
     }
 

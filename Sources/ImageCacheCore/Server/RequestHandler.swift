@@ -62,6 +62,11 @@ public protocol ResponseSink: AnyObject, Sendable {
     /// The response cannot be completed: the connection is closed at once so that the client sees a
     /// truncated response (short Content-Length or no last chunk), never a complete short one.
     func abort()
+    /// How the response about to be sent was produced (hit, miss, coalesced, ...). Told before its head (or its
+    /// `respond`) by whoever produces a cache response, so that sinks which count or log (metrics, the access log,
+    /// prefetch) never read it back from the fields; a response with none is the daemon's own error answer.
+    /// Sinks that write to a client ignore it.
+    func note(_ outcome: CacheOutcome)
     /// Registers a callback run once, on the connection's loop thread, when the client goes away before the
     /// response has ended (peer closed, reset, write error or timeout). Run at once if it is already gone.
     func onCancel(_ callback: @escaping @Sendable () -> Void)
@@ -76,6 +81,8 @@ public protocol ResponseSink: AnyObject, Sendable {
 }
 
 extension ResponseSink {
+    public func note(_ outcome: CacheOutcome) {}
+
     /// A sink that is not a client connection is never behind.
     public var bytesWritten: Int { Int.max }
     public func whenWritten(_ bytes: Int, _ callback: @escaping @Sendable () -> Void) { callback() }

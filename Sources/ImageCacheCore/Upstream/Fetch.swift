@@ -181,8 +181,9 @@ final class Fetch: @unchecked Sendable {
             readDisk()
         case let .waiterAttached(waiters):
             context.events?(.waiterAttached(key: key, waiters: waiters))
-        case let .sendHead(head, bodyLength, id, ends):
+        case let .sendHead(head, outcome, bodyLength, id, ends):
             guard let client = clients[id] else { return }
+            client.sink.note(outcome)
             client.sink.head(head, bodyLength: bodyLength)
             if ends {
                 // A HEAD client has what it asked for; the transfer goes on for the cache.
@@ -195,8 +196,10 @@ final class Fetch: @unchecked Sendable {
                 clients[id]!.sentBytes += chunk.count
                 sink.body(chunk)
             }
-        case let .respondWhole(head, body, id):
-            clients.removeValue(forKey: id)?.sink.respond(head, body: body)
+        case let .respondWhole(head, outcome, body, id):
+            guard let client = clients.removeValue(forKey: id) else { return }
+            client.sink.note(outcome)
+            client.sink.respond(head, body: body)
         case let .respondStored(entry, outcome, file, now, id):
             guard let client = clients.removeValue(forKey: id) else { return }
             StoredResponse.send(entry, to: client.sink, request: client.request, outcome: outcome, now: now, file: file)

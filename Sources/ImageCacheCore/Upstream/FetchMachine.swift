@@ -113,11 +113,12 @@ struct FetchMachine {
         case lookOnDisk
         /// A waiter joined; `waiters` counts them now.
         case waiterAttached(waiters: Int)
-        /// Send a response head; `ends`: the response ends with it (a HEAD request).
-        case sendHead(HTTPResponseHead, bodyLength: Int?, to: Int, ends: Bool)
+        /// Send a response head (`outcome`: how it was produced, already rendered in its fields); `ends`: the
+        /// response ends with it (a HEAD request).
+        case sendHead(HTTPResponseHead, outcome: CacheOutcome, bodyLength: Int?, to: Int, ends: Bool)
         case sendBody([UInt8], to: [Int])
         /// Send a whole response (head and body) in one call.
-        case respondWhole(HTTPResponseHead, body: [UInt8], to: Int)
+        case respondWhole(HTTPResponseHead, outcome: CacheOutcome, body: [UInt8], to: Int)
         /// Answer from a stored copy (its body, or `file` for a large one on disk).
         case respondStored(CacheEntry, outcome: CacheOutcome, file: FileBody?, now: Date, to: Int)
         case end([Int])
@@ -563,7 +564,8 @@ struct FetchMachine {
                 let body = heldBack.count == 1 ? heldBack[0] : Array(heldBack.joined())
                 for index in waiters.indices {
                     waiters[index].sentHead = true
-                    actions.append(.respondWhole(clientHead(response, for: waiters[index]), body: body, to: waiters[index].id))
+                    let (head, outcome) = clientHead(response, for: waiters[index])
+                    actions.append(.respondWhole(head, outcome: outcome, body: body, to: waiters[index].id))
                 }
                 return finish()
             }
@@ -575,7 +577,7 @@ struct FetchMachine {
     }
 
     /// The head a waiter gets for the upstream response: no Content-Length (the sink frames), Cache-Status, X-Cache.
-    private func clientHead(_ response: Response, for waiter: Waiter) -> HTTPResponseHead {
+    private func clientHead(_ response: Response, for waiter: Waiter) -> (HTTPResponseHead, CacheOutcome) {
         var headers = response.head.headers
         headers.remove("Content-Length")
         var outcome = CacheOutcome(forward: reason, forwardStatus: response.head.status)
@@ -585,13 +587,14 @@ struct FetchMachine {
         }
         outcome.collapsed = waiter.collapsed
         outcome.apply(to: &headers)
-        return HTTPResponseHead(status: response.head.status, reason: response.head.reason, headers: headers)
+        return (HTTPResponseHead(status: response.head.status, reason: response.head.reason, headers: headers), outcome)
     }
 
     private mutating func sendHead(_ response: Response, toWaiterAt index: Int) {
         let waiter = waiters[index]
         // A HEAD client has what it asked for with the head; the transfer goes on for the cache.
-        actions.append(.sendHead(clientHead(response, for: waiter), bodyLength: response.bodyLength, to: waiter.id,
+        let (head, outcome) = clientHead(response, for: waiter)
+        actions.append(.sendHead(head, outcome: outcome, bodyLength: response.bodyLength, to: waiter.id,
                                  ends: waiter.request.isHead))
         waiters[index].sentHead = true
     }

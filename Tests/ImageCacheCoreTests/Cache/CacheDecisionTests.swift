@@ -112,7 +112,7 @@ struct CacheDecisionTests {
         #expect((decision != nil) == served)
         if let decision {
             #expect(decision.servedOutcome(tier: nil)?.detail == "stale-if-error")
-            #expect(decision.servedCount(tier: nil) == .stale)
+            #expect(decision.servedOutcome(tier: nil)?.served == .stale)
         }
     }
 
@@ -121,10 +121,10 @@ struct CacheDecisionTests {
         let fresh = CacheDecision.serve(.fresh(ttl: 42))
         #expect(fresh.servedOutcome(tier: nil)?.cacheStatus == "imagecached; hit; ttl=42")
         #expect(fresh.servedOutcome(tier: "disk")?.cacheStatus == "imagecached; hit; ttl=42; detail=disk")
-        #expect(fresh.servedCount(tier: nil) == .hit && fresh.servedCount(tier: "disk") == .diskHit)
+        #expect(fresh.servedOutcome(tier: nil)?.served == .hit && fresh.servedOutcome(tier: "disk")?.served == .diskHit)
         let stale = CacheDecision.serve(.stale(staleness: 7.5, why: .maxStale))
         #expect(stale.servedOutcome(tier: "disk")?.cacheStatus == "imagecached; hit; ttl=-8; detail=disk")
-        #expect(stale.servedOutcome(tier: nil)?.xCache == "STALE" && stale.servedCount(tier: "disk") == .stale)
+        #expect(stale.servedOutcome(tier: nil)?.xCache == "STALE" && stale.servedOutcome(tier: "disk")?.served == .stale)
         #expect(CacheDecision.forward(.miss, conditional: false).servedOutcome(tier: nil) == nil)
     }
 }

@@ -110,6 +110,28 @@ struct RouteTests {
         #expect(headers["Cache-Status"] == "cdn; hit, imagecached; hit; ttl=5")
     }
 
+    @Test("one outcome value gives the X-Cache word and the metrics label together, for every kind of answer")
+    func outcomeLabels() {
+        let cases: [(CacheOutcome, String, ServedOutcome)] = [
+            (.hit(ttl: 5), "HIT", .hit),
+            (.hit(ttl: 5, detail: "disk"), "HIT", .diskHit),
+            (.hit(ttl: -3), "STALE", .stale),
+            (.hit(ttl: -3, detail: "disk"), "STALE", .stale),
+            (.hit(ttl: -3, detail: "stale-if-error"), "STALE", .stale),
+            (CacheOutcome(forward: .miss, forwardStatus: 200, stored: true), "MISS", .miss),
+            (CacheOutcome(forward: .miss, forwardStatus: 200, collapsed: true), "COALESCED", .coalesced),
+            (CacheOutcome(forward: .stale, forwardStatus: 304, stored: true), "REVALIDATED", .revalidated),
+            (CacheOutcome(forward: .stale, forwardStatus: 200, stored: true), "EXPIRED", .expired),
+            (CacheOutcome(forward: .request, forwardStatus: 304), "REVALIDATED", .revalidated),
+            (CacheOutcome(forward: .request, forwardStatus: 200), "MISS", .miss),
+            (CacheOutcome(forward: .varyMiss, forwardStatus: 200), "MISS", .miss),
+            (CacheOutcome(forward: .bypass, forwardStatus: 200), "BYPASS", .bypass),
+        ]
+        for (outcome, xCache, served) in cases {
+            #expect(outcome.xCache == xCache && outcome.served == served, "\(outcome.cacheStatus)")
+        }
+    }
+
     @Test("a reverse-proxy target cannot name another host or climb out of the origin's base path (a target whose dot segments leave the prefix is routed where it lands: no origin there, 404)", arguments: [
         "/img/.attacker.net/a.jpg", "/img?.attacker.net/a.jpg", "/img/:22/x", "/img/../x", "/img/%2e%2e/x",
     ])

@@ -60,9 +60,10 @@ struct FetchMachineTests {
             case .cancelTransfer: "cancel"
             case .lookOnDisk: "look on disk"
             case let .waiterAttached(waiters): "attached \(waiters)"
-            case let .sendHead(head, _, to, ends): "head \(head.status) \(head.headers["X-Cache"] ?? "") to \(to)" + (ends ? " (ends)" : "")
+            case let .sendHead(head, outcome, _, to, ends):
+                "head \(head.status) \(outcome.xCache) to \(to)" + (ends ? " (ends)" : "")
             case let .sendBody(chunk, to): "body \(chunk.count) to \(to)"
-            case let .respondWhole(head, body, to): "whole \(head.status) \(head.headers["X-Cache"] ?? "") \(body.count) to \(to)"
+            case let .respondWhole(head, outcome, body, to): "whole \(head.status) \(outcome.xCache) \(body.count) to \(to)"
             case let .respondStored(_, outcome, file, _, to): "stored \(outcome.xCache) \(outcome.cacheStatus)\(file == nil ? "" : " file") to \(to)"
             case let .end(ids): "end \(ids)"
             case let .fail(ids, status, _): "fail \(status) \(ids)"

@@ -143,6 +143,35 @@ struct FetchTests {
         #expect(origin.fetchCount == 2)
     }
 
+    @Test("each answer is counted under the outcome it was given (no header read back): revalidated, expired, stale, bypass")
+    func countedOutcomes() throws {
+        let origin = MockOrigin()
+        let now = Date()
+        let proxy = FetchTests.proxy(origin)
+        let url = try UpstreamURL.parse("http://o.test/r.png")
+        let old = now.addingTimeInterval(-100)
+        proxy.memory.insert(CacheEntry(key: CacheKey(url), head: FetchTests.imageHead([("Date", HTTPDate.format(old))]),
+                                       body: FetchTests.png, requestTime: old, responseTime: old, requestHeaders: [:],
+                                       policy: FreshnessPolicy()))
+        func ask(_ headers: [(String, String)] = [], answer: ((MockTransfer) -> Void)? = nil) throws -> MockSink {
+            let sink = MockSink()
+            proxy.handle(FetchTests.request(url.string, headers), body: [], client: FetchTests.client, sink: sink)
+            if let answer { answer(try #require(origin.next())) }
+            #expect(sink.waitForEnd())
+            return sink
+        }
+        // The stale copy served as the request's max-stale allows, then revalidated (304), then made stale again by
+        // the client's no-cache and replaced by a changed 200; a request with credentials bypasses the cache.
+        let stale = try ask([("Cache-Control", "max-stale=1000")])
+        let revalidated = try ask { $0.events(.head(HTTPResponseHead(status: 304, headers: ["ETag": "\"v1\"", "Cache-Control": "max-age=0"]),
+                                                   url: url.string, redirects: [])) }
+        let expired = try ask { $0.respond(FetchTests.imageHead([("ETag", "\"v2\"")]), body: FetchTests.png) }
+        let bypass = try ask([("Authorization", "Bearer x")]) { $0.respond(FetchTests.imageHead(), body: FetchTests.png) }
+        #expect([stale, revalidated, expired, bypass].map { $0.header("X-Cache") } == ["STALE", "REVALIDATED", "EXPIRED", "BYPASS"])
+        let requests = proxy.metrics.snapshot(memory: proxy.memory, memoryLimitBytes: 1, disk: nil, fetchesInFlight: 0).requests
+        #expect(requests.filter { $0.value > 0 } == ["stale": 1, "revalidated": 1, "expired": 1, "bypass": 1])
+    }
+
     @Test("a failure after the head went out aborts every client; before it, each gets the error")
     func failures() throws {
         let origin = MockOrigin()
