@@ -27,6 +27,7 @@ final class AccessLogSink: ResponseSink {
     private let state = Mutex(State())
 
     var bytesWritten: Int { inner.bytesWritten }
+    var executor: (any SinkExecutor)? { inner.executor }
     func whenWritten(_ bytes: Int, _ callback: @escaping @Sendable () -> Void) { inner.whenWritten(bytes, callback) }
 
     init(wrapping inner: any ResponseSink, request: HTTPRequestHead, client: ClientInfo, logger: Logger) {

@@ -413,6 +413,7 @@ final class MetricsSink: ResponseSink {
     func abort() { inner.abort() }
 
     func onCancel(_ callback: @escaping @Sendable () -> Void) { inner.onCancel(callback) }
+    var executor: (any SinkExecutor)? { inner.executor }
     var bytesWritten: Int { inner.bytesWritten }
     func whenWritten(_ bytes: Int, _ callback: @escaping @Sendable () -> Void) { inner.whenWritten(bytes, callback) }
 }

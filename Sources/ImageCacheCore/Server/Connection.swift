@@ -382,6 +382,7 @@ final class ConnectionResponseSink: ResponseSink, @unchecked Sendable {
     func clientGone() { progress.clientGone() }
 
     var bytesWritten: Int { progress.written }
+    var executor: (any SinkExecutor)? { connection.loop }
     func whenWritten(_ bytes: Int, _ callback: @escaping @Sendable () -> Void) { progress.whenWritten(bytes, callback) }
 
     init(connection: Connection, exchange: UInt64) {

@@ -58,7 +58,7 @@ private final class ThreadStart {
 }
 
 /// One event loop: a thread of its own, an epoll fd and an eventfd.
-final class EventLoop: @unchecked Sendable {
+final class EventLoop: SinkExecutor, @unchecked Sendable {
     /// How often deadlines are checked (250 ms): the granularity of every connection timeout.
     static let tickNanoseconds: UInt64 = 250_000_000
     /// A loop that has worked this long without sleeping yields the CPU between two turns (see "Yielding" above).

@@ -67,6 +67,10 @@ public protocol ResponseSink: AnyObject, Sendable {
     /// prefetch) never read it back from the fields; a response with none is the daemon's own error answer.
     /// Sinks that write to a client ignore it.
     func note(_ outcome: CacheOutcome)
+    /// Where the sink's calls act: the event loop of its connection (a call made on that loop's thread acts at once,
+    /// any other hops there). A producer with calls for many sinks posts the calls for one loop as one task to it
+    /// (one hop per loop, not per sink). nil: the sink acts on any thread.
+    var executor: (any SinkExecutor)? { get }
     /// Registers a callback run once, on the connection's loop thread, when the client goes away before the
     /// response has ended (peer closed, reset, write error or timeout). Run at once if it is already gone.
     func onCancel(_ callback: @escaping @Sendable () -> Void)
@@ -80,8 +84,14 @@ public protocol ResponseSink: AnyObject, Sendable {
     func whenWritten(_ bytes: Int, _ callback: @escaping @Sendable () -> Void)
 }
 
+/// Runs tasks on the thread a sink's calls belong to (an event loop), in the order posted.
+public protocol SinkExecutor: AnyObject, Sendable {
+    func execute(_ task: @escaping @Sendable () -> Void)
+}
+
 extension ResponseSink {
     public func note(_ outcome: CacheOutcome) {}
+    public var executor: (any SinkExecutor)? { nil }
 
     /// A sink that is not a client connection is never behind.
     public var bytesWritten: Int { Int.max }

@@ -10,6 +10,9 @@
 //             the waiters in the order they came (ids, requests).
 //   clients   per waiter id: its sink and the body bytes handed to it (its backlog is that minus what it has taken).
 //             Every chunk is handed to each sink as the same [UInt8] array (shared storage, not copied).
+//   fan-out   the sink calls of one event's actions are gathered per event loop and posted as one task to each loop
+//             (`deliver`, `postDeliveries`): a chunk or a whole response for 200 clients on 2 loops is 2 hops, not
+//             200; on its loop each call acts at once, in the order made.
 //   transfer  the upstream transfer of the current `generation` (a restart after a 304, or the disk read of a large
 //             copy confirmed by a 304 or kept by stale-if-error, bumps it: events of an earlier transfer are ignored).
 //
@@ -84,6 +87,8 @@ final class Fetch: @unchecked Sendable {
     // MARK: owned by context.queue
     private var machine: FetchMachine
     private var clients: [Int: Client] = [:]
+    /// The sink calls of the actions being run, per event loop, posted when they are done (`postDeliveries`).
+    private var deliveries: [(executor: any SinkExecutor, calls: [@Sendable () -> Void])] = []
     private var transfer: (any UpstreamTransfer)?
     /// Counts transfers started (and disk reads that replace one); events of an earlier one are ignored.
     private var generation = 0
@@ -169,6 +174,32 @@ final class Fetch: @unchecked Sendable {
 
     private func run(_ actions: [FetchMachine.Action]) {
         for action in actions { perform(action) }
+        postDeliveries()
+    }
+
+    /// Queues a sink call for the loop its sink belongs to (made at once for a sink on no loop).
+    private func deliver(to sink: any ResponseSink, _ call: @escaping @Sendable () -> Void) {
+        guard let executor = sink.executor else { return call() }
+        if let index = deliveries.firstIndex(where: { $0.executor === executor }) {
+            deliveries[index].calls.append(call)
+        } else {
+            deliveries.append((executor, [call]))
+        }
+    }
+
+    /// Posts the sink calls of the actions just run: one task per event loop, which makes its calls in order (each
+    /// acts at once, on its own loop's thread).
+    private func postDeliveries() {
+        guard !deliveries.isEmpty else { return }
+        let batches = deliveries
+        deliveries = []
+        for (executor, calls) in batches {
+            if calls.count == 1 {
+                executor.execute(calls[0])
+            } else {
+                executor.execute { for call in calls { call() } }
+            }
+        }
     }
 
     private func perform(_ action: FetchMachine.Action) {
@@ -183,32 +214,41 @@ final class Fetch: @unchecked Sendable {
             context.events?(.waiterAttached(key: key, waiters: waiters))
         case let .sendHead(head, outcome, bodyLength, id, ends):
             guard let client = clients[id] else { return }
-            client.sink.note(outcome)
-            client.sink.head(head, bodyLength: bodyLength)
-            if ends {
+            let sink = client.sink
+            sink.note(outcome)
+            deliver(to: sink) {
+                sink.head(head, bodyLength: bodyLength)
                 // A HEAD client has what it asked for; the transfer goes on for the cache.
-                client.sink.end()
-                clients[id] = nil
+                if ends { sink.end() }
             }
+            if ends { clients[id] = nil }
         case let .sendBody(chunk, ids):
             for id in ids {
                 guard let sink = clients[id]?.sink else { continue }
                 clients[id]!.sentBytes += chunk.count
-                sink.body(chunk)
+                deliver(to: sink) { sink.body(chunk) }
             }
         case let .respondWhole(head, outcome, body, id):
             guard let client = clients.removeValue(forKey: id) else { return }
-            client.sink.note(outcome)
-            client.sink.respond(head, body: body)
+            let sink = client.sink
+            sink.note(outcome)
+            deliver(to: sink) { sink.respond(head, body: body) }
         case let .respondStored(entry, outcome, file, now, id):
             guard let client = clients.removeValue(forKey: id) else { return }
-            StoredResponse.send(entry, to: client.sink, request: client.request, outcome: outcome, now: now, file: file)
+            let sink = client.sink, request = client.request
+            deliver(to: sink) { StoredResponse.send(entry, to: sink, request: request, outcome: outcome, now: now, file: file) }
         case let .end(ids):
             endClients(ids)
         case let .fail(ids, status, reason):
-            for id in ids { clients.removeValue(forKey: id)?.sink.fail(status: status, reason: reason) }
+            for id in ids {
+                guard let sink = clients.removeValue(forKey: id)?.sink else { continue }
+                deliver(to: sink) { sink.fail(status: status, reason: reason) }
+            }
         case let .abort(ids):
-            for id in ids { clients.removeValue(forKey: id)?.sink.abort() }
+            for id in ids {
+                guard let sink = clients.removeValue(forKey: id)?.sink else { continue }
+                deliver(to: sink) { sink.abort() }
+            }
         case let .store(entry):
             if settings.rules.writesToDisk {
                 // The body waits for the disk queue as one more copy (the clients may still hold the chunks): it
@@ -286,7 +326,8 @@ final class Fetch: @unchecked Sendable {
         var behind: [(sink: any ResponseSink, sentBytes: Int)] = []
         for id in ids {
             guard let client = clients.removeValue(forKey: id) else { continue }
-            client.sink.end()
+            let sink = client.sink
+            deliver(to: sink) { sink.end() }
             if backlog(client) > 0 { behind.append((client.sink, client.sentBytes)) }
         }
         account(0)
@@ -298,7 +339,7 @@ final class Fetch: @unchecked Sendable {
                       to redispatch: (Coalescer, [(FetchMachine.Waiter, any ResponseSink)]) -> Void) {
         let handed = waiters.compactMap { waiter in clients.removeValue(forKey: waiter.id).map { (waiter, $0.sink) } }
         guard let coalescer else {
-            for (_, sink) in handed { sink.fail(status: 503, reason: "the daemon is stopping") }
+            for (_, sink) in handed { deliver(to: sink) { sink.fail(status: 503, reason: "the daemon is stopping") } }
             return
         }
         redispatch(coalescer, handed)

@@ -67,6 +67,16 @@ final class MockOrigin: Origin, @unchecked Sendable {
     var liveTransfers: Int { made.withLock { $0.filter { $0.transfer != nil }.count } }
 }
 
+/// Stands for an event loop: counts the tasks posted to it and runs each at once.
+final class CountingExecutor: SinkExecutor, @unchecked Sendable {
+    private let count = Mutex(0)
+    var tasks: Int { count.withLock { $0 } }
+    func execute(_ task: @escaping @Sendable () -> Void) {
+        count.withLock { $0 += 1 }
+        task()
+    }
+}
+
 /// Records a response as a client would see it.
 final class MockSink: ResponseSink, @unchecked Sendable {
     private struct State {
@@ -80,6 +90,10 @@ final class MockSink: ResponseSink, @unchecked Sendable {
     private let state = Mutex(State())
     /// Signalled when the response is over (ended, answered whole, or aborted).
     private let over = DispatchSemaphore(value: 0)
+    /// The "event loop" the sink says its calls belong to (nil: none).
+    let executor: (any SinkExecutor)?
+
+    init(executor: (any SinkExecutor)? = nil) { self.executor = executor }
 
     func head(_ head: HTTPResponseHead, bodyLength: Int?) {
         state.withLock { $0.status = head.status; $0.headers = head.headers }

@@ -64,6 +64,23 @@ struct FetchTests {
         #expect(FetchTests.fetchesInFlight(proxy) == 0)
     }
 
+    @Test("a response for many clients reaches each event loop as one task, not one per client")
+    func oneHopPerLoop() throws {
+        let origin = MockOrigin()
+        let attached = Attached(20)
+        let proxy = FetchTests.proxy(origin, attached: attached)
+        let loops = [CountingExecutor(), CountingExecutor()]
+        let sinks = (0..<20).map { MockSink(executor: loops[$0 % 2]) }
+        for sink in sinks { proxy.handle(FetchTests.request("http://o.test/a.png"), body: [], client: FetchTests.client, sink: sink) }
+        let transfer = try #require(origin.next())
+        #expect(attached.wait(), "20 clients never waited on one fetch")
+        // A whole body (Content-Length known): each client's whole response, all of one loop's in one task.
+        transfer.respond(FetchTests.imageHead([("Content-Length", String(FetchTests.png.count))]), body: FetchTests.png)
+        #expect(sinks.allSatisfy { $0.waitForEnd() })
+        #expect(sinks.allSatisfy { $0.status == 200 && $0.body == FetchTests.png })
+        #expect(loops.map(\.tasks) == [1, 1])
+    }
+
     @Test("a finished fetch lets go of its transfer")
     func noLeak() throws {
         let origin = MockOrigin()
