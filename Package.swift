@@ -27,6 +27,12 @@ let package = Package(
             pkgConfig: "libcurl",
             providers: [.apt(["libcurl4-openssl-dev"])]
         ),
+        // xxHash 0.8 (Debian: libxxhash-dev): XXH3, the disk format's checksums.
+        .systemLibrary(
+            name: "CXXHash",
+            pkgConfig: "libxxhash",
+            providers: [.apt(["libxxhash-dev"])]
+        ),
         // <sys/epoll.h>, which Glibc's Swift module leaves out (the server's event loops).
         .systemLibrary(name: "CEpoll"),
         // Typed one-line forwarders for libcurl's variadic functions: the only C in the repository.
@@ -36,6 +42,7 @@ let package = Package(
             dependencies: [
                 "CCurlShim",
                 "CEpoll",
+                "CXXHash",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Yams", package: "Yams"),

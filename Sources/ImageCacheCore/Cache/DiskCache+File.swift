@@ -194,7 +194,7 @@ enum DiskFile {
     static func verifyBody(_ fd: Int32, header: DiskEntryFormat.Header) throws {
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: max(1, min(chunkSize, header.bodyLength)), alignment: 16)
         defer { buffer.deallocate() }
-        var hasher = XXH64()
+        let hasher = XXH3.Hasher()
         var done = 0
         while done < header.bodyLength {
             let chunk = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<min(chunkSize, header.bodyLength - done)])

@@ -839,12 +839,12 @@ struct DiskBenchmark {
         print("disk bench: \(lookups) verified lookups of 2 KiB bodies in \(lookupSeconds) s: \(Double(lookups) / lookupSeconds) /s")
     }
 
-    @Test("throughput of the body checksum (XXH64)")
+    @Test("throughput of the body checksum (XXH3)")
     func checksumRate() {
         let buffer = [UInt8]((0..<(4 << 20)).lazy.map { UInt8(truncatingIfNeeded: $0 &* 2_654_435_761 >> 13) })
         var digest: UInt64 = 0
         let seconds = Self.seconds { for _ in 0..<64 { digest ^= DiskEntryFormat.checksum(buffer) } }
-        print("disk bench: XXH64 of 256 MiB in \(seconds) s: \(256.0 / seconds) MiB/s (\(String(digest, radix: 16)))")
+        print("disk bench: XXH3 of 256 MiB in \(seconds) s: \(256.0 / seconds) MiB/s (\(String(digest, radix: 16)))")
     }
 }
 
@@ -881,7 +881,7 @@ struct DiskEntryFormatTests {
         }
     }
 
-    @Test("another format version (SHA-256 version 1, one-variant version 2, or a newer one) is refused with its number", arguments: [1, 2, 4])
+    @Test("another format version (SHA-256 version 1, one-variant version 2, XXH64 version 3, or a newer one) is refused with its number", arguments: [1, 2, 3, 5])
     func otherVersion(version: UInt8) {
         var bytes = Self.encoded()
         bytes[4] = version
