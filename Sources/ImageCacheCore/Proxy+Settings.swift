@@ -3,11 +3,8 @@
 // reads it once (`settings`), so it sees one version from start to end; a fetch reads it when it starts and keeps
 // it (a reload applies to the fetches started after it).
 //
-// Reloadable: memory limits (the tier evicts down at once), max-object-size, origins, content-types and allow-svg,
-// stale-if-error, heuristic freshness, complete-abandoned-fetches, access-log, admin-allow, admin-hosts, admin-token,
-// signing-keys, require-signature, in-flight-limit, shutdown-timeout.
-// Not reloadable (the daemon logs that a restart is needed): listen, cache-dir and disk-*, max-variants, server.*,
-// upstream.*, allow-private-networks, log-level. `Configuration.restartOnlyChanges` names them.
+// Which keys a reload applies and which need a restart (the daemon logs those) is said once, per key, in
+// ConfigKeys.swift (`ConfigKey.reload`); `Configuration.restartOnlyChanges` names the ones that changed.
 
 internal import Foundation
 internal import Synchronization
@@ -78,36 +75,11 @@ extension Proxy {
 extension Configuration {
     /// The keys whose new value is not applied by a reload (they need a restart), as "key: old -> new".
     public func restartOnlyChanges(to next: Configuration) -> [String] {
-        var changes: [String] = []
-        func check<T: Equatable>(_ key: String, _ path: KeyPath<Configuration, T>) {
-            if self[keyPath: path] != next[keyPath: path] { changes.append("\(key): \(self[keyPath: path]) -> \(next[keyPath: path])") }
-        }
-        check("listen", \.listen)
-        check("cache-dir", \.cacheDirectory)
-        check("disk-limit", \.diskLimitBytes)
-        check("disk-max-age", \.diskMaxAgeSeconds)
-        check("disk-low-water", \.diskLowWaterFraction)
-        check("disk-fsync", \.diskFsync)
-        check("max-variants", \.maxVariants)
-        check("allow-private-networks", \.allowPrivateNetworks)
-        check("log-level", \.logLevel)
-        if server != next.server { changes.append("server.*") }
-        if upstream != next.upstream { changes.append("upstream.*") }
-        return changes
+        ConfigKey.all.compactMap { key in key.restartField?.change(self, next).map { "\(key.name): \($0)" } }
     }
 
     /// Takes the restart-only keys from `running`, keeping this configuration's reloadable ones.
     mutating func keepRestartOnlySettings(of running: Configuration) {
-        listen = running.listen
-        cacheDirectory = running.cacheDirectory
-        diskLimitBytes = running.diskLimitBytes
-        diskMaxAgeSeconds = running.diskMaxAgeSeconds
-        diskLowWaterFraction = running.diskLowWaterFraction
-        diskFsync = running.diskFsync
-        maxVariants = running.maxVariants
-        allowPrivateNetworks = running.allowPrivateNetworks
-        logLevel = running.logLevel
-        server = running.server
-        upstream = running.upstream
+        for key in ConfigKey.all { key.restartField?.keep(&self, running) }
     }
 }

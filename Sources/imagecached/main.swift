@@ -5,191 +5,68 @@ import Foundation
 import ImageCacheCore
 import Logging
 
+/// The root command, for ArgumentParser's subcommands and `imagecached help <subcommand>`. The daemon itself
+/// (`imagecached [--config FILE] [--KEY VALUE ...]`) is `runDaemon`, whose flags and --help come from the table of
+/// configuration keys (ConfigKeys.swift), so that each key is defined once.
 struct Imagecached: ParsableCommand {
+    static let abstract = "A local HTTP image caching proxy: forward proxy, /fetch?url=..., or reverse proxy with --origin."
+    static let subcommandTypes: [any ParsableCommand.Type] = [Purge.self, Stats.self, Prefetch.self, Config.self, Sign.self]
     static let configuration = CommandConfiguration(
-        commandName: "imagecached",
-        abstract: "A local HTTP image caching proxy: forward proxy, /fetch?url=..., or reverse proxy with --origin.",
-        discussion: """
-            Settings come from the defaults, then the configuration file (--config), then environment variables \
-            (IMAGECACHED_ + the key upper-cased, e.g. IMAGECACHED_MEMORY_LIMIT), then these flags: flags win. \
-            Sizes take KiB/MiB/GiB (1024) or KB/MB/GB (1000); durations take ms, s, m, h (plain numbers are seconds).
-            """,
-        version: imagecachedVersion,
-        subcommands: [Purge.self, Stats.self, Prefetch.self, Config.self, Sign.self]
-    )
+        commandName: "imagecached", abstract: abstract, version: imagecachedVersion, subcommands: subcommandTypes)
+}
 
-    @Option(help: "Configuration file (YAML). Default: none, or $IMAGECACHED_CONFIG.")
-    var config: String?
-
-    @Option(help: "Address to serve on, HOST:PORT or [V6]:PORT; port 0 picks a free one. Default 127.0.0.1:8080.")
-    var listen: String?
-    @Option(help: "Reverse-proxy mode: map every request path to this origin base URL (http or https).")
-    var origin: String?
-    @Option(help: "Directory of the on-disk cache. Default $CACHE_DIRECTORY, else $XDG_CACHE_HOME/imagecached, else ~/.cache/imagecached.")
-    var cacheDir: String?
-    @Option(help: "Byte budget of the on-disk tier. Default 10GiB.")
-    var diskLimit: String?
-    @Option(help: "Disk entries not used for this long are removed, fresh or not. Default 7d.")
-    var diskMaxAge: String?
-    @Option(help: "Over --disk-limit, evict down to this fraction of it. Default 0.9.")
-    var diskLowWater: String?
-    @Flag(help: "fsync each disk entry as it is written (slower, survives power loss). Default off.")
-    var diskFsync = false
-    @Option(help: "Byte budget of the memory tier. Default 256MiB.")
-    var memoryLimit: String?
-    @Option(help: "Most entries in the memory tier; 0 means no count limit. Default 0.")
-    var memoryCountLimit: String?
-    @Option(help: "Objects larger than this are streamed but not kept in memory. Default 1/8 of --memory-limit.")
-    var memoryObjectLimit: String?
-    @Option(help: "Most stored variants of one URL (responses with Vary), in memory and on disk each; the least recently used goes past it. Default 16.")
-    var maxVariants: String?
-    @Option(help: "Largest upstream object served or stored; larger transfers are stopped. Default 50MiB.")
-    var maxObjectSize: String?
-    @Option(help: "Offline policy: how long past its freshness a stored entry may still be served when the origin fails (0 = only where stale-if-error says so). Default 0.")
-    var staleIfError: String?
-    @Option(help: "Comma-separated media types served and stored; */* turns the image checks off. Default image/jpeg,image/png,image/gif,image/webp,image/avif.")
-    var contentTypes: String?
-    @Flag(help: "Allow SVG (image/svg+xml), which can carry script. Default off.")
-    var allowSvg = false
-    @Flag(help: "Let forward and fetch modes reach loopback, private and link-local addresses. Default off.")
-    var allowPrivateNetworks = false
-    @Option(help: "Fraction of (Date - Last-Modified) used as freshness when the origin gives none. Default 0.1.")
-    var heuristicFraction: String?
-    @Option(help: "Cap on heuristic freshness. Default 1d (86400).")
-    var heuristicMax: String?
-    @Flag(help: "Keep an upstream transfer running to fill the cache when every client waiting on it has gone. Default off.")
-    var completeAbandonedFetches = false
-    @Option(help: "trace, debug, info, notice, warning, error or critical. Default info.")
-    var logLevel: String?
-    @Option(help: "One log line per request: true or false. Default false.")
-    var accessLog: String?
-    @Option(help: "Comma-separated address ranges (CIDR) allowed to use /_imagecached/. Default 127.0.0.0/8,::1/128.")
-    var adminAllow: String?
-    @Option(help: "Comma-separated host names admin requests may name in Host besides IP literals and localhost. Default none.")
-    var adminHosts: String?
-    @Option(help: "File holding the admin token (admin-token itself is read from the file or the environment only). Default none.")
-    var adminTokenFile: String?
-    @Option(help: "File of signing keys for signed fetch URLs, one per line (signing-keys itself: file or environment only). Default none.")
-    var signingKeysFile: String?
-    @Option(help: "Refuse unsigned /fetch and forward-proxy requests: auto, true or false. Default auto (on when listen is not loopback).")
-    var requireSignature: String?
-    @Option(help: "Bytes of response bodies in flight past which backpressure applies (bodies not kept for the cache, upstream transfers paused while a client is behind). Default 64MiB.")
-    var inFlightLimit: String?
-    @Option(help: "On SIGTERM, how long requests in flight may take to finish. Default 30s.")
-    var shutdownTimeout: String?
-
-    @Option(help: "Longest request line in bytes (414 beyond). Default 8192.")
-    var serverMaxRequestLine: String?
-    @Option(help: "Largest request header section in bytes (431 beyond). Default 16384.")
-    var serverMaxHeaderBytes: String?
-    @Option(help: "Most request header fields (431 beyond). Default 100.")
-    var serverMaxHeaderCount: String?
-    @Option(help: "Largest request body (413 beyond). Default 1MiB.")
-    var serverMaxRequestBody: String?
-    @Option(help: "Bytes of a streamed response a client may have handed to it and not yet taken before it counts as behind. Default 256KiB.")
-    var serverWriteBuffer: String?
-    @Option(help: "Time to receive a whole request head. Default 10s.")
-    var serverHeaderTimeout: String?
-    @Option(help: "Time to receive a whole request body once its head is in (408 beyond). Default 30s.")
-    var serverBodyTimeout: String?
-    @Option(help: "Time a keep-alive connection may sit idle. Default 60s.")
-    var serverIdleTimeout: String?
-    @Option(help: "Time a client may take to accept written bytes. Default 60s.")
-    var serverWriteTimeout: String?
-    @Option(help: "Connections served at once. Default 10000.")
-    var serverMaxConnections: String?
-    @Option(help: "auto: pin event loop i to the i-th CPU the daemon may use; off: let the kernel place them. Default auto.")
-    var serverCpuAffinity: String?
-
-    @Option(help: "Upstream connect timeout (DNS, TCP, TLS). Default 10s.")
-    var upstreamConnectTimeout: String?
-    @Option(help: "Upstream whole-transfer timeout. Default 60s.")
-    var upstreamTimeout: String?
-    @Option(help: "Bytes per second under which an upstream transfer counts as stalled. Default 1024.")
-    var upstreamLowSpeedLimit: String?
-    @Option(help: "Time under the low-speed limit before the transfer is aborted. Default 20s.")
-    var upstreamLowSpeedTime: String?
-    @Option(help: "Redirects followed upstream. Default 5.")
-    var upstreamMaxRedirects: String?
-    @Option(help: "Upstream transfers at once; more wait in a queue. Default 64.")
-    var upstreamMaxTransfers: String?
-    @Option(help: "Connections to one upstream host at once. Default 8.")
-    var upstreamMaxHostConnections: String?
-    @Option(help: "Order of waiting upstream transfers: fifo or lifo. Default fifo.")
-    var upstreamQueueOrder: String?
-    @Option(help: "Time a transfer may wait for a slot before failing with 504. Default 30s.")
-    var upstreamQueueTimeout: String?
-    @Option(help: "User-Agent sent upstream when the client sent none. Default imagecached/VERSION.")
-    var upstreamUserAgent: String?
-    @Option(help: "CA bundle file for upstream TLS verification. Default: the system store.")
-    var upstreamCaBundle: String?
-
-    /// The flags given, as settings keyed like the configuration file.
-    func flagSettings() -> [ConfigSetting] {
-        let values: [(String, String?)] = [
-            ("listen", listen), ("origin", origin), ("cache-dir", cacheDir),
-            ("disk-limit", diskLimit), ("disk-max-age", diskMaxAge), ("disk-low-water", diskLowWater),
-            ("disk-fsync", diskFsync ? "true" : nil), ("memory-limit", memoryLimit),
-            ("memory-count-limit", memoryCountLimit), ("memory-object-limit", memoryObjectLimit),
-            ("max-variants", maxVariants),
-            ("max-object-size", maxObjectSize), ("stale-if-error", staleIfError), ("content-types", contentTypes),
-            ("allow-svg", allowSvg ? "true" : nil), ("allow-private-networks", allowPrivateNetworks ? "true" : nil),
-            ("heuristic-fraction", heuristicFraction), ("heuristic-max", heuristicMax),
-            ("complete-abandoned-fetches", completeAbandonedFetches ? "true" : nil),
-            ("log-level", logLevel), ("access-log", accessLog), ("admin-allow", adminAllow),
-            ("admin-hosts", adminHosts), ("admin-token-file", adminTokenFile),
-            ("signing-keys-file", signingKeysFile), ("require-signature", requireSignature),
-            ("in-flight-limit", inFlightLimit), ("shutdown-timeout", shutdownTimeout),
-            ("server.max-request-line", serverMaxRequestLine), ("server.max-header-bytes", serverMaxHeaderBytes),
-            ("server.max-header-count", serverMaxHeaderCount), ("server.max-request-body", serverMaxRequestBody),
-            ("server.write-buffer", serverWriteBuffer), ("server.header-timeout", serverHeaderTimeout), ("server.body-timeout", serverBodyTimeout),
-            ("server.idle-timeout", serverIdleTimeout),
-            ("server.write-timeout", serverWriteTimeout), ("server.max-connections", serverMaxConnections),
-            ("server.cpu-affinity", serverCpuAffinity),
-            ("upstream.connect-timeout", upstreamConnectTimeout), ("upstream.timeout", upstreamTimeout),
-            ("upstream.low-speed-limit", upstreamLowSpeedLimit), ("upstream.low-speed-time", upstreamLowSpeedTime),
-            ("upstream.max-redirects", upstreamMaxRedirects), ("upstream.max-transfers", upstreamMaxTransfers),
-            ("upstream.max-host-connections", upstreamMaxHostConnections), ("upstream.queue-order", upstreamQueueOrder),
-            ("upstream.queue-timeout", upstreamQueueTimeout), ("upstream.user-agent", upstreamUserAgent),
-            ("upstream.ca-bundle", upstreamCaBundle),
-        ]
-        return values.compactMap { key, value in
-            value.map { ConfigSetting(key: key, value: .scalar($0), source: "--" + key.replacingOccurrences(of: ".", with: "-")) }
-        }
+/// Runs the daemon: parse its flags, load the configuration, serve until a signal stops it. Exits 2 on a
+/// configuration error, 1 when it cannot start.
+func runDaemon(_ arguments: [String]) -> Never {
+    func fail(_ error: any Error, status: Int32) -> Never {
+        FileHandle.standardError.write(Data("imagecached: \(error)\n".utf8))
+        exit(status)
     }
-
-    func run() throws {
-        let environment = ProcessInfo.processInfo.environment
-        let file = config ?? environment["IMAGECACHED_CONFIG"]
-        let flags = flagSettings()
-        // The same sources are read again on SIGHUP, with the cgroup limit as it is then; a reload refuses an empty file.
-        let load: @Sendable (_ reloading: Bool) throws -> Configuration = { reloading in
-            try Configuration.load(file: file, environment: environment, flags: flags, cgroupMemoryLimitBytes: CgroupMemory.limitBytes(),
-                                   refusingEmptyFile: reloading)
+    let file: String?, flags: [ConfigSetting]
+    do {
+        switch try DaemonCommandLine.parse(arguments) {
+        case .help:
+            let subcommands = Imagecached.subcommandTypes.map {
+                (name: $0.configuration.commandName ?? String(describing: $0).lowercased(), abstract: $0.configuration.abstract)
+            }
+            print(DaemonCommandLine.help(abstract: Imagecached.abstract, subcommands: subcommands), terminator: "")
+            exit(0)
+        case .version:
+            print(imagecachedVersion)
+            exit(0)
+        case let .run(config, given):
+            (file, flags) = (config ?? ProcessInfo.processInfo.environment["IMAGECACHED_CONFIG"], given)
         }
-        let configuration: Configuration
-        do {
-            configuration = try load(false)
-        } catch {
-            FileHandle.standardError.write(Data("imagecached: \(error)\n".utf8))
-            throw ExitCode(2)
-        }
-        let logger = DaemonLogging.makeLogger(level: configuration.logLevel)
-        if !configuration.memoryLimitIsExplicit, let cgroup = CgroupMemory.limitBytes() {
-            logger.info("memory-limit: \(configuration.memoryLimitBytes) bytes, \(Configuration.cgroupMemoryFraction) of the cgroup memory limit (\(cgroup) bytes); set memory-limit to override")
-        }
-        ProcessMemory.returnLargeBlocksToSystem()
-        let daemon: Daemon
-        do {
-            daemon = try Daemon(configuration: configuration, logger: logger)
-            daemon.reloadSource = { try load(true) }
-            try daemon.start()
-        } catch {
-            logger.critical("cannot start: \(error)")
-            throw ExitCode(1)
-        }
-        daemon.runUntilSignalled()
+    } catch {
+        fail(error, status: 2)
     }
+    let environment = ProcessInfo.processInfo.environment
+    // The same sources are read again on SIGHUP, with the cgroup limit as it is then; a reload refuses an empty file.
+    let load: @Sendable (_ reloading: Bool) throws -> Configuration = { reloading in
+        try Configuration.load(file: file, environment: environment, flags: flags, cgroupMemoryLimitBytes: CgroupMemory.limitBytes(),
+                               refusingEmptyFile: reloading)
+    }
+    let configuration: Configuration
+    do {
+        configuration = try load(false)
+    } catch {
+        fail(error, status: 2)
+    }
+    let logger = DaemonLogging.makeLogger(level: configuration.logLevel)
+    if !configuration.memoryLimitIsExplicit, let cgroup = CgroupMemory.limitBytes() {
+        logger.info("memory-limit: \(configuration.memoryLimitBytes) bytes, \(Configuration.cgroupMemoryFraction) of the cgroup memory limit (\(cgroup) bytes); set memory-limit to override")
+    }
+    ProcessMemory.returnLargeBlocksToSystem()
+    let daemon: Daemon
+    do {
+        daemon = try Daemon(configuration: configuration, logger: logger)
+        daemon.reloadSource = { try load(true) }
+        try daemon.start()
+    } catch {
+        logger.critical("cannot start: \(error)")
+        exit(1)
+    }
+    daemon.runUntilSignalled()
 }
 
 /// `imagecached sign URL`: a signed fetch URL for the daemon, made with the first signing key of its configuration
@@ -226,7 +103,17 @@ struct Sign: ParsableCommand {
 /// empty file refused), so that operators test before they send SIGHUP.
 struct Config: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Configuration tools.", subcommands: [Check.self])
+        abstract: "Configuration tools.", subcommands: [Check.self, Keys.self])
+
+    /// `imagecached config keys`: every key as a Markdown table (the README's, generated from the same table).
+    struct Keys: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Print every configuration key (flag, default, meaning, restart only) as a Markdown table.")
+
+        func run() throws {
+            print(ConfigKey.markdownTable(), terminator: "")
+        }
+    }
 
     struct Check: ParsableCommand {
         static let configuration = CommandConfiguration(
@@ -406,4 +293,11 @@ struct Prefetch: ParsableCommand {
     }
 }
 
-Imagecached.main()
+// A subcommand (or `help <subcommand>`) goes to ArgumentParser; anything else runs the daemon.
+let arguments = Array(CommandLine.arguments.dropFirst())
+let subcommandNames = Imagecached.subcommandTypes.map { $0.configuration.commandName ?? String(describing: $0).lowercased() } + ["help"]
+if let first = arguments.first, subcommandNames.contains(first) {
+    Imagecached.main()
+} else {
+    runDaemon(arguments)
+}

@@ -1,6 +1,7 @@
 // The imagecached binary itself: its command line contract, configuration errors, start line, and SIGTERM.
 
 import Foundation
+import ImageCacheCore
 import Testing
 
 @Suite("The imagecached command", .timeLimit(.minutes(2)))
@@ -34,15 +35,27 @@ struct CLITests {
         }
     }
 
-    @Test("--help lists every option the contract names")
+    @Test("--help lists every flag of the table of keys, --config, and the subcommands")
     func help() async throws {
         let (status, stdout, _) = try await CLITests.run(["--help"])
         #expect(status == 0)
-        for flag in ["--listen", "--origin", "--cache-dir", "--memory-limit", "--max-object-size", "--content-types",
-                     "--allow-private-networks", "--config", "--upstream-queue-order", "--server-idle-timeout",
-                     "--in-flight-limit", "--server-write-buffer"] {
-            #expect(stdout.contains(flag), "\(flag) missing from --help")
+        let flags = ConfigKey.all.compactMap(\.flag) + ["--config"]
+        #expect(flags.count > 40)
+        for flag in flags {
+            #expect(stdout.contains("  \(flag)"), "\(flag) missing from --help")
         }
+        for subcommand in ["purge", "stats", "prefetch", "config", "sign"] {
+            #expect(stdout.contains("  \(subcommand) "), "\(subcommand) missing from --help")
+        }
+    }
+
+    @Test("an unknown flag exits 2 naming it; a subcommand's own help still works")
+    func unknownFlag() async throws {
+        let (status, _, stderr) = try await CLITests.run(["--memory-limmit", "1MiB"])
+        #expect(status == 2)
+        #expect(stderr.contains("--memory-limmit: unknown flag"), "\(stderr)")
+        let (helpStatus, helpOut, _) = try await CLITests.run(["help", "purge"])
+        #expect(helpStatus == 0 && helpOut.contains("--all"))
     }
 
     @Test("a bad value exits non-zero naming the key and the reason", arguments: [

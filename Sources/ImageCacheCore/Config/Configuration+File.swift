@@ -1,44 +1,8 @@
 // Building a Configuration from its three sources, each a set of (key, value) settings applied in order
 // over the defaults: the configuration file, then environment variables, then flags. Flags win.
 //
-// Keys (file key / environment variable / flag; all values are validated here, once):
-//   listen                       IMAGECACHED_LISTEN                      --listen HOST:PORT
-//   origin                       IMAGECACHED_ORIGIN                      --origin URL          (maps "/" to URL)
-//   origins  (list of {prefix, url}, file only)
-//   cache-dir                    IMAGECACHED_CACHE_DIR                   --cache-dir DIR
-//   disk-limit                   IMAGECACHED_DISK_LIMIT                  --disk-limit SIZE
-//   disk-max-age                 IMAGECACHED_DISK_MAX_AGE                --disk-max-age DURATION
-//   disk-low-water               IMAGECACHED_DISK_LOW_WATER              --disk-low-water FRACTION
-//   disk-fsync                   IMAGECACHED_DISK_FSYNC                  --disk-fsync
-//   memory-limit                 IMAGECACHED_MEMORY_LIMIT                --memory-limit SIZE
-//   memory-count-limit           IMAGECACHED_MEMORY_COUNT_LIMIT          --memory-count-limit N
-//   memory-object-limit          IMAGECACHED_MEMORY_OBJECT_LIMIT         --memory-object-limit SIZE
-//   max-variants                 IMAGECACHED_MAX_VARIANTS                --max-variants N
-//   max-object-size              IMAGECACHED_MAX_OBJECT_SIZE             --max-object-size SIZE
-//   stale-if-error               IMAGECACHED_STALE_IF_ERROR              --stale-if-error DURATION
-//   content-types  (list or comma-separated)  IMAGECACHED_CONTENT_TYPES  --content-types LIST
-//   allow-svg                    IMAGECACHED_ALLOW_SVG                   --allow-svg
-//   allow-private-networks       IMAGECACHED_ALLOW_PRIVATE_NETWORKS      --allow-private-networks
-//   heuristic-fraction, heuristic-max, complete-abandoned-fetches, log-level, access-log
-//   admin-allow  (list or comma-separated CIDRs)  IMAGECACHED_ADMIN_ALLOW  --admin-allow LIST
-//   admin-hosts  (list or comma-separated names)  IMAGECACHED_ADMIN_HOSTS  --admin-hosts LIST
-//   admin-token  (file or environment only)       IMAGECACHED_ADMIN_TOKEN  (no flag: it would show in ps)
-//   admin-token-file             IMAGECACHED_ADMIN_TOKEN_FILE            --admin-token-file FILE
-//   signing-keys  (list; file or environment only)  IMAGECACHED_SIGNING_KEYS  (no flag)
-//   signing-keys-file            IMAGECACHED_SIGNING_KEYS_FILE           --signing-keys-file FILE
-//   require-signature  (auto, true, false)  IMAGECACHED_REQUIRE_SIGNATURE  --require-signature auto|true|false
-//   in-flight-limit              IMAGECACHED_IN_FLIGHT_LIMIT             --in-flight-limit SIZE
-//   shutdown-timeout             IMAGECACHED_SHUTDOWN_TIMEOUT            --shutdown-timeout DURATION
-//   server.max-request-line, server.max-header-bytes, server.max-header-count, server.max-request-body,
-//   server.write-buffer, server.header-timeout, server.body-timeout, server.idle-timeout, server.write-timeout, server.max-connections, server.cpu-affinity
-//   upstream.connect-timeout, upstream.timeout, upstream.low-speed-limit, upstream.low-speed-time,
-//   upstream.max-redirects, upstream.max-transfers, upstream.max-host-connections, upstream.queue-order,
-//   upstream.queue-timeout, upstream.user-agent, upstream.ca-bundle
-// Every key has the environment variable IMAGECACHED_ + the key upper-cased with "." and "-" as "_",
-// and the flag --key with "." as "-" (server.idle-timeout: IMAGECACHED_SERVER_IDLE_TIMEOUT, --server-idle-timeout).
-// Sizes: a number of bytes, or with a unit: KiB MiB GiB (1024), KB MB GB (1000), K M G (1024).
-// Durations: seconds, or with a unit: ms, s, m, h, d.
-// Unknown keys are refused, so that a typo is reported instead of silently ignored.
+// The keys, their forms, defaults and where each may be set are defined once, in ConfigKeys.swift; applying a
+// setting looks its key up there.
 
 internal import Foundation
 internal import Yams
@@ -64,17 +28,7 @@ public struct ConfigSetting: Sendable, Equatable {
 
 extension Configuration {
     /// Every key the configuration understands, in the order of the documentation.
-    public static let keys: [String] = [
-        "listen", "origin", "origins", "cache-dir", "disk-limit", "disk-max-age", "disk-low-water", "disk-fsync", "memory-limit", "memory-count-limit", "memory-object-limit", "max-variants",
-        "max-object-size", "stale-if-error", "content-types", "allow-svg", "allow-private-networks", "heuristic-fraction",
-        "heuristic-max", "complete-abandoned-fetches", "log-level", "access-log", "admin-allow", "admin-hosts", "admin-token", "admin-token-file",
-        "signing-keys", "signing-keys-file", "require-signature", "in-flight-limit", "shutdown-timeout",
-        "server.max-request-line", "server.max-header-bytes", "server.max-header-count", "server.max-request-body",
-        "server.write-buffer", "server.header-timeout", "server.body-timeout", "server.idle-timeout", "server.write-timeout", "server.max-connections",
-        "server.cpu-affinity", "upstream.connect-timeout", "upstream.timeout", "upstream.low-speed-limit", "upstream.low-speed-time",
-        "upstream.max-redirects", "upstream.max-transfers", "upstream.max-host-connections", "upstream.queue-order",
-        "upstream.queue-timeout", "upstream.user-agent", "upstream.ca-bundle",
-    ]
+    public static var keys: [String] { ConfigKey.all.map(\.name) }
 
     /// The configuration from defaults, then `file` (if any), then `environment`, then `flags`.
     /// `cgroupMemoryLimitBytes` (the process's cgroup memory.max, if any) sets the memory tier's default budget.
@@ -128,9 +82,10 @@ extension Configuration {
 
     static func settings(fromEnvironment environment: [String: String]) throws(ConfigError) -> [ConfigSetting] {
         var result: [ConfigSetting] = []
-        for key in keys where key != "origins" {
-            let name = environmentName(of: key)
-            if let value = environment[name] { result.append(ConfigSetting(key: key, value: .scalar(value), source: name)) }
+        for key in ConfigKey.all {
+            if let name = key.environmentVariable, let value = environment[name] {
+                result.append(ConfigSetting(key: key.name, value: .scalar(value), source: name))
+            }
         }
         return result
     }
@@ -203,221 +158,17 @@ extension Configuration {
         return list
     }
 
-    /// Applies one setting, validating its value.
+    /// Applies one setting, validating its value (ConfigKey.all says how, per key).
     public mutating func apply(_ setting: ConfigSetting) throws(ConfigError) {
-        let source = setting.source
-        func scalar() throws(ConfigError) -> String {
-            switch setting.value {
-            case let .scalar(text): return text
-            case let .list(items): return items.joined(separator: ",")
-            case .origins: throw ConfigError(key: source, reason: "expected a single value")
-            }
+        guard let key = ConfigKey.byName[setting.key] else {
+            throw ConfigError(key: setting.source, reason: "unknown key (known keys: \(Configuration.keys.joined(separator: ", ")))")
         }
-        func size() throws(ConfigError) -> Int {
-            let text = try scalar()
-            guard let bytes = ByteSize.parse(text) else {
-                throw ConfigError(key: source, reason: "'\(text)' is not a size (like 256MiB, 50MB or 1048576)")
-            }
-            return bytes
-        }
-        func integer(min: Int = 0) throws(ConfigError) -> Int {
-            let text = try scalar()
-            guard let value = Int(text.trimmingCharacters(in: .whitespaces)), value >= min else {
-                throw ConfigError(key: source, reason: "'\(text)' is not a whole number >= \(min)")
-            }
-            return value
-        }
-        func seconds(allowingZero: Bool = false) throws(ConfigError) -> Double {
-            let text = try scalar()
-            guard let value = DurationText.parse(text), value > 0 || (allowingZero && value == 0), value <= 366 * 86_400 else {
-                throw ConfigError(key: source, reason: "'\(text)' is not a positive duration up to a year (like 10, 10s, 500ms or 5m)")
-            }
-            return value
-        }
-        func boolean() throws(ConfigError) -> Bool {
-            let text = try scalar().lowercased()
-            switch text {
-            case "true", "yes", "on", "1": return true
-            case "false", "no", "off", "0": return false
-            default: throw ConfigError(key: source, reason: "'\(text)' is not true or false")
-            }
-        }
-        /// A list value (a YAML list, or a comma-separated scalar): trimmed, empty items dropped.
-        func items(_ expected: String) throws(ConfigError) -> [String] {
-            let raw: [String]
-            switch setting.value {
-            case let .list(list): raw = list
-            case let .scalar(text): raw = text.split(separator: ",").map { String($0) }
-            case .origins: throw ConfigError(key: source, reason: "expected \(expected)")
-            }
-            return raw.map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
-        }
-        func fraction() throws(ConfigError) -> Double {
-            let text = try scalar()
-            guard let value = Double(text), value >= 0, value <= 1 else {
-                throw ConfigError(key: source, reason: "'\(text)' is not a number from 0 to 1")
-            }
-            return value
-        }
-
-        switch setting.key {
-        case "listen":
-            let text = try scalar()
-            guard let address = ListenAddress.parse(text) else {
-                throw ConfigError(key: source, reason: "'\(text)' is not HOST:PORT (like 127.0.0.1:8080 or [::1]:8080)")
-            }
-            listen = address
-        case "origin":
-            let url = try scalar()
-            try Configuration.checkOriginURL(url, source: source)
-            origins.removeAll { $0.prefix == "/" }
-            origins.append(OriginMapping(prefix: "/", url: url))
-        case "origins":
-            guard case let .origins(list) = setting.value else {
-                throw ConfigError(key: source, reason: "expected a list of {prefix: /path, url: https://host}")
-            }
-            for mapping in list {
-                try Configuration.checkOriginURL(mapping.url, source: source)
-                guard mapping.prefix.hasPrefix("/") else {
-                    throw ConfigError(key: source, reason: "prefix '\(mapping.prefix)' must start with /")
-                }
-                guard !Configuration.isReservedPath(mapping.prefix) else {
-                    throw ConfigError(key: source, reason: "prefix '\(mapping.prefix)' is reserved for the daemon (/fetch, /_imagecached/)")
-                }
-            }
-            origins = list
-        case "cache-dir":
-            let text = try scalar()
-            guard !text.isEmpty else { throw ConfigError(key: source, reason: "must not be empty") }
-            cacheDirectory = text
-        case "disk-limit":
-            diskLimitBytes = try size()
-        case "disk-max-age": diskMaxAgeSeconds = try seconds()
-        case "disk-low-water":
-            let value = try fraction()
-            guard value > 0 else { throw ConfigError(key: source, reason: "must be more than 0") }
-            diskLowWaterFraction = value
-        case "disk-fsync": diskFsync = try boolean()
-        case "memory-limit":
-            memoryLimitBytes = try size()
-            memoryLimitIsExplicit = true
-        case "memory-count-limit": memoryCountLimit = try integer()
-        case "memory-object-limit": memoryObjectLimitBytes = try size()
-        case "max-variants": maxVariants = try integer(min: 1)
-        case "max-object-size":
-            let bytes = try size()
-            guard bytes > 0 else { throw ConfigError(key: source, reason: "must be more than 0 bytes") }
-            maxObjectSizeBytes = bytes
-        case "content-types":
-            let types = try items("a list of media types").map { $0.lowercased() }
-            guard !types.isEmpty else { throw ConfigError(key: source, reason: "must name at least one media type, or */*") }
-            for type in types where type != "*/*" {
-                let parts = type.split(separator: "/")
-                guard parts.count == 2, !parts[0].isEmpty, !parts[1].isEmpty else {
-                    throw ConfigError(key: source, reason: "'\(type)' is not a media type like image/png")
-                }
-            }
-            contentTypes = types
-        case "stale-if-error": staleIfErrorSeconds = try seconds(allowingZero: true)
-        case "allow-svg": allowSVG = try boolean()
-        case "allow-private-networks": allowPrivateNetworks = try boolean()
-        case "heuristic-fraction": heuristicFraction = try fraction()
-        case "heuristic-max": heuristicMaxSeconds = try seconds()
-        case "complete-abandoned-fetches": completeAbandonedFetches = try boolean()
-        case "log-level":
-            let text = try scalar().lowercased()
-            guard ["trace", "debug", "info", "notice", "warning", "error", "critical"].contains(text) else {
-                throw ConfigError(key: source, reason: "'\(text)' is not one of trace, debug, info, notice, warning, error, critical")
-            }
-            logLevel = text
-        case "access-log": accessLog = try boolean()
-        case "admin-allow":
-            var ranges: [AddressRange] = []
-            for item in try items("a list of address ranges like 127.0.0.1/32") {
-                guard let range = AddressRange(item) else {
-                    throw ConfigError(key: source, reason: "'\(item)' is not an address range like 127.0.0.1/32 or ::1/128")
-                }
-                ranges.append(range)
-            }
-            adminAllow = ranges
-        case "admin-hosts":
-            var hosts: [String] = []
-            for item in try items("a list of host names").map({ $0.lowercased() }) {
-                guard HTTPParser.isValidHost(item), !item.contains(":") else {
-                    throw ConfigError(key: source, reason: "'\(item)' is not a host name")
-                }
-                hosts.append(item)
-            }
-            adminHosts = hosts
-        case "admin-token":
-            if source.hasPrefix("--") { throw ConfigError(key: source, reason: "the admin token is read from the configuration file or the environment only, never a flag (flags show in ps)") }
-            adminToken = try Self.adminToken(try scalar(), source: source)
-        case "signing-keys":
-            if source.hasPrefix("--") { throw ConfigError(key: source, reason: "signing keys are read from the configuration file or the environment only, never a flag (flags show in ps)") }
-            signingKeys = try Self.signingKeys(try items("a list of keys (hex:..., base64:..., text:...)").flatMap { $0.split(separator: " ").map(String.init) }, source: source)
-        case "signing-keys-file":
-            let path = try scalar()
-            guard let data = FileManager.default.contents(atPath: path) else {
-                throw ConfigError(key: source, reason: "cannot read the signing keys file \(path)")
-            }
-            let lines = String(decoding: data, as: UTF8.self).split(whereSeparator: \.isNewline)
-                .map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty && !$0.hasPrefix("#") }
-            signingKeys = try Self.signingKeys(lines, source: source)
-        case "require-signature":
-            let text = try scalar().lowercased()
-            if text == "auto" {
-                requireSignature = nil
-            } else {
-                requireSignature = try boolean()
-            }
-        case "admin-token-file":
-            let path = try scalar()
-            guard let data = FileManager.default.contents(atPath: path) else {
-                throw ConfigError(key: source, reason: "cannot read the admin token file \(path)")
-            }
-            adminToken = try Self.adminToken(String(decoding: data, as: UTF8.self), source: source)
-        case "shutdown-timeout": shutdownTimeoutSeconds = try seconds(allowingZero: true)
-        case "server.max-request-line": server.maxRequestLineBytes = try integer(min: 64)
-        case "server.max-header-bytes": server.maxHeaderBytes = try integer(min: 256)
-        case "server.max-header-count": server.maxHeaderCount = try integer(min: 1)
-        case "server.max-request-body": server.maxRequestBodyBytes = try size()
-        case "server.header-timeout": server.headerTimeoutSeconds = try seconds()
-        case "server.body-timeout": server.bodyTimeoutSeconds = try seconds()
-        case "server.write-buffer":
-            let bytes = try size()
-            guard bytes >= 16 << 10 else { throw ConfigError(key: source, reason: "must be at least 16KiB") }
-            server.writeBufferBytes = bytes
-        case "in-flight-limit":
-            let bytes = try size()
-            guard bytes >= 1 << 20 else { throw ConfigError(key: source, reason: "must be at least 1MiB") }
-            inFlightLimitBytes = bytes
-        case "server.idle-timeout": server.idleTimeoutSeconds = try seconds()
-        case "server.write-timeout": server.writeTimeoutSeconds = try seconds()
-        case "server.max-connections": server.maxConnections = try integer(min: 1)
-        case "server.cpu-affinity":
-            let text = try scalar().lowercased()
-            guard let affinity = ServerConfiguration.CPUAffinity(rawValue: text) else {
-                throw ConfigError(key: source, reason: "'\(text)' is not auto or off")
-            }
-            server.cpuAffinity = affinity
-        case "upstream.connect-timeout": upstream.connectTimeoutSeconds = try seconds()
-        case "upstream.timeout": upstream.totalTimeoutSeconds = try seconds()
-        case "upstream.low-speed-limit": upstream.lowSpeedLimitBytesPerSecond = try size()
-        case "upstream.low-speed-time": upstream.lowSpeedTimeSeconds = Int(try seconds().rounded(.up))
-        case "upstream.max-redirects": upstream.maxRedirects = try integer()
-        case "upstream.max-transfers": upstream.maxConcurrentTransfers = try integer(min: 1)
-        case "upstream.max-host-connections": upstream.maxHostConnections = try integer(min: 1)
-        case "upstream.queue-order":
-            let text = try scalar().lowercased()
-            guard let order = UpstreamConfiguration.QueueOrder(rawValue: text) else {
-                throw ConfigError(key: source, reason: "'\(text)' is not fifo or lifo")
-            }
-            upstream.queueOrder = order
-        case "upstream.queue-timeout": upstream.queueTimeoutSeconds = try seconds()
-        case "upstream.user-agent": upstream.userAgent = try scalar()
-        case "upstream.ca-bundle": upstream.caBundle = try scalar()
-        default:
-            throw ConfigError(key: source, reason: "unknown key (known keys: \(Configuration.keys.joined(separator: ", ")))")
+        do {
+            try key.apply(&self, ConfigValue(value: setting.value, source: setting.source))
+        } catch let error as ConfigError {
+            throw error
+        } catch {
+            throw ConfigError(key: setting.source, reason: "\(error)")
         }
     }
 

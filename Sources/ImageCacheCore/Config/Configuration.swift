@@ -1,6 +1,7 @@
 // The daemon's configuration: one Sendable value, built once at start from defaults, the configuration
 // file, environment variables and flags (flags win), validated in Configuration+File.swift.
-// Every field has a `///` line and its default; Config/imagecached.yaml lists the same keys.
+// Every field has a `///` line and its default; the keys that set them (name, form, default, meaning, reload or
+// restart, file/environment/flag) are defined once in ConfigKeys.swift.
 
 internal import Foundation
 

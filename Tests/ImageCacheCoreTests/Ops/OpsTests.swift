@@ -125,18 +125,4 @@ struct OpsTests {
         #expect(progress.summary.contains("failed: http://a/2.png (answered 404: upstream answered 404 Not Found)"))
         #expect(progress.bar.contains("3/3"))
     }
-
-    @Test("a reload names the keys that need a restart and keeps their running values")
-    func restartOnly() {
-        let running = Configuration()
-        var next = Configuration()
-        next.listen = ListenAddress(host: "127.0.0.1", port: 9)
-        next.memoryLimitBytes = 1 << 20
-        next.upstream.maxRedirects = 1
-        #expect(running.restartOnlyChanges(to: next) == ["listen: 127.0.0.1:8080 -> 127.0.0.1:9", "upstream.*"])
-        next.keepRestartOnlySettings(of: running)
-        #expect(next.listen == running.listen)
-        #expect(next.upstream == running.upstream)
-        #expect(next.memoryLimitBytes == 1 << 20)
-    }
 }
