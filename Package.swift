@@ -12,7 +12,10 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .executable(name: "imagecached", targets: ["imagecached"]),
-        .library(name: "ImageCacheCore", targets: ["ImageCacheCore"]),
+        .library(name: "ImageCacheCore", targets: [
+            "ImageCacheSystem", "ImageCacheHTTP", "ImageCacheConfig", "ImageCacheServer", "ImageCacheStore",
+            "ImageCacheUpstream", "ImageCacheCore", "ImageCacheOps",
+        ]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -37,22 +40,54 @@ let package = Package(
         .systemLibrary(name: "CEpoll"),
         // Typed one-line forwarders for libcurl's variadic functions: the only C in the repository.
         .target(name: "CCurlShim", dependencies: ["CCurl"]),
+        // The layers, lowest first; a dependency that points up is a build error (README: Architecture).
+        .target(name: "ImageCacheSystem", swiftSettings: swiftSettings),
+        .target(
+            name: "ImageCacheHTTP",
+            dependencies: [.product(name: "Crypto", package: "swift-crypto")],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "ImageCacheConfig",
+            dependencies: ["ImageCacheHTTP", .product(name: "Yams", package: "Yams")],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "ImageCacheServer",
+            dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "ImageCacheConfig", "CEpoll",
+                           .product(name: "Logging", package: "swift-log")],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "ImageCacheStore",
+            dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "CXXHash",
+                           .product(name: "Crypto", package: "swift-crypto"),
+                           .product(name: "Logging", package: "swift-log")],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "ImageCacheUpstream",
+            dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "ImageCacheConfig", "CCurlShim",
+                           .product(name: "Logging", package: "swift-log")],
+            swiftSettings: swiftSettings
+        ),
         .target(
             name: "ImageCacheCore",
-            dependencies: [
-                "CCurlShim",
-                "CEpoll",
-                "CXXHash",
-                .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "Yams", package: "Yams"),
-            ],
+            dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "ImageCacheConfig", "ImageCacheServer",
+                           "ImageCacheStore", "ImageCacheUpstream", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "ImageCacheOps",
+            dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "ImageCacheConfig", "ImageCacheServer",
+                           "ImageCacheStore", "ImageCacheUpstream", "ImageCacheCore",
+                           .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
         .executableTarget(
             name: "imagecached",
             dependencies: [
-                "ImageCacheCore",
+                "ImageCacheHTTP", "ImageCacheConfig", "ImageCacheCore", "ImageCacheOps",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -60,12 +95,12 @@ let package = Package(
         ),
         .testTarget(
             name: "ImageCacheCoreTests",
-            dependencies: ["ImageCacheCore"],
+            dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "ImageCacheConfig", "ImageCacheServer", "ImageCacheStore", "ImageCacheUpstream", "ImageCacheCore", "ImageCacheOps"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: ["ImageCacheCore"],
+            dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "ImageCacheConfig", "ImageCacheServer", "ImageCacheStore", "ImageCacheUpstream", "ImageCacheCore", "ImageCacheOps"],
             swiftSettings: swiftSettings
         ),
     ],

@@ -9,12 +9,18 @@
 //   5. state-changing requests need what a page cannot send without a CORS preflight (which is never granted):
 //      DELETE is such a method; POST /prefetch takes its list as `Content-Type: text/uri-list`            else 415
 //   GET    /_imagecached/health              200 "ok" while the daemon serves
-//   GET    /_imagecached/metrics             Prometheus text (Ops/Metrics.swift)
+//   GET    /_imagecached/metrics             Prometheus text (Metrics.swift)
 //   GET    /_imagecached/stats               the same counters as JSON (DaemonStats), read by `imagecached stats`
 //   POST   /_imagecached/prefetch            body: URLs one per line; warms the cache (Proxy+Prefetch.swift)
 //   DELETE /_imagecached/cache?url=<URL>     removes one URL (normalised like every cache key) from memory and disk
 //   DELETE /_imagecached/cache               removes everything from memory and disk
 
+internal import ImageCacheSystem
+internal import ImageCacheHTTP
+internal import ImageCacheConfig
+internal import ImageCacheServer
+internal import ImageCacheStore
+internal import ImageCacheUpstream
 internal import Foundation
 internal import Logging
 
@@ -166,7 +172,7 @@ extension Proxy {
             refuse(sink, status: 400, reason: reason, request: request, client: client)
             return
         }
-        guard let decoded = Route.percentDecode(encoded), let url = try? UpstreamURL.parse(decoded) else {
+        guard let decoded = PercentDecoding.decode(encoded), let url = try? UpstreamURL.parse(decoded) else {
             refuse(sink, status: 400, reason: "the url parameter is not an absolute http or https URL", request: request, client: client)
             return
         }

@@ -13,6 +13,12 @@
 // Concurrent misses of one key each read the file (reads are cheap and need no order); the origin is still asked
 // once, through the coalescer.
 
+internal import ImageCacheSystem
+internal import ImageCacheHTTP
+internal import ImageCacheConfig
+internal import ImageCacheServer
+internal import ImageCacheStore
+internal import ImageCacheUpstream
 internal import Dispatch
 internal import Foundation
 

@@ -11,6 +11,12 @@
 //
 // Ownership: each run is confined to its own serial queue (imagecached.prefetch); the per-URL sinks hop there.
 
+internal import ImageCacheSystem
+internal import ImageCacheHTTP
+internal import ImageCacheConfig
+internal import ImageCacheServer
+internal import ImageCacheStore
+internal import ImageCacheUpstream
 internal import Dispatch
 internal import Foundation
 internal import Logging

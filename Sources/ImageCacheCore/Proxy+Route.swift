@@ -5,6 +5,13 @@
 // a fetch request for one URL share one entry.
 
 /// What a request asks for.
+internal import ImageCacheSystem
+internal import ImageCacheHTTP
+internal import ImageCacheConfig
+internal import ImageCacheServer
+internal import ImageCacheStore
+internal import ImageCacheUpstream
+
 enum Route: Equatable {
     enum Mode: String, Equatable { case forward, fetch, reverse }
     /// An upstream URL to serve through the cache. `trusted` for configured origins (no private-network check).
@@ -102,7 +109,7 @@ extension Route {
             guard let query, let encoded = queryParameter("url", in: query) else {
                 return .error(status: 400, reason: "missing url parameter: use /fetch?url=<percent-encoded absolute http or https URL>")
             }
-            guard let url = percentDecode(encoded), !url.isEmpty else {
+            guard let url = PercentDecoding.decode(encoded), !url.isEmpty else {
                 return .error(status: 400, reason: "the url parameter is not valid percent-encoding")
             }
             let parsed: UpstreamURL
@@ -174,30 +181,5 @@ extension Route {
             if parts[0] == name { return parts.count > 1 ? String(parts[1]) : "" }
         }
         return nil
-    }
-
-    /// Decodes %XX escapes ("+" stays "+": a literal plus in a URL is more likely than a form-encoded space).
-    static func percentDecode(_ text: String) -> String? {
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(text.utf8.count)
-        var iterator = text.utf8.makeIterator()
-        while let byte = iterator.next() {
-            if byte == UInt8(ascii: "%") {
-                guard let high = iterator.next().flatMap(hexValue), let low = iterator.next().flatMap(hexValue) else { return nil }
-                bytes.append(high << 4 | low)
-            } else {
-                bytes.append(byte)
-            }
-        }
-        return String(validating: bytes, as: UTF8.self)
-    }
-
-    private static func hexValue(_ byte: UInt8) -> UInt8? {
-        switch byte {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
-        default: nil
-        }
     }
 }

@@ -6,6 +6,12 @@
 // Which keys a reload applies and which need a restart (the daemon logs those) is said once, per key, in
 // ConfigKeys.swift (`ConfigKey.reload`); `Configuration.restartOnlyChanges` names the ones that changed.
 
+internal import ImageCacheSystem
+internal import ImageCacheHTTP
+public import ImageCacheConfig
+internal import ImageCacheServer
+internal import ImageCacheStore
+internal import ImageCacheUpstream
 internal import Foundation
 internal import Synchronization
 
@@ -50,7 +56,7 @@ extension Proxy {
 
     /// Puts the reloadable parts of `configuration` in force: new requests see them at once; the memory tier is
     /// trimmed to its new limits. Keys that need a restart keep the value they started with.
-    func apply(_ configuration: Configuration) {
+    package func apply(_ configuration: Configuration) {
         let current = self.configuration
         var next = configuration
         next.keepRestartOnlySettings(of: current)
@@ -69,17 +75,5 @@ extension Proxy {
     func countHit(_ entry: CacheEntry, request: ClientRequest, outcome: ServedOutcome, bodyBytes: Int? = nil) {
         metrics.served(outcome)
         if !request.isHead, !request.clientValidatorsMatch(entry) { metrics.servedBytes(outcome, bodyBytes ?? entry.body.count) }
-    }
-}
-
-extension Configuration {
-    /// The keys whose new value is not applied by a reload (they need a restart), as "key: old -> new".
-    public func restartOnlyChanges(to next: Configuration) -> [String] {
-        ConfigKey.all.compactMap { key in key.restartField?.change(self, next).map { "\(key.name): \($0)" } }
-    }
-
-    /// Takes the restart-only keys from `running`, keeping this configuration's reloadable ones.
-    mutating func keepRestartOnlySettings(of running: Configuration) {
-        for key in ConfigKey.all { key.restartField?.keep(&self, running) }
     }
 }

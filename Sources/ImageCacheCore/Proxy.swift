@@ -22,6 +22,12 @@
 // reloadable settings (`configuration`, `contentPolicy`, `originRoutes`, ...) are one immutable `ProxySettings` in a
 // `SettingsCell`, swapped whole on reload and read once per request (Proxy+Settings.swift); `metrics` are atomics.
 
+internal import ImageCacheSystem
+public import ImageCacheHTTP
+public import ImageCacheConfig
+public import ImageCacheServer
+public import ImageCacheStore
+public import ImageCacheUpstream
 internal import Dispatch
 public import Foundation
 public import Logging
@@ -50,7 +56,7 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
     public var disk: DiskCache? { store.disk }
 
     // MARK: owned by `queue`
-    let queue = DispatchQueue(label: "imagecached.proxy")
+    package let queue = DispatchQueue(label: "imagecached.proxy")
     /// The fetches in flight and who joins which (Coalescer.swift). Confined to `queue`.
     let coalescer: Coalescer
 

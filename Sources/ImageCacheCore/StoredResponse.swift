@@ -1,6 +1,12 @@
 // StoredResponse: how a stored variant is written to a client, wherever it was found (the hit path on a connection's
 // loop, the disk's read queue, a fetch that revalidated or read it). It holds no state: what it needs is passed in.
 
+internal import ImageCacheSystem
+internal import ImageCacheHTTP
+internal import ImageCacheConfig
+internal import ImageCacheServer
+internal import ImageCacheStore
+internal import ImageCacheUpstream
 internal import Foundation
 
 enum StoredResponse {

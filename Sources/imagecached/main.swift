@@ -1,8 +1,12 @@
 // imagecached: parse the command line, load the configuration, run the daemon until a signal stops it.
 
+import ImageCacheHTTP
+import ImageCacheConfig
+import ImageCacheCore
+import ImageCacheOps
 import ArgumentParser
 import Foundation
-import ImageCacheCore
+
 import Logging
 
 /// The root command, for ArgumentParser's subcommands and `imagecached help <subcommand>`. The daemon itself

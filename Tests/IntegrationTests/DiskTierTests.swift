@@ -4,7 +4,14 @@
 import Foundation
 import Synchronization
 import Testing
+@testable import ImageCacheSystem
+@testable import ImageCacheHTTP
+@testable import ImageCacheConfig
+@testable import ImageCacheServer
+@testable import ImageCacheStore
+@testable import ImageCacheUpstream
 @testable import ImageCacheCore
+@testable import ImageCacheOps
 
 @Suite("Disk tier end to end", .timeLimit(.minutes(2)))
 struct DiskTierTests {

@@ -4,7 +4,14 @@
 import Foundation
 import Synchronization
 import Testing
+@testable import ImageCacheSystem
+@testable import ImageCacheHTTP
+@testable import ImageCacheConfig
+@testable import ImageCacheServer
+@testable import ImageCacheStore
+@testable import ImageCacheUpstream
 @testable import ImageCacheCore
+@testable import ImageCacheOps
 
 @Suite("Operations: metrics, admin endpoints, prefetch, reload, drain", .timeLimit(.minutes(2)))
 struct OperationsTests {

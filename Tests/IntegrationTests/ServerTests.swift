@@ -3,7 +3,14 @@ import Foundation
 import Logging
 import Synchronization
 import Testing
+@testable import ImageCacheSystem
+@testable import ImageCacheHTTP
+@testable import ImageCacheConfig
+@testable import ImageCacheServer
+@testable import ImageCacheStore
+@testable import ImageCacheUpstream
 @testable import ImageCacheCore
+@testable import ImageCacheOps
 
 /// A `RequestHandler` made of a closure.
 struct ClosureHandler: RequestHandler {

@@ -3,7 +3,14 @@
 
 import Foundation
 import Testing
+@testable import ImageCacheSystem
+@testable import ImageCacheHTTP
+@testable import ImageCacheConfig
+@testable import ImageCacheServer
+@testable import ImageCacheStore
+@testable import ImageCacheUpstream
 @testable import ImageCacheCore
+@testable import ImageCacheOps
 
 @Suite("Variants end to end", .timeLimit(.minutes(2)))
 struct VariantTests {

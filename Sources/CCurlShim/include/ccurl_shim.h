@@ -1,5 +1,5 @@
 // Typed forwarders for libcurl's variadic functions (Swift does not import C variadics).
-// Every function is a one-line forwarder; all logic lives in Swift under Upstream/Curl/.
+// Every function is a one-line forwarder; all logic lives in Swift under ImageCacheUpstream/Curl/.
 #ifndef CCURL_SHIM_PUBLIC_H
 #define CCURL_SHIM_PUBLIC_H
 

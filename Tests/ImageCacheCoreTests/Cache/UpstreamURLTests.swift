@@ -1,4 +1,11 @@
+import ImageCacheSystem
+import ImageCacheHTTP
+import ImageCacheConfig
+import ImageCacheServer
+import ImageCacheStore
+import ImageCacheUpstream
 import ImageCacheCore
+import ImageCacheOps
 import Testing
 
 @Suite("UpstreamURL", .timeLimit(.minutes(1)))

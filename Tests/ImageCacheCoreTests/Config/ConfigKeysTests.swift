@@ -3,7 +3,14 @@
 
 import Foundation
 import Testing
+@testable import ImageCacheSystem
+@testable import ImageCacheHTTP
+@testable import ImageCacheConfig
+@testable import ImageCacheServer
+@testable import ImageCacheStore
+@testable import ImageCacheUpstream
 @testable import ImageCacheCore
+@testable import ImageCacheOps
 
 @Suite("Configuration keys, defined once", .timeLimit(.minutes(1)))
 struct ConfigKeysTests {
@@ -23,6 +30,12 @@ struct ConfigKeysTests {
         #expect(keys.filter { $0.flag == nil }.map(\.name) == ["origins", "admin-token", "signing-keys"])
         #expect(ConfigKey.byName["server.idle-timeout"]?.flag == "--server-idle-timeout")
         #expect(ConfigKey.byName["server.idle-timeout"]?.environmentVariable == "IMAGECACHED_SERVER_IDLE_TIMEOUT")
+    }
+
+    @Test("max-variants' default is the memory tier's (Config and the store are separate layers: neither imports the other)")
+    func variantDefault() {
+        #expect(Configuration().maxVariants == MemoryCache.defaultVariantLimit)
+        #expect(ConfigKey.byName["max-variants"]?.defaultText == String(MemoryCache.defaultVariantLimit))
     }
 
     @Test("the README's table of keys is the one the table renders")

@@ -1,6 +1,13 @@
 import Foundation
 import Testing
+@testable import ImageCacheSystem
+@testable import ImageCacheHTTP
+@testable import ImageCacheConfig
+@testable import ImageCacheServer
+@testable import ImageCacheStore
+@testable import ImageCacheUpstream
 @testable import ImageCacheCore
+@testable import ImageCacheOps
 
 @Suite("Operations, pure parts", .timeLimit(.minutes(1)))
 struct OpsTests {

@@ -1,6 +1,13 @@
 import Foundation
 import Glibc
+@testable import ImageCacheSystem
+@testable import ImageCacheHTTP
+@testable import ImageCacheConfig
+@testable import ImageCacheServer
+@testable import ImageCacheStore
+@testable import ImageCacheUpstream
 @testable import ImageCacheCore
+@testable import ImageCacheOps
 import Testing
 
 @Suite("File bodies (sendfile)", .timeLimit(.minutes(1)))

@@ -4,7 +4,14 @@
 import Foundation
 import Logging
 import Synchronization
+@testable import ImageCacheSystem
+@testable import ImageCacheHTTP
+@testable import ImageCacheConfig
+@testable import ImageCacheServer
+@testable import ImageCacheStore
+@testable import ImageCacheUpstream
 @testable import ImageCacheCore
+@testable import ImageCacheOps
 
 /// A wall clock the test moves by hand.
 final class TestClock: Sendable {

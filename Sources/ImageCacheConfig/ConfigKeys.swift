@@ -1,0 +1,398 @@
+// The configuration keys, defined once. Each `ConfigKey` says its name, the form of its value, its default as
+// documented, what it means in one line, whether a reload applies it or it needs a restart, where it may be set
+// (file, environment, flag), and how a value is checked and applied. Everything else is derived from this table:
+//   - `Configuration.apply` (the YAML file, the environment and the flags all become settings applied through it),
+//   - the environment variables (IMAGECACHED_ + the name upper-cased, "." and "-" as "_"),
+//   - the daemon's flags and its --help (`DaemonCommandLine`: --name with "." as "-"),
+//   - the reload's restart-only report and the values a reload keeps (`restartOnlyChanges`, `keepRestartOnlySettings`),
+//   - the README's table of keys (`markdownTable`, checked by ConfigKeysTests), and ConfigKeysTests checks that
+//     Config/imagecached.yaml names every key and holds the defaults.
+// Sizes: a number of bytes, or with a unit: KiB MiB GiB (1024), KB MB GB (1000), K M G (1024).
+// Durations: seconds, or with a unit: ms, s, m, h, d. Unknown keys are refused, so that a typo is reported.
+
+internal import ImageCacheHTTP
+internal import Foundation
+
+public struct ConfigKey: Sendable {
+    public enum Reload: Sendable, Equatable {
+        /// A reload (SIGHUP) puts a new value in force.
+        case live
+        /// A reload keeps the running value and logs that a restart is needed.
+        case restart
+    }
+
+    /// Where the key may be set besides the configuration file.
+    public enum Exposure: Sendable, Equatable {
+        /// Environment variable and flag.
+        case everywhere
+        /// Environment variable, never a flag (a secret: flags show in `ps`).
+        case notAsFlag
+        /// The configuration file only (a structured value).
+        case fileOnly
+    }
+
+    /// "server.idle-timeout".
+    public let name: String
+    /// The value's form in --help and the README: SIZE, DURATION, N, FRACTION, LIST, FILE, auto|off, ...
+    public let form: String
+    /// The default as documented.
+    public let defaultText: String
+    /// What it does, one line.
+    public let meaning: String
+    public let exposure: Exposure
+    /// The flag takes no value (`--disk-fsync`; `--disk-fsync=false` also works).
+    public let isSwitch: Bool
+    /// Checks a value and puts it in the configuration.
+    /// (Throws ConfigError only; typed as `throws` so that the short closures of the table need no annotation.)
+    let apply: @Sendable (inout Configuration, ConfigValue) throws -> Void
+    /// For restart-only keys: how a reload compares and keeps the running value.
+    let restartField: RestartField?
+
+    public var reload: Reload { restartField == nil ? .live : .restart }
+
+    /// "--server-idle-timeout", or nil for keys that are never flags.
+    public var flag: String? { exposure == .everywhere ? "--" + name.replacingOccurrences(of: ".", with: "-") : nil }
+
+    /// "IMAGECACHED_SERVER_IDLE_TIMEOUT", or nil for file-only keys.
+    public var environmentVariable: String? { exposure == .fileOnly ? nil : Configuration.environmentName(of: name) }
+}
+
+/// How a reload compares a restart-only key's values and keeps the running one.
+struct RestartField: Sendable {
+    /// "old -> new" when the values differ.
+    let change: @Sendable (_ running: Configuration, _ next: Configuration) -> String?
+    let keep: @Sendable (_ next: inout Configuration, _ running: Configuration) -> Void
+
+    static func field<T: Equatable & Sendable>(_ path: any WritableKeyPath<Configuration, T> & Sendable) -> RestartField {
+        RestartField(
+            change: { running, next in
+                running[keyPath: path] == next[keyPath: path] ? nil : "\(running[keyPath: path]) -> \(next[keyPath: path])"
+            },
+            keep: { next, running in next[keyPath: path] = running[keyPath: path] })
+    }
+}
+
+/// One setting's value with the parsers of each form; errors name the setting's source.
+struct ConfigValue {
+    let value: ConfigSetting.Value
+    let source: String
+
+    func scalar() throws(ConfigError) -> String {
+        switch value {
+        case let .scalar(text): return text
+        case let .list(items): return items.joined(separator: ",")
+        case .origins: throw ConfigError(key: source, reason: "expected a single value")
+        }
+    }
+
+    func size() throws(ConfigError) -> Int {
+        let text = try scalar()
+        guard let bytes = ByteSize.parse(text) else {
+            throw ConfigError(key: source, reason: "'\(text)' is not a size (like 256MiB, 50MB or 1048576)")
+        }
+        return bytes
+    }
+
+    /// A size of at least `minimum` bytes (`shown`: the minimum as the error says it).
+    func size(atLeast minimum: Int, shown: String) throws(ConfigError) -> Int {
+        let bytes = try size()
+        guard bytes >= minimum else { throw ConfigError(key: source, reason: "must be at least \(shown)") }
+        return bytes
+    }
+
+    func integer(min: Int = 0) throws(ConfigError) -> Int {
+        let text = try scalar()
+        guard let value = Int(text.trimmingCharacters(in: .whitespaces)), value >= min else {
+            throw ConfigError(key: source, reason: "'\(text)' is not a whole number >= \(min)")
+        }
+        return value
+    }
+
+    func seconds(allowingZero: Bool = false) throws(ConfigError) -> Double {
+        let text = try scalar()
+        guard let value = DurationText.parse(text), value > 0 || (allowingZero && value == 0), value <= 366 * 86_400 else {
+            throw ConfigError(key: source, reason: "'\(text)' is not a positive duration up to a year (like 10, 10s, 500ms or 5m)")
+        }
+        return value
+    }
+
+    func boolean() throws(ConfigError) -> Bool {
+        let text = try scalar().lowercased()
+        switch text {
+        case "true", "yes", "on", "1": return true
+        case "false", "no", "off", "0": return false
+        default: throw ConfigError(key: source, reason: "'\(text)' is not true or false")
+        }
+    }
+
+    /// A list value (a YAML list, or a comma-separated scalar): trimmed, empty items dropped.
+    func items(_ expected: String) throws(ConfigError) -> [String] {
+        let raw: [String]
+        switch value {
+        case let .list(list): raw = list
+        case let .scalar(text): raw = text.split(separator: ",").map { String($0) }
+        case .origins: throw ConfigError(key: source, reason: "expected \(expected)")
+        }
+        return raw.map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+    }
+
+    func fraction() throws(ConfigError) -> Double {
+        let text = try scalar()
+        guard let value = Double(text), value >= 0, value <= 1 else {
+            throw ConfigError(key: source, reason: "'\(text)' is not a number from 0 to 1")
+        }
+        return value
+    }
+
+    /// One of `choices` (lower-cased).
+    func choice<T: RawRepresentable<String>>(_ type: T.Type, _ choices: String) throws(ConfigError) -> T {
+        let text = try scalar().lowercased()
+        guard let value = T(rawValue: text) else { throw ConfigError(key: source, reason: "'\(text)' is not \(choices)") }
+        return value
+    }
+
+    /// Refuses a secret given as a flag (flags show in `ps`).
+    func notAFlag(_ what: String) throws(ConfigError) {
+        if source.hasPrefix("--") {
+            throw ConfigError(key: source, reason: "\(what) read from the configuration file or the environment only, never a flag (flags show in ps)")
+        }
+    }
+}
+
+extension ConfigKey {
+    /// Every key, in the order of the documentation.
+    public static let all: [ConfigKey] = [
+        key("listen", "HOST:PORT", "127.0.0.1:8080", "address to serve on, HOST:PORT or [V6]:PORT; port 0 picks a free one",
+            restart: .field(\.listen)) { configuration, value throws(ConfigError) in
+            let text = try value.scalar()
+            guard let address = ListenAddress.parse(text) else {
+                throw ConfigError(key: value.source, reason: "'\(text)' is not HOST:PORT (like 127.0.0.1:8080 or [::1]:8080)")
+            }
+            configuration.listen = address
+        },
+        key("origin", "URL", "none", "reverse proxy: map every request path to this origin base URL (http or https)") { configuration, value throws(ConfigError) in
+            let url = try value.scalar()
+            try Configuration.checkOriginURL(url, source: value.source)
+            configuration.origins.removeAll { $0.prefix == "/" }
+            configuration.origins.append(OriginMapping(prefix: "/", url: url))
+        },
+        key("origins", "LIST", "none", "several origins by path prefix: a list of {prefix, url} (longest prefix wins)",
+            exposure: .fileOnly) { configuration, value throws(ConfigError) in
+            guard case let .origins(list) = value.value else {
+                throw ConfigError(key: value.source, reason: "expected a list of {prefix: /path, url: https://host}")
+            }
+            for mapping in list {
+                try Configuration.checkOriginURL(mapping.url, source: value.source)
+                guard mapping.prefix.hasPrefix("/") else {
+                    throw ConfigError(key: value.source, reason: "prefix '\(mapping.prefix)' must start with /")
+                }
+                guard !Configuration.isReservedPath(mapping.prefix) else {
+                    throw ConfigError(key: value.source, reason: "prefix '\(mapping.prefix)' is reserved for the daemon (/fetch, /_imagecached/)")
+                }
+            }
+            configuration.origins = list
+        },
+        key("cache-dir", "DIR", "$CACHE_DIRECTORY, else $XDG_CACHE_HOME/imagecached, else ~/.cache/imagecached",
+            "directory of the on-disk tier (created at start)", restart: .field(\.cacheDirectory)) { configuration, value throws(ConfigError) in
+            let text = try value.scalar()
+            guard !text.isEmpty else { throw ConfigError(key: value.source, reason: "must not be empty") }
+            configuration.cacheDirectory = text
+        },
+        key("disk-limit", "SIZE", "10GiB", "byte budget of the on-disk tier (whole files, headers included); 0 turns it off",
+            restart: .field(\.diskLimitBytes)) { $0.diskLimitBytes = try $1.size() },
+        key("disk-max-age", "DURATION", "7d", "disk entries not used for this long are removed, fresh or not",
+            restart: .field(\.diskMaxAgeSeconds)) { $0.diskMaxAgeSeconds = try $1.seconds() },
+        key("disk-low-water", "FRACTION", "0.9", "over disk-limit, evict down to this fraction of it",
+            restart: .field(\.diskLowWaterFraction)) { configuration, value throws(ConfigError) in
+            let fraction = try value.fraction()
+            guard fraction > 0 else { throw ConfigError(key: value.source, reason: "must be more than 0") }
+            configuration.diskLowWaterFraction = fraction
+        },
+        key("disk-fsync", "true|false", "false", "fsync each disk entry as it is written (slower, survives power loss)",
+            isSwitch: true, restart: .field(\.diskFsync)) { $0.diskFsync = try $1.boolean() },
+        key("memory-limit", "SIZE", "256MiB, or half the cgroup's memory.max", "byte budget of the memory tier") { configuration, value throws(ConfigError) in
+            configuration.memoryLimitBytes = try value.size()
+            configuration.memoryLimitIsExplicit = true
+        },
+        key("memory-count-limit", "N", "0", "most entries in the memory tier; 0 means no count limit") { $0.memoryCountLimit = try $1.integer() },
+        key("memory-object-limit", "SIZE", "1/8 of memory-limit", "larger objects are streamed to clients but not kept in memory") {
+            $0.memoryObjectLimitBytes = try $1.size()
+        },
+        key("max-variants", "N", "16", "most stored variants of one URL (responses with Vary), in memory and on disk each; the least recently used goes past it",
+            restart: .field(\.maxVariants)) { $0.maxVariants = try $1.integer(min: 1) },
+        key("max-object-size", "SIZE", "50MiB", "largest upstream object served or stored; a larger transfer is stopped (502)") { configuration, value throws(ConfigError) in
+            let bytes = try value.size()
+            guard bytes > 0 else { throw ConfigError(key: value.source, reason: "must be more than 0 bytes") }
+            configuration.maxObjectSizeBytes = bytes
+        },
+        key("stale-if-error", "DURATION", "0", "offline policy: how long past its freshness a stored entry may be served when the origin fails (0: only where stale-if-error says so)") {
+            $0.staleIfErrorSeconds = try $1.seconds(allowingZero: true)
+        },
+        key("content-types", "LIST", "image/jpeg,image/png,image/gif,image/webp,image/avif", "media types served and stored; */* turns the image checks off") { configuration, value throws(ConfigError) in
+            let types = try value.items("a list of media types").map { $0.lowercased() }
+            guard !types.isEmpty else { throw ConfigError(key: value.source, reason: "must name at least one media type, or */*") }
+            for type in types where type != "*/*" {
+                let parts = type.split(separator: "/")
+                guard parts.count == 2, !parts[0].isEmpty, !parts[1].isEmpty else {
+                    throw ConfigError(key: value.source, reason: "'\(type)' is not a media type like image/png")
+                }
+            }
+            configuration.contentTypes = types
+        },
+        key("allow-svg", "true|false", "false", "also allow image/svg+xml (SVG can carry script)", isSwitch: true) { $0.allowSVG = try $1.boolean() },
+        key("allow-private-networks", "true|false", "false", "let forward and fetch modes reach loopback, private and link-local addresses",
+            isSwitch: true, restart: .field(\.allowPrivateNetworks)) { $0.allowPrivateNetworks = try $1.boolean() },
+        key("heuristic-fraction", "FRACTION", "0.1", "fraction of (Date - Last-Modified) used as freshness when the origin gives none") {
+            $0.heuristicFraction = try $1.fraction()
+        },
+        key("heuristic-max", "DURATION", "1d", "cap on heuristic freshness") { $0.heuristicMaxSeconds = try $1.seconds() },
+        key("complete-abandoned-fetches", "true|false", "false", "keep an upstream transfer running to fill the cache when every client waiting on it has gone",
+            isSwitch: true) { $0.completeAbandonedFetches = try $1.boolean() },
+        key("log-level", "LEVEL", "info", "trace, debug, info, notice, warning, error or critical", restart: .field(\.logLevel)) { configuration, value throws(ConfigError) in
+            let text = try value.scalar().lowercased()
+            guard ["trace", "debug", "info", "notice", "warning", "error", "critical"].contains(text) else {
+                throw ConfigError(key: value.source, reason: "'\(text)' is not one of trace, debug, info, notice, warning, error, critical")
+            }
+            configuration.logLevel = text
+        },
+        key("access-log", "true|false", "false", "one log line per request (text, and the same fields as log metadata)") { $0.accessLog = try $1.boolean() },
+        key("admin-allow", "LIST", "127.0.0.0/8,::1/128", "address ranges (CIDR) that may use /_imagecached/; others get 403") { configuration, value throws(ConfigError) in
+            var ranges: [AddressRange] = []
+            for item in try value.items("a list of address ranges like 127.0.0.1/32") {
+                guard let range = AddressRange(item) else {
+                    throw ConfigError(key: value.source, reason: "'\(item)' is not an address range like 127.0.0.1/32 or ::1/128")
+                }
+                ranges.append(range)
+            }
+            configuration.adminAllow = ranges
+        },
+        key("admin-hosts", "LIST", "none", "host names an admin request may give in Host besides IP literals and localhost; others get 403") { configuration, value throws(ConfigError) in
+            var hosts: [String] = []
+            for item in try value.items("a list of host names").map({ $0.lowercased() }) {
+                guard HTTPParser.isValidHost(item), !item.contains(":") else {
+                    throw ConfigError(key: value.source, reason: "'\(item)' is not a host name")
+                }
+                hosts.append(item)
+            }
+            configuration.adminHosts = hosts
+        },
+        key("admin-token", "TEXT", "none", "when set, admin requests (health excepted) need Authorization: Bearer <token>; at least 16 characters",
+            exposure: .notAsFlag) { configuration, value throws(ConfigError) in
+            try value.notAFlag("the admin token is")
+            configuration.adminToken = try Configuration.adminToken(try value.scalar(), source: value.source)
+        },
+        key("admin-token-file", "FILE", "none", "a file holding the admin token") { configuration, value throws(ConfigError) in
+            let path = try value.scalar()
+            guard let data = FileManager.default.contents(atPath: path) else {
+                throw ConfigError(key: value.source, reason: "cannot read the admin token file \(path)")
+            }
+            configuration.adminToken = try Configuration.adminToken(String(decoding: data, as: UTF8.self), source: value.source)
+        },
+        key("signing-keys", "LIST", "none", "keys that verify signed fetch URLs (hex:..., base64:..., text:...), at least 16 bytes each; the first signs",
+            exposure: .notAsFlag) { configuration, value throws(ConfigError) in
+            try value.notAFlag("signing keys are")
+            let texts = try value.items("a list of keys (hex:..., base64:..., text:...)").flatMap { $0.split(separator: " ").map(String.init) }
+            configuration.signingKeys = try Configuration.signingKeys(texts, source: value.source)
+        },
+        key("signing-keys-file", "FILE", "none", "a file of signing keys, one per line (# comments)") { configuration, value throws(ConfigError) in
+            let path = try value.scalar()
+            guard let data = FileManager.default.contents(atPath: path) else {
+                throw ConfigError(key: value.source, reason: "cannot read the signing keys file \(path)")
+            }
+            let lines = String(decoding: data, as: UTF8.self).split(whereSeparator: \.isNewline)
+                .map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty && !$0.hasPrefix("#") }
+            configuration.signingKeys = try Configuration.signingKeys(lines, source: value.source)
+        },
+        key("require-signature", "auto|true|false", "auto", "refuse unsigned /fetch and forward-proxy requests (403); auto: on unless listen is a loopback address") { configuration, value throws(ConfigError) in
+            configuration.requireSignature = try value.scalar().lowercased() == "auto" ? nil : try value.boolean()
+        },
+        key("in-flight-limit", "SIZE", "64MiB", "bytes of response bodies in flight past which backpressure applies (bodies not kept for the cache, transfers paused while a client is behind); at least 1MiB") {
+            $0.inFlightLimitBytes = try $1.size(atLeast: 1 << 20, shown: "1MiB")
+        },
+        key("shutdown-timeout", "DURATION", "30s", "on SIGTERM, how long responses in flight may take to finish") {
+            $0.shutdownTimeoutSeconds = try $1.seconds(allowingZero: true)
+        },
+        key("server.max-request-line", "N", "8192", "longest request line in bytes (414 beyond)", restart: .field(\.server.maxRequestLineBytes)) {
+            $0.server.maxRequestLineBytes = try $1.integer(min: 64)
+        },
+        key("server.max-header-bytes", "N", "16384", "largest request header section in bytes (431 beyond)", restart: .field(\.server.maxHeaderBytes)) {
+            $0.server.maxHeaderBytes = try $1.integer(min: 256)
+        },
+        key("server.max-header-count", "N", "100", "most request header fields (431 beyond)", restart: .field(\.server.maxHeaderCount)) {
+            $0.server.maxHeaderCount = try $1.integer(min: 1)
+        },
+        key("server.max-request-body", "SIZE", "1MiB", "largest request body (413 beyond); only POST /_imagecached/prefetch takes one",
+            restart: .field(\.server.maxRequestBodyBytes)) { $0.server.maxRequestBodyBytes = try $1.size() },
+        key("server.write-buffer", "SIZE", "256KiB", "bytes of a streamed response a client may have been handed and not taken before it is behind; also a fetch's delivery window; at least 16KiB",
+            restart: .field(\.server.writeBufferBytes)) { $0.server.writeBufferBytes = try $1.size(atLeast: 16 << 10, shown: "16KiB") },
+        key("server.header-timeout", "DURATION", "10s", "time to receive a whole request head", restart: .field(\.server.headerTimeoutSeconds)) {
+            $0.server.headerTimeoutSeconds = try $1.seconds()
+        },
+        key("server.body-timeout", "DURATION", "30s", "time to receive a whole request body once its head is in (408 beyond)",
+            restart: .field(\.server.bodyTimeoutSeconds)) { $0.server.bodyTimeoutSeconds = try $1.seconds() },
+        key("server.idle-timeout", "DURATION", "60s", "time a keep-alive connection may sit idle", restart: .field(\.server.idleTimeoutSeconds)) {
+            $0.server.idleTimeoutSeconds = try $1.seconds()
+        },
+        key("server.write-timeout", "DURATION", "60s", "time a client may take to accept written bytes", restart: .field(\.server.writeTimeoutSeconds)) {
+            $0.server.writeTimeoutSeconds = try $1.seconds()
+        },
+        key("server.max-connections", "N", "10000", "connections served at once; more are closed as they arrive",
+            restart: .field(\.server.maxConnections)) { $0.server.maxConnections = try $1.integer(min: 1) },
+        key("server.cpu-affinity", "auto|off", "auto", "auto pins event loop i to the i-th CPU the daemon may use; off lets the kernel place them",
+            restart: .field(\.server.cpuAffinity)) { $0.server.cpuAffinity = try $1.choice(ServerConfiguration.CPUAffinity.self, "auto or off") },
+        key("upstream.connect-timeout", "DURATION", "10s", "upstream connect timeout (DNS, TCP, TLS)", restart: .field(\.upstream.connectTimeoutSeconds)) {
+            $0.upstream.connectTimeoutSeconds = try $1.seconds()
+        },
+        key("upstream.timeout", "DURATION", "60s", "upstream whole-transfer timeout", restart: .field(\.upstream.totalTimeoutSeconds)) {
+            $0.upstream.totalTimeoutSeconds = try $1.seconds()
+        },
+        key("upstream.low-speed-limit", "SIZE", "1024", "bytes per second under which an upstream transfer counts as stalled",
+            restart: .field(\.upstream.lowSpeedLimitBytesPerSecond)) { $0.upstream.lowSpeedLimitBytesPerSecond = try $1.size() },
+        key("upstream.low-speed-time", "DURATION", "20s", "time under the low-speed limit before the transfer is aborted",
+            restart: .field(\.upstream.lowSpeedTimeSeconds)) { $0.upstream.lowSpeedTimeSeconds = Int(try $1.seconds().rounded(.up)) },
+        key("upstream.max-redirects", "N", "5", "redirects followed upstream", restart: .field(\.upstream.maxRedirects)) {
+            $0.upstream.maxRedirects = try $1.integer()
+        },
+        key("upstream.max-transfers", "N", "64", "upstream transfers at once; more wait in a queue", restart: .field(\.upstream.maxConcurrentTransfers)) {
+            $0.upstream.maxConcurrentTransfers = try $1.integer(min: 1)
+        },
+        key("upstream.max-host-connections", "N", "8", "connections to one upstream host at once", restart: .field(\.upstream.maxHostConnections)) {
+            $0.upstream.maxHostConnections = try $1.integer(min: 1)
+        },
+        key("upstream.queue-order", "fifo|lifo", "fifo", "order of waiting upstream transfers: fifo, or lifo (newest first)",
+            restart: .field(\.upstream.queueOrder)) { $0.upstream.queueOrder = try $1.choice(UpstreamConfiguration.QueueOrder.self, "fifo or lifo") },
+        key("upstream.queue-timeout", "DURATION", "30s", "time a transfer may wait for a slot before the client gets 504",
+            restart: .field(\.upstream.queueTimeoutSeconds)) { $0.upstream.queueTimeoutSeconds = try $1.seconds() },
+        key("upstream.user-agent", "TEXT", "imagecached/VERSION", "User-Agent sent upstream when the client sent none",
+            restart: .field(\.upstream.userAgent)) { $0.upstream.userAgent = try $1.scalar() },
+        key("upstream.ca-bundle", "FILE", "the system store", "CA bundle file for upstream TLS verification", restart: .field(\.upstream.caBundle)) {
+            $0.upstream.caBundle = try $1.scalar()
+        },
+    ]
+
+    /// The keys by name.
+    static let byName: [String: ConfigKey] = Dictionary(uniqueKeysWithValues: all.map { ($0.name, $0) })
+
+    private static func key(_ name: String, _ form: String, _ defaultText: String, _ meaning: String,
+                            exposure: Exposure = .everywhere, isSwitch: Bool = false, restart: RestartField? = nil,
+                            apply: @escaping @Sendable (inout Configuration, ConfigValue) throws -> Void) -> ConfigKey {
+        ConfigKey(name: name, form: form, defaultText: defaultText, meaning: meaning, exposure: exposure, isSwitch: isSwitch,
+                  apply: apply, restartField: restart)
+    }
+
+    /// The README's table of keys, one row per key.
+    public static func markdownTable() -> String {
+        var lines = ["| key | flag | default | meaning |", "|---|---|---|---|"]
+        for key in all {
+            let flag: String
+            switch key.exposure {
+            case .everywhere: flag = "`" + key.flag! + (key.isSwitch ? "" : " " + key.form) + "`"
+            case .notAsFlag: flag = "(file or `\(key.environmentVariable!)` only)"
+            case .fileOnly: flag = "(file only)"
+            }
+            let meaning = key.meaning.replacingOccurrences(of: "|", with: "\\|") + (key.reload == .restart ? "; restart only" : "")
+            lines.append("| `\(key.name)` | \(flag.replacingOccurrences(of: "|", with: "\\|")) | \(key.defaultText) | \(meaning) |")
+        }
+        return lines.joined(separator: "\n") + "\n"
+    }
+}

@@ -1,0 +1,229 @@
+// The daemon's configuration: one Sendable value, built once at start from defaults, the configuration
+// file, environment variables and flags (flags win), validated in Configuration+File.swift.
+// Every field has a `///` line and its default; the keys that set them (name, form, default, meaning, reload or
+// restart, file/environment/flag) are defined once in ConfigKeys.swift.
+
+internal import ImageCacheHTTP
+internal import Foundation
+
+public struct Configuration: Sendable, Equatable {
+    /// `listen`: address and port to serve on, "HOST:PORT" or "[V6]:PORT". Port 0 picks a free port. Default 127.0.0.1:8080.
+    public var listen: ListenAddress = ListenAddress(host: "127.0.0.1", port: 8080)
+    /// `origin` / `origins`: reverse-proxy mappings from a path prefix to an origin base URL. Default none.
+    public var origins: [OriginMapping] = []
+    /// `cache-dir`: directory of the on-disk tier. Default `$CACHE_DIRECTORY` (systemd), else `$XDG_CACHE_HOME/imagecached`, else `~/.cache/imagecached`.
+    public var cacheDirectory: String = Configuration.defaultCacheDirectory()
+    /// `disk-limit`: byte budget of the on-disk tier (files, headers included); 0 turns the disk tier off. Default 10 GiB.
+    public var diskLimitBytes: Int = 10 << 30
+    /// `disk-max-age`: disk entries not used for this long are removed, fresh or not, seconds. Default 7 days.
+    public var diskMaxAgeSeconds: Double = 7 * 86_400
+    /// `disk-low-water`: over disk-limit, least recently used entries are evicted down to this fraction of it. Default 0.9.
+    public var diskLowWaterFraction: Double = 0.9
+    /// `disk-fsync`: fsync each disk entry (and its directory) when it is written; slower, survives power loss. Default false.
+    public var diskFsync: Bool = false
+    /// `memory-limit`: byte budget of the memory tier. Default 256 MiB; under a cgroup memory limit (systemd
+    /// `MemoryMax=`), `cgroupMemoryFraction` of that limit instead (see `applyCgroupMemoryLimit`).
+    public var memoryLimitBytes: Int = 256 << 20
+    /// Whether `memory-limit` was given by a source (file, environment, flag) rather than left to its default.
+    public var memoryLimitIsExplicit: Bool = false
+    /// `memory-count-limit`: most entries in the memory tier; 0 means no count limit. Default 0.
+    public var memoryCountLimit: Int = 0
+    /// `max-variants`: most stored variants of one URL (responses with Vary, one per set of request field values),
+    /// in memory and on disk each; storing one more evicts the URL's least recently used variant. At least 1.
+    /// Default 16. Restart only.
+    public var maxVariants: Int = 16
+    /// `memory-object-limit`: larger objects are streamed but not kept in memory. Default: 1/8 of memory-limit.
+    public var memoryObjectLimitBytes: Int? = nil
+    /// `stale-if-error`: offline policy: how long past its freshness a stored entry may still be served when the
+    /// origin cannot be reached or answers 5xx (RFC 5861 stale-if-error for every response); 0 = only when the
+    /// response or request says stale-if-error. Default 0.
+    public var staleIfErrorSeconds: Double = 0
+    /// `max-object-size`: largest upstream body served or stored; larger transfers are stopped. Default 50 MiB.
+    public var maxObjectSizeBytes: Int = 50 << 20
+    /// `content-types`: media types served and stored; "*/*" turns the image checks off. Default JPEG, PNG, GIF, WebP, AVIF.
+    public var contentTypes: [String] = Configuration.defaultContentTypes
+    /// `allow-svg`: add image/svg+xml to the allowlist (SVG can carry script). Default false.
+    public var allowSVG: Bool = false
+    /// `allow-private-networks`: let forward and fetch modes reach loopback, private and link-local addresses. Default false.
+    public var allowPrivateNetworks: Bool = false
+    /// `heuristic-fraction`: fraction of (Date - Last-Modified) used as freshness when the origin gives none. Default 0.1.
+    public var heuristicFraction: Double = 0.1
+    /// `heuristic-max`: cap on heuristic freshness, seconds. Default 86400 (1 day).
+    public var heuristicMaxSeconds: Double = 86_400
+    /// `complete-abandoned-fetches`: keep an upstream transfer running to fill the cache when every client has gone. Default false.
+    public var completeAbandonedFetches: Bool = false
+    /// `log-level`: trace, debug, info, notice, warning, error, critical. Default info.
+    public var logLevel: String = "info"
+    /// `access-log`: one log line per request (method, target, status, X-Cache, bytes, time, client). Default false.
+    public var accessLog: Bool = false
+    /// `admin-allow`: client address ranges (CIDR) that may use the /_imagecached/ endpoints. Default loopback
+    /// (127.0.0.0/8, ::1/128).
+    public var adminAllow: [AddressRange] = AddressRange.loopback
+    /// `admin-hosts`: host names an admin request may name in `Host` besides IP literals and `localhost` (a name the
+    /// operator gave the daemon). Any other name is refused: it is how DNS rebinding reaches the daemon from a web
+    /// page. Default none.
+    public var adminHosts: [String] = []
+    /// `admin-token` (file or environment only, never a flag: a flag shows in `ps`) or `admin-token-file` (a file
+    /// holding it): when set, every admin request but `/_imagecached/health` needs `Authorization: Bearer <token>`.
+    /// At least 16 characters. Default none.
+    public var adminToken: String?
+    /// `signing-keys` (file or environment only, never a flag) or `signing-keys-file` (one key per line): the keys
+    /// that verify signed fetch URLs, raw bytes, in order (the first signs). Each at least 16 bytes. Default none.
+    public var signingKeys: [[UInt8]] = []
+    /// `in-flight-limit`: bytes of response bodies in flight (retained by fetches to be stored, waiting to be written
+    /// to disk, or handed to clients that have not taken them yet) past which backpressure applies: a fetch stops
+    /// keeping a body it would store, and a fetch with a client behind pauses its upstream transfer until that client
+    /// catches up. Default 64 MiB.
+    public var inFlightLimitBytes: Int = 64 << 20
+    /// `require-signature`: true, false, or nil for auto: required when `listen` is not a loopback address.
+    /// Default auto.
+    public var requireSignature: Bool?
+
+    /// Whether unsigned fetch and forward requests are refused (require-signature, auto resolved against `listen`).
+    public var signaturesRequired: Bool {
+        if let requireSignature { return requireSignature }
+        let host = listen.host.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+        return !(host == "localhost" || (IPAddress(host)?.isLoopback ?? false))
+    }
+    /// `shutdown-timeout`: on SIGTERM/SIGINT, how long responses in flight may take to finish before their
+    /// connections are closed, seconds. Default 30.
+    public var shutdownTimeoutSeconds: Double = 30
+    public var server = ServerConfiguration()
+    public var upstream = UpstreamConfiguration()
+
+    public init() {}
+
+    /// The memory tier's per-object limit in force.
+    public var effectiveMemoryObjectLimitBytes: Int { memoryObjectLimitBytes ?? max(memoryLimitBytes / 8, 0) }
+
+    /// The allowlist in force, SVG included when enabled. Empty means every type (the image checks are off).
+    public var effectiveContentTypes: [String] {
+        if contentTypes.contains("*/*") { return [] }
+        return allowSVG && !contentTypes.contains("image/svg+xml") ? contentTypes + ["image/svg+xml"] : contentTypes
+    }
+
+    /// The share of a cgroup memory limit (memory.max) the memory tier takes by default: the rest is left for
+    /// connections, transfers in flight (each up to max-object-size), disk reads and the allocator.
+    public static let cgroupMemoryFraction = 0.5
+
+    /// Under a cgroup memory limit, a memory-limit left to its default becomes `cgroupMemoryFraction` of it (and a
+    /// derived memory-object-limit follows). Returns a line for the log when it changed something.
+    @discardableResult
+    public mutating func applyCgroupMemoryLimit(_ cgroupLimitBytes: Int?) -> String? {
+        guard !memoryLimitIsExplicit, let cgroupLimitBytes, cgroupLimitBytes > 0 else { return nil }
+        memoryLimitBytes = Int(Double(cgroupLimitBytes) * Self.cgroupMemoryFraction)
+        if let objectLimit = memoryObjectLimitBytes, objectLimit > memoryLimitBytes { memoryObjectLimitBytes = memoryLimitBytes }
+        return "memory-limit: \(memoryLimitBytes) bytes, \(Self.cgroupMemoryFraction) of the cgroup memory limit (\(cgroupLimitBytes) bytes); set memory-limit to override"
+    }
+
+    public static let defaultContentTypes = ["image/jpeg", "image/png", "image/gif", "image/webp", "image/avif"]
+
+    public static func defaultCacheDirectory() -> String {
+        defaultCacheDirectory(environment: ProcessInfo.processInfo.environment)
+    }
+
+    public static func defaultCacheDirectory(environment: [String: String]) -> String {
+        if let systemd = environment["CACHE_DIRECTORY"], !systemd.isEmpty {
+            return String(systemd.split(separator: ":").first ?? Substring(systemd))
+        }
+        if let xdg = environment["XDG_CACHE_HOME"], !xdg.isEmpty { return xdg + "/imagecached" }
+        let home = environment["HOME"] ?? "/tmp"
+        return home + "/.cache/imagecached"
+    }
+}
+
+/// Where to listen.
+public struct ListenAddress: Sendable, Equatable, CustomStringConvertible {
+    public var host: String
+    public var port: Int
+    public init(host: String, port: Int) {
+        self.host = host
+        self.port = port
+    }
+    public var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
+}
+
+/// A reverse-proxy mapping: requests whose path starts with `prefix` go to `url` + the rest of the path.
+public struct OriginMapping: Sendable, Equatable {
+    /// Path prefix, starting with "/". "/" maps everything.
+    public var prefix: String
+    /// Base URL of the origin, http or https, without query.
+    public var url: String
+    public init(prefix: String, url: String) {
+        self.prefix = prefix
+        self.url = url
+    }
+}
+
+/// Limits of the HTTP server.
+public struct ServerConfiguration: Sendable, Equatable {
+    /// `server.max-request-line`: longest request line, bytes; longer gets 414. Default 8192.
+    public var maxRequestLineBytes: Int = 8192
+    /// `server.max-header-bytes`: largest header section, bytes; larger gets 431. Default 16384.
+    public var maxHeaderBytes: Int = 16_384
+    /// `server.max-header-count`: most header fields; more gets 431. Default 100.
+    public var maxHeaderCount: Int = 100
+    /// `server.max-request-body`: largest request body read (admin endpoints take lists); larger gets 413. Default 1 MiB.
+    public var maxRequestBodyBytes: Int = 1 << 20
+    /// `server.header-timeout`: seconds to receive a whole request head once it has started. Default 10.
+    public var headerTimeoutSeconds: Double = 10
+    /// `server.body-timeout`: seconds to receive a whole request body once its head is in (a body trickled a byte at
+    /// a time is cut off); 408 beyond. Default 30.
+    public var bodyTimeoutSeconds: Double = 30
+    /// `server.idle-timeout`: seconds a keep-alive connection may sit idle between requests. Default 60.
+    public var idleTimeoutSeconds: Double = 60
+    /// `server.write-timeout`: seconds a client may take to accept written bytes before it is dropped. Default 60.
+    public var writeTimeoutSeconds: Double = 60
+    /// `server.write-buffer`: bytes of a streamed response handed to a client and not yet taken by it, past which the
+    /// client is "behind" (see `in-flight-limit`); also the most of a fetch's body between libcurl and the fetch (the
+    /// transfer's delivery window). Default 256 KiB.
+    public var writeBufferBytes: Int = 256 << 10
+    /// `server.max-connections`: connections served at once; more are accepted and closed at once. Default 10000.
+    public var maxConnections: Int = 10_000
+    /// Where the event loops run (one loop per CPU the process may use, which taskset, systemd's CPUAffinity= and
+    /// cpusets narrow).
+    public enum CPUAffinity: String, Sendable, Equatable, CaseIterable {
+        /// Loop i is pinned to the i-th allowed CPU (nginx's `worker_cpu_affinity auto`). Default.
+        case auto
+        /// The kernel places and moves the loops.
+        case off
+    }
+    /// `server.cpu-affinity`: auto or off. Default auto.
+    public var cpuAffinity: CPUAffinity = .auto
+    public init() {}
+}
+
+/// How upstream transfers are made.
+public struct UpstreamConfiguration: Sendable, Equatable {
+    public enum QueueOrder: String, Sendable, Equatable, CaseIterable {
+        /// First queued, first started (default).
+        case fifo
+        /// Last queued, first started: the newest request (the image on screen now) goes first.
+        case lifo
+    }
+    /// `upstream.connect-timeout`: seconds to connect (DNS, TCP, TLS). Default 10.
+    public var connectTimeoutSeconds: Double = 10
+    /// `upstream.timeout`: seconds for a whole transfer. Default 60.
+    public var totalTimeoutSeconds: Double = 60
+    /// `upstream.low-speed-limit`: bytes/s under which a transfer counts as stalled. Default 1024.
+    public var lowSpeedLimitBytesPerSecond: Int = 1024
+    /// `upstream.low-speed-time`: seconds below low-speed-limit before the transfer is aborted. Default 20.
+    public var lowSpeedTimeSeconds: Int = 20
+    /// `upstream.max-redirects`: redirects followed before failing. Default 5.
+    public var maxRedirects: Int = 5
+    /// `upstream.max-transfers`: upstream transfers running at once; more wait in a queue. Default 64.
+    public var maxConcurrentTransfers: Int = 64
+    /// `upstream.max-host-connections`: connections to one host at once. Default 8.
+    public var maxHostConnections: Int = 8
+    /// `upstream.queue-order`: fifo or lifo order of waiting transfers. Default fifo.
+    public var queueOrder: QueueOrder = .fifo
+    /// `upstream.queue-timeout`: seconds a transfer may wait for a slot before failing with 504. Default 30.
+    public var queueTimeoutSeconds: Double = 30
+    /// `upstream.user-agent`: User-Agent sent when the client sent none. Default "imagecached/<version>".
+    public var userAgent: String = "imagecached/\(imagecachedVersion)"
+    /// `upstream.ca-bundle`: CA bundle file for TLS verification; empty uses the system store. Default empty.
+    public var caBundle: String = ""
+    public init() {}
+}
+
+public let imagecachedVersion = "0.1.0"

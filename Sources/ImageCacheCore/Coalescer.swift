@@ -1,0 +1,137 @@
+// Coalescer: the fetches in flight, one per key, and who joins which (Nuke's TaskPool, Varnish's waiting list).
+// Confined to the proxy queue (`context.queue`).
+//
+//   dispatch(request) ── a bypass ───────────────────────────────> a fetch of its own, not in the table
+//        │ the table has a fetch for (URL, trust, "") ─────────────> joins it (collapsed)
+//        │ memory has a fresh copy now (landed since the lookup) ──> answered from it
+//        └ else ──────────────────────────────────────────────────> a new fetch in the table (revalidating a stale
+//                                                                   copy; starting from the disk's answer if the
+//                                                                   hit path had one)
+//   redispatchToVariants(waiters) ── each to the fetch of its variant id, joined or started (stored beside the first)
+//   redispatchAlone(waiters) ──────── each to a fetch of its own
+//   closed(fetch) ─────────────────── a fetch that takes no more waiters leaves the table (it runs on)
+//
+// A fetch's waiters, its cancellation when the last one leaves and its fan-out are the fetch's (FetchMachine decides,
+// Fetch carries out); the table only finds and starts fetches. Keys: a fetch for an untrusted request is subject to
+// the private-network check and must not answer requests for a configured origin, nor the reverse, so trust is part
+// of the key; so is the variant id of a fetch another response's Vary sent waiters to.
+
+internal import ImageCacheSystem
+internal import ImageCacheHTTP
+internal import ImageCacheConfig
+internal import ImageCacheServer
+internal import ImageCacheStore
+internal import ImageCacheUpstream
+internal import Dispatch
+internal import Foundation
+
+final class Coalescer {
+    let context: FetchContext
+    /// The settings in force, read when a fetch starts.
+    private let settings: SettingsCell
+
+    // MARK: owned by context.queue
+    private var fetches: [FetchKey: Fetch] = [:]
+    /// Waiter identities.
+    private var nextWaiterID = 0
+
+    init(context: FetchContext, settings: SettingsCell) {
+        self.context = context
+        self.settings = settings
+    }
+
+    /// Fetches taking new waiters.
+    var count: Int {
+        dispatchPrecondition(condition: .onQueue(context.queue))
+        return fetches.count
+    }
+
+    /// Joins the fetch in flight for `key`, or starts one. `probe` is the disk tier's answer when the caller already
+    /// asked it (a new fetch then starts from that answer instead of asking again).
+    func dispatch(_ request: ClientRequest, key: CacheKey, sink: any ResponseSink, reason: CacheOutcome.Forward,
+                  disk probe: DiskProbe) {
+        dispatchPrecondition(condition: .onQueue(context.queue))
+        let fetchKey = FetchKey(key: key, trusted: request.trusted, variant: "")
+        var revalidating: CacheEntry?
+        if reason != .bypass {
+            if let fetch = fetches[fetchKey] {
+                // No only-if-cached request gets here: CacheDecision refused it where it looked the request up.
+                fetch.attach(id: nextID(), request: request, sink: sink, collapsed: true)
+                return
+            }
+            // An entry may have landed (or been refreshed) between the lookup on the connection's loop and now: decided
+            // again. A stale one this request may not use is revalidated with its validators.
+            if let entry = context.store.peekInMemory(key, requestFields: request.forwardedHeaders).entry {
+                let time = context.now()
+                switch CacheDecision.decide(stored: entry, request: request.cacheControl, now: time) {
+                case let .serve(.fresh(ttl)):
+                    StoredResponse.send(entry, to: sink, request: request, outcome: .hit(ttl: ttl), now: time)
+                    return
+                case .forward(_, conditional: true) where reason == .stale || reason == .request:
+                    revalidating = entry
+                default:
+                    break
+                }
+            }
+        }
+        start(key: key, leader: request, sink: sink, reason: reason, revalidating: revalidating,
+              inTable: reason != .bypass, disk: probe)
+    }
+
+    /// Sends waiters whose request selects another variant than a response of `key` (`head`, whose Vary names the
+    /// fields they differ in) to a fetch of their own variant: one per variant id, coalesced, stored as one more
+    /// variant of the URL.
+    func redispatchToVariants(_ waiters: [(FetchMachine.Waiter, any ResponseSink)], of head: HTTPResponseHead,
+                              key: CacheKey) {
+        dispatchPrecondition(condition: .onQueue(context.queue))
+        for (waiter, sink) in waiters {
+            // Never "" (the URL's own fetch): a head without Vary does not send anyone here.
+            let variant = VaryKey.make(response: head, request: waiter.request.forwardedHeaders)?.id ?? "*"
+            if let joined = fetches[FetchKey(key: key, trusted: waiter.request.trusted, variant: variant)] {
+                joined.attach(id: waiter.id, request: waiter.request, sink: sink, collapsed: true)
+                continue
+            }
+            start(key: key, leader: waiter.request, sink: sink, reason: .varyMiss, variant: variant, id: waiter.id)
+        }
+    }
+
+    /// Sends waiters that cannot share a response of `key` upstream on their own.
+    func redispatchAlone(_ waiters: [(FetchMachine.Waiter, any ResponseSink)], key: CacheKey) {
+        dispatchPrecondition(condition: .onQueue(context.queue))
+        for (waiter, sink) in waiters {
+            start(key: key, leader: waiter.request, sink: sink, reason: .bypass, inTable: false, id: waiter.id)
+        }
+    }
+
+    /// A fetch takes no more waiters: it leaves the table (and runs on to its end).
+    func closed(_ fetch: Fetch) {
+        dispatchPrecondition(condition: .onQueue(context.queue))
+        if fetches[fetch.fetchKey] === fetch { fetches[fetch.fetchKey] = nil }
+    }
+
+    private func nextID() -> Int {
+        nextWaiterID += 1
+        return nextWaiterID
+    }
+
+    /// Starts a fetch with `leader` as its first waiter (`id`: a waiter that keeps its identity as it moves on).
+    private func start(key: CacheKey, leader: ClientRequest, sink: any ResponseSink, reason: CacheOutcome.Forward,
+                       variant: String = "", revalidating: CacheEntry? = nil, inTable: Bool = true, id: Int? = nil,
+                       disk probe: DiskProbe = .notAsked) {
+        let settings = FetchSettings(settings.current, writesToDisk: context.store.writesToDisk)
+        let machine = FetchMachine(key: key, leader: leader, reason: reason, variant: variant, rules: settings.rules,
+                                   revalidating: revalidating, now: context.now())
+        let fetch = Fetch(machine, settings: settings, context: context, coalescer: self)
+        if inTable { fetches[fetch.fetchKey] = fetch }
+        fetch.attach(id: id ?? nextID(), request: leader, sink: sink, collapsed: false)
+        fetch.start(disk: probe)
+    }
+}
+
+/// The coalescer's key: one fetch per cache key and trust level, and per variant id for the fetches of variants
+/// another response's Vary sent waiters to ("" for the URL's own fetch).
+struct FetchKey: Hashable {
+    let key: CacheKey
+    let trusted: Bool
+    let variant: String
+}

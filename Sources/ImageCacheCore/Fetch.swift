@@ -1,0 +1,496 @@
+// Fetch: runs one upstream fetch. Its decisions are FetchMachine's (a value: what happens to the waiters, what is
+// stored, when the transfer starts or stops); this class carries out the actions the machine returns, with the
+// parts that are not values: the waiters' response sinks, the upstream transfer, the tiers, metrics and the
+// backpressure that paces the transfer to its clients. Confined to the proxy queue (`context.queue`); events from the
+// origin and the disk arrive with `queue.async`. It holds no reference to the proxy: what it needs is its
+// `FetchContext`, and its `Coalescer` (weak) takes the waiters it sends elsewhere and is told when it closes.
+//
+// Data model
+//   machine   the fetch's state (FetchMachine.State): disk stage, waiting for the head, checking, streaming, finished;
+//             the waiters in the order they came (ids, requests).
+//   clients   per waiter id: its sink and the body bytes handed to it (its backlog is that minus what it has taken).
+//             Every chunk is handed to each sink as the same [UInt8] array (shared storage, not copied).
+//   fan-out   the sink calls of one event's actions are gathered per event loop and posted as one task to each loop
+//             (`deliver`, `postDeliveries`): a chunk or a whole response for 200 clients on 2 loops is 2 hops, not
+//             200; on its loop each call acts at once, in the order made.
+//   transfer  the upstream transfer of the current `generation` (a restart after a 304, or the disk read of a large
+//             copy confirmed by a 304 or kept by stale-if-error, bumps it: events of an earlier transfer are ignored).
+//
+// Backpressure (`applyBackpressure`, after every upstream event while streaming): the fetch counts the bytes it keeps
+// alive in the daemon-wide in-flight total (its kept body while it may be stored, else what its slowest client has
+// not taken). While that total is over `in-flight-limit`, a body kept to be stored is let go (the machine's
+// `bodiesOverBudget`: streamed, not stored), and when a client is more than `server.write-buffer` behind, the
+// upstream transfer pauses until every client has taken all but half a buffer of what it was handed (or gone), or
+// the total is under the limit again. The slowest client sets the pace; one that takes nothing is closed by
+// server.write-timeout as any client is. Between libcurl and the fetch at most a write buffer is in transit (the
+// transfer's delivery window). A fetch keeps the settings in force when it started.
+
+internal import ImageCacheSystem
+internal import ImageCacheHTTP
+internal import ImageCacheConfig
+internal import ImageCacheServer
+internal import ImageCacheStore
+internal import ImageCacheUpstream
+internal import Dispatch
+internal import Foundation
+internal import Logging
+internal import Synchronization
+
+/// What a fetch needs from the daemon, handed in when it starts (no reference back to the proxy).
+struct FetchContext: Sendable {
+    let origin: any Origin
+    let store: TieredStore
+    let metrics: ProxyMetrics
+    let logger: Logger
+    let events: (@Sendable (ProxyEvent) -> Void)?
+    /// This daemon's Via value, sent upstream (LoopGuard).
+    let via: String
+    let now: @Sendable () -> Date
+    /// The proxy queue every fetch and the coalescer are confined to.
+    let queue: DispatchQueue
+}
+
+/// The settings a fetch runs with, read once when it starts.
+struct FetchSettings {
+    let rules: FetchMachine.Rules
+    let inFlightLimitBytes: Int
+    let writeBufferBytes: Int
+
+    init(_ settings: ProxySettings, writesToDisk: Bool) {
+        let configuration = settings.configuration
+        rules = FetchMachine.Rules(
+            maxObjectSizeBytes: configuration.maxObjectSizeBytes,
+            memoryObjectLimitBytes: configuration.effectiveMemoryObjectLimitBytes,
+            writesToDisk: writesToDisk,
+            completeAbandonedFetches: configuration.completeAbandonedFetches,
+            staleIfErrorSeconds: configuration.staleIfErrorSeconds,
+            contentPolicy: settings.contentPolicy,
+            freshnessPolicy: settings.freshnessPolicy)
+        inFlightLimitBytes = configuration.inFlightLimitBytes
+        writeBufferBytes = configuration.server.writeBufferBytes
+    }
+}
+
+final class Fetch: @unchecked Sendable {
+    /// A waiter's connection, as the runner knows it.
+    private struct Client {
+        let sink: any ResponseSink
+        let request: ClientRequest
+        /// Body bytes handed to `sink` so far.
+        var sentBytes = 0
+    }
+
+    // MARK: immutable
+    let context: FetchContext
+    let settings: FetchSettings
+    /// Its place in the coalescer.
+    let fetchKey: FetchKey
+    /// Takes the waiters this fetch sends to other fetches, and removes it from its table when it closes. Weak: the
+    /// coalescer holds the fetches that take newcomers, not the reverse; a transfer that reports after the daemon let
+    /// go of its coalescer fails the waiters it would have sent elsewhere.
+    private weak var coalescer: Coalescer?
+
+    // MARK: owned by context.queue
+    private var machine: FetchMachine
+    private var clients: [Int: Client] = [:]
+    /// The sink calls of the actions being run, per event loop, posted when they are done (`postDeliveries`).
+    private var deliveries: [(executor: any SinkExecutor, calls: [@Sendable () -> Void])] = []
+    private var transfer: (any UpstreamTransfer)?
+    /// Counts transfers started (and disk reads that replace one); events of an earlier one are ignored.
+    private var generation = 0
+    /// The upstream transfer is paused for backpressure.
+    private var paused = false
+    /// Bytes this fetch counts in `metrics.inFlightBytes` now.
+    private var accountedBytes = 0
+    // Metrics: when the current transfer started (nil once counted), its status and bytes; clients attached in all.
+    private var transferStarted: ContinuousClock.Instant?
+    private var transferStatus: Int?
+    private var transferBytes = 0
+    private var attachedCount = 0
+
+    init(_ machine: FetchMachine, settings: FetchSettings, context: FetchContext, coalescer: Coalescer) {
+        self.machine = machine
+        self.settings = settings
+        self.context = context
+        self.coalescer = coalescer
+        fetchKey = FetchKey(key: machine.key, trusted: machine.leader.trusted, variant: machine.variant)
+    }
+
+    private var key: CacheKey { machine.key }
+    private var queue: DispatchQueue { context.queue }
+    /// Still taking new waiters.
+    var joinable: Bool { machine.joinable }
+
+    // MARK: events from the coalescer
+
+    /// Adds a client. A late one gets the head and the body so far at once.
+    func attach(id: Int, request: ClientRequest, sink: any ResponseSink, collapsed: Bool) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        clients[id] = Client(sink: sink, request: request)
+        attachedCount += 1
+        weak let weakSelf = self
+        sink.onCancel { [queue] in
+            queue.async { weakSelf?.detach(id) }
+        }
+        run(machine.attach(FetchMachine.Waiter(id: id, request: request), collapsed: collapsed))
+    }
+
+    /// Starts upstream, or from the disk's answer when the caller already has it.
+    func start(disk probe: DiskProbe) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        if case let .answered(result, removalsSeen) = probe {
+            run(machine.start(fromDisk: result, removalsSeen: removalsSeen, now: context.now()))
+        } else {
+            run(machine.start())
+        }
+    }
+
+    /// A client went away.
+    private func detach(_ id: Int) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard clients.removeValue(forKey: id) != nil else { return }
+        run(machine.detach(id))
+    }
+
+    // MARK: events from the origin and the disk
+
+    private func receive(_ event: UpstreamEvent, generation: Int) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard generation == self.generation else { return }
+        switch event {
+        case let .head(head, _, _): transferStatus = head.status
+        case let .body(chunk) where transferStarted != nil:
+            transferBytes += chunk.count
+            context.metrics.upstreamBytes.add(chunk.count)
+        case .end: countTransfer(result: transferStatus == 304 ? "not_modified" : "ok")
+        case let .failed(error): countTransfer(result: error.kind)
+        default: break
+        }
+        if machine.isFinished { return }
+        switch event {
+        case let .head(head, url, redirects): run(machine.receiveHead(head, url: url, redirects: redirects, now: context.now()))
+        case let .body(chunk): run(machine.receiveBody(chunk, now: context.now()))
+        case .end: run(machine.receiveEnd(now: context.now()))
+        case let .failed(error): run(machine.receiveFailure(error, now: context.now()))
+        }
+        applyBackpressure()
+    }
+
+    // MARK: actions
+
+    private func run(_ actions: [FetchMachine.Action]) {
+        for action in actions { perform(action) }
+        postDeliveries()
+    }
+
+    /// Queues a sink call for the loop its sink belongs to (made at once for a sink on no loop).
+    private func deliver(to sink: any ResponseSink, _ call: @escaping @Sendable () -> Void) {
+        guard let executor = sink.executor else { return call() }
+        if let index = deliveries.firstIndex(where: { $0.executor === executor }) {
+            deliveries[index].calls.append(call)
+        } else {
+            deliveries.append((executor, [call]))
+        }
+    }
+
+    /// Posts the sink calls of the actions just run: one task per event loop, which makes its calls in order (each
+    /// acts at once, on its own loop's thread).
+    private func postDeliveries() {
+        guard !deliveries.isEmpty else { return }
+        let batches = deliveries
+        deliveries = []
+        for (executor, calls) in batches {
+            if calls.count == 1 {
+                executor.execute(calls[0])
+            } else {
+                executor.execute { for call in calls { call() } }
+            }
+        }
+    }
+
+    private func perform(_ action: FetchMachine.Action) {
+        switch action {
+        case let .startTransfer(conditional):
+            startTransfer(conditional: conditional)
+        case .cancelTransfer:
+            transfer?.cancel()
+        case .lookOnDisk:
+            readDisk()
+        case let .waiterAttached(waiters):
+            context.events?(.waiterAttached(key: key, waiters: waiters))
+        case let .sendHead(head, outcome, bodyLength, id, ends):
+            guard let client = clients[id] else { return }
+            let sink = client.sink
+            sink.note(outcome)
+            deliver(to: sink) {
+                sink.head(head, bodyLength: bodyLength)
+                // A HEAD client has what it asked for; the transfer goes on for the cache.
+                if ends { sink.end() }
+            }
+            if ends { clients[id] = nil }
+        case let .sendBody(chunk, ids):
+            for id in ids {
+                guard let sink = clients[id]?.sink else { continue }
+                clients[id]!.sentBytes += chunk.count
+                deliver(to: sink) { sink.body(chunk) }
+            }
+        case let .respondWhole(head, outcome, body, id):
+            guard let client = clients.removeValue(forKey: id) else { return }
+            let sink = client.sink
+            sink.note(outcome)
+            deliver(to: sink) { sink.respond(head, body: body) }
+        case let .respondStored(entry, outcome, file, now, id):
+            guard let client = clients.removeValue(forKey: id) else { return }
+            let sink = client.sink, request = client.request
+            deliver(to: sink) { StoredResponse.send(entry, to: sink, request: request, outcome: outcome, now: now, file: file) }
+        case let .end(ids):
+            endClients(ids)
+        case let .fail(ids, status, reason):
+            for id in ids {
+                guard let sink = clients.removeValue(forKey: id)?.sink else { continue }
+                deliver(to: sink) { sink.fail(status: status, reason: reason) }
+            }
+        case let .abort(ids):
+            for id in ids {
+                guard let sink = clients.removeValue(forKey: id)?.sink else { continue }
+                deliver(to: sink) { sink.abort() }
+            }
+        case let .store(entry):
+            if settings.rules.writesToDisk {
+                // The body waits for the disk queue as one more copy (the clients may still hold the chunks): it
+                // counts in flight until written.
+                let bytes = entry.body.count, metrics = context.metrics
+                metrics.inFlightBytes.wrappingAdd(bytes, ordering: .relaxed)
+                context.store.store(entry) { metrics.inFlightBytes.wrappingSubtract(bytes, ordering: .relaxed) }
+            } else {
+                context.store.store(entry)
+            }
+        case let .refresh(entry, bodyInFile):
+            context.store.refresh(entry, bodyInFile: bodyInFile)
+        case let .keepInMemory(entry):
+            context.store.keepInMemory(entry)
+        case let .promote(entry, removalsSeen):
+            _ = context.store.promote(entry, removalsSeen: removalsSeen)
+        case let .remove(variant):
+            if let variant { context.store.remove(key, variant: variant) } else { context.store.remove(key) }
+        case let .redispatchToVariants(waiters, head):
+            hand(waiters) { $0.redispatchToVariants($1, of: head, key: self.key) }
+        case let .redispatchAlone(waiters):
+            hand(waiters) { $0.redispatchAlone($1, key: self.key) }
+        case .closeToNewcomers:
+            coalescer?.closed(self)
+        case .finish:
+            finish()
+        case let .log(level, message):
+            context.logger.log(level: level, "\(message)")
+        case let .countError(kind):
+            context.metrics.error(kind)
+        }
+    }
+
+    private func startTransfer(conditional: HTTPHeaders) {
+        transfer?.cancel()
+        var headers = machine.leader.upstreamHeaders(via: context.via)
+        for field in conditional { headers.set(field.name, field.value) }
+        let request = UpstreamRequest(
+            url: key.url.string, method: "GET", headers: headers, trusted: machine.leader.trusted,
+            maxBodyBytes: settings.rules.maxObjectSizeBytes, deliveryWindow: settings.writeBufferBytes)
+        if transferStarted != nil { countTransfer(result: "restarted") }
+        transferStarted = .now
+        transferStatus = nil
+        transferBytes = 0
+        generation += 1
+        let generation = generation
+        transfer = context.origin.fetch(request) { [self] event in
+            queue.async {
+                self.receive(event, generation: generation)
+                // Every body chunk dealt with gives its room in the transfer's delivery window back.
+                if case let .body(chunk) = event, generation == self.generation { self.transfer?.consumed(chunk.count) }
+            }
+        }
+    }
+
+    /// Reads the leader's variant from the disk again (a large copy the origin just confirmed): whatever the
+    /// transfer still reports is ignored.
+    private func readDisk() {
+        transfer = nil
+        generation += 1
+        let generation = generation
+        let asked = context.store.reread(key, requestFields: machine.leader.forwardedHeaders) { [self] result in
+            queue.async {
+                guard generation == self.generation, !self.machine.isFinished else { return }
+                self.run(self.machine.diskAnswered(result, now: self.context.now()))
+            }
+        }
+        // No disk tier to ask (not reached: a copy with its body in a file came from one): the machine fetches whole.
+        if !asked { run(machine.diskAnswered(nil, now: context.now())) }
+    }
+
+    /// Ends these clients' responses. What they have not taken yet stays in memory, in their connections, after the
+    /// fetch: it stays counted in flight until they take it or go.
+    private func endClients(_ ids: [Int]) {
+        var behind: [(sink: any ResponseSink, sentBytes: Int)] = []
+        for id in ids {
+            guard let client = clients.removeValue(forKey: id) else { continue }
+            let sink = client.sink
+            deliver(to: sink) { sink.end() }
+            if backlog(client) > 0 { behind.append((client.sink, client.sentBytes)) }
+        }
+        account(0)
+        if !behind.isEmpty { InFlightDrain.start(behind, metrics: context.metrics) }
+    }
+
+    /// Hands waiters (with their sinks) to the coalescer, or fails them when it is gone (the daemon let go of it).
+    private func hand(_ waiters: [FetchMachine.Waiter],
+                      to redispatch: (Coalescer, [(FetchMachine.Waiter, any ResponseSink)]) -> Void) {
+        let handed = waiters.compactMap { waiter in clients.removeValue(forKey: waiter.id).map { (waiter, $0.sink) } }
+        guard let coalescer else {
+            for (_, sink) in handed { deliver(to: sink) { sink.fail(status: 503, reason: "the daemon is stopping") } }
+            return
+        }
+        redispatch(coalescer, handed)
+    }
+
+    private func finish() {
+        context.events?(.fetchFinished(key: key))
+        if attachedCount > 0 { context.metrics.fetchWaiters.observe(Double(attachedCount)) }
+        // A transfer stopped here (no waiter left, refused, or a 304 whose end is still on its way) is counted now.
+        if transferStarted != nil {
+            countTransfer(result: transferStatus == 304 ? "not_modified" : transferStatus != nil ? "ok" : "cancelled")
+        }
+        account(0)
+        clients = [:]
+        // The transfer's event closure holds this fetch: dropping the transfer breaks the cycle.
+        transfer = nil
+    }
+
+    /// Counts the current upstream transfer once: its result, duration and bytes.
+    private func countTransfer(result: String) {
+        guard let started = transferStarted else { return }
+        transferStarted = nil
+        let elapsed = ContinuousClock.now - started
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        context.metrics.upstreamFinished(host: key.url.host, result: result, seconds: seconds, bytes: transferBytes)
+    }
+
+    // MARK: backpressure (see the rules at the top)
+
+    /// Body bytes handed to `client` that it has not taken yet (0 for sinks that are not clients).
+    private func backlog(_ client: Client) -> Int {
+        let written = client.sink.bytesWritten
+        return written >= client.sentBytes ? 0 : client.sentBytes - written
+    }
+
+    private var largestBacklog: Int { clients.values.map(backlog).max() ?? 0 }
+
+    /// Sets this fetch's share of the in-flight total to `bytes`.
+    private func account(_ bytes: Int) {
+        let delta = bytes - accountedBytes
+        guard delta != 0 else { return }
+        accountedBytes = bytes
+        context.metrics.inFlightBytes.wrappingAdd(delta, ordering: .relaxed)
+    }
+
+    private func applyBackpressure() {
+        guard machine.isStreaming else { return }
+        account(machine.keepsBody ? machine.keptBytes : largestBacklog)
+        guard !paused, overBudget else { return }
+        if machine.keepsBody {
+            run(machine.bodiesOverBudget(limit: settings.inFlightLimitBytes))
+            if machine.isFinished { return }
+            account(largestBacklog)
+        }
+        guard watchClientsBehind() else { return }
+        paused = true
+        transfer?.setPaused(true)
+        context.metrics.upstreamPauses.add()
+        context.events?(.transferPaused(key: key))
+        context.logger.debug("\(key): upstream paused, a client is more than server.write-buffer behind")
+    }
+
+    private var overBudget: Bool {
+        context.metrics.inFlightBytes.load(ordering: .relaxed) > settings.inFlightLimitBytes
+    }
+
+    /// Asks every client more than `server.write-buffer` behind to say when it has taken all but half a buffer of
+    /// what it was handed (or went away); true when there is one.
+    private func watchClientsBehind() -> Bool {
+        let buffer = settings.writeBufferBytes
+        let behind = clients.values.filter { backlog($0) > buffer }
+        weak let weakSelf = self
+        for client in behind {
+            client.sink.whenWritten(client.sentBytes - buffer / 2) { [queue] in
+                queue.async { weakSelf?.resume() }
+            }
+        }
+        return !behind.isEmpty
+    }
+
+    /// A client caught up (or went away): read on once none is behind, or the budget has room again.
+    private func resume() {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard paused, !machine.isFinished else { return }
+        account(machine.keepsBody ? machine.keptBytes : largestBacklog)
+        if overBudget && watchClientsBehind() { return }
+        paused = false
+        transfer?.setPaused(false)
+    }
+}
+
+extension UpstreamError {
+    /// A metric label for the error.
+    var kind: String {
+        switch self {
+        case .refusedDestination: "refused_destination"
+        case .badURL: "bad_url"
+        case .dns: "dns"
+        case .connect: "connect"
+        case .tls: "tls"
+        case .timeout: "timeout"
+        case .tooManyRedirects: "too_many_redirects"
+        case .tooLarge: "too_large"
+        case .broken: "broken"
+        case .queueTimeout: "queue_timeout"
+        case .cancelled: "cancelled"
+        case .loop: "loop"
+        case .other: "other"
+        }
+    }
+}
+
+/// Keeps the body bytes a finished fetch handed to clients that have not taken them yet counted in
+/// `inFlightBytes` (as the fetch did: the largest backlog, since the clients share the same chunks) until each client
+/// has taken its response or gone. Owned by the callbacks it registers; guarded by its Mutex.
+final class InFlightDrain: Sendable {
+    private struct State {
+        var sinks: [(sink: any ResponseSink, sentBytes: Int)]
+        var accounted = 0
+    }
+
+    private let state: Mutex<State>
+    private let metrics: ProxyMetrics
+
+    private init(_ sinks: [(sink: any ResponseSink, sentBytes: Int)], metrics: ProxyMetrics) {
+        state = Mutex(State(sinks: sinks))
+        self.metrics = metrics
+    }
+
+    static func start(_ sinks: [(sink: any ResponseSink, sentBytes: Int)], metrics: ProxyMetrics) {
+        let drain = InFlightDrain(sinks, metrics: metrics)
+        drain.recount()
+        for (sink, sentBytes) in sinks {
+            sink.whenWritten(sentBytes) { drain.recount() }
+        }
+    }
+
+    /// Sets the count to the largest backlog left (0 once every client took its bytes or went).
+    private func recount() {
+        let delta = state.withLock { state -> Int in
+            state.sinks.removeAll { $0.sink.bytesWritten >= $0.sentBytes }
+            let backlog = state.sinks.map { $0.sentBytes - $0.sink.bytesWritten }.max() ?? 0
+            defer { state.accounted = backlog }
+            return backlog - state.accounted
+        }
+        if delta != 0 { metrics.inFlightBytes.wrappingAdd(delta, ordering: .relaxed) }
+    }
+}

@@ -1,0 +1,733 @@
+// FetchMachine: what one coalesced upstream fetch decides, as a value. It takes events (a client joins or leaves, the
+// disk answers, the origin sends a head, a body chunk, the end or a failure) and returns the actions to carry out
+// (start or cancel the transfer, send a head or a chunk to these clients, store this entry, send those clients to a
+// fetch of their own). No sockets, queues, clocks or sinks: `Fetch` (Fetch.swift) runs the actions; unit tests drive
+// the machine directly (FetchMachineTests).
+//
+// States (each carries its own data; `finished` is terminal)
+//
+//   lookingOnDisk(confirmed, removalsSeen, fallback) ── disk answer ──> a waiter the stored copy serves is answered
+//        │                                                              from it; the rest go upstream (revalidating
+//        │                                                              it if it can, else `fallback`)
+//        └──────────────────────────────────────────────────────────> waitingForHead(Upstream: what is revalidated,
+//                                                                                     when asked)
+//   waitingForHead ── 304 for the revalidated copy ──> each waiter served the refreshed copy ──> finished
+//                  ── 304 for a large disk copy ─────> kept: lookingOnDisk(confirmed: the outcome) (the body is in its
+//                                                      file); not kept: waitingForHead again, unconditional
+//                  ── 304 naming other validators ───> waitingForHead again, unconditional      (outdated copy removed)
+//                  ── 200/203 ───────────────────────> checkingBody(Response, first bytes, chunks held back)
+//                  ── other status, failure ─────────> stale-if-error serves the stale copy (a large disk copy: from
+//                                                      lookingOnDisk(confirmed)), else every waiter gets the error
+//                                                      ──> finished
+//   checkingBody ── image checks pass ──> streaming(Response) (or, when the whole body is in, each waiter gets its
+//                                         whole response in one call and the fetch finishes)
+//   streaming ── end ──> store, end every waiter ──> finished
+//   any state ── every waiter gone (and nothing to fill) ──> finished
+//
+// Rules
+//   - A response that may not be shared (private, no-store, Set-Cookie, Vary: *) goes to the leader only; the other
+//     waiters go upstream on their own. Waiters whose request selects another variant (their fields differ in what
+//     the response's Vary names) go to a fetch of their variant (`redispatchToVariants`); from a fetch that was
+//     already one variant's, they go on their own (an origin that changes its Vary cannot bounce them further).
+//   - A failure before the head went out answers every waiter with the error's status and reason; after it, every
+//     waiter's connection is closed (abort), so no short body passes as complete. Nothing is stored.
+//   - On success the entry is stored first, then the waiters are ended, then the fetch finishes.
+//   - When the last waiter goes, the transfer is cancelled unless complete-abandoned-fetches is on or a HEAD client
+//     was answered from it (the fetch then runs on to fill the cache).
+//   - The body is kept (for the store and for late joiners) while it may be stored and fits; once it does not, or the
+//     runner says the bodies in flight are over budget (`bodiesOverBudget`), it is streamed only and the fetch takes
+//     no newcomer (`closeToNewcomers`).
+
+internal import ImageCacheSystem
+internal import ImageCacheHTTP
+internal import ImageCacheConfig
+internal import ImageCacheServer
+internal import ImageCacheStore
+internal import ImageCacheUpstream
+internal import Foundation
+internal import Logging
+
+struct FetchMachine {
+    /// What the machine needs from the daemon's settings, fixed when the fetch starts.
+    struct Rules {
+        var maxObjectSizeBytes: Int
+        var memoryObjectLimitBytes: Int
+        /// A disk tier takes the stored body (then the body is kept up to max-object-size).
+        var writesToDisk: Bool
+        var completeAbandonedFetches: Bool
+        var staleIfErrorSeconds: Double
+        var contentPolicy: ContentPolicy
+        var freshnessPolicy: FreshnessPolicy
+    }
+
+    /// A client waiting on the fetch (its sink stays with the runner).
+    struct Waiter {
+        let id: Int
+        let request: ClientRequest
+        /// Joined a fetch another request started.
+        var collapsed = false
+        var sentHead = false
+    }
+
+    /// A stored copy the fetch revalidates (a conditional request).
+    struct Revalidation {
+        var entry: CacheEntry
+        /// The copy came from the disk tier with its body left in the file (a large entry).
+        var bodyInFile: Bool
+    }
+
+    /// An upstream request under way.
+    struct Upstream {
+        var revalidating: Revalidation?
+        var requestTime: Date
+    }
+
+    /// A 200/203 response being checked or streamed.
+    struct Response {
+        var head: HTTPResponseHead
+        var revalidating: Revalidation?
+        var requestTime: Date
+        var responseTime: Date
+        var bodyLength: Int?
+        var received = 0
+        var storeDecision: StoreDecision
+        /// The body so far, kept to be stored or for a late joiner; nil once it is streamed only.
+        var kept: [[UInt8]]? = []
+        var keptBytes = 0
+
+        /// Every byte of a Content-Length body has arrived (the transfer's own end may still be on its way).
+        var bodyComplete: Bool { bodyLength.map { received >= $0 } ?? false }
+    }
+
+    enum State {
+        /// Asking the disk tier (a memory miss, or the body of a large copy just confirmed by a 304 or kept by
+        /// stale-if-error: `confirmed` is the outcome every waiter is then served with). `fallback`: a memory copy
+        /// to revalidate when the disk's has no validators (one that landed between the lookup and the dispatch).
+        case lookingOnDisk(confirmed: CacheOutcome?, removalsSeen: UInt64?, fallback: Revalidation?)
+        case waitingForHead(Upstream)
+        /// The image checks wait for the body's first bytes; chunks that came meanwhile are held back.
+        case checkingBody(Response, prefix: [UInt8], heldBack: [[UInt8]])
+        case streaming(Response)
+        case finished
+    }
+
+    enum Action {
+        /// Start the upstream transfer (cancelling any earlier one) with these extra request fields.
+        case startTransfer(conditional: HTTPHeaders)
+        case cancelTransfer
+        /// Ask the disk tier again for the leader's variant and report with `diskAnswered`.
+        case lookOnDisk
+        /// A waiter joined; `waiters` counts them now.
+        case waiterAttached(waiters: Int)
+        /// Send a response head (`outcome`: how it was produced, already rendered in its fields); `ends`: the
+        /// response ends with it (a HEAD request).
+        case sendHead(HTTPResponseHead, outcome: CacheOutcome, bodyLength: Int?, to: Int, ends: Bool)
+        case sendBody([UInt8], to: [Int])
+        /// Send a whole response (head and body) in one call.
+        case respondWhole(HTTPResponseHead, outcome: CacheOutcome, body: [UInt8], to: Int)
+        /// Answer from a stored copy (its body, or `file` for a large one on disk).
+        case respondStored(CacheEntry, outcome: CacheOutcome, file: FileBody?, now: Date, to: Int)
+        case end([Int])
+        case fail([Int], status: Int, reason: String)
+        case abort([Int])
+        case store(CacheEntry)
+        case refresh(CacheEntry, bodyInFile: Bool)
+        case keepInMemory(CacheEntry)
+        case promote(CacheEntry, removalsSeen: UInt64)
+        /// Remove one stored variant of the URL (outdated), or every variant (`nil`: the resource is gone).
+        case remove(variant: String?)
+        /// Send these waiters to a fetch of the variant `head`'s Vary selects for each.
+        case redispatchToVariants([Waiter], of: HTTPResponseHead)
+        /// Send these waiters upstream on their own.
+        case redispatchAlone([Waiter])
+        /// Take no more waiters.
+        case closeToNewcomers
+        case finish
+        case log(Logger.Level, String)
+        case countError(String)
+    }
+
+    let key: CacheKey
+    let leader: ClientRequest
+    let reason: CacheOutcome.Forward
+    /// The variant id this fetch was started for, when it serves waiters another response's Vary sent away ("": the
+    /// URL's fetch, whatever variant it brings).
+    let variant: String
+    let rules: Rules
+
+    private(set) var state: State
+    private(set) var waiters: [Waiter] = []
+    /// Still taking new waiters.
+    private(set) var joinable = true
+    /// A HEAD client was answered from this fetch: it runs to the end to fill the cache even with no waiter left.
+    private(set) var fillingForHead = false
+    /// The actions of the event being handled.
+    private var actions: [Action] = []
+
+    /// A fetch for `key` led by `leader` (`revalidating`: a stale copy to revalidate). `start` or `start(fromDisk:)`
+    /// takes its first step.
+    init(key: CacheKey, leader: ClientRequest, reason: CacheOutcome.Forward, variant: String = "", rules: Rules,
+         revalidating: CacheEntry?, now: Date) {
+        self.key = key
+        self.leader = leader
+        self.reason = reason
+        self.variant = variant
+        self.rules = rules
+        state = .waitingForHead(Upstream(revalidating: revalidating.map { Revalidation(entry: $0, bodyInFile: false) },
+                                         requestTime: now))
+    }
+
+    var isStreaming: Bool { if case .streaming = state { true } else { false } }
+    var isFinished: Bool { if case .finished = state { true } else { false } }
+    /// Body bytes the fetch keeps (to store, for late joiners).
+    var keptBytes: Int { if case let .streaming(response) = state { response.keptBytes } else { 0 } }
+    var keepsBody: Bool {
+        switch state {
+        case let .streaming(response), let .checkingBody(response, _, _): response.kept != nil
+        default: false
+        }
+    }
+
+    // MARK: events
+
+    /// The first step when the disk was not asked: the upstream request (conditional when revalidating).
+    mutating func start() -> [Action] {
+        if case let .waitingForHead(upstream) = state {
+            actions.append(.startTransfer(conditional: upstream.revalidating?.entry.conditionalHeaders ?? HTTPHeaders()))
+        }
+        return takeActions()
+    }
+
+    /// The first step when the caller already has the disk tier's answer for the leader's variant (`removalsSeen`:
+    /// the memory tier's removal count read before it asked, for a promotion).
+    mutating func start(fromDisk answer: DiskLookup?, removalsSeen: UInt64, now: Date) -> [Action] {
+        var fallback: Revalidation?
+        if case let .waitingForHead(upstream) = state { fallback = upstream.revalidating }
+        state = .lookingOnDisk(confirmed: nil, removalsSeen: removalsSeen, fallback: fallback)
+        handleDisk(answer, now: now)
+        return takeActions()
+    }
+
+    /// Adds a client. A late one gets the head and the body so far at once.
+    mutating func attach(_ waiter: Waiter, collapsed: Bool) -> [Action] {
+        var waiter = waiter
+        waiter.collapsed = collapsed
+        switch state {
+        case .waitingForHead, .lookingOnDisk:
+            waiters.append(waiter)
+            actions.append(.waiterAttached(waiters: waiters.count))
+        case let .checkingBody(response, _, _):
+            guard varyAllows(waiter, for: response.head) else {
+                redispatch([waiter], of: response.head)
+                break
+            }
+            waiters.append(waiter)
+            actions.append(.waiterAttached(waiters: waiters.count))
+        case let .streaming(response):
+            guard varyAllows(waiter, for: response.head) else {
+                redispatch([waiter], of: response.head)
+                break
+            }
+            waiters.append(waiter)
+            actions.append(.waiterAttached(waiters: waiters.count))
+            sendHead(response, toWaiterAt: waiters.count - 1)
+            if waiter.request.isHead {
+                dropAnsweredHeadWaiters()
+                break
+            }
+            for chunk in response.kept ?? [] { actions.append(.sendBody(chunk, to: [waiter.id])) }
+        case .finished:
+            // A finished fetch is not in the coalescer; reaching here is a programming error.
+            preconditionFailure("attach to a finished fetch")
+        }
+        return takeActions()
+    }
+
+    /// A client went away.
+    mutating func detach(_ id: Int) -> [Action] {
+        if isFinished { return [] }
+        waiters.removeAll { $0.id == id }
+        if waiters.isEmpty && !rules.completeAbandonedFetches && !fillingForHead {
+            actions.append(.log(.debug, "every client left; cancelling upstream \(key)"))
+            actions.append(.cancelTransfer)
+            finish()
+        }
+        return takeActions()
+    }
+
+    /// The disk tier's answer to `lookOnDisk` (or to the lookup the fetch began with).
+    mutating func diskAnswered(_ result: DiskLookup?, now: Date) -> [Action] {
+        handleDisk(result, now: now)
+        return takeActions()
+    }
+
+    mutating func receiveHead(_ head: HTTPResponseHead, url: String, redirects: [Int], now: Date) -> [Action] {
+        handleHead(head, url: url, redirects: redirects, now: now)
+        return takeActions()
+    }
+
+    mutating func receiveBody(_ chunk: [UInt8], now: Date) -> [Action] {
+        handleBody(chunk, now: now)
+        return takeActions()
+    }
+
+    mutating func receiveEnd(now: Date) -> [Action] {
+        if case .checkingBody = state { checkBody(complete: true) }
+        switch state {
+        case let .streaming(response):
+            if let length = response.bodyLength, length != response.received {
+                fail(.broken("received \(response.received) of \(length) body bytes"), now: now)
+            } else {
+                store(response)
+                endAll()
+            }
+        case .waitingForHead:
+            fail(.broken("the transfer ended without a response"), now: now)
+        default:
+            break
+        }
+        return takeActions()
+    }
+
+    mutating func receiveFailure(_ error: UpstreamError, now: Date) -> [Action] {
+        if !isFinished { fail(error, now: now) }
+        return takeActions()
+    }
+
+    /// The runner found the bodies in flight over in-flight-limit: the kept body is let go (streamed, not stored).
+    mutating func bodiesOverBudget(limit: Int) -> [Action] {
+        guard case var .streaming(response) = state, response.kept != nil else { return [] }
+        actions.append(.log(.notice, "\(key): not stored, the bodies in flight are over in-flight-limit (\(limit) bytes)"))
+        response.storeDecision = .dontStore(reason: "the bodies in flight were over in-flight-limit")
+        response.kept = nil
+        response.keptBytes = 0
+        state = .streaming(response)
+        closeToNewcomers()
+        if waiters.isEmpty {
+            // Kept on only to fill the cache (complete-abandoned-fetches, a HEAD's fill), which it no longer will.
+            actions.append(.cancelTransfer)
+            finish()
+        }
+        return takeActions()
+    }
+
+    // MARK: the disk stage
+
+    private mutating func handleDisk(_ result: DiskLookup?, now: Date) {
+        guard case let .lookingOnDisk(confirmed, removalsSeen, fallback) = state else { return }
+        let stored: CacheEntry?, file: FileBody?
+        switch result {
+        case let .entry(entry): (stored, file) = (entry, nil)
+        case let .stream(head, body): (stored, file) = (head, body)
+        case nil: (stored, file) = (nil, nil)
+        }
+        // Nothing there, or (after a purge or eviction meanwhile) another variant: fetch it whole, once.
+        guard let stored, stored.vary?.matches(leader.forwardedHeaders) ?? true else {
+            return goUpstream(revalidating: nil, now: now)
+        }
+        splitOffOtherVariants(stored)
+        guard !waiters.isEmpty else { return finish() }
+        if file == nil {
+            if confirmed != nil {
+                actions.append(.keepInMemory(stored))
+            } else if let removalsSeen {
+                actions.append(.promote(stored, removalsSeen: removalsSeen))
+            }
+        }
+        // Who the stored copy serves: everyone after a confirmation; else whom it is fresh for (or whose max-stale
+        // allows it).
+        var served: [(Waiter, CacheOutcome)] = []
+        var remaining: [Waiter] = []
+        for waiter in waiters {
+            if let outcome = confirmed ?? CacheDecision.decide(stored: stored, request: waiter.request.cacheControl,
+                                                               now: now).servedOutcome(tier: "disk") {
+                served.append((waiter, outcome))
+            } else {
+                remaining.append(waiter)
+            }
+        }
+        if let file {
+            // A large body: sent to all from its file (one FileBody, sendfile per connection) only when it serves
+            // all; else the origin is asked once for all of them.
+            guard remaining.isEmpty else {
+                let revalidating = stored.hasValidators ? Revalidation(entry: stored, bodyInFile: true) : fallback
+                return goUpstream(revalidating: revalidating, now: now)
+            }
+            closeToNewcomers()
+            for (waiter, outcome) in served {
+                actions.append(.respondStored(stored, outcome: outcome, file: file, now: now, to: waiter.id))
+            }
+            waiters = []
+            return finish()
+        }
+        for (waiter, outcome) in served {
+            actions.append(.respondStored(stored, outcome: outcome, file: nil, now: now, to: waiter.id))
+        }
+        waiters = remaining
+        guard !waiters.isEmpty else { return finish() }
+        goUpstream(revalidating: stored.hasValidators ? Revalidation(entry: stored, bodyInFile: false) : fallback, now: now)
+    }
+
+    /// Leaves the disk stage for the origin. (No waiter said only-if-cached: CacheDecision refused those where they
+    /// were looked up.)
+    private mutating func goUpstream(revalidating: Revalidation?, now: Date) {
+        guard !waiters.isEmpty else { return finish() }
+        restartUpstream(revalidating: revalidating, now: now)
+    }
+
+    /// A new upstream request, whoever waits (after a 304 the fetch may be running on with no waiter, to fill the
+    /// cache: complete-abandoned-fetches).
+    private mutating func restartUpstream(revalidating: Revalidation?, now: Date) {
+        state = .waitingForHead(Upstream(revalidating: revalidating, requestTime: now))
+        actions.append(.startTransfer(conditional: revalidating?.entry.conditionalHeaders ?? HTTPHeaders()))
+    }
+
+    /// Waiters whose request does not match the stored variant's Vary fields go to a fetch of their own variant.
+    private mutating func splitOffOtherVariants(_ entry: CacheEntry) {
+        guard let vary = entry.vary else { return }
+        let others = waiters.filter { !vary.matches($0.request.forwardedHeaders) }
+        guard !others.isEmpty else { return }
+        waiters.removeAll { waiter in others.contains { $0.id == waiter.id } }
+        redispatch(others, of: entry.head)
+    }
+
+    /// After a 304 (or stale-if-error) for a large disk copy: the body streams from its file, looked up again.
+    private mutating func serveFromDisk(confirmed outcome: CacheOutcome) {
+        actions.append(.cancelTransfer)
+        state = .lookingOnDisk(confirmed: outcome, removalsSeen: nil, fallback: nil)
+        actions.append(.lookOnDisk)
+    }
+
+    // MARK: the response
+
+    private mutating func handleHead(_ upstreamHead: HTTPResponseHead, url: String, redirects: [Int], now: Date) {
+        guard case let .waitingForHead(upstream) = state else { return }
+        var head = upstreamHead
+        if !leader.trusted { UntrustedResponse.apply(to: &head.headers) }
+        if let revalidating = upstream.revalidating, head.status == 304 {
+            return notModified(head, revalidating: revalidating, requestTime: upstream.requestTime, now: now)
+        }
+        guard head.status == 200 || head.status == 203 else {
+            if upstream.revalidating != nil && (head.status == 404 || head.status == 410) {
+                actions.append(.remove(variant: nil))   // the resource is gone: every variant of it
+            }
+            if head.status >= 500, serveStaleIfError(because: "upstream answered \(head.status)", now: now) { return }
+            let status = (400...599).contains(head.status) ? head.status : 502
+            return refuseAll(status: status, reason: "upstream answered \(head.status) \(head.reason)",
+                             kind: "upstream_status_\(head.status / 100)xx")
+        }
+        let responseCacheControl = CacheControl(head.headers)
+        // HEAD requests are fetched with GET (as nginx's proxy_cache_convert_head does), so judge the GET.
+        var fetched = leader.head
+        fetched.method = "GET"
+        var storeDecision = Storability.decide(request: fetched, requestCacheControl: leader.cacheControl,
+                                               response: head, responseCacheControl: responseCacheControl)
+        // Reached through a redirect: keeping it under this URL is right only if every hop was permanent (301, 308);
+        // a temporary one (302, 303, 307) may point elsewhere tomorrow.
+        if let temporary = redirects.first(where: { $0 != 301 && $0 != 308 }) {
+            storeDecision = .dontStore(reason: "reached through a \(temporary) redirect to \(url)")
+        }
+        let contentType: String?
+        switch ContentPolicy.declaredType(head.headers) {
+        case let .ambiguous(why): return refuseAll(status: 502, reason: why)
+        case .none: contentType = nil
+        case let .one(value): contentType = value
+        }
+        if case let .refused(why) = rules.contentPolicy.checkContentType(contentType) {
+            return refuseAll(status: 502, reason: why)
+        }
+        let bodyLength = head.headers["Content-Length"].flatMap { Int($0.trimmingOWS()) }
+        if bodyLength.map({ $0 > rules.maxObjectSizeBytes }) ?? false {
+            return fail(.tooLarge(limit: rules.maxObjectSizeBytes), now: now)
+        }
+        // Share the response only with waiters who may have it.
+        if !Storability.isShareable(head, cacheControl: responseCacheControl) {
+            closeToNewcomers()
+            let others = waiters.filter(\.collapsed)
+            waiters.removeAll(where: \.collapsed)
+            if !others.isEmpty { actions.append(.redispatchAlone(others)) }
+        } else if let vary = VaryKey.make(response: head, request: leader.forwardedHeaders) {
+            let mismatched = waiters.filter { $0.collapsed && !vary.matches($0.request.forwardedHeaders) }
+            waiters.removeAll { waiter in mismatched.contains { $0.id == waiter.id } }
+            redispatch(mismatched, of: head)
+        }
+        if waiters.isEmpty && !rules.completeAbandonedFetches && !fillingForHead {
+            actions.append(.cancelTransfer)
+            return finish()
+        }
+        let response = Response(head: head, revalidating: upstream.revalidating, requestTime: upstream.requestTime,
+                                responseTime: now, bodyLength: bodyLength, storeDecision: storeDecision)
+        state = .checkingBody(response, prefix: [], heldBack: [])
+        checkBody(complete: false)
+    }
+
+    /// A 304 for the copy being revalidated.
+    private mutating func notModified(_ head: HTTPResponseHead, revalidating: Revalidation, requestTime: Date, now: Date) {
+        let entry = revalidating.entry
+        guard entry.isSelected(by: head) else {
+            // The 304 names other validators than the stored ones: drop the copy and fetch it whole.
+            actions.append(.log(.notice, "\(key): 304 does not match the stored validators; fetching the whole response"))
+            actions.append(.remove(variant: entry.variantID))
+            actions.append(.cancelTransfer)
+            return restartUpstream(revalidating: nil, now: now)
+        }
+        let refreshed = entry.refreshed(with: head, requestTime: requestTime, responseTime: now,
+                                        policy: rules.freshnessPolicy)
+        // The merged head may now forbid storing (a 304 with no-store or private): serve it, keep nothing.
+        var asGET = leader.head
+        asGET.method = "GET"
+        let keep = Storability.decide(request: asGET, requestCacheControl: leader.cacheControl,
+                                      response: refreshed.head, responseCacheControl: refreshed.cacheControl) == .store
+        actions.append(keep ? .refresh(refreshed, bodyInFile: revalidating.bodyInFile) : .remove(variant: entry.variantID))
+        if revalidating.bodyInFile {
+            // The body is in the file: the refreshed header was written; stream the body from there. Not kept: the
+            // file is gone, so fetch the whole response instead.
+            if keep { return serveFromDisk(confirmed: CacheOutcome(forward: reason, forwardStatus: 304, stored: true)) }
+            actions.append(.cancelTransfer)
+            return restartUpstream(revalidating: nil, now: now)
+        }
+        // A 304 that may not be shared (Set-Cookie, private, no-store, Vary: *) goes to the leader only, as a 200
+        // would: the others go upstream on their own.
+        let shareable = Storability.isShareable(refreshed.head, cacheControl: refreshed.cacheControl)
+        var unshared: [Waiter] = []
+        var otherVariants: [Waiter] = []
+        for waiter in waiters {
+            if !shareable && waiter.collapsed {
+                unshared.append(waiter)
+            } else if let vary = refreshed.vary, !vary.matches(waiter.request.forwardedHeaders) {
+                otherVariants.append(waiter)
+            } else {
+                var outcome = CacheOutcome(forward: reason, forwardStatus: 304, stored: keep)
+                outcome.collapsed = waiter.collapsed
+                actions.append(.respondStored(refreshed, outcome: outcome, file: nil, now: now, to: waiter.id))
+            }
+        }
+        waiters = []
+        if !unshared.isEmpty { actions.append(.redispatchAlone(unshared)) }
+        redispatch(otherVariants, of: refreshed.head)
+        // No cancel: the 304 has no body, and letting it end keeps the connection reusable.
+        finish()
+    }
+
+    private mutating func handleBody(_ chunk: [UInt8], now: Date) {
+        var response: Response, checking: (prefix: [UInt8], heldBack: [[UInt8]])?
+        switch state {
+        case let .checkingBody(checked, prefix, heldBack): (response, checking) = (checked, (prefix, heldBack))
+        case let .streaming(streamed): (response, checking) = (streamed, nil)
+        default: return
+        }
+        if let length = response.bodyLength, response.received + chunk.count > length {
+            return fail(.broken("more body bytes than the Content-Length of \(length)"), now: now)
+        }
+        // The state lets go of its copies, so the kept chunks are appended to in place, not copied per chunk.
+        state = .finished
+        response.received += chunk.count
+        var stopsKeeping = false
+        if response.kept != nil {
+            response.kept!.append(chunk)
+            response.keptBytes += chunk.count
+            // With a disk tier the body is kept whole (up to max-object-size) to be written there.
+            if !rules.writesToDisk, response.received > rules.memoryObjectLimitBytes {
+                // Too large to keep: stream it on, but stop retaining it and take no new waiters.
+                response.kept = nil
+                response.keptBytes = 0
+                stopsKeeping = true
+            }
+        }
+        if var checking = checking.take() {
+            if checking.prefix.count < ImageSignature.bytesNeeded {
+                checking.prefix.append(contentsOf: chunk.prefix(ImageSignature.bytesNeeded - checking.prefix.count))
+            }
+            checking.heldBack.append(chunk)
+            state = .checkingBody(response, prefix: checking.prefix, heldBack: checking.heldBack)
+            if stopsKeeping { closeToNewcomers() }
+            checkBody(complete: response.bodyComplete)
+        } else {
+            state = .streaming(response)
+            if stopsKeeping { closeToNewcomers() }
+            // Store before the last bytes go out: a client that has its whole body and asks again must hit.
+            if response.bodyComplete { store(response) }
+            if !waiters.isEmpty { actions.append(.sendBody(chunk, to: waiters.map(\.id))) }
+            if response.bodyComplete { endAll() }
+        }
+    }
+
+    /// Runs the image checks on the first bytes; once they pass, the head goes out and streaming starts.
+    private mutating func checkBody(complete: Bool) {
+        guard case let .checkingBody(response, prefix, heldBack) = state else { return }
+        switch rules.contentPolicy.check(contentType: response.head.headers["Content-Type"], prefix: prefix[...],
+                                         complete: complete) {
+        case .needMoreBytes:
+            return
+        case let .refused(why):
+            refuseAll(status: 502, reason: why)
+        case .allowed:
+            state = .streaming(response)
+            if response.bodyComplete {
+                // The whole body is here already (the common case for a coalesced image): store it, then give each
+                // client its whole response in one call, one hop onto its connection's loop thread instead of three.
+                store(response)
+                let body = heldBack.count == 1 ? heldBack[0] : Array(heldBack.joined())
+                for index in waiters.indices {
+                    waiters[index].sentHead = true
+                    let (head, outcome) = clientHead(response, for: waiters[index])
+                    actions.append(.respondWhole(head, outcome: outcome, body: body, to: waiters[index].id))
+                }
+                return finish()
+            }
+            for index in waiters.indices { sendHead(response, toWaiterAt: index) }
+            dropAnsweredHeadWaiters()
+            let ids = waiters.map(\.id)
+            if !ids.isEmpty { for chunk in heldBack { actions.append(.sendBody(chunk, to: ids)) } }
+        }
+    }
+
+    /// The head a waiter gets for the upstream response: no Content-Length (the sink frames), Cache-Status, X-Cache.
+    private func clientHead(_ response: Response, for waiter: Waiter) -> (HTTPResponseHead, CacheOutcome) {
+        var headers = response.head.headers
+        headers.remove("Content-Length")
+        var outcome = CacheOutcome(forward: reason, forwardStatus: response.head.status)
+        if case .store = response.storeDecision, response.kept != nil,
+           rules.writesToDisk || (response.bodyLength ?? 0) <= rules.memoryObjectLimitBytes {
+            outcome.stored = true
+        }
+        outcome.collapsed = waiter.collapsed
+        outcome.apply(to: &headers)
+        return (HTTPResponseHead(status: response.head.status, reason: response.head.reason, headers: headers), outcome)
+    }
+
+    private mutating func sendHead(_ response: Response, toWaiterAt index: Int) {
+        let waiter = waiters[index]
+        // A HEAD client has what it asked for with the head; the transfer goes on for the cache.
+        let (head, outcome) = clientHead(response, for: waiter)
+        actions.append(.sendHead(head, outcome: outcome, bodyLength: response.bodyLength, to: waiter.id,
+                                 ends: waiter.request.isHead))
+        waiters[index].sentHead = true
+    }
+
+    /// HEAD clients leave once their head is out: no body chunks hop to them. The fetch they started still completes
+    /// and fills the cache (a HEAD miss is fetched with GET, as nginx's proxy_cache_convert_head does).
+    private mutating func dropAnsweredHeadWaiters() {
+        let before = waiters.count
+        waiters.removeAll { $0.request.isHead && $0.sentHead }
+        if waiters.count != before { fillingForHead = true }
+    }
+
+    /// Keeps the complete response when it may be stored and was kept; a revalidated copy that is not replaced goes.
+    private mutating func store(_ response: Response) {
+        if let kept = response.kept, case .store = response.storeDecision {
+            let body = kept.count == 1 ? kept[0] : Array(kept.joined())
+            actions.append(.store(CacheEntry(key: key, head: response.head, body: body, requestTime: response.requestTime,
+                                             responseTime: response.responseTime,
+                                             requestHeaders: leader.forwardedHeaders, policy: rules.freshnessPolicy)))
+        } else if let revalidating = response.revalidating {
+            // The stored variant is outdated and the new response is not kept.
+            actions.append(.remove(variant: revalidating.entry.variantID))
+        }
+        if case let .dontStore(why) = response.storeDecision {
+            actions.append(.log(.debug, "not stored \(key): \(why)"))
+        }
+    }
+
+    /// Ends every waiter's response and the fetch.
+    private mutating func endAll() {
+        if !waiters.isEmpty { actions.append(.end(waiters.map(\.id))) }
+        finish()
+    }
+
+    // MARK: failures
+
+    /// Answers every waiter with an error status (the head has not gone out) and stops the transfer.
+    private mutating func refuseAll(status: Int, reason: String, kind: String = "content_refused") {
+        actions.append(.log(.notice, "\(status) \(key): \(reason)"))
+        actions.append(.countError(kind))
+        if !waiters.isEmpty { actions.append(.fail(waiters.map(\.id), status: status, reason: reason)) }
+        actions.append(.cancelTransfer)
+        finish()
+    }
+
+    /// The transfer failed (the origin's error, a broken body, the object too large): before any head went out,
+    /// stale-if-error may serve the copy being revalidated; else each waiter gets the error (or, with its head out,
+    /// a closed connection).
+    private mutating func fail(_ error: UpstreamError, now: Date) {
+        if case .cancelled = error {} else {
+            actions.append(.countError("upstream_" + error.kind))
+            if serveStaleIfError(because: error.description, now: now) { return }
+        }
+        actions.append(.log(.warning, "\(error.httpStatus) \(key): \(error)"))
+        let headSent = waiters.filter(\.sentHead).map(\.id)
+        let notYet = waiters.filter { !$0.sentHead }.map(\.id)
+        if !headSent.isEmpty { actions.append(.abort(headSent)) }
+        if !notYet.isEmpty { actions.append(.fail(notYet, status: error.httpStatus, reason: error.description)) }
+        actions.append(.cancelTransfer)
+        finish()
+    }
+
+    /// A revalidation failed before any head went out: waiters that stale-if-error lets have the stale copy get it;
+    /// true when every waiter was answered that way (the fetch is then over).
+    private mutating func serveStaleIfError(because why: String, now: Date) -> Bool {
+        let revalidating: Revalidation?
+        switch state {
+        case let .waitingForHead(upstream): revalidating = upstream.revalidating
+        case let .checkingBody(response, _, _): revalidating = response.revalidating
+        default: revalidating = nil
+        }
+        guard let revalidating, waiters.allSatisfy({ !$0.sentHead }) else { return false }
+        splitOffOtherVariants(revalidating.entry)
+        let decisions = waiters.map {
+            CacheDecision.afterOriginFailure(stored: revalidating.entry, request: $0.request.cacheControl,
+                                             offlineSeconds: rules.staleIfErrorSeconds, now: now)
+        }
+        guard let first = decisions.first, decisions.allSatisfy({ $0 != nil }),
+              let outcome = first?.servedOutcome(tier: nil) else { return false }
+        actions.append(.log(.warning, "\(key): \(why); serving the stale copy (stale-if-error)"))
+        if revalidating.bodyInFile {
+            serveFromDisk(confirmed: outcome)
+            return true
+        }
+        for waiter in waiters {
+            actions.append(.respondStored(revalidating.entry, outcome: outcome, file: nil, now: now, to: waiter.id))
+        }
+        waiters = []
+        actions.append(.cancelTransfer)
+        finish()
+        return true
+    }
+
+    // MARK: helpers
+
+    /// Whether `waiter` may share the response `head` with the leader: same values for the fields it varies on.
+    private func varyAllows(_ waiter: Waiter, for head: HTTPResponseHead) -> Bool {
+        VaryKey.make(response: head, request: leader.forwardedHeaders)?.matches(waiter.request.forwardedHeaders) ?? true
+    }
+
+    /// Waiters another variant is for: to that variant's fetch, or (from a variant's fetch) on their own.
+    private mutating func redispatch(_ others: [Waiter], of head: HTTPResponseHead) {
+        guard !others.isEmpty else { return }
+        actions.append(variant.isEmpty ? .redispatchToVariants(others, of: head) : .redispatchAlone(others))
+    }
+
+    private mutating func closeToNewcomers() {
+        guard joinable else { return }
+        joinable = false
+        actions.append(.closeToNewcomers)
+    }
+
+    private mutating func finish() {
+        if isFinished { return }
+        state = .finished
+        waiters = []
+        closeToNewcomers()
+        actions.append(.finish)
+    }
+
+    private mutating func takeActions() -> [Action] {
+        defer { actions = [] }
+        return actions
+    }
+}
+
+extension CacheEntry {
+    /// It has a validator to revalidate with (ETag or Last-Modified).
+    var hasValidators: Bool { etag != nil || lastModified != nil }
+}

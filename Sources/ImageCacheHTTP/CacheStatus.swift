@@ -1,0 +1,84 @@
+// The Cache-Status (RFC 9211) and X-Cache values a response carries. Pure.
+//
+//   X-Cache      Cache-Status                                   when
+//   HIT          imagecached; hit; ttl=N                        fresh in memory
+//   STALE        imagecached; hit; ttl=-N                       stale, served because the request's max-stale allows it
+//   MISS         imagecached; fwd=miss; fwd-status=200; stored  fetched (stored or not: "stored" says)
+//   COALESCED    imagecached; fwd=miss; fwd-status=200; collapsed   joined a fetch another request started
+//   REVALIDATED  imagecached; fwd=stale; fwd-status=304; stored stale entry confirmed by the origin (304)
+//   EXPIRED      imagecached; fwd=stale; fwd-status=200; stored stale entry replaced by a changed 200
+//   MISS         imagecached; fwd=request; ...                  the request's no-cache forced a revalidation
+//   MISS         imagecached; fwd=vary-miss; ...                stored variant does not match the request's Vary fields
+//   BYPASS       imagecached; fwd=bypass; ...                   not cacheable as asked (Authorization, no-store) or not shareable
+//   HIT          imagecached; hit; ttl=N; detail=disk           fresh on disk (after a restart, or evicted from memory)
+//   STALE        imagecached; hit; ttl=-N; detail=stale-if-error   stale, served because the origin failed and
+//                                                               stale-if-error (directive or the offline policy) allows it
+// A Cache-Status the origin already sent is kept and ours is appended (RFC 9211 section 2).
+//
+// The outcome is one value handed along with the response: whoever produces a response tells its sink first
+// (`ResponseSink.note`), and the fields (Cache-Status, X-Cache), the metrics label (`served`), the access log and
+// prefetch's report are all rendered from it. Nothing reads a response's fields back to learn what happened; a
+// response with no outcome is the daemon's own error answer.
+
+/// How a response was produced.
+public struct CacheOutcome: Sendable, Equatable {
+    package enum Forward: String, Sendable, Equatable {
+        case miss, stale, request, bypass
+        case varyMiss = "vary-miss"
+    }
+    /// nil for a hit (served from the cache without contacting the origin).
+    package var forward: Forward?
+    /// Seconds of freshness left (negative when stale); hits only.
+    package var ttl: Double?
+    package var forwardStatus: Int?
+    package var stored = false
+    package var collapsed = false
+    /// RFC 9211 detail: "disk" for a hit read from the disk tier, "stale-if-error" for a stale entry served because
+    /// the origin failed.
+    package var detail: String?
+
+    package init(forward: Forward? = nil, ttl: Double? = nil, forwardStatus: Int? = nil, stored: Bool = false,
+                 collapsed: Bool = false, detail: String? = nil) {
+        self.forward = forward
+        self.ttl = ttl
+        self.forwardStatus = forwardStatus
+        self.stored = stored
+        self.collapsed = collapsed
+        self.detail = detail
+    }
+
+    package static func hit(ttl: Double, detail: String? = nil) -> CacheOutcome { CacheOutcome(forward: nil, ttl: ttl, detail: detail) }
+
+    package var xCache: String {
+        guard let forward else { return (ttl ?? 0) < 0 ? "STALE" : "HIT" }
+        if collapsed { return "COALESCED" }
+        switch forward {
+        case .stale: return forwardStatus == 304 ? "REVALIDATED" : "EXPIRED"
+        case .bypass: return "BYPASS"
+        case .miss, .request, .varyMiss: return forwardStatus == 304 ? "REVALIDATED" : "MISS"
+        }
+    }
+
+    package var cacheStatus: String {
+        var value = "imagecached"
+        if let forward {
+            value += "; fwd=\(forward.rawValue)"
+            if let forwardStatus { value += "; fwd-status=\(forwardStatus)" }
+            if stored { value += "; stored" }
+            if collapsed { value += "; collapsed" }
+        } else {
+            value += "; hit"
+            if let ttl { value += "; ttl=\(Int(ttl.rounded(.down)))" }
+        }
+        if let detail { value += "; detail=\(detail)" }
+        return value
+    }
+
+    /// Adds Cache-Status (appended to an upstream one) and X-Cache.
+    package func apply(to headers: inout HTTPHeaders) {
+        let upstream = headers.combined("Cache-Status")
+        headers.remove("Cache-Status")
+        headers.add("Cache-Status", upstream.map { "\($0), \(cacheStatus)" } ?? cacheStatus)
+        headers.set("X-Cache", xCache)
+    }
+}

@@ -1,0 +1,330 @@
+// The life of one client connection as a pure state machine: events in, actions out. No I/O, no Dispatch;
+// `Connection` feeds it what its sources report and performs the actions it returns, in order.
+//
+// States and their valid transitions:
+//
+//   idle         no byte of a request yet; idle timer armed.
+//                bytes -> readingHead (header timer) | handling (whole request at once) | writing (refused)
+//                EOF/read error/idle timeout -> closed
+//   readingHead  a request has started, its head is incomplete; header timer armed (not re-armed by bytes,
+//                so a slow trickle of header bytes still times out).
+//                head complete -> readingBody | handling;  refused -> writing(close);  timeout -> writing(close) with 408
+//   readingBody  head complete, body arriving; body timer armed once (not re-armed by reads, so a body trickled a
+//                byte at a time still times out).
+//                body complete -> handling;  refused -> writing(close);  timeout -> writing(close) with 408;
+//                EOF -> closed
+//   handling     the handler owns the response (exchange id). Reads continue so that a client's close is
+//                noticed; the bytes are buffered for the next request (reading is suspended once a full request
+//                line and header section are buffered). Sink calls frame the response through `ResponseWriter`.
+//                end -> writing(keepAlive);  abort -> closed;  EOF/read error/write error/write timeout -> closed
+//                after `cancelExchange` (the handler's onCancel callbacks).
+//   writing      the response has ended; waiting for the write queue to drain.
+//                drained + keep-alive -> idle/readingHead/handling (the next pipelined request is parsed only now)
+//                drained + close -> lingering;  EOF/errors -> closed
+//   lingering    the last response is written and the write side is shut down; reads are discarded until the
+//                client closes or the linger timer fires (closing with unread bytes would reset the connection
+//                and could destroy the response before the client reads it).  EOF/timeout -> closed
+//   closed       final.
+
+internal import ImageCacheSystem
+internal import ImageCacheHTTP
+internal import ImageCacheConfig
+
+extension Connection {
+    struct StateMachine {
+        enum State: Equatable {
+            case idle
+            case readingHead
+            case readingBody
+            case handling(Exchange)
+            case writing(keepAlive: Bool)
+            case lingering
+            case closed
+        }
+
+        /// One request being answered.
+        struct Exchange: Equatable {
+            /// Identifies the exchange to sink calls, which may arrive late, after the connection moved on.
+            let id: UInt64
+            var writer: ResponseWriter
+            var responseStarted = false
+        }
+
+        /// Timers on the read side (the write timer belongs to `Connection`, which sees partial writes).
+        enum ReadTimer: Equatable {
+            case idle
+            case header
+            case body
+            case linger
+        }
+
+        enum Action: Equatable {
+            case armReadTimer(ReadTimer, seconds: Double)
+            case cancelReadTimer
+            case suspendReading
+            case resumeReading
+            /// Queue these buffers for writing, in order.
+            case write([[UInt8]])
+            /// Send a file region after what is queued (sendfile).
+            case sendFile(FileBody)
+            /// Give the request to the handler; always the last action of its batch.
+            case handle(HTTPRequestHead, body: [UInt8], exchange: UInt64)
+            /// Run the onCancel callbacks registered for the current exchange.
+            case cancelExchange
+            /// Log a refused request at `.notice`.
+            case logRefused(HTTPParser.ParseError)
+            /// Shut down the write side (FIN) and keep reading.
+            case shutdownWrite
+            /// Close the socket now.
+            case close
+            /// Close the socket now with a reset (RST), so that a client reading a close-delimited body cannot take
+            /// the end of the connection for the end of the body.
+            case reset
+        }
+
+        /// What to do with an onCancel callback registered for an exchange.
+        enum CancelRegistration: Equatable {
+            case store
+            case runNow
+            case drop
+        }
+
+        private(set) var state: State = .idle
+        private var parser: HTTPParser
+        private let configuration: ServerConfiguration
+        private var nextExchangeID: UInt64 = 1
+        /// The exchange whose client went away (onCancel registered late for it runs at once).
+        private var cancelledExchange: UInt64?
+        private(set) var readingSuspended = false
+
+        /// Seconds a closing connection keeps draining reads before closing.
+        static let lingerSeconds: Double = 2
+
+        /// `bodyRefusal` answers, for a head that announces a body, whether the request may have one (see HTTPParser).
+        init(configuration: ServerConfiguration, bodyRefusal: @escaping HTTPParser.BodyRefusal = { _ in nil }) {
+            self.configuration = configuration
+            self.parser = HTTPParser(configuration: configuration, bodyRefusal: bodyRefusal)
+        }
+
+        /// Bytes held while the current request is handled; reading stops beyond this.
+        private var bufferLimit: Int { configuration.maxRequestLineBytes + configuration.maxHeaderBytes }
+
+        /// The actions to run once the connection is set up.
+        mutating func start() -> [Action] {
+            [.armReadTimer(.idle, seconds: configuration.idleTimeoutSeconds)]
+        }
+
+        // MARK: - Read side
+
+        mutating func bytesReceived(_ bytes: some Collection<UInt8>, date: String) -> [Action] {
+            switch state {
+            case .idle, .readingHead, .readingBody:
+                parser.feed(bytes)
+                return parseNext(date: date)
+            case .handling, .writing:
+                parser.feed(bytes)
+                if parser.bufferedByteCount >= bufferLimit && !readingSuspended {
+                    readingSuspended = true
+                    return [.suspendReading]
+                }
+                return []
+            case .lingering, .closed:
+                return []
+            }
+        }
+
+        /// The client closed its side (read returned 0) or reading failed.
+        mutating func readClosed() -> [Action] {
+            clientGone()
+        }
+
+        /// Writing failed (the peer reset the connection).
+        mutating func writeFailed() -> [Action] {
+            clientGone()
+        }
+
+        /// The client did not accept written bytes within the write timeout.
+        mutating func writeTimedOut() -> [Action] {
+            clientGone()
+        }
+
+        mutating func readTimerFired(_ timer: ReadTimer, date: String) -> [Action] {
+            switch (state, timer) {
+            case (.idle, .idle), (.lingering, .linger):
+                return close()
+            case (.readingHead, .header):
+                return refuse(HTTPParser.ParseError(status: 408, reason: "request head not received within \(Self.seconds(configuration.headerTimeoutSeconds)) seconds"), date: date)
+            case (.readingBody, .body):
+                return refuse(HTTPParser.ParseError(status: 408, reason: "request body not received within \(Self.seconds(configuration.bodyTimeoutSeconds)) seconds"), date: date)
+            default:
+                return []  // a timer that was re-armed or is stale
+            }
+        }
+
+        /// The server is stopping: close at once, cancelling a pending exchange.
+        mutating func stop() -> [Action] {
+            clientGone()
+        }
+
+        // MARK: - Write side
+
+        /// The write queue is empty. Moves on from `writing`; otherwise nothing to do.
+        mutating func writesDrained(date: String) -> [Action] {
+            guard case let .writing(keepAlive) = state else { return [] }
+            if keepAlive {
+                state = .idle
+                var actions: [Action] = []
+                if readingSuspended {
+                    readingSuspended = false
+                    actions.append(.resumeReading)
+                }
+                return actions + parseNext(date: date)
+            }
+            state = .lingering
+            var actions: [Action] = [.shutdownWrite, .armReadTimer(.linger, seconds: Self.lingerSeconds)]
+            if readingSuspended {
+                readingSuspended = false
+                actions.append(.resumeReading)
+            }
+            return actions
+        }
+
+        // MARK: - Response sink
+
+        mutating func responseHead(_ head: HTTPResponseHead, bodyLength: Int?, exchange id: UInt64, date: String) -> [Action] {
+            guard case var .handling(exchange) = state, exchange.id == id, !exchange.responseStarted else { return [] }
+            let bytes = exchange.writer.head(head, bodyLength: bodyLength, date: date)
+            exchange.responseStarted = true
+            state = .handling(exchange)
+            return [.write([bytes])]
+        }
+
+        mutating func responseBody(_ chunk: [UInt8], exchange id: UInt64) -> [Action] {
+            guard case var .handling(exchange) = state, exchange.id == id, exchange.responseStarted else { return [] }
+            let buffers = exchange.writer.body(chunk)
+            state = .handling(exchange)
+            return buffers.isEmpty ? [] : [.write(buffers)]
+        }
+
+        mutating func responseEnd(exchange id: UInt64) -> [Action] {
+            guard case var .handling(exchange) = state, exchange.id == id, exchange.responseStarted else { return [] }
+            let buffers = exchange.writer.end()
+            state = .writing(keepAlive: exchange.writer.keepAlive)
+            return buffers.isEmpty ? [] : [.write(buffers)]
+        }
+
+        /// A whole response: head and body go out in one write.
+        mutating func respond(_ head: HTTPResponseHead, body: [UInt8], exchange id: UInt64, date: String) -> [Action] {
+            guard case var .handling(exchange) = state, exchange.id == id, !exchange.responseStarted else { return [] }
+            var buffers = [exchange.writer.head(head, bodyLength: body.count, date: date)]
+            buffers += exchange.writer.body(body)
+            buffers += exchange.writer.end()
+            state = .writing(keepAlive: exchange.writer.keepAlive)
+            return [.write(buffers)]
+        }
+
+        /// A whole response whose head was serialised once: the prepared bytes, the rest of the head and the body go
+        /// out in one write, none of them copied.
+        mutating func respond(_ prepared: SerializedResponseHead, extra: HTTPHeaders, body: [UInt8], exchange id: UInt64,
+                              date: String) -> [Action] {
+            guard case var .handling(exchange) = state, exchange.id == id, !exchange.responseStarted else { return [] }
+            var buffers = exchange.writer.head(prepared, extra: extra, bodyLength: body.count, date: date)
+            buffers += exchange.writer.body(body)
+            buffers += exchange.writer.end()
+            state = .writing(keepAlive: exchange.writer.keepAlive)
+            return [.write(buffers)]
+        }
+
+        /// A whole response whose body is a file region: the head, then the file, then whatever ends the body.
+        mutating func respond(_ prepared: SerializedResponseHead, extra: HTTPHeaders, file: FileBody, exchange id: UInt64,
+                              date: String) -> [Action] {
+            guard case var .handling(exchange) = state, exchange.id == id, !exchange.responseStarted else { return [] }
+            var actions: [Action] = [.write(exchange.writer.head(prepared, extra: extra, bodyLength: file.length, date: date))]
+            if exchange.writer.fileBody(file.length) { actions.append(.sendFile(file)) }
+            let end = exchange.writer.end()
+            if !end.isEmpty { actions.append(.write(end)) }
+            state = .writing(keepAlive: exchange.writer.keepAlive)
+            return actions
+        }
+
+        /// The handler gave up: close at once so the client sees a truncated response.
+        mutating func abort(exchange id: UInt64) -> [Action] {
+            guard case let .handling(exchange) = state, exchange.id == id else { return [] }
+            if state == .closed { return [] }
+            state = .closed
+            return [.reset]
+        }
+
+        mutating func registerCancel(exchange id: UInt64) -> CancelRegistration {
+            if case let .handling(exchange) = state, exchange.id == id { return .store }
+            return cancelledExchange == id ? .runNow : .drop
+        }
+
+        // MARK: - Internals
+
+        private mutating func parseNext(date: String) -> [Action] {
+            var actions: [Action] = []
+            while true {
+                switch parser.next() {
+                case nil:
+                    let before = state
+                    if parser.isReadingBody {
+                        state = .readingBody
+                        if before != .readingBody {
+                            actions.append(.armReadTimer(.body, seconds: configuration.bodyTimeoutSeconds))
+                        }
+                    } else if parser.isReadingHead {
+                        state = .readingHead
+                        if before != .readingHead {
+                            actions.append(.armReadTimer(.header, seconds: configuration.headerTimeoutSeconds))
+                        }
+                    } else {
+                        state = .idle
+                        if before != .idle || actions.isEmpty {
+                            actions.append(.armReadTimer(.idle, seconds: configuration.idleTimeoutSeconds))
+                        }
+                    }
+                    return actions
+                case .continueExpected:
+                    actions.append(.write([ResponseWriter.continueResponse]))
+                case let .request(head, body):
+                    let id = nextExchangeID
+                    nextExchangeID += 1
+                    let writer = ResponseWriter(request: .init(version: head.version, isHEAD: head.method == "HEAD",
+                                                               keepAlive: head.keepAlive))
+                    state = .handling(Exchange(id: id, writer: writer))
+                    actions.append(.cancelReadTimer)
+                    actions.append(.handle(head, body: body, exchange: id))
+                    return actions
+                case let .error(error):
+                    return actions + refuse(error, date: date)
+                }
+            }
+        }
+
+        /// Answers a refused request with its status and closes once it is written.
+        private mutating func refuse(_ error: HTTPParser.ParseError, date: String) -> [Action] {
+            state = .writing(keepAlive: false)
+            return [.cancelReadTimer, .logRefused(error), .write([ResponseWriter.errorResponse(error, date: date)])]
+        }
+
+        private mutating func clientGone() -> [Action] {
+            if case let .handling(exchange) = state {
+                cancelledExchange = exchange.id
+                state = .closed
+                return [.cancelExchange, .close]
+            }
+            return close()
+        }
+
+        private mutating func close() -> [Action] {
+            if state == .closed { return [] }
+            state = .closed
+            return [.close]
+        }
+
+        private static func seconds(_ value: Double) -> String {
+            value == value.rounded() ? String(Int(value)) : String(value)
+        }
+    }
+}

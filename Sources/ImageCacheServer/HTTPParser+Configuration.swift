@@ -1,0 +1,20 @@
+// The request parser's limits from the server's configuration (server.max-request-line, ...).
+
+internal import ImageCacheSystem
+public import ImageCacheConfig
+public import ImageCacheHTTP
+
+extension HTTPParser.Limits {
+    public init(_ configuration: ServerConfiguration) {
+            self.init(maxRequestLineBytes: configuration.maxRequestLineBytes,
+                      maxHeaderBytes: configuration.maxHeaderBytes,
+                      maxHeaderCount: configuration.maxHeaderCount,
+                      maxRequestBodyBytes: configuration.maxRequestBodyBytes)
+        }
+}
+
+extension HTTPParser {
+    public init(configuration: ServerConfiguration, bodyRefusal: @escaping BodyRefusal = { _ in nil }) {
+        self.init(limits: Limits(configuration), bodyRefusal: bodyRefusal)
+    }
+}

@@ -1,0 +1,68 @@
+// STORAGE POLICY of imagecached, a shared cache (RFC 9111 section 3), stated before the code like cache_rfc2616.c.
+//
+// A response is stored only when ALL of these hold (the first failing rule is the reason given):
+//   1. the request method is GET (HEAD is fetched as GET by the proxy, so it never reaches here as HEAD);
+//   2. the request has no no-store;
+//   3. the status is 200 or 203: final and complete. 206 (we do not combine ranges), 304 (merged, not stored: see
+//      CacheEntry.refreshed), redirects and errors are passed through uncached;
+//   4. the response has no no-store;
+//   5. the response is not private (qualified private="..." included: we do not strip fields);
+//   6. the response has no Vary: * (it could never be selected again);
+//   7. the response has no Set-Cookie: replaying one client's cookie to every client is never right for a shared
+//      image cache (Varnish's builtin VCL refuses these too);
+//   8. a request carrying Authorization is stored only if the response says public, s-maxage or must-revalidate
+//      (RFC 9111 section 3.5);
+//   9. the response has explicit freshness (max-age, s-maxage, Expires) or a validator (Last-Modified, ETag):
+//      otherwise it is not worth storing ("no freshness information and no validator").
+// no-cache responses are stored: they are revalidated on every use (Freshness.use).
+//
+// Coalescing (isShareable): one upstream response may be handed to every client waiting on the same fetch unless it
+// is private, no-store, carries Set-Cookie, or has Vary: * . A response with another Vary must still be matched
+// against each waiter's request fields by the caller (VaryKey.matches).
+// Pure functions, no I/O.
+
+/// Whether a response may be stored.
+internal import ImageCacheSystem
+public import ImageCacheHTTP
+
+public enum StoreDecision: Sendable, Equatable {
+    case store
+    case dontStore(reason: String)
+}
+
+public enum Storability {
+    /// Statuses we store.
+    public static let storableStatuses: Set<Int> = [200, 203]
+
+    /// May a shared cache store this response? (The policy above.)
+    public static func decide(request: HTTPRequestHead, requestCacheControl: CacheControl, response: HTTPResponseHead,
+                              responseCacheControl: CacheControl) -> StoreDecision {
+        if request.method != "GET" { return .dontStore(reason: "method \(request.method) is not cached") }
+        if requestCacheControl.noStore { return .dontStore(reason: "request no-store") }
+        if !storableStatuses.contains(response.status) {
+            return .dontStore(reason: "status \(response.status) is not cached")
+        }
+        if responseCacheControl.noStore { return .dontStore(reason: "response no-store") }
+        if responseCacheControl.isPrivate { return .dontStore(reason: "response private") }
+        if hasVaryStar(response) { return .dontStore(reason: "Vary: *") }
+        if response.headers.contains("Set-Cookie") { return .dontStore(reason: "response sets a cookie") }
+        if request.headers.contains("Authorization"),
+           !(responseCacheControl.isPublic || responseCacheControl.sMaxAge != nil || responseCacheControl.mustRevalidate) {
+            return .dontStore(reason: "request has Authorization and the response is not public")
+        }
+        let explicitFreshness = responseCacheControl.maxAge != nil || responseCacheControl.sMaxAge != nil
+            || response.headers.contains("Expires")
+        let validator = response.headers.contains("Last-Modified") || response.headers.contains("ETag")
+        if !explicitFreshness && !validator { return .dontStore(reason: "no freshness information and no validator") }
+        return .store
+    }
+
+    /// May this one response be handed to the other clients waiting on the same fetch?
+    public static func isShareable(_ response: HTTPResponseHead, cacheControl: CacheControl) -> Bool {
+        !cacheControl.isPrivate && !cacheControl.noStore && !response.headers.contains("Set-Cookie") && !hasVaryStar(response)
+    }
+
+    static func hasVaryStar(_ response: HTTPResponseHead) -> Bool {
+        response.headers.tokens("Vary").contains("*")
+    }
+}

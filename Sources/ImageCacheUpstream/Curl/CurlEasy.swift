@@ -1,0 +1,431 @@
+// One upstream transfer: a libcurl easy handle, its options and the state its callbacks keep.
+//
+// Data model: `handle` (CURL*), the request header list and the error buffer live as long as this object.
+// The callbacks (header, write, open-socket) receive `self` unretained through their userdata pointer;
+// `CurlMulti` keeps the object alive while the handle is in the multi handle.
+// Ownership: built and configured on any thread in `init` (no callback can run before the handle is added),
+// then confined to the curl thread: `CurlMulti` adds it, its callbacks run during `curl_multi_perform`, and
+// `complete` is called there too. Events therefore reach `events` serially and in order.
+//
+// The private-network guard judges twice: the open-socket callback refuses a private address before a socket is
+// made, and the pre-request callback (CURLOPT_PREREQFUNCTION, libcurl 7.80) judges the peer of every request of the
+// transfer, the first and each redirect hop, whether its connection is new or reused from the pool.
+//
+// Heads: the header callback collects one header section at a time and resets on every status line. At the
+// blank line ending a section it drops interim 1xx responses and 3xx responses with a Location that curl
+// follows, and reports the others at once as `.head` (with the effective URL), before any body byte.
+
+internal import ImageCacheSystem
+internal import ImageCacheHTTP
+internal import ImageCacheConfig
+internal import CCurl
+internal import CCurlShim
+internal import Foundation
+internal import Logging
+internal import Synchronization
+
+/// A libcurl easy handle for one request. Confined to the curl thread once added to `CurlMulti`.
+final class CurlEasy: @unchecked Sendable {
+    // MARK: immutable after init
+    /// Identifies the transfer to `CurlMulti.cancel`.
+    let id: UInt64
+    let handle: UnsafeMutableRawPointer
+    private var headerList: UnsafeMutablePointer<curl_slist>?
+    private let errorBuffer: UnsafeMutablePointer<CChar>
+    private let events: @Sendable (UpstreamEvent) -> Void
+    private let addressGuard: AddressGuard
+    private let loopGuard: LoopGuard?
+    /// Whether the write callback may take body bytes now (see `FlowControl`); shared with the transfer's owner.
+    let flow: FlowControl
+    private let followsRedirects: Bool
+    private let maxRedirects: Int
+    private let maxBodyBytes: Int
+    private let logger: Logger
+
+    // MARK: owned by the curl thread
+    /// The lines of the header section being received (status line first), CRLF removed.
+    private var sectionLines: [String] = []
+    private var headReported = false
+    /// Statuses of the redirects curl followed, in order (for the cache: only permanent chains are stored).
+    private var redirectStatuses: [Int] = []
+    private var bodyBytesReceived = 0
+    /// Set by a callback that stopped the transfer on purpose; wins over the CURLcode.
+    private var callbackFailure: UpstreamError?
+    /// The last address the open-socket callback refused.
+    private var refusedAddress: String?
+    /// Addresses a trusted transfer connected to before any redirect: its redirect hops may go back to them.
+    private var firstHopAddresses: Set<IPAddress> = []
+
+    /// When the private-network guard judges a connection.
+    enum AddressGuard {
+        /// Never (allow-private-networks).
+        case off
+        /// Every connection (forward and fetch modes).
+        case always
+        /// Only connections made for redirect hops, to other addresses than the first hop's (configured origins).
+        case redirectsOnly
+    }
+    private var completed = false
+
+    /// Configures a handle for `request`. `addressGuard` says which connections the private-network guard judges;
+    /// under `.always` the transfer uses `guardedConnections` as its connection cache.
+    init(id: UInt64, request: UpstreamRequest, configuration: UpstreamConfiguration, addressGuard: AddressGuard,
+         guardedConnections: UnsafeMutableRawPointer, loopGuard: LoopGuard? = nil, flow: FlowControl = FlowControl(),
+         logger: Logger,
+         events: @escaping @Sendable (UpstreamEvent) -> Void) throws(CurlError) {
+        try CurlGlobal.initialize()
+        guard let handle = curl_easy_init() else {
+            throw CurlError(code: -1, function: "curl_easy_init", message: "out of memory")
+        }
+        self.id = id
+        self.handle = handle
+        self.errorBuffer = .allocate(capacity: Int(CURL_ERROR_SIZE))
+        self.errorBuffer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE))
+        self.events = events
+        self.addressGuard = addressGuard
+        self.loopGuard = loopGuard
+        self.flow = flow
+        self.followsRedirects = configuration.maxRedirects > 0
+        self.maxRedirects = configuration.maxRedirects
+        self.maxBodyBytes = request.maxBodyBytes
+        self.logger = logger
+        try configure(request: request, configuration: configuration)
+        if addressGuard == .always {
+            try ccurl_easy_setopt_ptr(handle, CURLOPT_SHARE, guardedConnections).check("CURLOPT_SHARE")
+        }
+    }
+
+    deinit {
+        curl_easy_cleanup(handle)
+        curl_slist_free_all(headerList)
+        errorBuffer.deallocate()
+    }
+
+    private func configure(request: UpstreamRequest, configuration c: UpstreamConfiguration) throws(CurlError) {
+        let h = handle
+        let me = Unmanaged.passUnretained(self).toOpaque()
+        try ccurl_easy_setopt_string(h, CURLOPT_URL, request.url).check("CURLOPT_URL")
+        // HEAD requests are fetched with GET to fill the cache (Origin.swift).
+        try ccurl_easy_setopt_long(h, CURLOPT_HTTPGET, 1).check("CURLOPT_HTTPGET")
+        try ccurl_easy_setopt_string(h, CURLOPT_PROTOCOLS_STR, "http,https").check("CURLOPT_PROTOCOLS_STR")
+        // An https fetch never follows a redirect to plain http: the answer would be cached under the https key.
+        let redirectProtocols = request.url.lowercased().hasPrefix("https:") ? "https" : "http,https"
+        try ccurl_easy_setopt_string(h, CURLOPT_REDIR_PROTOCOLS_STR, redirectProtocols).check("CURLOPT_REDIR_PROTOCOLS_STR")
+        // maxRedirects 0 means "do not follow": the 3xx is the final response.
+        try ccurl_easy_setopt_long(h, CURLOPT_FOLLOWLOCATION, followsRedirects ? 1 : 0).check("CURLOPT_FOLLOWLOCATION")
+        try ccurl_easy_setopt_long(h, CURLOPT_MAXREDIRS, c.maxRedirects).check("CURLOPT_MAXREDIRS")
+        try ccurl_easy_setopt_long(h, CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_2TLS)).check("CURLOPT_HTTP_VERSION")
+        try ccurl_easy_setopt_long(h, CURLOPT_SSL_VERIFYPEER, 1).check("CURLOPT_SSL_VERIFYPEER")
+        try ccurl_easy_setopt_long(h, CURLOPT_SSL_VERIFYHOST, 2).check("CURLOPT_SSL_VERIFYHOST")
+        if !c.caBundle.isEmpty {
+            try ccurl_easy_setopt_string(h, CURLOPT_CAINFO, c.caBundle).check("CURLOPT_CAINFO")
+        }
+        try ccurl_easy_setopt_long(h, CURLOPT_CONNECTTIMEOUT_MS, Self.milliseconds(c.connectTimeoutSeconds)).check("CURLOPT_CONNECTTIMEOUT_MS")
+        try ccurl_easy_setopt_long(h, CURLOPT_TIMEOUT_MS, Self.milliseconds(c.totalTimeoutSeconds)).check("CURLOPT_TIMEOUT_MS")
+        try ccurl_easy_setopt_long(h, CURLOPT_LOW_SPEED_LIMIT, c.lowSpeedLimitBytesPerSecond).check("CURLOPT_LOW_SPEED_LIMIT")
+        try ccurl_easy_setopt_long(h, CURLOPT_LOW_SPEED_TIME, c.lowSpeedTimeSeconds).check("CURLOPT_LOW_SPEED_TIME")
+        try ccurl_easy_setopt_long(h, CURLOPT_NOSIGNAL, 1).check("CURLOPT_NOSIGNAL")
+        try ccurl_easy_setopt_long(h, CURLOPT_NOPROGRESS, 1).check("CURLOPT_NOPROGRESS")
+        // An empty proxy turns proxies off, including http_proxy/https_proxy/all_proxy from the environment:
+        // the daemon talks to origins directly, and the SSRF guard judges the origin's own address.
+        try ccurl_easy_setopt_string(h, CURLOPT_PROXY, "").check("CURLOPT_PROXY")
+        try ccurl_easy_setopt_off_t(h, CURLOPT_MAXFILESIZE_LARGE, curl_off_t(request.maxBodyBytes)).check("CURLOPT_MAXFILESIZE_LARGE")
+        try ccurl_easy_setopt_long(h, CURLOPT_BUFFERSIZE, 64 << 10).check("CURLOPT_BUFFERSIZE")
+        try ccurl_easy_setopt_ptr(h, CURLOPT_ERRORBUFFER, errorBuffer).check("CURLOPT_ERRORBUFFER")
+        // Content codings pass through untouched: CURLOPT_ACCEPT_ENCODING stays unset, so curl neither adds an
+        // Accept-Encoding field nor decodes; the client's own Accept-Encoding (if any) is forwarded as is.
+        try ccurl_easy_setopt_string(h, CURLOPT_USERAGENT, request.headers["User-Agent"] ?? c.userAgent).check("CURLOPT_USERAGENT")
+        headerList = Self.headerList(request.headers)
+        try ccurl_easy_setopt_slist(h, CURLOPT_HTTPHEADER, headerList).check("CURLOPT_HTTPHEADER")
+
+        try ccurl_easy_setopt_data_cb(h, CURLOPT_HEADERFUNCTION, curlHeaderCallback).check("CURLOPT_HEADERFUNCTION")
+        try ccurl_easy_setopt_ptr(h, CURLOPT_HEADERDATA, me).check("CURLOPT_HEADERDATA")
+        try ccurl_easy_setopt_data_cb(h, CURLOPT_WRITEFUNCTION, curlWriteCallback).check("CURLOPT_WRITEFUNCTION")
+        try ccurl_easy_setopt_ptr(h, CURLOPT_WRITEDATA, me).check("CURLOPT_WRITEDATA")
+        try ccurl_easy_setopt_opensocket_cb(h, curlOpenSocketCallback).check("CURLOPT_OPENSOCKETFUNCTION")
+        try ccurl_easy_setopt_ptr(h, CURLOPT_OPENSOCKETDATA, me).check("CURLOPT_OPENSOCKETDATA")
+        // Every request of the transfer (each redirect hop), on a new or a reused connection, is judged again by the
+        // peer it is about to be sent to: a pooled connection opens no socket, so the open-socket check alone would
+        // never see it.
+        try ccurl_easy_setopt_prereq_cb(h, curlPrereqCallback).check("CURLOPT_PREREQFUNCTION")
+        try ccurl_easy_setopt_ptr(h, CURLOPT_PREREQDATA, me).check("CURLOPT_PREREQDATA")
+    }
+
+    private static func milliseconds(_ seconds: Double) -> Int {
+        seconds > 0 ? max(Int((seconds * 1000).rounded()), 1) : 0
+    }
+
+    /// The request fields as a curl list. User-Agent goes through CURLOPT_USERAGENT; Host and framing fields are curl's.
+    private static func headerList(_ headers: HTTPHeaders) -> UnsafeMutablePointer<curl_slist>? {
+        let curlOwned = ["User-Agent", "Host", "Content-Length", "Transfer-Encoding", "Expect"]
+        var list: UnsafeMutablePointer<curl_slist>? = nil
+        for field in headers where !curlOwned.contains(where: { $0.equalsIgnoringASCIICase(field.name) })
+            && !HopByHop.names.contains(where: { $0.equalsIgnoringASCIICase(field.name) }) {
+            // "Name;" is curl's spelling of a field with an empty value ("Name:" would remove the field).
+            let line = field.value.isEmpty ? "\(field.name);" : "\(field.name): \(field.value)"
+            list = curl_slist_append(list, line)
+        }
+        return list
+    }
+
+    // MARK: callbacks, on the curl thread
+
+    /// One header line (with its CRLF) of any response on the way, redirects and 1xx included.
+    fileprivate func receivedHeaderLine(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        var length = bytes.count
+        while length > 0, bytes[length - 1] == 0x0A || bytes[length - 1] == 0x0D { length -= 1 }
+        // Bytes, not Characters: "\r\n" is one Character in Swift.
+        let line = String(decoding: UnsafeRawBufferPointer(rebasing: bytes[..<length]), as: UTF8.self)
+        if line.hasPrefix("HTTP/") {
+            sectionLines = [line]
+            return true
+        }
+        // Once the final head is out, later lines are trailers: not reported.
+        guard !headReported, !sectionLines.isEmpty else { return true }
+        if !line.isEmpty {
+            if let first = line.first, first == " " || first == "\t", sectionLines.count > 1 {
+                sectionLines[sectionLines.count - 1] += " " + line.trimmingOWS()   // obsolete line folding
+            } else {
+                sectionLines.append(line)
+            }
+            return true
+        }
+        // The blank line: the section is complete.
+        guard let head = ResponseHeadParser.parse(sectionLines) else {
+            callbackFailure = .broken("unparsable status line: \(sectionLines[0])")
+            return false
+        }
+        sectionLines = []
+        if head.status < 200 { return true }
+        if followsRedirects, (300..<400).contains(head.status), let location = head.headers["Location"], !location.isEmpty {
+            redirectStatuses.append(head.status)
+            return true   // curl follows it (or fails with CURLE_TOO_MANY_REDIRECTS): never reported
+        }
+        var framed = head
+        switch ResponseHeadParser.contentLength(head.headers) {
+        case let .invalid(why):
+            // RFC 9112 6.3: a response whose Content-Length is invalid or conflicting is an error; what follows
+            // could be a short body or another response, so nothing of it is served or stored.
+            callbackFailure = .broken(why)
+            return false
+        case let .length(length):
+            if length > maxBodyBytes {
+                callbackFailure = .tooLarge(limit: maxBodyBytes)
+                return false
+            }
+            framed.headers.set("Content-Length", String(length))   // one field, one value
+        case .absent:
+            break
+        }
+        reportHead(framed)
+        return true
+    }
+
+    /// Body bytes of the response on the way.
+    /// True: taken; false: fail the transfer; nil: pause (libcurl delivers the same bytes again on resume).
+    fileprivate func receivedBody(_ bytes: UnsafeRawBufferPointer) -> Bool? {
+        guard headReported else { return true }   // the body of a response that is not reported
+        guard !bytes.isEmpty else { return true }
+        if bodyBytesReceived + bytes.count > maxBodyBytes {
+            callbackFailure = .tooLarge(limit: maxBodyBytes)
+            return false
+        }
+        guard flow.admit(bytes.count) else { return nil }
+        bodyBytesReceived += bytes.count
+        events(.body(Array(bytes)))
+        return true
+    }
+
+    /// curl is about to connect to `address`: refuse private destinations, else make the socket. (Refusing here
+    /// means nothing is even connected to; `prerequest` judges every request again, reused connections included.)
+    fileprivate func openSocket(_ address: UnsafeMutablePointer<curl_sockaddr>) -> curl_socket_t {
+        let family = address.pointee.family
+        let ip = Self.ipAddress(address)
+        if addressGuard != .off, let refusal = judge(ip) ?? (ip == nil ? "address family \(family) is not IPv4 or IPv6" : nil) {
+            refusedAddress = ip?.description ?? "family \(family)"
+            logger.debug("refused upstream destination", metadata: ["reason": "\(refusal)"])
+            return CURL_SOCKET_BAD
+        }
+        return socket(family, address.pointee.socktype | Int32(SOCK_CLOEXEC.rawValue), address.pointee.protocol)
+    }
+
+    /// A request of this transfer (the first, or a redirect hop) is about to be sent on a connection to `peer`,
+    /// new or reused: false refuses it (the transfer fails as a refused destination).
+    fileprivate func prerequest(peer: String, port: Int) -> Bool {
+        if let loopGuard, let ip = IPAddress(peer), loopGuard.isOwnEndpoint(ip, port: port) {
+            callbackFailure = .loop("upstream \(peer) port \(port) is this daemon itself")
+            return false
+        }
+        guard addressGuard != .off else { return true }
+        guard let ip = IPAddress(peer) else {
+            callbackFailure = .refusedDestination(address: peer)
+            return false
+        }
+        if let refusal = judge(ip) {
+            refusedAddress = ip.description
+            callbackFailure = .refusedDestination(address: ip.description)
+            logger.debug("refused upstream request", metadata: ["reason": "\(refusal)"])
+            return false
+        }
+        return true
+    }
+
+    /// The guard's verdict on a connection to `ip` for the current hop: nil to allow, else the refusal. A configured
+    /// origin's first hop is trusted and its address remembered; its redirect hops may go back to those addresses
+    /// or to public ones.
+    private func judge(_ ip: IPAddress?) -> String? {
+        guard let ip else { return nil }
+        switch addressGuard {
+        case .off:
+            return nil
+        case .always:
+            return AddressPolicy.refusal(for: ip)
+        case .redirectsOnly:
+            var redirects = 0
+            _ = ccurl_easy_getinfo_long(handle, CURLINFO_REDIRECT_COUNT, &redirects)
+            if redirects == 0 {
+                firstHopAddresses.insert(ip)
+                return nil
+            }
+            return firstHopAddresses.contains(ip) ? nil : AddressPolicy.refusal(for: ip)
+        }
+    }
+
+    private static func ipAddress(_ address: UnsafeMutablePointer<curl_sockaddr>) -> IPAddress? {
+        guard let offset = MemoryLayout<curl_sockaddr>.offset(of: \curl_sockaddr.addr) else { return nil }
+        let raw = UnsafeRawPointer(address) + offset
+        switch address.pointee.family {
+        case AF_INET:
+            let sin = raw.loadUnaligned(as: sockaddr_in.self)
+            return IPAddress(v4Bytes: withUnsafeBytes(of: sin.sin_addr) { Array($0) })
+        case AF_INET6:
+            let sin6 = raw.loadUnaligned(as: sockaddr_in6.self)
+            return .v6(withUnsafeBytes(of: sin6.sin6_addr) { Array($0) })
+        default:
+            return nil
+        }
+    }
+
+    private func reportHead(_ parsed: HTTPResponseHead) {
+        var head = parsed
+        HopByHop.strip(&head.headers)
+        headReported = true
+        events(.head(head, url: effectiveURL, redirects: redirectStatuses))
+    }
+
+    private var effectiveURL: String {
+        var url: UnsafePointer<CChar>? = nil
+        guard ccurl_easy_getinfo_string(handle, CURLINFO_EFFECTIVE_URL, &url) == CURLE_OK, let url else { return "" }
+        return String(cString: url)
+    }
+
+    // MARK: completion, on the curl thread
+
+    /// The transfer finished with `code` (from curl_multi_info_read): reports `.end` or `.failed`.
+    func complete(_ code: CURLcode) {
+        if code == CURLE_OK {
+            if !headReported, let head = ResponseHeadParser.parse(sectionLines) {
+                reportHead(head)
+            }
+            finish(headReported ? .end : .failed(.broken("no response head")))
+            return
+        }
+        if let callbackFailure {
+            finish(.failed(callbackFailure))
+        } else if let refusedAddress, code == CURLE_COULDNT_CONNECT {
+            finish(.failed(.refusedDestination(address: refusedAddress)))
+        } else {
+            finish(.failed(.from(curlCode: code, detail: detail(code), maxRedirects: maxRedirects, maxBodyBytes: maxBodyBytes)))
+        }
+    }
+
+    /// Ends the transfer with `event` unless it already ended (used for shutdown and add failures too).
+    func finish(_ event: UpstreamEvent) {
+        guard !completed else { return }
+        completed = true
+        events(event)
+    }
+
+    private func detail(_ code: CURLcode) -> String {
+        let text = String(cString: curl_easy_strerror(code))
+        let buffer = String(cString: errorBuffer)
+        return buffer.isEmpty || buffer == text ? text : "\(text): \(buffer)"
+    }
+}
+
+// The C callbacks: capture nothing, find the CurlEasy through userdata.
+
+private let curlHeaderCallback: ccurl_data_cb = { data, size, count, userdata in
+    let easy = Unmanaged<CurlEasy>.fromOpaque(userdata!).takeUnretainedValue()
+    let bytes = UnsafeRawBufferPointer(start: data, count: size * count)
+    return easy.receivedHeaderLine(bytes) ? size * count : 0
+}
+
+private let curlWriteCallback: ccurl_data_cb = { data, size, count, userdata in
+    let easy = Unmanaged<CurlEasy>.fromOpaque(userdata!).takeUnretainedValue()
+    let bytes = UnsafeRawBufferPointer(start: data, count: size * count)
+    switch easy.receivedBody(bytes) {
+    case true?: return size * count
+    case false?: return 0
+    case nil: return 0x1000_0001   // CURL_WRITEFUNC_PAUSE (a macro Swift does not import)
+    }
+}
+
+private let curlPrereqCallback: ccurl_prereq_cb = { clientp, primaryIP, _, primaryPort, _ in
+    let easy = Unmanaged<CurlEasy>.fromOpaque(clientp!).takeUnretainedValue()
+    return easy.prerequest(peer: String(cString: primaryIP), port: Int(primaryPort)) ? CURL_PREREQFUNC_OK : CURL_PREREQFUNC_ABORT
+}
+
+private let curlOpenSocketCallback: ccurl_opensocket_cb = { clientp, _, address in
+    let easy = Unmanaged<CurlEasy>.fromOpaque(clientp!).takeUnretainedValue()
+    return easy.openSocket(address)
+}
+
+/// Flow control of one transfer's body between its easy handle (the curl thread) and its consumer (any queue).
+///
+/// Two reasons stop the write callback from taking bytes (it answers CURL_WRITEFUNC_PAUSE, libcurl keeps the bytes
+/// and stops reading the socket, so the origin's sending stalls in TCP):
+///   - the owner paused it (`setPaused`: every client of the fetch is behind);
+///   - `window` bytes are in transit: delivered as events but not yet `release`d by the consumer. This bounds what
+///     piles up in the consumer's queue when the curl thread reads faster than the consumer works (a local origin
+///     sends at memory speed), so an owner's pause takes effect within a window, not after the whole body.
+/// Either side that ends a pause says so (`setPaused(false)` / `release` returning true) and the owner of the handle
+/// resumes it on the curl thread (`CurlMulti.resume`); a resumed handle that must still wait pauses again at once.
+final class FlowControl: Sendable {
+    /// Bytes delivered but not yet released at which the write callback pauses (Int.max: never); resumed at half.
+    let window: Int
+    private let pausedByOwner = Atomic<Bool>(false)
+    private let inTransit = Atomic<Int>(0)
+    /// The write callback paused for want of window (the consumer resumes it once it has released half).
+    private let waitingForWindow = Atomic<Bool>(false)
+
+    /// `window`: `UpstreamRequest.deliveryWindow` (nil: none).
+    init(window: Int? = nil) {
+        self.window = max(window ?? .max, 1)
+    }
+
+    var isPausedByOwner: Bool { pausedByOwner.load(ordering: .relaxed) }
+
+    func setPaused(_ paused: Bool) { pausedByOwner.store(paused, ordering: .relaxed) }
+
+    /// Curl thread: whether `bytes` may be delivered now (they are then counted in transit); false: pause.
+    func admit(_ bytes: Int) -> Bool {
+        if pausedByOwner.load(ordering: .relaxed) { return false }
+        if inTransit.load(ordering: .sequentiallyConsistent) >= window {
+            // Raise the flag, then look again: a release that drained the window in between either sees the flag
+            // (and resumes) or happened before this second look (which then finds room).
+            waitingForWindow.store(true, ordering: .sequentiallyConsistent)
+            guard inTransit.load(ordering: .sequentiallyConsistent) < window else { return false }
+            waitingForWindow.store(false, ordering: .sequentiallyConsistent)   // a resume may still come: harmless
+        }
+        inTransit.add(bytes, ordering: .sequentiallyConsistent)
+        return true
+    }
+
+    /// Consumer: `bytes` of delivered body are dealt with. True when the handle waits for window and must be resumed.
+    func release(_ bytes: Int) -> Bool {
+        let left = inTransit.subtract(bytes, ordering: .sequentiallyConsistent).newValue
+        guard left < window / 2 else { return false }
+        return waitingForWindow.exchange(false, ordering: .sequentiallyConsistent)
+    }
+}

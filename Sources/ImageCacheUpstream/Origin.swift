@@ -1,0 +1,135 @@
+// The seam between the proxy and the network: an `Origin` runs upstream transfers.
+//
+// `CurlOrigin` (Curl/) implements it with one libcurl multi handle; unit tests use `MockOrigin`.
+// A transfer reports its events through one callback, called serially (never two at once for one transfer)
+// from the origin's own thread or queue: zero or more `.head` for the final response only (redirects
+// followed and interim 1xx responses are not reported), then `.body` chunks, then exactly one of `.end` or
+// `.failed`. After `cancel()` no further events are delivered, except possibly one already running.
+
+internal import ImageCacheSystem
+public import ImageCacheHTTP
+internal import ImageCacheConfig
+internal import Foundation
+
+/// What to fetch.
+public struct UpstreamRequest: Sendable, Equatable {
+    /// Absolute http or https URL.
+    public var url: String
+    /// "GET" (HEAD requests are fetched with GET to fill the cache).
+    public var method: String
+    /// End-to-end request fields to send (Accept, User-Agent, conditional fields). No hop-by-hop fields.
+    public var headers: HTTPHeaders
+    /// True for configured reverse-proxy origins: the private-network check is skipped.
+    public var trusted: Bool
+    /// The transfer fails with `.tooLarge` when Content-Length or the bytes received exceed this.
+    public var maxBodyBytes: Int
+    /// Higher runs first when transfers wait for a free slot (unused by FIFO/LIFO order between equals).
+    public var priority: Int
+    /// Body bytes that may be delivered and not yet `consumed` before the transfer holds back (stops reading from
+    /// the origin); nil: no window, deliver as fast as the origin sends. A consumer that sets it must call
+    /// `UpstreamTransfer.consumed` for every `.body` event, or the transfer stalls.
+    public var deliveryWindow: Int?
+
+    public init(url: String, method: String = "GET", headers: HTTPHeaders = HTTPHeaders(), trusted: Bool = false,
+                maxBodyBytes: Int = 50 << 20, priority: Int = 0, deliveryWindow: Int? = nil) {
+        self.url = url
+        self.method = method
+        self.headers = headers
+        self.trusted = trusted
+        self.maxBodyBytes = maxBodyBytes
+        self.priority = priority
+        self.deliveryWindow = deliveryWindow
+    }
+}
+
+/// What a transfer reports, in order.
+public enum UpstreamEvent: Sendable {
+    /// The final response's status and fields, hop-by-hop fields removed. `url` is the effective URL after redirects;
+    /// `redirects` lists the status of every redirect followed to get there (empty when none).
+    case head(HTTPResponseHead, url: String, redirects: [Int])
+    /// Body bytes as they arrive (content codings untouched).
+    case body([UInt8])
+    /// The body is complete.
+    case end
+    /// The transfer failed; no `.end` follows.
+    case failed(UpstreamError)
+}
+
+/// Why an upstream transfer failed.
+public enum UpstreamError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The destination address is on a refused network (loopback, private, link-local, ...).
+    case refusedDestination(address: String)
+    /// The URL is not a usable absolute http(s) URL, or its scheme is not allowed.
+    case badURL(String)
+    case dns(String)
+    case connect(String)
+    case tls(String)
+    case timeout(String)
+    /// More than the redirect limit.
+    case tooManyRedirects(Int)
+    /// The body is larger than the per-object limit.
+    case tooLarge(limit: Int)
+    /// The origin sent a broken response or the connection broke mid-body.
+    case broken(String)
+    /// Waited too long for a free transfer slot.
+    case queueTimeout
+    /// Cancelled by the caller.
+    case cancelled
+    /// The request would reach this daemon itself (LoopGuard).
+    case loop(String)
+    case other(String)
+
+    public var description: String {
+        switch self {
+        case let .refusedDestination(address): "destination \(address) is on a private or reserved network (use --allow-private-networks to allow it)"
+        case let .badURL(why): "bad upstream URL: \(why)"
+        case let .dns(why): "could not resolve upstream host: \(why)"
+        case let .connect(why): "could not connect to upstream: \(why)"
+        case let .tls(why): "TLS failure talking to upstream: \(why)"
+        case let .timeout(why): "upstream timed out: \(why)"
+        case let .tooManyRedirects(limit): "upstream redirected more than \(limit) times"
+        case let .tooLarge(limit): "upstream object is larger than the \(limit)-byte limit (--max-object-size)"
+        case let .broken(why): "upstream response broken: \(why)"
+        case .queueTimeout: "no upstream transfer slot became free in time"
+        case .cancelled: "upstream transfer cancelled"
+        case let .loop(why): "request loop: \(why)"
+        case let .other(why): "upstream failure: \(why)"
+        }
+    }
+
+    /// The status a client gets for this failure.
+    public var httpStatus: Int {
+        switch self {
+        case .refusedDestination: 403
+        case .badURL: 400
+        case .timeout, .queueTimeout: 504
+        case .loop: 508
+        default: 502
+        }
+    }
+}
+
+/// A running transfer.
+public protocol UpstreamTransfer: Sendable {
+    /// Stops the transfer. Idempotent; may be called from any queue.
+    func cancel()
+    /// Stops reading the response body from the origin (`true`) or goes on (`false`): backpressure while every
+    /// client of the transfer is behind. Idempotent; any queue. Bytes already read are still delivered.
+    func setPaused(_ paused: Bool)
+    /// The consumer has dealt with `bytes` of delivered body (a `.body` event's count, every one): with a
+    /// `deliveryWindow` the transfer holds back while that much is delivered and not consumed. Any queue.
+    func consumed(_ bytes: Int)
+}
+
+extension UpstreamTransfer {
+    /// Transfers that cannot pause read on.
+    public func setPaused(_ paused: Bool) {}
+    /// Transfers without a delivery window need no word back.
+    public func consumed(_ bytes: Int) {}
+}
+
+/// Runs upstream transfers.
+public protocol Origin: Sendable {
+    /// Starts (or queues, when every transfer slot is busy) a transfer. `events` is called serially.
+    func fetch(_ request: UpstreamRequest, events: @escaping @Sendable (UpstreamEvent) -> Void) -> any UpstreamTransfer
+}
