@@ -25,7 +25,8 @@ public enum DaemonCommandLine {
             if argument == "-h" || argument == "--help" { return .help }
             if argument == "--version" { return .version }
             guard argument.hasPrefix("--") else {
-                throw ConfigError(key: argument, reason: "unexpected argument (flags are --KEY VALUE; see --help)")
+                // Named up to any "=": a mistyped -admin-token=SECRET must not print the secret.
+                throw ConfigError(key: String(argument.prefix { $0 != "=" }), reason: "unexpected argument (flags are --KEY VALUE; see --help)")
             }
             let name: String, inline: String?
             if let equals = argument.firstIndex(of: "=") {
@@ -44,7 +45,8 @@ public enum DaemonCommandLine {
             } else if key?.isSwitch == true {
                 value = "true"
             } else {
-                guard index < arguments.count else {
+                // The next argument is the value, unless it is another flag (give --KEY=--x for such a value).
+                guard index < arguments.count, !arguments[index].hasPrefix("--") else {
                     throw ConfigError(key: name, reason: "needs a value (\(key?.form ?? "FILE"))")
                 }
                 value = arguments[index]

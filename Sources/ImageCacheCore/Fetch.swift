@@ -345,7 +345,10 @@ final class Fetch: @unchecked Sendable {
                       to redispatch: (Coalescer, [(FetchMachine.Waiter, any ResponseSink)]) -> Void) {
         let handed = waiters.compactMap { waiter in clients.removeValue(forKey: waiter.id).map { (waiter, $0.sink) } }
         guard let coalescer else {
-            for (_, sink) in handed { deliver(to: sink) { sink.fail(status: 503, reason: "the daemon is stopping") } }
+            for (_, sink) in handed {
+                context.metrics.error("stopping")
+                deliver(to: sink) { sink.fail(status: 503, reason: "the daemon is stopping") }
+            }
             return
         }
         redispatch(coalescer, handed)

@@ -13,8 +13,8 @@
 //                                              new Fetch ──────────────────────────> origin.fetch
 //                                              Fetch.receive(event) <─── queue.async ─ head, body, end, failed
 //                                                 FetchMachine decides; Fetch carries out its actions: heads and
-//                                                 chunks fan out to every waiter's sink (sinks hop to their
-//                                                 connections' loops); the entry is stored first, then the
+//                                                 chunks fan out to every waiter's sink, one task per event loop
+//                                                 for the sinks on it; the entry is stored first, then the
 //                                                 waiters are ended, then the fetch is finished.
 //
 // Ownership: `store` (TieredStore: memory guards itself, disk owns its queues); `coalescer` and every `Fetch` are

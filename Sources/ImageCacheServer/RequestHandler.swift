@@ -1,4 +1,4 @@
-// The seam between the HTTP server (Server/) and what answers requests (Proxy).
+// The seam between the HTTP server (this target) and what answers requests (the proxy, ImageCacheCore).
 //
 // The server parses a request and calls `RequestHandler.handle` on the connection's own serial queue.
 // The handler answers through the `ResponseSink` it was given, either at once on that queue (a fresh

@@ -147,7 +147,7 @@ struct Purge: ParsableCommand {
     var url: String?
     @Flag(help: "Remove everything.")
     var all = false
-    // Not --listen: the top-level command owns that name and would take it.
+    // Not --listen: that is the daemon's own flag (where it serves); this names where to reach one.
     @Option(name: .customLong("address"), help: "The daemon's address, HOST:PORT. Default: listen from --config / IMAGECACHED_LISTEN, else 127.0.0.1:8080.")
     var address: String?
     @Option(name: .customLong("daemon-config"), help: "The daemon's configuration file, to find where it listens.")
@@ -185,7 +185,7 @@ struct Purge: ParsableCommand {
 
 /// The daemon's address for a subcommand: --address, else listen from --daemon-config / the environment.
 struct DaemonAddress: ParsableArguments {
-    // Not --listen: the top-level command owns that name and would take it.
+    // Not --listen: that is the daemon's own flag (where it serves); this names where to reach one.
     @Option(name: .customLong("address"), help: "The daemon's address, HOST:PORT. Default: listen from --daemon-config / IMAGECACHED_LISTEN, else 127.0.0.1:8080.")
     var address: String?
     @Option(name: .customLong("daemon-config"), help: "The daemon's configuration file, to find where it listens.")
@@ -300,7 +300,9 @@ struct Prefetch: ParsableCommand {
 // A subcommand (or `help <subcommand>`) goes to ArgumentParser; anything else runs the daemon.
 let arguments = Array(CommandLine.arguments.dropFirst())
 let subcommandNames = Imagecached.subcommandTypes.map { $0.configuration.commandName ?? String(describing: $0).lowercased() } + ["help"]
-if let first = arguments.first, subcommandNames.contains(first) {
+if arguments == ["help"] {
+    runDaemon(["--help"])
+} else if let first = arguments.first, subcommandNames.contains(first) {
     Imagecached.main()
 } else {
     runDaemon(arguments)

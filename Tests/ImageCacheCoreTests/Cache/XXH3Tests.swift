@@ -22,6 +22,13 @@ struct XXH3Tests {
         #expect(XXH3.Hasher().finalize() == 0x2D06_8005_38D3_94C2)
     }
 
+    @Test("non-empty inputs hash to the values xxHash's own xxhsum -H3 prints (the disk format stores these)")
+    func knownValues() {
+        #expect(XXH3.hash(Array("a".utf8)) == 0xE6C6_32B6_1E96_4E1F)
+        #expect(XXH3.hash(Array("imagecached".utf8)) == 0x4777_6426_494C_163C)
+        #expect(DiskEntryFormat.checksum(Array("imagecached".utf8)) == 0x4777_6426_494C_163C)
+    }
+
     @Test("fed in pieces of any size (the body verified through a buffer), the hash equals the one-shot hash",
           arguments: [1, 7, 64, 239, 240, 4096, 65_537, 1_000_003])
     func incrementalEqualsOneShot(piece: Int) {

@@ -38,6 +38,27 @@ struct ConfigKeysTests {
         #expect(ConfigKey.byName["max-variants"]?.defaultText == String(MemoryCache.defaultVariantLimit))
     }
 
+    @Test("the key names are a contract (flags, environment variables, files): renaming one is deliberate")
+    func frozenNames() {
+        #expect(ConfigKey.all.map(\.name) == [
+            "listen", "origin", "origins", "cache-dir", "disk-limit", "disk-max-age", "disk-low-water", "disk-fsync",
+            "memory-limit", "memory-count-limit", "memory-object-limit", "max-variants", "max-object-size",
+            "stale-if-error", "content-types", "allow-svg", "allow-private-networks", "heuristic-fraction",
+            "heuristic-max", "complete-abandoned-fetches", "log-level", "access-log", "admin-allow", "admin-hosts",
+            "admin-token", "admin-token-file", "signing-keys", "signing-keys-file", "require-signature",
+            "in-flight-limit", "shutdown-timeout", "server.max-request-line", "server.max-header-bytes",
+            "server.max-header-count", "server.max-request-body", "server.write-buffer", "server.header-timeout",
+            "server.body-timeout", "server.idle-timeout", "server.write-timeout", "server.max-connections",
+            "server.cpu-affinity", "upstream.connect-timeout", "upstream.timeout", "upstream.low-speed-limit",
+            "upstream.low-speed-time", "upstream.max-redirects", "upstream.max-transfers",
+            "upstream.max-host-connections", "upstream.queue-order", "upstream.queue-timeout", "upstream.user-agent",
+            "upstream.ca-bundle",
+        ])
+        // The switches take no value; every other flag does.
+        #expect(ConfigKey.all.filter(\.isSwitch).map(\.name) == ["disk-fsync", "allow-svg", "allow-private-networks",
+                                                                  "complete-abandoned-fetches"])
+    }
+
     @Test("the README's table of keys is the one the table renders")
     func readmeTable() throws {
         let readme = try String(contentsOf: Self.root.appendingPathComponent("README.md"), encoding: .utf8)
@@ -84,13 +105,17 @@ struct ConfigKeysTests {
         ]))
         #expect(try DaemonCommandLine.parse(["--listen", "127.0.0.1:1", "--help"]) == .help)
         #expect(try DaemonCommandLine.parse(["--version"]) == .version)
+        #expect(try DaemonCommandLine.parse(["--upstream-user-agent=--x"])
+                == .run(config: nil, flags: [ConfigSetting(key: "upstream.user-agent", value: .scalar("--x"), source: "--upstream-user-agent")]))
         for (arguments, message) in [
             (["--memory-limmit", "1MiB"], "--memory-limmit: unknown flag"),
             (["--admin-token", "0123456789abcdef0123"], "--admin-token: unknown flag"),
             (["--memory-limit"], "--memory-limit: needs a value (SIZE)"),
+            (["--cache-dir", "--disk-fsync"], "--cache-dir: needs a value (DIR)"),
+            (["-admin-token=0123456789abcdef0123"], "-admin-token: unexpected argument"),
             (["serve"], "serve: unexpected argument"),
         ] {
-            #expect { try DaemonCommandLine.parse(arguments) } throws: { "\($0)".contains(message) }
+            #expect { try DaemonCommandLine.parse(arguments) } throws: { "\($0)".contains(message) && !"\($0)".contains("0123") }
         }
     }
 
