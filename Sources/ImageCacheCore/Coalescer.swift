@@ -78,6 +78,21 @@ final class Coalescer {
               inTable: reason != .bypass, disk: probe)
     }
 
+    /// Revalidates `entry` (served stale under stale-while-revalidate) with no client waiting, unless a fetch for the
+    /// key is in flight already (it refreshes the entry, or replaces it). `bodyInFile`: the entry came from the disk
+    /// tier with its body left in its file. Clients that come meanwhile join it.
+    func revalidateInBackground(_ entry: CacheEntry, bodyInFile: Bool, request: ClientRequest, key: CacheKey) {
+        dispatchPrecondition(condition: .onQueue(context.queue))
+        let fetchKey = FetchKey(key: key, trusted: request.trusted, variant: "")
+        guard fetches[fetchKey] == nil else { return }
+        let settings = FetchSettings(settings.current, writesToDisk: context.store.writesToDisk)
+        let machine = FetchMachine(key: key, leader: request, reason: .stale, rules: settings.rules, revalidating: entry,
+                                   bodyInFile: bodyInFile, fillsCache: true, now: context.now())
+        let fetch = Fetch(machine, settings: settings, context: context, coalescer: self)
+        fetches[fetchKey] = fetch
+        fetch.start(disk: .notAsked)
+    }
+
     /// Sends waiters whose request selects another variant than a response of `key` (`head`, whose Vary names the
     /// fields they differ in) to a fetch of their own variant: one per variant id, coalesced, stored as one more
     /// variant of the URL.

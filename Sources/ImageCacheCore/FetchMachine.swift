@@ -159,21 +159,25 @@ struct FetchMachine {
     private(set) var waiters: [Waiter] = []
     /// Still taking new waiters.
     private(set) var joinable = true
-    /// A HEAD client was answered from this fetch: it runs to the end to fill the cache even with no waiter left.
-    private(set) var fillingForHead = false
+    /// It runs to the end to fill the cache even with no waiter left: a HEAD client was answered from it, or it
+    /// revalidates a copy served stale (stale-while-revalidate).
+    private(set) var fillsCache = false
     /// The actions of the event being handled.
     private var actions: [Action] = []
 
     /// A fetch for `key` led by `leader` (`revalidating`: a stale copy to revalidate). `start` or `start(fromDisk:)`
     /// takes its first step.
+    /// (`bodyInFile`: the copy came from the disk tier with its body left in its file. `fillsCache`: a background
+    /// revalidation, which runs with no waiter.)
     init(key: CacheKey, leader: ClientRequest, reason: CacheOutcome.Forward, variant: String = "", rules: Rules,
-         revalidating: CacheEntry?, now: Date) {
+         revalidating: CacheEntry?, bodyInFile: Bool = false, fillsCache: Bool = false, now: Date) {
         self.key = key
         self.leader = leader
         self.reason = reason
         self.variant = variant
         self.rules = rules
-        state = .waitingForHead(Upstream(revalidating: revalidating.map { Revalidation(entry: $0, bodyInFile: false) },
+        self.fillsCache = fillsCache
+        state = .waitingForHead(Upstream(revalidating: revalidating.map { Revalidation(entry: $0, bodyInFile: bodyInFile) },
                                          requestTime: now))
     }
 
@@ -247,7 +251,7 @@ struct FetchMachine {
     mutating func detach(_ id: Int) -> [Action] {
         if isFinished { return [] }
         waiters.removeAll { $0.id == id }
-        if waiters.isEmpty && !rules.completeAbandonedFetches && !fillingForHead {
+        if waiters.isEmpty && !rules.completeAbandonedFetches && !fillsCache {
             actions.append(.log(.debug, "every client left; cancelling upstream \(key)"))
             actions.append(.cancelTransfer)
             finish()
@@ -335,13 +339,19 @@ struct FetchMachine {
             }
         }
         // Who the stored copy serves: everyone after a confirmation; else whom it is fresh for (or whose max-stale
-        // allows it).
+        // or the response's stale-while-revalidate allows it).
         var served: [(Waiter, CacheOutcome)] = []
         var remaining: [Waiter] = []
+        var revalidatesInBackground = false
         for waiter in waiters {
-            if let outcome = confirmed ?? CacheDecision.decide(stored: stored, request: waiter.request.cacheControl,
-                                                               now: now).servedOutcome(tier: "disk") {
+            if let confirmed {
+                served.append((waiter, confirmed))
+                continue
+            }
+            let decision = CacheDecision.decide(stored: stored, request: waiter.request.cacheControl, now: now)
+            if let outcome = decision.servedOutcome(tier: "disk") {
                 served.append((waiter, outcome))
+                revalidatesInBackground = revalidatesInBackground || decision.revalidatesInBackground
             } else {
                 remaining.append(waiter)
             }
@@ -353,19 +363,28 @@ struct FetchMachine {
                 let revalidating = stored.hasValidators ? Revalidation(entry: stored, bodyInFile: true) : fallback
                 return goUpstream(revalidating: revalidating, now: now)
             }
-            closeToNewcomers()
+            if !revalidatesInBackground { closeToNewcomers() }
             for (waiter, outcome) in served {
                 actions.append(.respondStored(stored, outcome: outcome, file: file, now: now, to: waiter.id))
             }
             waiters = []
-            return finish()
+            guard revalidatesInBackground else { return finish() }
+            // Served stale: the copy is revalidated with no one waiting (newcomers join).
+            fillsCache = true
+            return restartUpstream(revalidating: stored.hasValidators ? Revalidation(entry: stored, bodyInFile: true) : nil,
+                                   now: now)
         }
         for (waiter, outcome) in served {
             actions.append(.respondStored(stored, outcome: outcome, file: nil, now: now, to: waiter.id))
         }
         waiters = remaining
-        guard !waiters.isEmpty else { return finish() }
-        goUpstream(revalidating: stored.hasValidators ? Revalidation(entry: stored, bodyInFile: false) : fallback, now: now)
+        let revalidating = stored.hasValidators ? Revalidation(entry: stored, bodyInFile: false) : fallback
+        if waiters.isEmpty {
+            guard revalidatesInBackground else { return finish() }
+            fillsCache = true
+            return restartUpstream(revalidating: revalidating, now: now)
+        }
+        goUpstream(revalidating: revalidating, now: now)
     }
 
     /// Leaves the disk stage for the origin. (No waiter said only-if-cached: CacheDecision refused those where they
@@ -451,7 +470,7 @@ struct FetchMachine {
             waiters.removeAll { waiter in mismatched.contains { $0.id == waiter.id } }
             redispatch(mismatched, of: head)
         }
-        if waiters.isEmpty && !rules.completeAbandonedFetches && !fillingForHead {
+        if waiters.isEmpty && !rules.completeAbandonedFetches && !fillsCache {
             actions.append(.cancelTransfer)
             return finish()
         }
@@ -610,7 +629,7 @@ struct FetchMachine {
     private mutating func dropAnsweredHeadWaiters() {
         let before = waiters.count
         waiters.removeAll { $0.request.isHead && $0.sentHead }
-        if waiters.count != before { fillingForHead = true }
+        if waiters.count != before { fillsCache = true }
     }
 
     /// Keeps the complete response when it may be stored and was kept; a revalidated copy that is not replaced goes.

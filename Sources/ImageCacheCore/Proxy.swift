@@ -164,6 +164,10 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
             else { preconditionFailure("a decision to serve needs a stored variant") }
             StoredResponse.send(stored, to: sink, request: request, outcome: outcome, now: time, file: file)
             countHit(stored, request: request, outcome: outcome.served, bodyBytes: file?.length)
+            if decision.revalidatesInBackground {
+                let bodyInFile = file != nil
+                queue.async { self.coalescer.revalidateInBackground(stored, bodyInFile: bodyInFile, request: request, key: key) }
+            }
         case let .refuse(status, reason):
             refuse(sink, status: status, reason: reason, request: request.head, client: request.client)
         case let .forward(reason, _):

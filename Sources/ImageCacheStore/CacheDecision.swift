@@ -17,6 +17,9 @@
 //   -                                   fresh for this request                     serve fresh (ttl)
 //   max-stale that covers the staleness stale, without must-revalidate,            serve stale (max-stale)
 //                                       proxy-revalidate or s-maxage
+//   neither max-age nor min-fresh       stale within its stale-while-revalidate,   serve stale (stale-while-revalidate)
+//   (only-if-cached may be set)         without must-revalidate, proxy-revalidate  and revalidate in the background
+//                                       or s-maxage                                (`revalidatesInBackground`)
 //   no-cache (or Pragma: no-cache)      any                                        forward, request: conditional when
 //                                                                                  it has a validator (ETag or
 //                                                                                  Last-Modified)
@@ -56,6 +59,8 @@ package enum CacheDecision: Sendable, Equatable {
         case maxStale = "max-stale"
         /// The origin failed and stale-if-error (directive or the configured window) covers the staleness.
         case staleIfError = "stale-if-error"
+        /// The response's stale-while-revalidate covers the staleness: served now, revalidated in the background.
+        case staleWhileRevalidate = "stale-while-revalidate"
     }
 
     /// The 504 reasons, one per case of only-if-cached.
@@ -85,6 +90,8 @@ package enum CacheDecision: Sendable, Equatable {
             return .serve(.fresh(ttl: ttl))
         case let .staleAllowed(staleness):
             return .serve(.stale(staleness: staleness, why: .maxStale))
+        case let .staleWhileRevalidate(staleness):
+            return .serve(.stale(staleness: staleness, why: .staleWhileRevalidate))
         case .revalidate:
             if request.onlyIfCached { return .refuse(status: 504, reason: staleOnly) }
             return .forward(request.noCache ? .request : .stale, conditional: stored.etag != nil || stored.lastModified != nil)
@@ -111,6 +118,13 @@ package enum CacheDecision: Sendable, Equatable {
         case let .fresh(ttl): return .hit(ttl: ttl, detail: tier)
         case let .stale(staleness, .maxStale): return .hit(ttl: -max(staleness, 1), detail: tier)
         case let .stale(staleness, .staleIfError): return .hit(ttl: -max(staleness, 1), detail: StaleReason.staleIfError.rawValue)
+        case let .stale(staleness, .staleWhileRevalidate):
+            return .hit(ttl: -max(staleness, 1), detail: StaleReason.staleWhileRevalidate.rawValue)
         }
+    }
+
+    /// The stored variant is served stale and must be revalidated in the background (stale-while-revalidate).
+    package var revalidatesInBackground: Bool {
+        if case .serve(.stale(_, .staleWhileRevalidate)) = self { true } else { false }
     }
 }

@@ -22,9 +22,12 @@
 //   - fresh (lifetime > age)                                 -> serve, ttl = the stored response's remaining lifetime.
 //   - stale, and the request's max-stale allows the staleness (max-stale alone: any; max-stale=N: staleness <= N),
 //     and the response has none of must-revalidate, proxy-revalidate, s-maxage -> serve stale without revalidating.
+//   - stale within the response's stale-while-revalidate=N (staleness <= N, RFC 5861 section 3), the response has
+//     none of must-revalidate, proxy-revalidate, s-maxage, and the request sets neither max-age nor min-fresh (it
+//     asked for a fresher copy)                             -> serve stale now, revalidate in the background.
 //   - otherwise                                              -> revalidate (conditional request) or fetch.
-// Not done here: stale-while-revalidate / stale-if-error (parsed; the proxy decides), immutable (no effect on a
-// shared cache's revalidation rules), only-if-cached (the proxy answers 504 on a miss).
+// Not done here: stale-if-error (parsed; CacheDecision.afterOriginFailure), immutable (no effect on a shared cache's
+// revalidation rules), only-if-cached (the proxy answers 504 on a miss).
 // Pure functions, no I/O, no clock: callers pass the times.
 
 internal import ImageCacheSystem
@@ -50,6 +53,9 @@ public enum CacheUse: Sendable, Equatable {
     case fresh(ttl: Double)
     /// Stale by `staleness` seconds, but the request's max-stale allows serving it without revalidation.
     case staleAllowed(staleness: Double)
+    /// Stale by `staleness` seconds, within the response's stale-while-revalidate: serve it now and revalidate in
+    /// the background.
+    case staleWhileRevalidate(staleness: Double)
     /// Must revalidate (or fetch) before serving.
     case revalidate
 }
@@ -111,7 +117,12 @@ public enum Freshness {
         switch request.maxStale {
         case .any: return .staleAllowed(staleness: staleness)
         case let .seconds(limit) where staleness <= Double(limit): return .staleAllowed(staleness: staleness)
-        default: return .revalidate
+        default: break
         }
+        if let window = response.staleWhileRevalidate, staleness <= Double(window),
+           request.maxAge == nil, request.minFresh == nil {
+            return .staleWhileRevalidate(staleness: staleness)
+        }
+        return .revalidate
     }
 }

@@ -141,6 +141,44 @@ struct CachingTests {
         #expect(after.header("X-Cache") == "HIT")
     }
 
+    @Test("stale-while-revalidate (RFC 5861): within the window the stale image is answered at once while one background revalidation, which no client waits for, refreshes it")
+    func staleWhileRevalidate() async throws {
+        let harness = try ProxyHarness()
+        let gate = Gate()
+        defer { gate.open() }
+        harness.origin.route("/swr.png") { request in
+            if request.header("If-None-Match") == "\"v1\"" {
+                gate.wait()   // the revalidation is held until the test has its stale answers
+                return Reply(status: 304, headers: [("ETag", "\"v1\""), ("Cache-Control", "max-age=10, stale-while-revalidate=60")])
+            }
+            return CachingTests.image(cacheControl: "max-age=10, stale-while-revalidate=60")
+        }
+        _ = try await harness.get("/swr.png")
+        harness.clock.advance(20)
+        // When two clients ask while the origin holds the revalidation
+        let first = try await harness.get("/swr.png")
+        let second = try await harness.get("/swr.png")
+        // Then both have the stale image, and one conditional request is upstream
+        for stale in [first, second] {
+            #expect(stale.status == 200 && stale.body == CachingTests.png)
+            #expect(stale.header("X-Cache") == "STALE")
+            #expect(stale.header("Cache-Status") == "imagecached; hit; ttl=-10; detail=stale-while-revalidate")
+        }
+        // When the origin confirms the image, it is fresh again
+        let finished = DispatchSemaphore(value: 0)
+        harness.waiters.onFinished = { finished.signal() }
+        gate.open()
+        #expect(await wait(finished))
+        let after = try await harness.get("/swr.png")
+        #expect(after.header("X-Cache") == "HIT")
+        #expect(harness.origin.requests("/swr.png").count == 2)
+        #expect(harness.origin.requests("/swr.png").last?.header("If-None-Match") == "\"v1\"")
+        // Past the window the client waits for the revalidation, as without the directive
+        harness.clock.advance(100)
+        let late = try await harness.get("/swr.png")
+        #expect(late.header("X-Cache") == "REVALIDATED")
+    }
+
     @Test("a stale entry with only Last-Modified is revalidated with If-Modified-Since")
     func revalidationByDate() async throws {
         let harness = try ProxyHarness()

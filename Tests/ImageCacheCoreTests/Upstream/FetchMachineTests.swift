@@ -190,7 +190,7 @@ struct FetchMachineTests {
         _ = machine.start()
         _ = machine.receiveHead(Self.head(length: nil), url: Self.url, redirects: [], now: Self.t0)
         #expect(Self.lines(machine.receiveBody(Array(Self.png[0..<50]), now: Self.t0)) == ["head 200 MISS to 1 (ends)"])
-        #expect(machine.waiters.isEmpty && machine.fillingForHead)
+        #expect(machine.waiters.isEmpty && machine.fillsCache)
         #expect(Self.lines(machine.detach(1)).isEmpty, "not cancelled: it fills the cache")
         _ = machine.receiveBody(Array(Self.png[50...]), now: Self.t0)
         #expect(Self.lines(machine.receiveEnd(now: Self.t0)) == ["store 100", "closed", "finish"])
@@ -276,6 +276,37 @@ struct FetchMachineTests {
         #expect(lines == ["remove variant \"\"", "cancel", "start"])
         _ = machine.receiveHead(Self.head(), url: Self.url, redirects: [], now: Self.t0)
         #expect(Self.lines(machine.receiveBody(Self.png, now: Self.t0)) == ["store 100", "closed", "finish"])
+    }
+
+    @Test("a background revalidation (stale-while-revalidate) runs with no client: a 304 refreshes, a 200 replaces")
+    func backgroundRevalidation() {
+        for (head, expected) in [
+            (HTTPResponseHead(status: 304, headers: ["ETag": "\"v1\"", "Cache-Control": "max-age=60"]), ["refresh \"v1\"", "closed", "finish"]),
+            (Self.head(), ["store 100", "closed", "finish"]),
+        ] {
+            var machine = FetchMachine(key: Fixture.key(Self.url), leader: Self.request(), reason: .stale, rules: Self.rules(),
+                                       revalidating: Self.stored(age: 70), fillsCache: true, now: Self.t0)
+            #expect(Self.lines(machine.start()) == ["start If-None-Match: \"v1\""])
+            var lines = Self.lines(machine.receiveHead(head, url: Self.url, redirects: [], now: Self.t0))
+            if head.status == 200 { lines += Self.lines(machine.receiveBody(Self.png, now: Self.t0)) }
+            #expect(lines == expected)
+        }
+    }
+
+    @Test("the disk stage under stale-while-revalidate: every client gets the stale copy, then it is revalidated with no one waiting")
+    func diskStaleWhileRevalidate() {
+        var machine = Self.machine(others: [Self.request()])
+        let stale = Self.stored(age: 70, cacheControl: "max-age=60, stale-while-revalidate=30")
+        #expect(Self.lines(machine.start(fromDisk: .entry(stale), removalsSeen: 0, now: Self.t0)) == [
+            "promote",
+            "stored STALE imagecached; hit; ttl=-10; detail=stale-while-revalidate to 1",
+            "stored STALE imagecached; hit; ttl=-10; detail=stale-while-revalidate to 2",
+            "start If-None-Match: \"v1\"",
+        ])
+        #expect(machine.waiters.isEmpty && machine.fillsCache && machine.joinable)
+        let lines = Self.lines(machine.receiveHead(HTTPResponseHead(status: 304, headers: ["ETag": "\"v1\""]),
+                                                   url: Self.url, redirects: [], now: Self.t0))
+        #expect(lines == ["refresh \"v1\"", "closed", "finish"])
     }
 
     @Test("over the in-flight budget the kept body is let go: streamed on, not stored, no newcomer joins")

@@ -196,6 +196,42 @@ struct FetchTests {
         #expect(requests.filter { $0.value > 0 } == ["stale": 1, "revalidated": 1, "expired": 1, "bypass": 1])
     }
 
+    @Test("stale-while-revalidate: clients get the stale copy at once, one background revalidation replaces it, the next client hits the new one")
+    func staleWhileRevalidate() throws {
+        let origin = MockOrigin()
+        let finished = DispatchSemaphore(value: 0)
+        let proxy = Proxy(configuration: Configuration(), origin: origin,
+                          logger: Logger(label: "test") { _ in SwiftLogNoOpLogHandler() },
+                          events: { if case .fetchFinished = $0 { finished.signal() } })
+        let url = try UpstreamURL.parse("http://o.test/swr.png")
+        let old = Date().addingTimeInterval(-100)
+        proxy.memory.insert(CacheEntry(key: CacheKey(url), head: FetchTests.imageHead([("Cache-Control", "max-age=60, stale-while-revalidate=600"),
+                                                                                      ("Date", HTTPDate.format(old))]),
+                                       body: FetchTests.png, requestTime: old, responseTime: old, requestHeaders: [:],
+                                       policy: FreshnessPolicy()))
+        // When five clients ask for the stale entry (the origin answers nobody yet)
+        let stale = (0..<5).map { _ in MockSink() }
+        for sink in stale { proxy.handle(FetchTests.request(url.string), body: [], client: FetchTests.client, sink: sink) }
+        // Then each already has the stale copy, and one conditional request went upstream
+        #expect(stale.allSatisfy { $0.waitForEnd() && $0.status == 200 && $0.body == FetchTests.png })
+        #expect(stale.allSatisfy { $0.header("X-Cache") == "STALE" })
+        #expect(stale.allSatisfy { $0.header("Cache-Status")?.contains("detail=stale-while-revalidate") == true })
+        #expect(FetchTests.fetchesInFlight(proxy) == 1)
+        let revalidation = try #require(origin.next())
+        #expect(origin.fetchCount == 1)
+        #expect(revalidation.request.headers["If-None-Match"] == "\"v1\"")
+        // When the origin sends a changed image, the next client gets it from the cache
+        let changed = FetchTests.png.dropLast(8) + Array(repeating: 9, count: 8)
+        revalidation.respond(FetchTests.imageHead([("ETag", "\"v2\"")]), body: Array(changed))
+        #expect(finished.wait(timeout: .now() + 10) == .success)
+        let next = MockSink()
+        proxy.handle(FetchTests.request(url.string), body: [], client: FetchTests.client, sink: next)
+        #expect(next.waitForEnd() && next.header("X-Cache") == "HIT" && next.body == Array(changed))
+        #expect(origin.fetchCount == 1)
+        let requests = proxy.metrics.snapshot(memory: proxy.memory, memoryLimitBytes: 1, disk: nil, fetchesInFlight: 0).requests
+        #expect(requests.filter { $0.value > 0 } == ["stale": 5, "hit": 1])
+    }
+
     @Test("a failure after the head went out aborts every client; before it, each gets the error")
     func failures() throws {
         let origin = MockOrigin()
