@@ -409,7 +409,7 @@ final class MetricsSink: ResponseSink {
 
     func respond(_ head: HTTPResponseHead, body: [UInt8]) {
         started()
-        if head.status != 304 { count(body.count) }
+        if head.status != 304 && head.status != 412 { count(body.count) }
         inner.respond(head, body: body)
     }
 
@@ -426,7 +426,7 @@ final class MetricsSink: ResponseSink {
 
     private func startedPrepared(_ head: SerializedResponseHead, extra: HTTPHeaders, bodyBytes: Int) {
         started()
-        if head.status != 304 { count(bodyBytes) }
+        if head.status != 304 && head.status != 412 { count(bodyBytes) }
     }
 
     func abort() { inner.abort() }

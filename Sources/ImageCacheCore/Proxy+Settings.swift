@@ -70,10 +70,10 @@ extension Proxy {
         MetricsSink(wrapping: sink, metrics: metrics, isHead: request.isHead)
     }
 
-    /// A hit answered on the connection's loop: counted here, with no wrapper on the hot path.
-    /// `bodyBytes`: the body's size when it is not in the entry (sent from its file).
-    func countHit(_ entry: CacheEntry, request: ClientRequest, outcome: ServedOutcome, bodyBytes: Int? = nil) {
+    /// A hit answered on the connection's loop: counted here, with no wrapper on the hot path. `bodyBytes`: the body
+    /// bytes sent (0 for a 304 or a 412).
+    func countHit(_ entry: CacheEntry, request: ClientRequest, outcome: ServedOutcome, bodyBytes: Int) {
         metrics.served(outcome)
-        if !request.isHead, !request.clientValidatorsMatch(entry) { metrics.servedBytes(outcome, bodyBytes ?? entry.body.count) }
+        if !request.isHead, bodyBytes > 0 { metrics.servedBytes(outcome, bodyBytes) }
     }
 }

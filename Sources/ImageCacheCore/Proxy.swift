@@ -162,8 +162,8 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
         case .serve:
             guard let stored, let outcome = decision.servedOutcome(tier: tier)
             else { preconditionFailure("a decision to serve needs a stored variant") }
-            StoredResponse.send(stored, to: sink, request: request, outcome: outcome, now: time, file: file)
-            countHit(stored, request: request, outcome: outcome.served, bodyBytes: file?.length)
+            let answered = StoredResponse.send(stored, to: sink, request: request, outcome: outcome, now: time, file: file)
+            countHit(stored, request: request, outcome: outcome.served, bodyBytes: answered == .serve ? file?.length ?? stored.body.count : 0)
             if decision.revalidatesInBackground {
                 let bodyInFile = file != nil
                 queue.async { self.coalescer.revalidateInBackground(stored, bodyInFile: bodyInFile, request: request, key: key) }
@@ -250,15 +250,9 @@ struct ClientRequest: Sendable {
         return headers
     }
 
-    /// The client's conditional request (If-None-Match, else If-Modified-Since) matches the stored entry.
-    func clientValidatorsMatch(_ entry: CacheEntry) -> Bool {
-        if let ifNoneMatch = head.headers.combined("If-None-Match") {
-            return EntityTag.ifNoneMatch(ifNoneMatch, matches: entry.etag)
-        }
-        if let since = head.headers["If-Modified-Since"].flatMap({ HTTPDate.parse($0) }),
-           let modified = entry.lastModified.flatMap({ HTTPDate.parse($0) }) {
-            return modified <= since
-        }
-        return false
+    /// What the client's conditional fields (If-Match, If-Unmodified-Since, If-None-Match, If-Modified-Since) say
+    /// about serving the stored entry (RFC 9110 13.2.2).
+    func precondition(for entry: CacheEntry) -> Precondition {
+        Precondition.evaluate(method: head.method, headers: head.headers, etag: entry.etag, lastModified: entry.lastModified)
     }
 }

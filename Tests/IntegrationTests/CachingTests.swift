@@ -179,6 +179,24 @@ struct CachingTests {
         #expect(late.header("X-Cache") == "REVALIDATED")
     }
 
+    @Test("a client's own preconditions against the stored image: If-Match and If-Unmodified-Since that fail get 412, a weak If-None-Match 304, a holding If-Match the image")
+    func clientPreconditions() async throws {
+        let harness = try ProxyHarness()
+        let modified = "Tue, 01 Jan 2030 00:00:00 GMT"
+        harness.origin.route("/p.png") { _ in CachingTests.image(extra: [("Last-Modified", modified)]) }
+        _ = try await harness.get("/p.png")
+        let wrongTag = try await harness.get("/p.png", headers: [("If-Match", "\"v2\"")])
+        let unmodifiedSince = try await harness.get("/p.png", headers: [("If-Unmodified-Since", "Mon, 31 Dec 2029 00:00:00 GMT")])
+        let weak = try await harness.get("/p.png", headers: [("If-None-Match", "W/\"v1\"")])
+        let holds = try await harness.get("/p.png", headers: [("If-Match", "\"v1\"")])
+        #expect(wrongTag.status == 412 && wrongTag.text.hasPrefix("If-Match:"))
+        #expect(wrongTag.header("ETag") == "\"v1\"" && wrongTag.header("X-Cache") == "HIT")
+        #expect(unmodifiedSince.status == 412 && unmodifiedSince.text.hasPrefix("If-Unmodified-Since:"))
+        #expect(weak.status == 304 && weak.body.isEmpty)
+        #expect(holds.status == 200 && holds.body == CachingTests.png)
+        #expect(harness.origin.requests("/p.png").count == 1, "every answer came from the cache")
+    }
+
     @Test("a stale entry with only Last-Modified is revalidated with If-Modified-Since")
     func revalidationByDate() async throws {
         let harness = try ProxyHarness()
