@@ -162,8 +162,8 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
         case .serve:
             guard let stored, let outcome = decision.servedOutcome(tier: tier)
             else { preconditionFailure("a decision to serve needs a stored variant") }
-            let answered = StoredResponse.send(stored, to: sink, request: request, outcome: outcome, now: time, file: file)
-            countHit(stored, request: request, outcome: outcome.served, bodyBytes: answered == .serve ? file?.length ?? stored.body.count : 0)
+            let bodyBytes = StoredResponse.send(stored, to: sink, request: request, outcome: outcome, now: time, file: file)
+            countHit(stored, request: request, outcome: outcome.served, bodyBytes: bodyBytes)
             if decision.revalidatesInBackground {
                 let bodyInFile = file != nil
                 queue.async { self.coalescer.revalidateInBackground(stored, bodyInFile: bodyInFile, request: request, key: key) }

@@ -10,14 +10,15 @@ internal import ImageCacheUpstream
 internal import Foundation
 
 enum StoredResponse {
-    /// Writes a stored entry: the full response, or 304 / 412 as the client's conditional fields say
-    /// (`Precondition.evaluate`, RFC 9110 13.2.2), which it returns. The full response sends the entry's head as
-    /// rendered at store time plus Age, Cache-Status and X-Cache (`CacheEntry.serializedHead`): no per-field work per
-    /// hit. The body is the entry's, or `file` (a verified disk body too large for memory, sent with sendfile; the
-    /// entry's own body is then empty).
+    /// Writes a stored entry: the full response, 304 / 412 as the client's conditional fields say
+    /// (`Precondition.evaluate`, RFC 9110 13.2.2), or 206 / 416 for a Range request (`RangeAnswer.evaluate`, 14);
+    /// returns the body bytes sent. The full response sends the entry's head as rendered at store time plus Age,
+    /// Cache-Status and X-Cache (`CacheEntry.serializedHead`): no per-field work per hit. The body is the entry's, or
+    /// `file` (a verified disk body too large for memory, sent with sendfile; the entry's own body is then empty); a
+    /// part is a copy of those bytes from memory, or a slice of the file.
     @discardableResult
     static func send(_ entry: CacheEntry, to sink: any ResponseSink, request: ClientRequest, outcome: CacheOutcome,
-                     now: Date, file: FileBody? = nil) -> Precondition {
+                     now: Date, file: FileBody? = nil) -> Int {
         sink.note(outcome)
         let precondition = request.precondition(for: entry)
         let age = String(Int(Freshness.currentAge(entry, now: now)))
@@ -29,23 +30,53 @@ enum StoredResponse {
         ])
         switch precondition {
         case .serve:
-            // An entry a configured origin's fetch stored, asked for through forward or fetch mode.
-            if !request.trusted && !entry.guardsUntrusted {
-                for (name, value) in UntrustedResponse.fields { extra.add(name, value) }
-            }
+            break
+        case .notModified:
+            sink.head(notModifiedHead(entry, request: request, outcome: outcome, age: age), bodyLength: nil)
+            sink.end()
+            return 0
+        case let .failed(why):
+            if let etag = entry.etag { extra.add("ETag", etag) }
+            sink.fail(status: 412, reason: why, headers: extra)
+            return 0
+        }
+        // An entry a configured origin's fetch stored, asked for through forward or fetch mode.
+        if !request.trusted && !entry.guardsUntrusted {
+            for (name, value) in UntrustedResponse.fields { extra.add(name, value) }
+        }
+        let length = file?.length ?? entry.body.count
+        let range = entry.head.status == 200
+            ? RangeAnswer.evaluate(method: request.head.method, headers: request.head.headers, length: length,
+                                   etag: entry.etag, lastModified: entry.lastModified)
+            : .whole
+        switch range {
+        case .whole:
             if let file {
                 sink.respond(entry.serializedHead, extra: extra, file: file)
             } else {
                 sink.respond(entry.serializedHead, extra: extra, body: entry.body)
             }
-        case .notModified:
-            sink.head(notModifiedHead(entry, request: request, outcome: outcome, age: age), bodyLength: nil)
-            sink.end()
-        case let .failed(why):
-            if let etag = entry.etag { extra.add("ETag", etag) }
-            sink.fail(status: 412, reason: why, headers: extra)
+            return length
+        case let .part(bytes):
+            var head = entry.head
+            head.status = 206
+            head.reason = "Partial Content"
+            head.headers.set("Content-Range", "bytes \(bytes.lowerBound)-\(bytes.upperBound)/\(length)")
+            if let file {
+                sink.respond(SerializedResponseHead(head, excluding: CacheEntry.perResponseFields), extra: extra,
+                             file: file.slice(offset: bytes.lowerBound, length: bytes.count))
+            } else {
+                for field in extra { head.headers.set(field.name, field.value) }
+                head.headers.remove("Content-Length")
+                sink.respond(head, body: Array(entry.body[bytes]))
+            }
+            return bytes.count
+        case .unsatisfiable:
+            extra.add("Content-Range", "bytes */\(length)")
+            sink.fail(status: 416, reason: "Range: no part of the \(length)-byte response is in \(request.head.headers["Range"] ?? "")",
+                      headers: extra)
+            return 0
         }
-        return precondition
     }
 
     /// The 304 a client gets when its own validators match the stored entry: the fields RFC 9110 15.4.5 names

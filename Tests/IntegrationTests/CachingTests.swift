@@ -197,6 +197,25 @@ struct CachingTests {
         #expect(harness.origin.requests("/p.png").count == 1, "every answer came from the cache")
     }
 
+    @Test("Range requests on an image in memory: 206 with Content-Range, If-Range that holds or not, a HEAD ignores Range; a miss gets the whole image")
+    func rangesFromMemory() async throws {
+        let harness = try ProxyHarness()
+        harness.origin.route("/r.png") { _ in CachingTests.image() }
+        let miss = try await harness.get("/r.png", headers: [("Range", "bytes=0-3")])
+        let part = try await harness.get("/r.png", headers: [("Range", "bytes=0-3")])
+        let holds = try await harness.get("/r.png", headers: [("Range", "bytes=4-"), ("If-Range", "\"v1\"")])
+        let changed = try await harness.get("/r.png", headers: [("Range", "bytes=4-"), ("If-Range", "\"v0\"")])
+        let head = try await harness.get("/r.png", method: "HEAD", headers: [("Range", "bytes=0-3")])
+        let count = CachingTests.png.count
+        #expect(miss.status == 200 && miss.body == CachingTests.png, "a miss is fetched whole and answered whole")
+        #expect(part.status == 206 && part.body == Array(CachingTests.png[0...3]) && part.header("X-Cache") == "HIT")
+        #expect(part.header("Content-Range") == "bytes 0-3/\(count)" && part.header("Content-Length") == "4")
+        #expect(holds.status == 206 && holds.body == Array(CachingTests.png[4...]))
+        #expect(changed.status == 200 && changed.body == CachingTests.png)
+        #expect(head.status == 200 && head.header("Content-Length") == String(count))
+        #expect(harness.origin.requests("/r.png").count == 1)
+    }
+
     @Test("a stale entry with only Last-Modified is revalidated with If-Modified-Since")
     func revalidationByDate() async throws {
         let harness = try ProxyHarness()

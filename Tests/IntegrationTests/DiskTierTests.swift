@@ -130,6 +130,29 @@ struct DiskTierTests {
         #expect(served >= 10 * DiskTierTests.large.count)
     }
 
+    @Test("Range requests on a stored image: a part of a body sent from its file (sendfile at the offset), a suffix, several ranges whole, 416 past the end")
+    func rangesFromFile() async throws {
+        let harness = try ProxyHarness(DiskTierTests.settings)
+        DiskTierTests.routes(harness.origin)
+        _ = try await harness.get("/l.jpg")
+        await harness.flushDisk()
+        harness.origin.stop()
+        try harness.restart()
+        let count = DiskTierTests.large.count
+        // When: the middle of the large image, its last 1000 bytes, two ranges, and a range past the end
+        let middle = try await harness.get("/l.jpg", headers: [("Range", "bytes=700000-700999")])
+        let suffix = try await harness.get("/l.jpg", headers: [("Range", "bytes=-1000")])
+        let several = try await harness.get("/l.jpg", headers: [("Range", "bytes=0-9,20-29")])
+        let past = try await harness.get("/l.jpg", headers: [("Range", "bytes=\(count)-")])
+        // Then
+        #expect(middle.status == 206 && middle.complete && middle.body == Array(DiskTierTests.large[700000...700999]))
+        #expect(middle.header("Content-Range") == "bytes 700000-700999/\(count)" && middle.header("Content-Length") == "1000")
+        #expect(middle.header("Cache-Status")?.contains("detail=disk") == true)
+        #expect(suffix.status == 206 && suffix.body == Array(DiskTierTests.large.suffix(1000)))
+        #expect(several.status == 200 && several.body == DiskTierTests.large)
+        #expect(past.status == 416 && past.header("Content-Range") == "bytes */\(count)")
+    }
+
     @Test("a client cycling over more images than memory holds still gets memory hits: disk hits do not rotate the memory tier")
     func scanResistantPromotion() async throws {
         // Memory holds 3 of the 8 images (each costs 30,000 bytes plus its head).
