@@ -108,6 +108,12 @@ final class AccessLogSink: ResponseSink {
         finish("")
     }
 
+    func respond(_ head: SerializedResponseHead, extra: HTTPHeaders, part: ArraySlice<UInt8>) {
+        startedPrepared(head, extra: extra, bodyBytes: part.count)
+        inner.respond(head, extra: extra, part: part)
+        finish("")
+    }
+
     private func startedPrepared(_ head: SerializedResponseHead, extra: HTTPHeaders, bodyBytes: Int) {
         state.withLock {
             $0.status = head.status

@@ -424,6 +424,11 @@ final class MetricsSink: ResponseSink {
         inner.respond(head, extra: extra, file: file)
     }
 
+    func respond(_ head: SerializedResponseHead, extra: HTTPHeaders, part: ArraySlice<UInt8>) {
+        startedPrepared(head, extra: extra, bodyBytes: part.count)
+        inner.respond(head, extra: extra, part: part)
+    }
+
     private func startedPrepared(_ head: SerializedResponseHead, extra: HTTPHeaders, bodyBytes: Int) {
         started()
         if ![304, 412, 416].contains(head.status) { count(bodyBytes) }

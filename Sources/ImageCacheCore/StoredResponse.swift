@@ -62,18 +62,18 @@ enum StoredResponse {
             head.status = 206
             head.reason = "Partial Content"
             head.headers.set("Content-Range", "bytes \(bytes.lowerBound)-\(bytes.upperBound)/\(length)")
+            // The part shares the stored bytes (a slice of the array, or of the file): never copied, so clients
+            // asking for parts and not reading cannot multiply the memory a body takes.
+            let prepared = SerializedResponseHead(head, excluding: CacheEntry.perResponseFields)
             if let file {
-                sink.respond(SerializedResponseHead(head, excluding: CacheEntry.perResponseFields), extra: extra,
-                             file: file.slice(offset: bytes.lowerBound, length: bytes.count))
+                sink.respond(prepared, extra: extra, file: file.slice(offset: bytes.lowerBound, length: bytes.count))
             } else {
-                for field in extra { head.headers.set(field.name, field.value) }
-                head.headers.remove("Content-Length")
-                sink.respond(head, body: Array(entry.body[bytes]))
+                sink.respond(prepared, extra: extra, part: entry.body[bytes])
             }
             return bytes.count
         case .unsatisfiable:
             extra.add("Content-Range", "bytes */\(length)")
-            sink.fail(status: 416, reason: "Range: no part of the \(length)-byte response is in \(request.head.headers["Range"] ?? "")",
+            sink.fail(status: 416, reason: "Range: no part of the \(length)-byte response is in \(request.head.headers["Range"]?.prefix(100) ?? "")",
                       headers: extra)
             return 0
         }

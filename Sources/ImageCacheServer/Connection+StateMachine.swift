@@ -67,6 +67,8 @@ extension Connection {
             case write([[UInt8]])
             /// Send a file region after what is queued (sendfile).
             case sendFile(FileBody)
+            /// Queue these bytes of a larger array (a Range part of a stored body): shared, not copied.
+            case writePart(ArraySlice<UInt8>)
             /// Give the request to the handler; always the last action of its batch.
             case handle(HTTPRequestHead, body: [UInt8], exchange: UInt64)
             /// Run the onCancel callbacks registered for the current exchange.
@@ -241,6 +243,18 @@ extension Connection {
             guard case var .handling(exchange) = state, exchange.id == id, !exchange.responseStarted else { return [] }
             var actions: [Action] = [.write(exchange.writer.head(prepared, extra: extra, bodyLength: file.length, date: date))]
             if exchange.writer.fileBody(file.length) { actions.append(.sendFile(file)) }
+            let end = exchange.writer.end()
+            if !end.isEmpty { actions.append(.write(end)) }
+            state = .writing(keepAlive: exchange.writer.keepAlive)
+            return actions
+        }
+
+        /// A whole response whose body is a part of a stored array: the head, then the part (shared), then the end.
+        mutating func respond(_ prepared: SerializedResponseHead, extra: HTTPHeaders, part: ArraySlice<UInt8>,
+                              exchange id: UInt64, date: String) -> [Action] {
+            guard case var .handling(exchange) = state, exchange.id == id, !exchange.responseStarted else { return [] }
+            var actions: [Action] = [.write(exchange.writer.head(prepared, extra: extra, bodyLength: part.count, date: date))]
+            if exchange.writer.fileBody(part.count) { actions.append(.writePart(part)) }
             let end = exchange.writer.end()
             if !end.isEmpty { actions.append(.write(end)) }
             state = .writing(keepAlive: exchange.writer.keepAlive)

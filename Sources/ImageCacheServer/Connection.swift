@@ -234,6 +234,8 @@ final class Connection: @unchecked Sendable {
             for buffer in buffers { writeQueue.append(buffer) }
         case let .sendFile(file):
             writeQueue.append(file)
+        case let .writePart(part):
+            writeQueue.append(part)
         case let .handle(head, body, exchange):
             cancelCallbacks = []
             if let previous = progress {
@@ -355,6 +357,11 @@ final class Connection: @unchecked Sendable {
         run(stateMachine.respond(prepared, extra: extra, file: file, exchange: exchange, date: HTTPDateCache.shared.current()))
     }
 
+    fileprivate func sinkRespond(_ prepared: SerializedResponseHead, extra: HTTPHeaders, part: ArraySlice<UInt8>, exchange: UInt64) {
+        loop.preconditionInLoop()
+        run(stateMachine.respond(prepared, extra: extra, part: part, exchange: exchange, date: HTTPDateCache.shared.current()))
+    }
+
     fileprivate func sinkAbort(exchange: UInt64) {
         loop.preconditionInLoop()
         run(stateMachine.abort(exchange: exchange))
@@ -421,6 +428,11 @@ final class ConnectionResponseSink: ResponseSink, @unchecked Sendable {
     func respond(_ head: SerializedResponseHead, extra: HTTPHeaders, file: FileBody) {
         let connection = connection, exchange = exchange
         connection.onLoop { connection.sinkRespond(head, extra: extra, file: file, exchange: exchange) }
+    }
+
+    func respond(_ head: SerializedResponseHead, extra: HTTPHeaders, part: ArraySlice<UInt8>) {
+        let connection = connection, exchange = exchange
+        connection.onLoop { connection.sinkRespond(head, extra: extra, part: part, exchange: exchange) }
     }
 
     func abort() {

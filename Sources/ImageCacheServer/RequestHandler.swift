@@ -62,6 +62,9 @@ public protocol ResponseSink: AnyObject, Sendable {
     /// As `respond(_:extra:body:)` with the body in a file region (`file.length` bytes, sent with sendfile where
     /// the sink can; see FileBody).
     func respond(_ head: SerializedResponseHead, extra: HTTPHeaders, file: FileBody)
+    /// As `respond(_:extra:body:)` with the body a part of a larger array (a Range request's bytes of a stored
+    /// body), sent without copying where the sink can.
+    func respond(_ head: SerializedResponseHead, extra: HTTPHeaders, part: ArraySlice<UInt8>)
     /// The response cannot be completed: the connection is closed at once so that the client sees a
     /// truncated response (short Content-Length or no last chunk), never a complete short one.
     func abort()
@@ -123,5 +126,12 @@ extension ResponseSink {
     public func respond(_ head: SerializedResponseHead, extra: HTTPHeaders, file: FileBody) {
         guard let body = file.readAll() else { return abort() }
         respond(head, extra: extra, body: body)
+    }
+}
+
+extension ResponseSink {
+    /// Sinks that cannot send a part of an array answer with a copy of it.
+    public func respond(_ head: SerializedResponseHead, extra: HTTPHeaders, part: ArraySlice<UInt8>) {
+        respond(head, extra: extra, body: Array(part))
     }
 }

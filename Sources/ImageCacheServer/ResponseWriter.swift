@@ -147,8 +147,8 @@ struct ResponseWriter: Sendable, Equatable {
         }
     }
 
-    /// Accounts for a body of `length` bytes sent from a file after a head that declared exactly that length;
-    /// false when nothing is to be sent (HEAD, bodyless status).
+    /// Accounts for a body of `length` bytes sent as one piece (a file region, or a part of a stored array) after a
+    /// head that declared exactly that length; false when nothing is to be sent (HEAD, bodyless status).
     mutating func fileBody(_ length: Int) -> Bool {
         guard case .contentLength = framing, length > 0, bytesRemaining >= length else { return false }
         bytesRemaining -= length
@@ -200,9 +200,9 @@ struct WriteQueue {
     /// Most buffers handed to one vectored send (well under IOV_MAX).
     static let maxBuffersPerWrite = 64
 
-    /// One thing to send: bytes (by reference), or a file region (sent with sendfile).
+    /// One thing to send: bytes (by reference: an array, or a part of one), or a file region (sent with sendfile).
     private enum Segment {
-        case bytes([UInt8])
+        case bytes(ArraySlice<UInt8>)
         case file(FileBody)
 
         var count: Int {
@@ -229,7 +229,13 @@ struct WriteQueue {
 
     mutating func append(_ buffer: [UInt8]) {
         guard !buffer.isEmpty else { return }
-        segments.append(.bytes(buffer))
+        segments.append(.bytes(buffer[...]))
+    }
+
+    /// A part of a larger array (a Range response's bytes of a stored body): it shares the array's storage.
+    mutating func append(_ part: ArraySlice<UInt8>) {
+        guard !part.isEmpty else { return }
+        segments.append(.bytes(part))
     }
 
     mutating func append(_ file: FileBody) {

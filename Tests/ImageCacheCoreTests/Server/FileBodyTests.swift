@@ -53,6 +53,30 @@ struct FileBodyTests {
             .contains("Content-Length: 5000\r\n"))
     }
 
+    @Test("a Range part of a stored array is queued as a slice: the head declares its length, the bytes sent point into the array's own storage, and a file slice keeps its region's descriptor open")
+    func partsAreShared() throws {
+        let stored = [UInt8](repeating: 7, count: 1000) + [1, 2, 3]
+        var machine = Self.handling("GET /a HTTP/1.1\r\nHost: x\r\n\r\n")
+        let actions = machine.respond(Self.prepared(), extra: [:], part: stored[1000...], exchange: 1, date: Self.date)
+        guard case let .write(head) = actions.first else { Issue.record("no head: \(actions)"); return }
+        #expect(String(decoding: head.joined(), as: UTF8.self).contains("Content-Length: 3\r\n"))
+        #expect(actions.dropFirst().first == .writePart(stored[1000...]))
+        var queue = WriteQueue()
+        queue.append(stored[1000...])
+        var pointed: UnsafeMutableRawPointer?
+        let written = try queue.write({ iovecs, _ in
+            pointed = iovecs[0].iov_base
+            return iovecs[0].iov_len
+        }, sendFile: { _, _, _ in 0 })
+        #expect(written == 3)
+        stored.withUnsafeBytes { #expect(UnsafeRawPointer(pointed) == $0.baseAddress! + 1000, "the part was copied") }
+        // A slice of a file region: its own offset and length, the same descriptor, open while the slice lives.
+        // (Its region is gone once sliced: the slice alone keeps the descriptor.)
+        let slice = try Self.fileBody(length: 500).slice(offset: 100, length: 50)
+        #expect(slice.offset == 110 && slice.length == 50 && fcntl(slice.descriptor, F_GETFD) >= 0)
+        #expect(slice.readAll() == (110..<160).map { UInt8(truncatingIfNeeded: $0) })
+    }
+
     @Test("the write queue sends bytes up to a file, then the file from where the last partial send stopped, then the rest")
     func writeQueue() throws {
         let file = try Self.fileBody(length: 3000)
