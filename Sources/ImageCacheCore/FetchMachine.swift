@@ -34,6 +34,8 @@
 //   - On success the entry is stored first, then the waiters are ended, then the fetch finishes.
 //   - When the last waiter goes, the transfer is cancelled unless complete-abandoned-fetches is on or a HEAD client
 //     was answered from it (the fetch then runs on to fill the cache).
+//   - A Range request (GET) on a response that will be stored whole (its length known and within what is kept) waits
+//     for the whole body and is answered from the stored entry (206 for its range); else it gets the whole response.
 //   - The body is kept (for the store and for late joiners) while it may be stored and fits; once it does not, or the
 //     runner says the bodies in flight are over budget (`bodiesOverBudget`), it is streamed only and the fetch takes
 //     no newcomer (`closeToNewcomers`).
@@ -67,6 +69,9 @@ struct FetchMachine {
         /// Joined a fetch another request started.
         var collapsed = false
         var sentHead = false
+        /// A Range request on a response that will be stored: answered from the stored entry once the body is whole
+        /// (206 for its range, StoredResponse), not streamed.
+        var waitsForWhole = false
     }
 
     /// A stored copy the fetch revalidates (a conditional request).
@@ -232,8 +237,11 @@ struct FetchMachine {
                 redispatch([waiter], of: response.head)
                 break
             }
-            waiters.append(waiter)
+            var joined = waiter
+            joined.waitsForWhole = answeredFromStore(waiter, response)
+            waiters.append(joined)
             actions.append(.waiterAttached(waiters: waiters.count))
+            if joined.waitsForWhole { break }
             sendHead(response, toWaiterAt: waiters.count - 1)
             if waiter.request.isHead {
                 dropAnsweredHeadWaiters()
@@ -282,7 +290,7 @@ struct FetchMachine {
             if let length = response.bodyLength, length != response.received {
                 fail(.broken("received \(response.received) of \(length) body bytes"), now: now)
             } else {
-                store(response)
+                answerWaitingForWhole(store(response), response)
                 endAll()
             }
         case .waitingForHead:
@@ -307,6 +315,12 @@ struct FetchMachine {
         response.keptBytes = 0
         state = .streaming(response)
         closeToNewcomers()
+        // Range requests waiting for the stored entry cannot have it now: they get the reason, as any refused client.
+        let waiting = waiters.filter(\.waitsForWhole).map(\.id)
+        if !waiting.isEmpty {
+            waiters.removeAll(where: \.waitsForWhole)
+            actions.append(.fail(waiting, status: 503, reason: "the bodies in flight are over in-flight-limit (\(limit) bytes); try again"))
+        }
         if waiters.isEmpty {
             // Kept on only to fill the cache (complete-abandoned-fetches, a HEAD's fill), which it no longer will.
             actions.append(.cancelTransfer)
@@ -565,8 +579,9 @@ struct FetchMachine {
             state = .streaming(response)
             if stopsKeeping { closeToNewcomers() }
             // Store before the last bytes go out: a client that has its whole body and asks again must hit.
-            if response.bodyComplete { store(response) }
-            if !waiters.isEmpty { actions.append(.sendBody(chunk, to: waiters.map(\.id))) }
+            if response.bodyComplete { answerWaitingForWhole(store(response), response) }
+            let streamed = waiters.filter { !$0.waitsForWhole }.map(\.id)
+            if !streamed.isEmpty { actions.append(.sendBody(chunk, to: streamed)) }
             if response.bodyComplete { endAll() }
         }
     }
@@ -585,18 +600,29 @@ struct FetchMachine {
             if response.bodyComplete {
                 // The whole body is here already (the common case for a coalesced image): store it, then give each
                 // client its whole response in one call, one hop onto its connection's loop thread instead of three.
-                store(response)
+                let entry = store(response)
                 let body = heldBack.count == 1 ? heldBack[0] : Array(heldBack.joined())
                 for index in waiters.indices {
                     waiters[index].sentHead = true
                     let (head, outcome) = clientHead(response, for: waiters[index])
-                    actions.append(.respondWhole(head, outcome: outcome, body: body, to: waiters[index].id))
+                    if let entry, answeredFromStore(waiters[index], response) {
+                        actions.append(.respondStored(entry, outcome: outcome, file: nil, now: response.responseTime,
+                                                      to: waiters[index].id))
+                    } else {
+                        actions.append(.respondWhole(head, outcome: outcome, body: body, to: waiters[index].id))
+                    }
                 }
                 return finish()
             }
-            for index in waiters.indices { sendHead(response, toWaiterAt: index) }
+            for index in waiters.indices {
+                if answeredFromStore(waiters[index], response) {
+                    waiters[index].waitsForWhole = true
+                } else {
+                    sendHead(response, toWaiterAt: index)
+                }
+            }
             dropAnsweredHeadWaiters()
-            let ids = waiters.map(\.id)
+            let ids = waiters.filter { !$0.waitsForWhole }.map(\.id)
             if !ids.isEmpty { for chunk in heldBack { actions.append(.sendBody(chunk, to: ids)) } }
         }
     }
@@ -633,12 +659,16 @@ struct FetchMachine {
     }
 
     /// Keeps the complete response when it may be stored and was kept; a revalidated copy that is not replaced goes.
-    private mutating func store(_ response: Response) {
+    @discardableResult
+    private mutating func store(_ response: Response) -> CacheEntry? {
+        var stored: CacheEntry?
         if let kept = response.kept, case .store = response.storeDecision {
             let body = kept.count == 1 ? kept[0] : Array(kept.joined())
-            actions.append(.store(CacheEntry(key: key, head: response.head, body: body, requestTime: response.requestTime,
-                                             responseTime: response.responseTime,
-                                             requestHeaders: leader.forwardedHeaders, policy: rules.freshnessPolicy)))
+            let entry = CacheEntry(key: key, head: response.head, body: body, requestTime: response.requestTime,
+                                   responseTime: response.responseTime, requestHeaders: leader.forwardedHeaders,
+                                   policy: rules.freshnessPolicy)
+            actions.append(.store(entry))
+            stored = entry
         } else if let revalidating = response.revalidating {
             // The stored variant is outdated and the new response is not kept.
             actions.append(.remove(variant: revalidating.entry.variantID))
@@ -646,6 +676,30 @@ struct FetchMachine {
         if case let .dontStore(why) = response.storeDecision {
             actions.append(.log(.debug, "not stored \(key): \(why)"))
         }
+        return stored
+    }
+
+    /// Whether `waiter` (a Range request) is answered from the stored entry: the response will be stored whole (its
+    /// length is known and within what the fetch keeps), so the range can be cut from it once it is in.
+    private func answeredFromStore(_ waiter: Waiter, _ response: Response) -> Bool {
+        guard waiter.request.head.method == "GET", waiter.request.head.headers.contains("Range"),
+              response.head.status == 200, case .store = response.storeDecision, response.kept != nil,
+              let length = response.bodyLength else { return false }
+        return length <= (rules.writesToDisk ? rules.maxObjectSizeBytes : rules.memoryObjectLimitBytes)
+    }
+
+    /// The whole body is in: the Range requests waiting for it are answered from the stored entry (nil: it was not
+    /// kept after all; then they get the error, no part of a body that is not whole).
+    private mutating func answerWaitingForWhole(_ entry: CacheEntry?, _ response: Response) {
+        for waiter in waiters where waiter.waitsForWhole {
+            if let entry {
+                let (_, outcome) = clientHead(response, for: waiter)
+                actions.append(.respondStored(entry, outcome: outcome, file: nil, now: response.responseTime, to: waiter.id))
+            } else {
+                actions.append(.fail([waiter.id], status: 502, reason: "the response was not kept whole; ask again"))
+            }
+        }
+        waiters.removeAll(where: \.waitsForWhole)
     }
 
     /// Ends every waiter's response and the fetch.

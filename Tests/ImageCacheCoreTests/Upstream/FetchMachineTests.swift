@@ -309,6 +309,39 @@ struct FetchMachineTests {
         #expect(lines == ["refresh \"v1\"", "closed", "finish"])
     }
 
+    @Test("a Range request on a miss that will be stored waits for the whole body and is answered from the stored entry; without a known length it gets the whole response")
+    func rangeOnAMiss() {
+        let range = Self.request([("Range", "bytes=0-9")])
+        // Whole at once: the plain client gets the whole response, the Range one the stored entry (a 206 when sent).
+        var whole = Self.machine(others: [range])
+        _ = whole.start()
+        _ = whole.receiveHead(Self.head(), url: Self.url, redirects: [], now: Self.t0)
+        #expect(Self.lines(whole.receiveBody(Self.png, now: Self.t0)) == [
+            "store 100", "whole 200 MISS 100 to 1",
+            "stored COALESCED imagecached; fwd=miss; fwd-status=200; stored; collapsed to 2", "closed", "finish",
+        ])
+        // Streamed: the Range client gets nothing until the body is whole.
+        var streamed = Self.machine(leader: range, others: [Self.request()])
+        _ = streamed.start()
+        _ = streamed.receiveHead(Self.head(), url: Self.url, redirects: [], now: Self.t0)
+        #expect(Self.lines(streamed.receiveBody(Array(Self.png[0..<50]), now: Self.t0)) == ["head 200 COALESCED to 2", "body 50 to [2]"])
+        #expect(Self.lines(streamed.receiveBody(Array(Self.png[50...]), now: Self.t0)) == [
+            "store 100", "stored MISS imagecached; fwd=miss; fwd-status=200; stored to 1", "body 50 to [2]", "end [2]",
+            "closed", "finish",
+        ])
+        // No Content-Length: it cannot know the part will be kept whole, so the whole response is streamed.
+        var unknown = Self.machine(leader: range)
+        _ = unknown.start()
+        _ = unknown.receiveHead(Self.head(length: nil), url: Self.url, redirects: [], now: Self.t0)
+        #expect(Self.lines(unknown.receiveBody(Array(Self.png[0..<50]), now: Self.t0)) == ["head 200 MISS to 1", "body 50 to [1]"])
+        // Over the in-flight budget the body will not be kept: a waiting Range client is told so.
+        var budget = Self.machine(leader: range, others: [Self.request()])
+        _ = budget.start()
+        _ = budget.receiveHead(Self.head(), url: Self.url, redirects: [], now: Self.t0)
+        _ = budget.receiveBody(Array(Self.png[0..<50]), now: Self.t0)
+        #expect(Self.lines(budget.bodiesOverBudget(limit: 10)) == ["closed", "fail 503 [1]"])
+    }
+
     @Test("over the in-flight budget the kept body is let go: streamed on, not stored, no newcomer joins")
     func overBudget() {
         var machine = Self.machine()
