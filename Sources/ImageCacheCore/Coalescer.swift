@@ -85,6 +85,10 @@ final class Coalescer {
         dispatchPrecondition(condition: .onQueue(context.queue))
         let fetchKey = FetchKey(key: key, trusted: request.trusted, variant: "")
         guard fetches[fetchKey] == nil else { return }
+        // A revalidation that finished between the stale answer and now replaced or refreshed the entry: done.
+        if let current = context.store.peekInMemory(key, requestFields: request.forwardedHeaders).entry, current !== entry {
+            return
+        }
         let settings = FetchSettings(settings.current, writesToDisk: context.store.writesToDisk)
         let machine = FetchMachine(key: key, leader: request, reason: .stale, rules: settings.rules, revalidating: entry,
                                    bodyInFile: bodyInFile, fillsCache: true, now: context.now())

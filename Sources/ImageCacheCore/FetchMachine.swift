@@ -490,6 +490,7 @@ struct FetchMachine {
         }
         let response = Response(head: head, revalidating: upstream.revalidating, requestTime: upstream.requestTime,
                                 responseTime: now, bodyLength: bodyLength, storeDecision: storeDecision)
+        if abandonsUselessFill(response, shareable: Storability.isShareable(head, cacheControl: responseCacheControl)) { return }
         state = .checkingBody(response, prefix: [], heldBack: [])
         checkBody(complete: false)
     }
@@ -515,7 +516,11 @@ struct FetchMachine {
         if revalidating.bodyInFile {
             // The body is in the file: the refreshed header was written; stream the body from there. Not kept: the
             // file is gone, so fetch the whole response instead.
-            if keep { return serveFromDisk(confirmed: CacheOutcome(forward: reason, forwardStatus: 304, stored: true)) }
+            if keep {
+                // No one waits (a background revalidation): the refreshed header is all there was to do.
+                if waiters.isEmpty { return finish() }
+                return serveFromDisk(confirmed: CacheOutcome(forward: reason, forwardStatus: 304, stored: true))
+            }
             actions.append(.cancelTransfer)
             return restartUpstream(revalidating: nil, now: now)
         }
@@ -573,10 +578,12 @@ struct FetchMachine {
             }
             checking.heldBack.append(chunk)
             state = .checkingBody(response, prefix: checking.prefix, heldBack: checking.heldBack)
+            if stopsKeeping, abandonsUselessFill(response) { return }
             if stopsKeeping { closeToNewcomers() }
             checkBody(complete: response.bodyComplete)
         } else {
             state = .streaming(response)
+            if stopsKeeping, abandonsUselessFill(response) { return }
             if stopsKeeping { closeToNewcomers() }
             // Store before the last bytes go out: a client that has its whole body and asks again must hit.
             if response.bodyComplete { answerWaitingForWhole(store(response), response) }
@@ -679,13 +686,28 @@ struct FetchMachine {
         return stored
     }
 
-    /// Whether `waiter` (a Range request) is answered from the stored entry: the response will be stored whole (its
-    /// length is known and within what the fetch keeps), so the range can be cut from it once it is in.
+    /// Whether `waiter` (a Range request) is answered from the stored entry: the response will be stored whole and
+    /// its length is known and within the memory tier's object limit, so the range can be cut from it once it is in.
+    /// (Larger ones are streamed whole: a part holds its whole body in memory while its client reads it, and a client
+    /// asking for parts of large new images and not reading must not hold more than a memory-tier object each.)
     private func answeredFromStore(_ waiter: Waiter, _ response: Response) -> Bool {
         guard waiter.request.head.method == "GET", waiter.request.head.headers.contains("Range"),
               response.head.status == 200, case .store = response.storeDecision, response.kept != nil,
               let length = response.bodyLength else { return false }
-        return length <= (rules.writesToDisk ? rules.maxObjectSizeBytes : rules.memoryObjectLimitBytes)
+        return length <= rules.memoryObjectLimitBytes
+    }
+
+    /// A fetch that runs with no waiter only to fill the cache (a background revalidation, a HEAD's fill) stops when
+    /// the response will not be stored after all (not storable, not shareable, or too large to keep): the variant
+    /// it was revalidating is outdated and goes. True when it stopped.
+    private mutating func abandonsUselessFill(_ response: Response, shareable: Bool = true) -> Bool {
+        guard waiters.isEmpty, fillsCache, !rules.completeAbandonedFetches else { return false }
+        if case .store = response.storeDecision, response.kept != nil, shareable { return false }
+        actions.append(.log(.debug, "\(key): the response will not be stored; the background fetch stops"))
+        if let revalidating = response.revalidating { actions.append(.remove(variant: revalidating.entry.variantID)) }
+        actions.append(.cancelTransfer)
+        finish()
+        return true
     }
 
     /// The whole body is in: the Range requests waiting for it are answered from the stored entry (nil: it was not

@@ -250,9 +250,10 @@ struct ClientRequest: Sendable {
         return headers
     }
 
-    /// What the client's conditional fields (If-Match, If-Unmodified-Since, If-None-Match, If-Modified-Since) say
-    /// about serving the stored entry (RFC 9110 13.2.2).
+    /// What the client's conditional fields (If-None-Match, If-Modified-Since) say about serving the stored entry
+    /// (RFC 9111 4.3.2).
     func precondition(for entry: CacheEntry) -> Precondition {
-        Precondition.evaluate(method: head.method, headers: head.headers, etag: entry.etag, lastModified: entry.lastModified)
+        Precondition.evaluate(method: head.method, headers: head.headers, etag: entry.etag, lastModified: entry.lastModified,
+                              date: entry.head.headers["Date"], received: entry.responseTime)
     }
 }

@@ -10,8 +10,8 @@ internal import ImageCacheUpstream
 internal import Foundation
 
 enum StoredResponse {
-    /// Writes a stored entry: the full response, 304 / 412 as the client's conditional fields say
-    /// (`Precondition.evaluate`, RFC 9110 13.2.2), or 206 / 416 for a Range request (`RangeAnswer.evaluate`, 14);
+    /// Writes a stored entry: the full response, 304 as the client's conditional fields say (`Precondition.evaluate`,
+    /// RFC 9111 4.3.2), or 206 / 416 for a Range request (`RangeAnswer.evaluate`, 14);
     /// returns the body bytes sent. The full response sends the entry's head as rendered at store time plus Age,
     /// Cache-Status and X-Cache (`CacheEntry.serializedHead`): no per-field work per hit. The body is the entry's, or
     /// `file` (a verified disk body too large for memory, sent with sendfile; the entry's own body is then empty); a
@@ -28,16 +28,9 @@ enum StoredResponse {
             ("Cache-Status", entry.upstreamCacheStatus.map { $0 + ", " + cacheStatus } ?? cacheStatus),
             ("X-Cache", outcome.xCache),
         ])
-        switch precondition {
-        case .serve:
-            break
-        case .notModified:
+        if precondition == .notModified {
             sink.head(notModifiedHead(entry, request: request, outcome: outcome, age: age), bodyLength: nil)
             sink.end()
-            return 0
-        case let .failed(why):
-            if let etag = entry.etag { extra.add("ETag", etag) }
-            sink.fail(status: 412, reason: why, headers: extra)
             return 0
         }
         // An entry a configured origin's fetch stored, asked for through forward or fetch mode.
@@ -62,6 +55,7 @@ enum StoredResponse {
             head.status = 206
             head.reason = "Partial Content"
             head.headers.set("Content-Range", "bytes \(bytes.lowerBound)-\(bytes.upperBound)/\(length)")
+            head.headers.set("Accept-Ranges", "bytes")
             // The part shares the stored bytes (a slice of the array, or of the file): never copied, so clients
             // asking for parts and not reading cannot multiply the memory a body takes.
             let prepared = SerializedResponseHead(head, excluding: CacheEntry.perResponseFields)

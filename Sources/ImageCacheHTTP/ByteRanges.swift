@@ -25,7 +25,8 @@ package enum RangeAnswer: Sendable, Equatable {
         if let ifRange = headers["If-Range"], !ifRangeHolds(ifRange, etag: etag, lastModified: lastModified) { return .whole }
         let text = field.trimmingOWS()
         guard text.count > 6, text.prefix(6).lowercased() == "bytes=" else { return .whole }
-        let specs = text.dropFirst(6).split(separator: ",", omittingEmptySubsequences: false)
+        // Empty list elements are allowed (RFC 9110 5.6.1): "bytes=0-99," is one range.
+        let specs = text.dropFirst(6).split(separator: ",").filter { !$0.trimmingOWS().isEmpty }
         guard specs.count == 1 else { return .whole }
         let spec = specs[0].trimmingOWS()
         guard let dash = spec.firstIndex(of: "-") else { return .whole }

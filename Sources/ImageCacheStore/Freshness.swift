@@ -23,8 +23,8 @@
 //   - stale, and the request's max-stale allows the staleness (max-stale alone: any; max-stale=N: staleness <= N),
 //     and the response has none of must-revalidate, proxy-revalidate, s-maxage -> serve stale without revalidating.
 //   - stale within the response's stale-while-revalidate=N (staleness <= N, RFC 5861 section 3), the response has
-//     none of must-revalidate, proxy-revalidate, s-maxage, and the request sets neither max-age nor min-fresh (it
-//     asked for a fresher copy)                             -> serve stale now, revalidate in the background.
+//     none of must-revalidate, proxy-revalidate, s-maxage, and the request sets none of max-age, min-fresh (it asked
+//     for a fresher copy) and max-stale (it said how stale it takes) -> serve stale now, revalidate in the background.
 //   - otherwise                                              -> revalidate (conditional request) or fetch.
 // Not done here: stale-if-error (parsed; CacheDecision.afterOriginFailure), immutable (no effect on a shared cache's
 // revalidation rules), only-if-cached (the proxy answers 504 on a miss).
@@ -120,7 +120,7 @@ public enum Freshness {
         default: break
         }
         if let window = response.staleWhileRevalidate, staleness <= Double(window),
-           request.maxAge == nil, request.minFresh == nil {
+           request.maxAge == nil, request.minFresh == nil, request.maxStale == nil {
             return .staleWhileRevalidate(staleness: staleness)
         }
         return .revalidate

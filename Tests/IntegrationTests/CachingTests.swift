@@ -179,7 +179,7 @@ struct CachingTests {
         #expect(late.header("X-Cache") == "REVALIDATED")
     }
 
-    @Test("a client's own preconditions against the stored image: If-Match and If-Unmodified-Since that fail get 412, a weak If-None-Match 304, a holding If-Match the image")
+    @Test("a client's own conditional fields against the stored image: a weak If-None-Match gets 304; If-Match and If-Unmodified-Since are the origin's (RFC 9111 4.3.2), never a cached 412")
     func clientPreconditions() async throws {
         let harness = try ProxyHarness()
         let modified = "Tue, 01 Jan 2030 00:00:00 GMT"
@@ -188,12 +188,11 @@ struct CachingTests {
         let wrongTag = try await harness.get("/p.png", headers: [("If-Match", "\"v2\"")])
         let unmodifiedSince = try await harness.get("/p.png", headers: [("If-Unmodified-Since", "Mon, 31 Dec 2029 00:00:00 GMT")])
         let weak = try await harness.get("/p.png", headers: [("If-None-Match", "W/\"v1\"")])
-        let holds = try await harness.get("/p.png", headers: [("If-Match", "\"v1\"")])
-        #expect(wrongTag.status == 412 && wrongTag.text.hasPrefix("If-Match:"))
-        #expect(wrongTag.header("ETag") == "\"v1\"" && wrongTag.header("X-Cache") == "HIT")
-        #expect(unmodifiedSince.status == 412 && unmodifiedSince.text.hasPrefix("If-Unmodified-Since:"))
-        #expect(weak.status == 304 && weak.body.isEmpty)
-        #expect(holds.status == 200 && holds.body == CachingTests.png)
+        let since = try await harness.get("/p.png", headers: [("If-Modified-Since", modified)])
+        #expect(wrongTag.status == 200 && wrongTag.body == CachingTests.png)
+        #expect(unmodifiedSince.status == 200 && unmodifiedSince.body == CachingTests.png)
+        #expect(weak.status == 304 && weak.body.isEmpty && weak.header("ETag") == "\"v1\"")
+        #expect(since.status == 304)
         #expect(harness.origin.requests("/p.png").count == 1, "every answer came from the cache")
     }
 
@@ -211,6 +210,7 @@ struct CachingTests {
                 "a miss is fetched whole, stored, and the range cut from it")
         #expect(part.status == 206 && part.body == Array(CachingTests.png[0...3]) && part.header("X-Cache") == "HIT")
         #expect(part.header("Content-Range") == "bytes 0-3/\(count)" && part.header("Content-Length") == "4")
+        #expect(part.header("Accept-Ranges") == "bytes")
         #expect(holds.status == 206 && holds.body == Array(CachingTests.png[4...]))
         #expect(changed.status == 200 && changed.body == CachingTests.png)
         #expect(head.status == 200 && head.header("Content-Length") == String(count))

@@ -27,6 +27,7 @@ struct ByteRangesTests {
         Case(name: "14.1.1 a zero suffix: 416", request: [("Range", "bytes=-0")], expected: .unsatisfiable),
         Case(name: "an empty body has no part: 416", request: [("Range", "bytes=0-0")], length: 0, expected: .unsatisfiable),
         Case(name: "14.2 several ranges: whole", request: [("Range", "bytes=0-1,5-6")], expected: .whole),
+        Case(name: "5.6.1 empty list elements do not count", request: [("Range", "bytes=, 0-99 ,")], expected: .part(0...99)),
         Case(name: "last before first is invalid: ignored", request: [("Range", "bytes=9-1")], expected: .whole),
         Case(name: "another unit: ignored", request: [("Range", "items=0-1")], expected: .whole),
         Case(name: "not digits: ignored", request: [("Range", "bytes=a-b")], expected: .whole),

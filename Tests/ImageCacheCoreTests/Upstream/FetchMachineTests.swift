@@ -25,8 +25,8 @@ struct FetchMachineTests {
     }
 
     static func rules(writesToDisk: Bool = false, completeAbandoned: Bool = false, maxObject: Int = 1 << 20,
-                      staleIfError: Double = 0) -> FetchMachine.Rules {
-        FetchMachine.Rules(maxObjectSizeBytes: maxObject, memoryObjectLimitBytes: 1 << 20, writesToDisk: writesToDisk,
+                      memoryObject: Int = 1 << 20, staleIfError: Double = 0) -> FetchMachine.Rules {
+        FetchMachine.Rules(maxObjectSizeBytes: maxObject, memoryObjectLimitBytes: memoryObject, writesToDisk: writesToDisk,
                            completeAbandonedFetches: completeAbandoned, staleIfErrorSeconds: staleIfError,
                            contentPolicy: ContentPolicy(allowedTypes: ["image/*"]), freshnessPolicy: FreshnessPolicy())
     }
@@ -293,6 +293,24 @@ struct FetchMachineTests {
         }
     }
 
+    @Test("a background revalidation stops when the response will not be stored; a 304 for a large disk copy ends without reading the file")
+    func uselessBackgroundFetch() {
+        for extra in [[("Cache-Control", "no-store")], [("Cache-Control", "private")]] {
+            var machine = FetchMachine(key: Fixture.key(Self.url), leader: Self.request(), reason: .stale, rules: Self.rules(),
+                                       revalidating: Self.stored(age: 70), fillsCache: true, now: Self.t0)
+            _ = machine.start()
+            let head = HTTPResponseHead(status: 200, headers: HTTPHeaders([("Content-Type", "image/png"), ("ETag", "\"v2\""),
+                                                                           ("Content-Length", "100")] + extra))
+            #expect(Self.lines(machine.receiveHead(head, url: Self.url, redirects: [], now: Self.t0))
+                    == ["closed", "remove variant \"\"", "cancel", "finish"], "\(extra)")
+        }
+        var large = FetchMachine(key: Fixture.key(Self.url), leader: Self.request(), reason: .stale, rules: Self.rules(),
+                                 revalidating: Self.stored(age: 70), bodyInFile: true, fillsCache: true, now: Self.t0)
+        _ = large.start()
+        #expect(Self.lines(large.receiveHead(HTTPResponseHead(status: 304, headers: ["ETag": "\"v1\""]), url: Self.url,
+                                             redirects: [], now: Self.t0)) == ["refresh \"v1\" (file)", "closed", "finish"])
+    }
+
     @Test("the disk stage under stale-while-revalidate: every client gets the stale copy, then it is revalidated with no one waiting")
     func diskStaleWhileRevalidate() {
         var machine = Self.machine(others: [Self.request()])
@@ -334,6 +352,11 @@ struct FetchMachineTests {
         _ = unknown.start()
         _ = unknown.receiveHead(Self.head(length: nil), url: Self.url, redirects: [], now: Self.t0)
         #expect(Self.lines(unknown.receiveBody(Array(Self.png[0..<50]), now: Self.t0)) == ["head 200 MISS to 1", "body 50 to [1]"])
+        // Larger than a memory-tier object (even with a disk tier): streamed whole, never held for a part.
+        var large = Self.machine(leader: range, rules: Self.rules(writesToDisk: true, memoryObject: 50))
+        _ = large.start()
+        _ = large.receiveHead(Self.head(), url: Self.url, redirects: [], now: Self.t0)
+        #expect(Self.lines(large.receiveBody(Array(Self.png[0..<50]), now: Self.t0)) == ["head 200 MISS to 1", "body 50 to [1]"])
         // Over the in-flight budget the body will not be kept: a waiting Range client is told so.
         var budget = Self.machine(leader: range, others: [Self.request()])
         _ = budget.start()
