@@ -246,6 +246,16 @@ extension ConfigKey {
             $0.heuristicFraction = try $1.fraction()
         },
         key("heuristic-max", "DURATION", "1d", "cap on heuristic freshness") { $0.heuristicMaxSeconds = try $1.seconds() },
+        key("targeted-cache-control", "LIST", "CDN-Cache-Control", "targeted cache-control fields (RFC 9213), in order: for a response from a configured origin the first one present governs storing and reuse instead of Cache-Control",
+            restart: .field(\.targetedCacheControl)) { configuration, value throws(ConfigError) in
+            let names = try value.items("a list of field names")
+            for name in names where !name.utf8.allSatisfy({ $0 == 0x2D || (0x30...0x39).contains($0) || (0x41...0x5A).contains($0 & 0xDF) }) {
+                throw ConfigError(key: value.source, reason: "'\(name)' is not a field name like CDN-Cache-Control")
+            }
+            configuration.targetedCacheControl = names
+        },
+        key("strip-targeted-cache-control", "true|false", "false", "remove the targeted cache-control fields from what clients receive",
+            isSwitch: true, restart: .field(\.stripTargetedCacheControl)) { $0.stripTargetedCacheControl = try $1.boolean() },
         key("complete-abandoned-fetches", "true|false", "false", "keep an upstream transfer running to fill the cache when every client waiting on it has gone",
             isSwitch: true) { $0.completeAbandonedFetches = try $1.boolean() },
         key("log-level", "LEVEL", "info", "trace, debug, info, notice, warning, error or critical", restart: .field(\.logLevel)) { configuration, value throws(ConfigError) in

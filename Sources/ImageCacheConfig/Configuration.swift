@@ -50,6 +50,12 @@ public struct Configuration: Sendable, Equatable {
     public var heuristicFraction: Double = 0.1
     /// `heuristic-max`: cap on heuristic freshness, seconds. Default 86400 (1 day).
     public var heuristicMaxSeconds: Double = 86_400
+    /// `targeted-cache-control`: targeted cache-control fields (RFC 9213), in order; for a response from a configured
+    /// origin the first one present governs storing and reuse instead of Cache-Control. Default CDN-Cache-Control.
+    /// Restart only.
+    public var targetedCacheControl: [String] = ["CDN-Cache-Control"]
+    /// `strip-targeted-cache-control`: remove those fields from what clients receive. Default false. Restart only.
+    public var stripTargetedCacheControl = false
     /// `complete-abandoned-fetches`: keep an upstream transfer running to fill the cache when every client has gone. Default false.
     public var completeAbandonedFetches: Bool = false
     /// `log-level`: trace, debug, info, notice, warning, error, critical. Default info.

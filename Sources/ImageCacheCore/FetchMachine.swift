@@ -449,7 +449,7 @@ struct FetchMachine {
             return refuseAll(status: status, reason: "upstream answered \(head.status) \(head.reason)",
                              kind: "upstream_status_\(head.status / 100)xx")
         }
-        let responseCacheControl = CacheControl(head.headers)
+        let responseCacheControl = rules.freshnessPolicy.cacheControl(head.headers, trusted: leader.trusted)
         // HEAD requests are fetched with GET (as nginx's proxy_cache_convert_head does), so judge the GET.
         var fetched = leader.head
         fetched.method = "GET"
@@ -638,6 +638,9 @@ struct FetchMachine {
     private func clientHead(_ response: Response, for waiter: Waiter) -> (HTTPResponseHead, CacheOutcome) {
         var headers = response.head.headers
         headers.remove("Content-Length")
+        if rules.freshnessPolicy.stripsTargetedFields {
+            for name in rules.freshnessPolicy.targetedFields { headers.remove(name) }
+        }
         var outcome = CacheOutcome(forward: reason, forwardStatus: response.head.status)
         if case .store = response.storeDecision, response.kept != nil,
            rules.writesToDisk || (response.bodyLength ?? 0) <= rules.memoryObjectLimitBytes {

@@ -10,7 +10,7 @@ internal import ImageCacheSystem
 internal import ImageCacheHTTP
 public import ImageCacheConfig
 internal import ImageCacheServer
-internal import ImageCacheStore
+package import ImageCacheStore
 internal import ImageCacheUpstream
 internal import Foundation
 internal import Synchronization
@@ -30,8 +30,7 @@ final class ProxySettings: Sendable {
         contentPolicy = ContentPolicy(allowedTypes: configuration.effectiveContentTypes)
         originRoutes = configuration.origins.compactMap(OriginRoute.init)
         signing = URLSigning(keys: configuration.signingKeys, required: configuration.signaturesRequired)
-        freshnessPolicy = FreshnessPolicy(
-            heuristicFraction: configuration.heuristicFraction, heuristicMaxSeconds: configuration.heuristicMaxSeconds)
+        freshnessPolicy = configuration.freshnessPolicy
     }
 }
 
@@ -75,5 +74,13 @@ extension Proxy {
     func countHit(_ entry: CacheEntry, request: ClientRequest, outcome: ServedOutcome, bodyBytes: Int) {
         metrics.served(outcome)
         if !request.isHead, bodyBytes > 0 { metrics.servedBytes(outcome, bodyBytes) }
+    }
+}
+
+extension Configuration {
+    /// The freshness policy the configuration describes: heuristic freshness and the targeted cache-control fields.
+    package var freshnessPolicy: FreshnessPolicy {
+        FreshnessPolicy(heuristicFraction: heuristicFraction, heuristicMaxSeconds: heuristicMaxSeconds,
+                        targetedFields: targetedCacheControl, stripsTargetedFields: stripTargetedCacheControl)
     }
 }

@@ -55,6 +55,14 @@ public struct CacheControl: Sendable, Equatable {
         }
     }
 
+    /// The directives of these field values (a targeted field's, RFC 9213: its Dictionary syntax reads as
+    /// Cache-Control's for the directives used here).
+    public init(directives fields: [String]) {
+        for field in fields {
+            CacheControl.forEachDirective(in: field) { name, value in apply(name: name, value: value) }
+        }
+    }
+
     /// Largest delta-seconds we represent (RFC 9111 section 1.2.2).
     public static let deltaSecondsCap = 2_147_483_648
 

@@ -62,8 +62,7 @@ public final class Daemon: @unchecked Sendable {
                 // in memory, promoted) when the memory tier admits them. The rest are verified through a buffer
                 // and sent from the file with sendfile, so a hit never holds a large body in memory.
                 memoryReadLimitBytes: max(configuration.effectiveMemoryObjectLimitBytes, DiskFile.wholeReadLimit),
-                freshnessPolicy: FreshnessPolicy(heuristicFraction: configuration.heuristicFraction,
-                                                 heuristicMaxSeconds: configuration.heuristicMaxSeconds))
+                freshnessPolicy: configuration.freshnessPolicy)
             diskConfiguration.variantLimit = configuration.maxVariants
             disk = try DiskCache(configuration: diskConfiguration, logger: logger, now: now)
         }

@@ -68,8 +68,12 @@ public final class CacheEntry: Sendable {
     /// derived here, the one place (a refresh after a 304 comes through here too).
     public convenience init(key: CacheKey, head: HTTPResponseHead, body: [UInt8], requestTime: Date, responseTime: Date,
                             vary: VaryKey?, policy: FreshnessPolicy) {
-        let cacheControl = CacheControl(head.headers)
-        let serializedHead = SerializedResponseHead(head, excluding: CacheEntry.perResponseFields)
+        // A response from a configured origin (one the untrusted treatment was not applied to) follows its targeted
+        // cache-control field when it has one (RFC 9213).
+        let guardsUntrusted = UntrustedResponse.isApplied(head.headers)
+        let cacheControl = policy.cacheControl(head.headers, trusted: !guardsUntrusted)
+        let serializedHead = SerializedResponseHead(head, excluding: CacheEntry.perResponseFields
+                                                        + (policy.stripsTargetedFields ? policy.targetedFields : []))
         let variantID = vary?.id ?? ""
         self.init(key: key, head: head, body: body, requestTime: requestTime, responseTime: responseTime, vary: vary,
                   variantID: variantID, cacheControl: cacheControl,
@@ -79,7 +83,7 @@ public final class CacheEntry: Sendable {
                   cost: CacheEntry.cost(head: head, bodyCount: body.count) + serializedHead.bytes.count
                       + 2 * variantID.utf8.count,
                   serializedHead: serializedHead, upstreamCacheStatus: head.headers.combined("Cache-Status"),
-                  guardsUntrusted: UntrustedResponse.isApplied(head.headers))
+                  guardsUntrusted: guardsUntrusted)
     }
 
     /// Every field given (the initialiser above, `withBody`).

@@ -40,10 +40,30 @@ public struct FreshnessPolicy: Sendable, Equatable {
     public var heuristicFraction: Double = 0.1
     /// Cap on heuristic lifetime, seconds. Default 86400.
     public var heuristicMaxSeconds: Double = 86_400
+    /// Targeted cache-control fields (RFC 9213), in order: for a response from a configured origin, the first one
+    /// present takes the place of Cache-Control in the daemon's own decisions. Default CDN-Cache-Control.
+    public var targetedFields: [String] = ["CDN-Cache-Control"]
+    /// The targeted fields are removed from what clients receive. Default false.
+    public var stripsTargetedFields = false
 
-    public init(heuristicFraction: Double = 0.1, heuristicMaxSeconds: Double = 86_400) {
+    public init(heuristicFraction: Double = 0.1, heuristicMaxSeconds: Double = 86_400,
+                targetedFields: [String] = ["CDN-Cache-Control"], stripsTargetedFields: Bool = false) {
         self.heuristicFraction = heuristicFraction
         self.heuristicMaxSeconds = heuristicMaxSeconds
+        self.targetedFields = targetedFields
+        self.stripsTargetedFields = stripsTargetedFields
+    }
+
+    /// The cache-control directives that govern storing and reusing `headers`' response: the first targeted field
+    /// present for a response from a configured origin (`trusted`), else Cache-Control.
+    public func cacheControl(_ headers: HTTPHeaders, trusted: Bool) -> CacheControl {
+        if trusted {
+            for name in targetedFields {
+                let values = headers.values(name)
+                if !values.isEmpty { return CacheControl(directives: values) }
+            }
+        }
+        return CacheControl(headers)
     }
 }
 

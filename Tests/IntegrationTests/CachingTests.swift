@@ -217,6 +217,28 @@ struct CachingTests {
         #expect(harness.origin.requests("/r.png").count == 1)
     }
 
+    @Test("targeted cache control (RFC 9213): CDN-Cache-Control governs a configured origin's response over Cache-Control, which clients still get; fetch mode ignores it; stripping is configured")
+    func targetedCacheControl() async throws {
+        for strip in [false, true] {
+            let harness = try ProxyHarness { $0.stripTargetedCacheControl = strip }
+            for path in ["/t.png", "/u.png"] {
+                harness.origin.route(path) { _ in
+                    CachingTests.image(cacheControl: "no-store", extra: [("CDN-Cache-Control", "max-age=60")])
+                }
+            }
+            let first = try await harness.get("/t.png")
+            let second = try await harness.get("/t.png")
+            #expect(first.header("X-Cache") == "MISS" && second.header("X-Cache") == "HIT", "strip \(strip)")
+            #expect(second.header("Cache-Control") == "no-store" && second.body == CachingTests.png)
+            #expect((second.header("CDN-Cache-Control") == nil) == strip && (first.header("CDN-Cache-Control") == nil) == strip)
+            // Through fetch mode (an origin that is not configured) Cache-Control's no-store holds (another URL: the
+            // three ways in share entries).
+            let url = (harness.origin.baseURL + "/u.png").addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
+            let fetched = [try await harness.get("/fetch?url=" + url), try await harness.get("/fetch?url=" + url)]
+            #expect(fetched.allSatisfy { $0.status == 200 && $0.header("X-Cache") != "HIT" }, "\(fetched.map { $0.header("X-Cache") })")
+        }
+    }
+
     @Test("a stale entry with only Last-Modified is revalidated with If-Modified-Since")
     func revalidationByDate() async throws {
         let harness = try ProxyHarness()

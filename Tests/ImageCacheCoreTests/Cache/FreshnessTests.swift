@@ -118,4 +118,18 @@ struct FreshnessTests {
         let entry = Fixture.entry([("Cache-Control", "max-age=100")])
         #expect(Freshness.use(entry, request: CacheControl(["Pragma": "no-cache"]), now: FreshnessTests.t0) == .revalidate)
     }
+
+    @Test("targeted cache control (RFC 9213): the first targeted field present governs a trusted response; an untrusted one keeps Cache-Control")
+    func targeted() {
+        let headers: HTTPHeaders = ["Cache-Control": "no-store", "CDN-Cache-Control": "max-age=60",
+                                    "Imagecached-Cache-Control": "max-age=5"]
+        let policy = FreshnessPolicy()
+        #expect(policy.cacheControl(headers, trusted: true).maxAge == 60 && !policy.cacheControl(headers, trusted: true).noStore)
+        #expect(policy.cacheControl(headers, trusted: false).noStore && policy.cacheControl(headers, trusted: false).maxAge == nil)
+        let ours = FreshnessPolicy(targetedFields: ["Imagecached-Cache-Control", "CDN-Cache-Control"])
+        #expect(ours.cacheControl(headers, trusted: true).maxAge == 5)
+        #expect(FreshnessPolicy(targetedFields: []).cacheControl(headers, trusted: true).noStore)
+        let entry = Fixture.entry([("Cache-Control", "max-age=1"), ("CDN-Cache-Control", "max-age=600")])
+        #expect(entry.freshnessLifetime == 600)
+    }
 }
