@@ -51,9 +51,8 @@ enum StoredResponse {
             }
             return length
         case let .part(bytes):
-            var head = entry.head
-            head.status = 206
-            head.reason = "Partial Content"
+            // The stored fields as every hit sends them (per-response and stripped ones already left out).
+            var head = HTTPResponseHead(status: 206, reason: "Partial Content", headers: entry.serializedHead.headers)
             head.headers.set("Content-Range", "bytes \(bytes.lowerBound)-\(bytes.upperBound)/\(length)")
             head.headers.set("Accept-Ranges", "bytes")
             // The part shares the stored bytes (a slice of the array, or of the file): never copied, so clients
