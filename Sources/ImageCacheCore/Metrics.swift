@@ -409,7 +409,7 @@ final class MetricsSink: ResponseSink {
 
     func respond(_ head: HTTPResponseHead, body: [UInt8]) {
         started()
-        if ![304, 412, 416].contains(head.status) { count(body.count) }
+        if ![304, 416].contains(head.status) { count(body.count) }
         inner.respond(head, body: body)
     }
 
@@ -431,7 +431,7 @@ final class MetricsSink: ResponseSink {
 
     private func startedPrepared(_ head: SerializedResponseHead, extra: HTTPHeaders, bodyBytes: Int) {
         started()
-        if ![304, 412, 416].contains(head.status) { count(bodyBytes) }
+        if ![304, 416].contains(head.status) { count(bodyBytes) }
     }
 
     func abort() { inner.abort() }

@@ -70,7 +70,7 @@ extension Proxy {
     }
 
     /// A hit answered on the connection's loop: counted here, with no wrapper on the hot path. `bodyBytes`: the body
-    /// bytes sent (0 for a 304 or a 412).
+    /// bytes sent (0 for a 304 or a 416).
     func countHit(_ entry: CacheEntry, request: ClientRequest, outcome: ServedOutcome, bodyBytes: Int) {
         metrics.served(outcome)
         if !request.isHead, bodyBytes > 0 { metrics.servedBytes(outcome, bodyBytes) }
