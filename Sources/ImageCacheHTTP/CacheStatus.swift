@@ -3,8 +3,8 @@
 //   X-Cache      Cache-Status                                   when
 //   HIT          imagecached; hit; ttl=N                        fresh in memory
 //   STALE        imagecached; hit; ttl=-N                       stale, served because the request's max-stale allows it
-//   MISS         imagecached; fwd=miss; fwd-status=200; stored  fetched (stored or not: "stored" says)
-//   COALESCED    imagecached; fwd=miss; fwd-status=200; collapsed   joined a fetch another request started
+//   MISS         imagecached; fwd=uri-miss; fwd-status=200; stored  fetched: nothing was stored for the URL ("stored": kept now)
+//   COALESCED    imagecached; fwd=uri-miss; fwd-status=200; collapsed   joined a fetch another request started
 //   REVALIDATED  imagecached; fwd=stale; fwd-status=304; stored stale entry confirmed by the origin (304)
 //   EXPIRED      imagecached; fwd=stale; fwd-status=200; stored stale entry replaced by a changed 200
 //   MISS         imagecached; fwd=request; ...                  the request's no-cache forced a revalidation
@@ -23,7 +23,9 @@
 /// How a response was produced.
 public struct CacheOutcome: Sendable, Equatable {
     package enum Forward: String, Sendable, Equatable {
-        case miss, stale, request, bypass
+        /// Nothing is stored for the URL (RFC 9211's uri-miss: no variant either, else it is a vary-miss).
+        case miss = "uri-miss"
+        case stale, request, bypass
         case varyMiss = "vary-miss"
     }
     /// nil for a hit (served from the cache without contacting the origin).

@@ -54,7 +54,7 @@ struct CachingTests {
         let first = try await harness.get("/b.png")
         harness.clock.advance(5)
         let second = try await harness.get("/b.png")
-        #expect(first.header("Cache-Status") == "imagecached; fwd=miss; fwd-status=200; stored")
+        #expect(first.header("Cache-Status") == "imagecached; fwd=uri-miss; fwd-status=200; stored")
         #expect(second.header("Cache-Status") == "imagecached; hit; ttl=55")
         #expect(second.header("Age") == "5")
         #expect(second.body == CachingTests.png)

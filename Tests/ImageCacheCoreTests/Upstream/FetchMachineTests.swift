@@ -336,7 +336,7 @@ struct FetchMachineTests {
         _ = whole.receiveHead(Self.head(), url: Self.url, redirects: [], now: Self.t0)
         #expect(Self.lines(whole.receiveBody(Self.png, now: Self.t0)) == [
             "store 100", "whole 200 MISS 100 to 1",
-            "stored COALESCED imagecached; fwd=miss; fwd-status=200; stored; collapsed to 2", "closed", "finish",
+            "stored COALESCED imagecached; fwd=uri-miss; fwd-status=200; stored; collapsed to 2", "closed", "finish",
         ])
         // Streamed: the Range client gets nothing until the body is whole.
         var streamed = Self.machine(leader: range, others: [Self.request()])
@@ -344,7 +344,7 @@ struct FetchMachineTests {
         _ = streamed.receiveHead(Self.head(), url: Self.url, redirects: [], now: Self.t0)
         #expect(Self.lines(streamed.receiveBody(Array(Self.png[0..<50]), now: Self.t0)) == ["head 200 COALESCED to 2", "body 50 to [2]"])
         #expect(Self.lines(streamed.receiveBody(Array(Self.png[50...]), now: Self.t0)) == [
-            "store 100", "stored MISS imagecached; fwd=miss; fwd-status=200; stored to 1", "body 50 to [2]", "end [2]",
+            "store 100", "stored MISS imagecached; fwd=uri-miss; fwd-status=200; stored to 1", "body 50 to [2]", "end [2]",
             "closed", "finish",
         ])
         // No Content-Length: it cannot know the part will be kept whole, so the whole response is streamed.
