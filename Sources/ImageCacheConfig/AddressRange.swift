@@ -2,7 +2,6 @@
 // the clients that may use the /_imagecached/ endpoints. Pure: parsing and matching on bytes, no I/O.
 // An IPv4-mapped IPv6 client address (::ffff:a.b.c.d) is matched as the IPv4 address it carries.
 
-internal import ImageCacheHTTP
 #if canImport(Glibc)
 internal import Glibc
 #elseif canImport(Darwin)

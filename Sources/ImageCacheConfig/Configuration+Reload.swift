@@ -1,6 +1,5 @@
 // What a reload (SIGHUP) reports and keeps: the restart-only keys (ConfigKey.reload), compared and kept per key.
 
-internal import ImageCacheHTTP
 
 extension Configuration {
     /// The keys whose new value is not applied by a reload (they need a restart), as "key: old -> new".

@@ -3,7 +3,6 @@
 // Every field has a `///` line and its default; the keys that set them (name, form, default, meaning, reload or
 // restart, file/environment/flag) are defined once in ConfigKeys.swift.
 
-internal import ImageCacheHTTP
 internal import Foundation
 
 public struct Configuration: Sendable, Equatable {

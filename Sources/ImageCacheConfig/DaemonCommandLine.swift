@@ -3,7 +3,6 @@
 // `=false`). Its --help is rendered from the same table, so every flag is listed with its default. Subcommands
 // (purge, stats, prefetch, config, sign) are main.swift's.
 
-internal import ImageCacheHTTP
 internal import Foundation
 
 public enum DaemonCommandLine {

@@ -1,6 +1,5 @@
 // IPAddress: an IPv4 or IPv6 address as raw bytes (admin-allow ranges, the SSRF guard, the loop guard). Pure.
 
-internal import ImageCacheHTTP
 internal import Foundation
 
 /// An IPv4 or IPv6 address as raw network-order bytes.

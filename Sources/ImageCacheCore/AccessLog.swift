@@ -5,10 +5,7 @@
 
 internal import ImageCacheSystem
 internal import ImageCacheHTTP
-internal import ImageCacheConfig
 internal import ImageCacheServer
-internal import ImageCacheStore
-internal import ImageCacheUpstream
 internal import Foundation
 internal import Logging
 internal import Synchronization

@@ -18,10 +18,8 @@
 
 internal import ImageCacheSystem
 internal import ImageCacheHTTP
-internal import ImageCacheConfig
 internal import ImageCacheServer
 internal import ImageCacheStore
-internal import ImageCacheUpstream
 internal import Dispatch
 internal import Foundation
 

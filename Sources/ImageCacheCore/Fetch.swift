@@ -25,7 +25,6 @@
 // server.write-timeout as any client is. Between libcurl and the fetch at most a write buffer is in transit (the
 // transfer's delivery window). A fetch keeps the settings in force when it started.
 
-internal import ImageCacheSystem
 internal import ImageCacheHTTP
 internal import ImageCacheConfig
 internal import ImageCacheServer

@@ -42,8 +42,6 @@
 
 internal import ImageCacheSystem
 internal import ImageCacheHTTP
-internal import ImageCacheConfig
-internal import ImageCacheServer
 internal import ImageCacheStore
 internal import ImageCacheUpstream
 internal import Foundation

@@ -19,7 +19,6 @@ internal import ImageCacheHTTP
 internal import ImageCacheConfig
 internal import ImageCacheServer
 package import ImageCacheStore
-internal import ImageCacheUpstream
 public import Foundation
 internal import Synchronization
 

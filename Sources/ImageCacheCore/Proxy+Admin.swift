@@ -15,12 +15,10 @@
 //   DELETE /_imagecached/cache?url=<URL>     removes one URL (normalised like every cache key) from memory and disk
 //   DELETE /_imagecached/cache               removes everything from memory and disk
 
-internal import ImageCacheSystem
 internal import ImageCacheHTTP
 internal import ImageCacheConfig
 internal import ImageCacheServer
 internal import ImageCacheStore
-internal import ImageCacheUpstream
 internal import Foundation
 internal import Logging
 

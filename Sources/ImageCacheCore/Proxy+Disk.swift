@@ -14,11 +14,8 @@
 // once, through the coalescer.
 
 internal import ImageCacheSystem
-internal import ImageCacheHTTP
-internal import ImageCacheConfig
 internal import ImageCacheServer
 internal import ImageCacheStore
-internal import ImageCacheUpstream
 internal import Dispatch
 internal import Foundation
 

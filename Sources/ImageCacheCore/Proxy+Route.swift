@@ -5,12 +5,8 @@
 // a fetch request for one URL share one entry.
 
 /// What a request asks for.
-internal import ImageCacheSystem
 internal import ImageCacheHTTP
 internal import ImageCacheConfig
-internal import ImageCacheServer
-internal import ImageCacheStore
-internal import ImageCacheUpstream
 
 enum Route: Equatable {
     enum Mode: String, Equatable { case forward, fetch, reverse }

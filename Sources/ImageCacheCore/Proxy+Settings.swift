@@ -6,12 +6,10 @@
 // Which keys a reload applies and which need a restart (the daemon logs those) is said once, per key, in
 // ConfigKeys.swift (`ConfigKey.reload`); `Configuration.restartOnlyChanges` names the ones that changed.
 
-internal import ImageCacheSystem
 internal import ImageCacheHTTP
 public import ImageCacheConfig
 internal import ImageCacheServer
 package import ImageCacheStore
-internal import ImageCacheUpstream
 internal import Foundation
 internal import Synchronization
 

@@ -2,13 +2,7 @@
 // running daemon's /_imagecached/ endpoints on its loopback address. `stream` hands over the body line by line as
 // it arrives (prefetch progress), decoding chunked transfer coding.
 
-internal import ImageCacheSystem
-internal import ImageCacheHTTP
 public import ImageCacheConfig
-internal import ImageCacheServer
-internal import ImageCacheStore
-internal import ImageCacheUpstream
-internal import ImageCacheCore
 internal import Foundation
 #if canImport(Glibc)
 internal import Glibc

@@ -1,12 +1,6 @@
 // What the `stats` and `prefetch` subcommands print. Pure formatting over the daemon's answers (no I/O except
 // PrefetchProgress drawing its bar on standard error), kept here so that tests can check it.
 
-internal import ImageCacheSystem
-internal import ImageCacheHTTP
-internal import ImageCacheConfig
-internal import ImageCacheServer
-internal import ImageCacheStore
-internal import ImageCacheUpstream
 public import ImageCacheCore
 internal import Foundation
 

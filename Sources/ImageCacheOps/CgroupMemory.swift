@@ -4,13 +4,6 @@
 // "N:memory:/path" line leads to memory/<path>/memory.limit_in_bytes the same way (a value near 2^63 means none).
 // No file found gives nil (no limit known): the fixed default applies.
 
-internal import ImageCacheSystem
-internal import ImageCacheHTTP
-internal import ImageCacheConfig
-internal import ImageCacheServer
-internal import ImageCacheStore
-internal import ImageCacheUpstream
-internal import ImageCacheCore
 internal import Foundation
 
 public enum CgroupMemory {

@@ -14,8 +14,6 @@
 // around a reload, STOPPING=1, WATCHDOG=1 at half of WatchdogSec (sent once every event loop has run a posted task,
 // from the proxy queue: a wedged loop or proxy queue stops the pings and systemd restarts the daemon).
 
-internal import ImageCacheSystem
-internal import ImageCacheHTTP
 public import ImageCacheConfig
 internal import ImageCacheServer
 internal import ImageCacheStore

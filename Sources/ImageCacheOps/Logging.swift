@@ -1,12 +1,5 @@
 // Logging setup: swift-log with one handler writing to standard error (journald adds time and unit).
 
-internal import ImageCacheSystem
-internal import ImageCacheHTTP
-internal import ImageCacheConfig
-internal import ImageCacheServer
-internal import ImageCacheStore
-internal import ImageCacheUpstream
-internal import ImageCacheCore
 public import Logging
 
 public enum DaemonLogging {

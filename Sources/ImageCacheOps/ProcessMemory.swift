@@ -1,13 +1,6 @@
 // ProcessMemory: how the process's allocator returns memory (one call, made once at start by the executable).
 
 #if os(Linux)
-internal import ImageCacheSystem
-internal import ImageCacheHTTP
-internal import ImageCacheConfig
-internal import ImageCacheServer
-internal import ImageCacheStore
-internal import ImageCacheUpstream
-internal import ImageCacheCore
 internal import CEpoll
 #endif
 

@@ -11,12 +11,6 @@
 //   Watchdog (sd_watchdog_enabled(3)): with WatchdogSec= set, $WATCHDOG_USEC is the interval; Daemon pings at half of it.
 
 internal import ImageCacheSystem
-internal import ImageCacheHTTP
-internal import ImageCacheConfig
-internal import ImageCacheServer
-internal import ImageCacheStore
-internal import ImageCacheUpstream
-internal import ImageCacheCore
 #if canImport(Glibc)
 internal import Glibc
 #elseif canImport(Darwin)

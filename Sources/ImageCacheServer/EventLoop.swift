@@ -45,8 +45,6 @@
 // connections.
 
 internal import ImageCacheSystem
-internal import ImageCacheHTTP
-internal import ImageCacheConfig
 #if canImport(Glibc)
 internal import Glibc
 #endif

@@ -1,6 +1,5 @@
 // The request parser's limits from the server's configuration (server.max-request-line, ...).
 
-internal import ImageCacheSystem
 public import ImageCacheConfig
 public import ImageCacheHTTP
 

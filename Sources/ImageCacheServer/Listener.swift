@@ -15,7 +15,6 @@
 // `Daemon.start`) and relies on that for it, as for any other code that writes to sockets.
 
 internal import ImageCacheSystem
-internal import ImageCacheHTTP
 public import ImageCacheConfig
 #if canImport(Glibc)
 internal import Glibc

@@ -8,7 +8,6 @@
 
 public import ImageCacheSystem
 public import ImageCacheHTTP
-internal import ImageCacheConfig
 internal import Foundation
 
 /// Who sent a request.

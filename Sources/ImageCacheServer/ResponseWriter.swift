@@ -13,7 +13,6 @@
 
 internal import ImageCacheSystem
 internal import ImageCacheHTTP
-internal import ImageCacheConfig
 #if canImport(Glibc)
 internal import Glibc
 #elseif canImport(Darwin)

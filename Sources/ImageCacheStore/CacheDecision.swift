@@ -33,7 +33,6 @@
 //
 // Pure: no I/O, no clock (callers pass `now`), no state.
 
-internal import ImageCacheSystem
 package import ImageCacheHTTP
 package import Foundation
 

@@ -18,7 +18,6 @@
 //     repeat is dropped: both described the old response and would otherwise age the refreshed one;
 //   - times are those of the revalidation exchange; lifetime and age are recomputed.
 
-internal import ImageCacheSystem
 public import ImageCacheHTTP
 public import Foundation
 

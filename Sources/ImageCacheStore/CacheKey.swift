@@ -1,7 +1,6 @@
 // CacheKey: names one cached resource by its normalised absolute upstream URL (UpstreamURL, in the HTTP layer).
 // Immutable values, shared freely between queues; nothing here is owned or locked.
 
-internal import ImageCacheSystem
 public import ImageCacheHTTP
 
 /// The key of one cached resource: its normalised URL.

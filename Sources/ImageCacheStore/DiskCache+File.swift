@@ -2,7 +2,6 @@
 // the caller owns the descriptors: the disk queue, a lookup, or a FileBody for the one descriptor it was handed.
 
 internal import ImageCacheSystem
-internal import ImageCacheHTTP
 internal import Foundation
 #if canImport(Glibc)
 internal import Glibc

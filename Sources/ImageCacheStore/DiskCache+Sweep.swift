@@ -8,7 +8,6 @@
 // `sweep()`. One info line per sweep that removed something; each file at debug.
 
 internal import ImageCacheSystem
-internal import ImageCacheHTTP
 internal import Dispatch
 internal import Foundation
 internal import Logging

@@ -40,7 +40,6 @@
 // defence against someone who can write the cache directory: they could as well write a matching checksum. File
 // names stay SHA-256 of the key, so no URL can be chosen to collide with another's file.
 
-internal import ImageCacheSystem
 internal import ImageCacheHTTP
 internal import Crypto
 internal import Foundation

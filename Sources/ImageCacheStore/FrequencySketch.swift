@@ -9,8 +9,6 @@
 // Collisions can only overestimate. Pure value; its owner (MemoryCache's lock) serialises it.
 
 /// Approximate recent access counts by key hash.
-internal import ImageCacheSystem
-internal import ImageCacheHTTP
 
 struct FrequencySketch: Sendable {
     static let maximum: UInt8 = 15

@@ -30,7 +30,6 @@
 // revalidation rules), only-if-cached (the proxy answers 504 on a miss).
 // Pure functions, no I/O, no clock: callers pass the times.
 
-internal import ImageCacheSystem
 public import ImageCacheHTTP
 public import Foundation
 

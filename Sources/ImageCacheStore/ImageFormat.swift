@@ -10,7 +10,6 @@
 //   - The verdict waits (.needMoreBytes) until enough of the body has arrived to decide, or the body is complete.
 
 /// An image format we can recognise.
-internal import ImageCacheSystem
 public import ImageCacheHTTP
 
 public enum ImageFormat: String, Sendable, CaseIterable {

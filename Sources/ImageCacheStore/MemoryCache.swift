@@ -43,7 +43,6 @@
 // with it; a purge in between makes the promotion a no-op, so a purged entry never comes back into memory from a
 // read that started before the purge (the purge queues the disk removal first, then empties memory).
 
-internal import ImageCacheSystem
 public import ImageCacheHTTP
 import Synchronization
 

@@ -22,7 +22,6 @@
 // Pure functions, no I/O.
 
 /// Whether a response may be stored.
-internal import ImageCacheSystem
 public import ImageCacheHTTP
 
 public enum StoreDecision: Sendable, Equatable {

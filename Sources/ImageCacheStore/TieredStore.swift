@@ -20,7 +20,6 @@
 //
 // Ownership: immutable after init; `memory` guards itself (Mutex), `disk` owns its queues. Sendable.
 
-internal import ImageCacheSystem
 package import ImageCacheHTTP
 internal import Foundation
 

@@ -18,7 +18,6 @@
 //     store them anyway).
 
 /// The request field values a Vary-ing response was stored under.
-internal import ImageCacheSystem
 public import ImageCacheHTTP
 
 public struct VaryKey: Sendable, Equatable {

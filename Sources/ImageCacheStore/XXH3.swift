@@ -2,8 +2,6 @@
 // format needs: a one-shot hash of bytes in memory and an incremental one for a body read through a buffer. The only
 // file that imports CXXHash.
 
-internal import ImageCacheSystem
-internal import ImageCacheHTTP
 internal import CXXHash
 
 enum XXH3 {

@@ -17,8 +17,6 @@
 //   - Teredo (2001::/32) is refused whole: its embedded client address is obfuscated and its server may be anywhere.
 // The most specific row wins (rows are tried longest prefix first).
 
-internal import ImageCacheSystem
-internal import ImageCacheHTTP
 public import ImageCacheConfig
 internal import Foundation
 

@@ -10,8 +10,6 @@
 // A slot is freed when the transfer's terminal event (`.end`/`.failed`) has been delivered, or at once on cancel.
 // This file sees only Swift types: the C lives in Curl/ (house rule 4).
 
-internal import ImageCacheSystem
-internal import ImageCacheHTTP
 public import ImageCacheConfig
 internal import Foundation
 public import Logging

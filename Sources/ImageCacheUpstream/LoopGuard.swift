@@ -11,7 +11,6 @@
 // Data model: the instance id and token are immutable; the listening endpoints and local addresses are recorded once
 // the listeners are bound (Daemon.start) and read by the curl thread, under one Mutex.
 
-internal import ImageCacheSystem
 public import ImageCacheHTTP
 public import ImageCacheConfig
 public import Foundation

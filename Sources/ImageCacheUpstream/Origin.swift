@@ -6,9 +6,7 @@
 // followed and interim 1xx responses are not reported), then `.body` chunks, then exactly one of `.end` or
 // `.failed`. After `cancel()` no further events are delivered, except possibly one already running.
 
-internal import ImageCacheSystem
 public import ImageCacheHTTP
-internal import ImageCacheConfig
 internal import Foundation
 
 /// What to fetch.

@@ -8,8 +8,6 @@
 // under its lock and performs the starts and failures the methods return.
 
 /// Decides which upstream transfers run and which wait.
-internal import ImageCacheSystem
-internal import ImageCacheHTTP
 public import ImageCacheConfig
 
 public struct TransferQueue<ID: Hashable & Sendable>: Sendable {

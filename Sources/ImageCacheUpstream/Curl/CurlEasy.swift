@@ -15,7 +15,6 @@
 // blank line ending a section it drops interim 1xx responses and 3xx responses with a Location that curl
 // follows, and reports the others at once as `.head` (with the effective URL), before any body byte.
 
-internal import ImageCacheSystem
 internal import ImageCacheHTTP
 internal import ImageCacheConfig
 internal import CCurl

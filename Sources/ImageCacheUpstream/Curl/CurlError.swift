@@ -1,9 +1,6 @@
 // Errors from libcurl calls, and how a finished transfer's CURLcode becomes an `UpstreamError`.
 // Pure values; `check` converts a code on the line that produced it (house rule 5).
 
-internal import ImageCacheSystem
-internal import ImageCacheHTTP
-internal import ImageCacheConfig
 internal import CCurl
 internal import CCurlShim
 

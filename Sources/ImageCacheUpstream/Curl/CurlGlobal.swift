@@ -2,9 +2,6 @@
 // undone (curl_global_cleanup is not thread-safe and the daemon keeps libcurl until exit).
 // Owned by nobody: a `static let` gives the once-only initialisation and its thread safety.
 
-internal import ImageCacheSystem
-internal import ImageCacheHTTP
-internal import ImageCacheConfig
 internal import CCurl
 internal import CCurlShim
 

@@ -13,8 +13,6 @@
 // inbox is open, so it never races `curl_multi_cleanup`.
 
 internal import ImageCacheSystem
-internal import ImageCacheHTTP
-internal import ImageCacheConfig
 internal import CCurl
 internal import CCurlShim
 internal import Foundation
