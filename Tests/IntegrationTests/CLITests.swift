@@ -1,14 +1,7 @@
 // The imagecached binary itself: its command line contract, configuration errors, start line, and SIGTERM.
 
 import Foundation
-import ImageCacheSystem
-import ImageCacheHTTP
 import ImageCacheConfig
-import ImageCacheServer
-import ImageCacheStore
-import ImageCacheUpstream
-import ImageCacheCore
-import ImageCacheOps
 import Testing
 
 @Suite("The imagecached command", .timeLimit(.minutes(2)))

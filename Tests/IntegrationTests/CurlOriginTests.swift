@@ -1,12 +1,7 @@
 import Foundation
-import ImageCacheSystem
 import ImageCacheHTTP
 import ImageCacheConfig
-import ImageCacheServer
-import ImageCacheStore
 import ImageCacheUpstream
-import ImageCacheCore
-import ImageCacheOps
 import Logging
 import Synchronization
 import Testing

@@ -3,14 +3,7 @@
 
 import Foundation
 import Testing
-@testable import ImageCacheSystem
-@testable import ImageCacheHTTP
-@testable import ImageCacheConfig
-@testable import ImageCacheServer
-@testable import ImageCacheStore
-@testable import ImageCacheUpstream
 @testable import ImageCacheCore
-@testable import ImageCacheOps
 
 @Suite("The daemon process under systemd's contract", .timeLimit(.minutes(2)))
 struct DaemonProcessTests {

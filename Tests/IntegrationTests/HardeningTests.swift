@@ -5,11 +5,8 @@
 import Foundation
 import Synchronization
 import Testing
-@testable import ImageCacheSystem
 @testable import ImageCacheHTTP
 @testable import ImageCacheConfig
-@testable import ImageCacheServer
-@testable import ImageCacheStore
 @testable import ImageCacheUpstream
 @testable import ImageCacheCore
 @testable import ImageCacheOps

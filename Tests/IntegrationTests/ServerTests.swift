@@ -7,10 +7,6 @@ import Testing
 @testable import ImageCacheHTTP
 @testable import ImageCacheConfig
 @testable import ImageCacheServer
-@testable import ImageCacheStore
-@testable import ImageCacheUpstream
-@testable import ImageCacheCore
-@testable import ImageCacheOps
 
 /// A `RequestHandler` made of a closure.
 struct ClosureHandler: RequestHandler {

@@ -3,14 +3,8 @@
 
 import Foundation
 import Testing
-@testable import ImageCacheSystem
 @testable import ImageCacheHTTP
 @testable import ImageCacheConfig
-@testable import ImageCacheServer
-@testable import ImageCacheStore
-@testable import ImageCacheUpstream
-@testable import ImageCacheCore
-@testable import ImageCacheOps
 
 @Suite("Signed fetch URLs end to end", .timeLimit(.minutes(2)))
 struct SignedURLTests {

@@ -3,12 +3,9 @@
 
 import Foundation
 import Testing
-@testable import ImageCacheSystem
 @testable import ImageCacheHTTP
 @testable import ImageCacheConfig
-@testable import ImageCacheServer
 @testable import ImageCacheStore
-@testable import ImageCacheUpstream
 @testable import ImageCacheCore
 @testable import ImageCacheOps
 

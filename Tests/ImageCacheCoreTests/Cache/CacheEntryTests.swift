@@ -1,12 +1,6 @@
 import Foundation
-import ImageCacheSystem
 import ImageCacheHTTP
-import ImageCacheConfig
-import ImageCacheServer
 import ImageCacheStore
-import ImageCacheUpstream
-import ImageCacheCore
-import ImageCacheOps
 import Testing
 
 @Suite("CacheEntry", .timeLimit(.minutes(1)))

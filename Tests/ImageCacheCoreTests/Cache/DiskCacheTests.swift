@@ -1,12 +1,7 @@
 import Foundation
 @testable import ImageCacheSystem
 @testable import ImageCacheHTTP
-@testable import ImageCacheConfig
-@testable import ImageCacheServer
 @testable import ImageCacheStore
-@testable import ImageCacheUpstream
-@testable import ImageCacheCore
-@testable import ImageCacheOps
 import Logging
 import Synchronization
 import Testing

@@ -1,11 +1,4 @@
-@testable import ImageCacheSystem
-@testable import ImageCacheHTTP
-@testable import ImageCacheConfig
-@testable import ImageCacheServer
 @testable import ImageCacheStore
-@testable import ImageCacheUpstream
-@testable import ImageCacheCore
-@testable import ImageCacheOps
 import Testing
 
 @Suite("FrequencySketch", .timeLimit(.minutes(1)))

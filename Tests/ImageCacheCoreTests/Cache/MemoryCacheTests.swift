@@ -1,13 +1,6 @@
 import Foundation
 import Dispatch
-@testable import ImageCacheSystem
-@testable import ImageCacheHTTP
-@testable import ImageCacheConfig
-@testable import ImageCacheServer
 @testable import ImageCacheStore
-@testable import ImageCacheUpstream
-@testable import ImageCacheCore
-@testable import ImageCacheOps
 import Testing
 
 @Suite("MemoryCache", .timeLimit(.minutes(1)))

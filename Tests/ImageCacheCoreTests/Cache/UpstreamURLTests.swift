@@ -1,11 +1,5 @@
-import ImageCacheSystem
 import ImageCacheHTTP
-import ImageCacheConfig
-import ImageCacheServer
 import ImageCacheStore
-import ImageCacheUpstream
-import ImageCacheCore
-import ImageCacheOps
 import Testing
 
 @Suite("UpstreamURL", .timeLimit(.minutes(1)))

@@ -4,14 +4,8 @@
 
 import Foundation
 import Synchronization
-@testable import ImageCacheSystem
 @testable import ImageCacheHTTP
-@testable import ImageCacheConfig
-@testable import ImageCacheServer
 @testable import ImageCacheStore
-@testable import ImageCacheUpstream
-@testable import ImageCacheCore
-@testable import ImageCacheOps
 import Testing
 
 enum VariantFixture {

@@ -1,13 +1,6 @@
 // The disk format's checksum: XXH3-64 from libxxhash, through its Swift shim (one-shot and incremental).
 
-@testable import ImageCacheSystem
-@testable import ImageCacheHTTP
-@testable import ImageCacheConfig
-@testable import ImageCacheServer
 @testable import ImageCacheStore
-@testable import ImageCacheUpstream
-@testable import ImageCacheCore
-@testable import ImageCacheOps
 import Testing
 
 @Suite("XXH3 (libxxhash)", .timeLimit(.minutes(1)))

@@ -3,14 +3,8 @@
 
 import Foundation
 import Testing
-@testable import ImageCacheSystem
-@testable import ImageCacheHTTP
 @testable import ImageCacheConfig
-@testable import ImageCacheServer
 @testable import ImageCacheStore
-@testable import ImageCacheUpstream
-@testable import ImageCacheCore
-@testable import ImageCacheOps
 
 @Suite("Configuration keys, defined once", .timeLimit(.minutes(1)))
 struct ConfigKeysTests {

@@ -1,11 +1,4 @@
-import ImageCacheSystem
 import ImageCacheHTTP
-import ImageCacheConfig
-import ImageCacheServer
-import ImageCacheStore
-import ImageCacheUpstream
-import ImageCacheCore
-import ImageCacheOps
 import Testing
 
 @Suite("EntityTag", .timeLimit(.minutes(1)))

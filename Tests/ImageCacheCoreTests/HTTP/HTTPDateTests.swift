@@ -1,12 +1,5 @@
 import Foundation
-import ImageCacheSystem
 import ImageCacheHTTP
-import ImageCacheConfig
-import ImageCacheServer
-import ImageCacheStore
-import ImageCacheUpstream
-import ImageCacheCore
-import ImageCacheOps
 import Testing
 
 @Suite("HTTPDate", .timeLimit(.minutes(1)))

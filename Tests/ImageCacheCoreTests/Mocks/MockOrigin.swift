@@ -3,14 +3,9 @@
 
 import Foundation
 import Synchronization
-@testable import ImageCacheSystem
 @testable import ImageCacheHTTP
-@testable import ImageCacheConfig
 @testable import ImageCacheServer
-@testable import ImageCacheStore
 @testable import ImageCacheUpstream
-@testable import ImageCacheCore
-@testable import ImageCacheOps
 
 /// A transfer the test feeds events into.
 final class MockTransfer: UpstreamTransfer, @unchecked Sendable {

@@ -1,12 +1,8 @@
 import Testing
-@testable import ImageCacheSystem
 @testable import ImageCacheHTTP
 @testable import ImageCacheConfig
 @testable import ImageCacheServer
-@testable import ImageCacheStore
-@testable import ImageCacheUpstream
 @testable import ImageCacheCore
-@testable import ImageCacheOps
 
 @Suite("AdminGuard: who may use /_imagecached/", .timeLimit(.minutes(1)))
 struct AdminGuardTests {

@@ -1,12 +1,7 @@
 import Testing
-@testable import ImageCacheSystem
 @testable import ImageCacheHTTP
 @testable import ImageCacheConfig
 @testable import ImageCacheServer
-@testable import ImageCacheStore
-@testable import ImageCacheUpstream
-@testable import ImageCacheCore
-@testable import ImageCacheOps
 
 @Suite("Connection.StateMachine", .timeLimit(.minutes(1)))
 struct ConnectionStateMachineTests {

@@ -1,14 +1,7 @@
 import Foundation
 import Synchronization
 import Testing
-@testable import ImageCacheSystem
-@testable import ImageCacheHTTP
-@testable import ImageCacheConfig
 @testable import ImageCacheServer
-@testable import ImageCacheStore
-@testable import ImageCacheUpstream
-@testable import ImageCacheCore
-@testable import ImageCacheOps
 
 /// The loop's own thread and its task inbox (the sockets are covered end to end by the integration tests).
 @Suite("EventLoop", .timeLimit(.minutes(1)))

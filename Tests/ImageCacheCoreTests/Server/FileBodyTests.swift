@@ -5,9 +5,6 @@ import Glibc
 @testable import ImageCacheConfig
 @testable import ImageCacheServer
 @testable import ImageCacheStore
-@testable import ImageCacheUpstream
-@testable import ImageCacheCore
-@testable import ImageCacheOps
 import Testing
 
 @Suite("File bodies (sendfile)", .timeLimit(.minutes(1)))

@@ -1,12 +1,8 @@
 import Testing
-@testable import ImageCacheSystem
 @testable import ImageCacheHTTP
 @testable import ImageCacheConfig
 @testable import ImageCacheServer
 @testable import ImageCacheStore
-@testable import ImageCacheUpstream
-@testable import ImageCacheCore
-@testable import ImageCacheOps
 
 @Suite("Serialised response heads", .timeLimit(.minutes(1)))
 struct SerializedHeadTests {

@@ -1,12 +1,6 @@
 import Testing
-@testable import ImageCacheSystem
-@testable import ImageCacheHTTP
 @testable import ImageCacheConfig
-@testable import ImageCacheServer
-@testable import ImageCacheStore
 @testable import ImageCacheUpstream
-@testable import ImageCacheCore
-@testable import ImageCacheOps
 
 @Suite("AddressPolicy", .timeLimit(.minutes(1)))
 struct AddressPolicyTests {

@@ -3,14 +3,11 @@
 
 import Foundation
 import Testing
-@testable import ImageCacheSystem
 @testable import ImageCacheHTTP
-@testable import ImageCacheConfig
 @testable import ImageCacheServer
 @testable import ImageCacheStore
 @testable import ImageCacheUpstream
 @testable import ImageCacheCore
-@testable import ImageCacheOps
 
 @Suite("FetchMachine: coalescing decisions as a value", .timeLimit(.minutes(1)))
 struct FetchMachineTests {

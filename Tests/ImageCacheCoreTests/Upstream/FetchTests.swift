@@ -3,14 +3,12 @@
 import Foundation
 import Logging
 import Testing
-@testable import ImageCacheSystem
 @testable import ImageCacheHTTP
 @testable import ImageCacheConfig
 @testable import ImageCacheServer
 @testable import ImageCacheStore
 @testable import ImageCacheUpstream
 @testable import ImageCacheCore
-@testable import ImageCacheOps
 
 @Suite("Fetch: coalescing without sockets", .timeLimit(.minutes(1)))
 struct FetchTests {

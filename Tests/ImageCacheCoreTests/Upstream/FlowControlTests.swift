@@ -1,12 +1,5 @@
 import Testing
-@testable import ImageCacheSystem
-@testable import ImageCacheHTTP
-@testable import ImageCacheConfig
-@testable import ImageCacheServer
-@testable import ImageCacheStore
 @testable import ImageCacheUpstream
-@testable import ImageCacheCore
-@testable import ImageCacheOps
 
 @Suite("FlowControl: a transfer's delivery window and pause", .timeLimit(.minutes(1)))
 struct FlowControlTests {

@@ -4,12 +4,9 @@
 import Foundation
 import Logging
 import Synchronization
-@testable import ImageCacheSystem
-@testable import ImageCacheHTTP
 @testable import ImageCacheConfig
 @testable import ImageCacheServer
 @testable import ImageCacheStore
-@testable import ImageCacheUpstream
 @testable import ImageCacheCore
 @testable import ImageCacheOps
 

@@ -8,14 +8,8 @@
 // Waits throw `TransferRecorder.Timeout` after their timeout.
 
 import Foundation
-import ImageCacheSystem
 import ImageCacheHTTP
-import ImageCacheConfig
-import ImageCacheServer
-import ImageCacheStore
 import ImageCacheUpstream
-import ImageCacheCore
-import ImageCacheOps
 import Synchronization
 
 final class TransferRecorder: Sendable {
