@@ -240,21 +240,22 @@ extension Connection {
         /// A whole response whose body is a file region: the head, then the file, then whatever ends the body.
         mutating func respond(_ prepared: SerializedResponseHead, extra: HTTPHeaders, file: FileBody, exchange id: UInt64,
                               date: String) -> [Action] {
-            guard case var .handling(exchange) = state, exchange.id == id, !exchange.responseStarted else { return [] }
-            var actions: [Action] = [.write(exchange.writer.head(prepared, extra: extra, bodyLength: file.length, date: date))]
-            if exchange.writer.fileBody(file.length) { actions.append(.sendFile(file)) }
-            let end = exchange.writer.end()
-            if !end.isEmpty { actions.append(.write(end)) }
-            state = .writing(keepAlive: exchange.writer.keepAlive)
-            return actions
+            respond(prepared, extra: extra, bodyLength: file.length, body: .sendFile(file), exchange: id, date: date)
         }
 
         /// A whole response whose body is a part of a stored array: the head, then the part (shared), then the end.
         mutating func respond(_ prepared: SerializedResponseHead, extra: HTTPHeaders, part: ArraySlice<UInt8>,
                               exchange id: UInt64, date: String) -> [Action] {
+            respond(prepared, extra: extra, bodyLength: part.count, body: .writePart(part), exchange: id, date: date)
+        }
+
+        /// A whole response whose body of `bodyLength` bytes goes out as one action (`body`: a file region or a part
+        /// of an array) after the head, when the response has a body (not for HEAD or a bodyless status).
+        private mutating func respond(_ prepared: SerializedResponseHead, extra: HTTPHeaders, bodyLength: Int, body: Action,
+                                      exchange id: UInt64, date: String) -> [Action] {
             guard case var .handling(exchange) = state, exchange.id == id, !exchange.responseStarted else { return [] }
-            var actions: [Action] = [.write(exchange.writer.head(prepared, extra: extra, bodyLength: part.count, date: date))]
-            if exchange.writer.fileBody(part.count) { actions.append(.writePart(part)) }
+            var actions: [Action] = [.write(exchange.writer.head(prepared, extra: extra, bodyLength: bodyLength, date: date))]
+            if exchange.writer.fileBody(bodyLength) { actions.append(body) }
             let end = exchange.writer.end()
             if !end.isEmpty { actions.append(.write(end)) }
             state = .writing(keepAlive: exchange.writer.keepAlive)

@@ -23,6 +23,18 @@ struct DiskTierTests {
         }
     }
 
+    /// A daemon restarted on a disk tier that holds the large image (memory empty, the origin stopped): every answer
+    /// for /l.jpg comes from its file.
+    static func largeOnDiskOnly() async throws -> ProxyHarness {
+        let harness = try ProxyHarness(DiskTierTests.settings)
+        DiskTierTests.routes(harness.origin)
+        _ = try await harness.get("/l.jpg")
+        await harness.flushDisk()
+        harness.origin.stop()
+        try harness.restart()
+        return harness
+    }
+
     /// The daemon's settings for these tests: a memory tier small enough that the large image streams from its file.
     static func settings(_ configuration: inout Configuration) {
         configuration.memoryLimitBytes = 4 << 20
@@ -98,12 +110,7 @@ struct DiskTierTests {
 
     @Test("a disk entry too large for memory is sent from its file: 10 clients at once, HEAD, and a conditional request")
     func largeFromFile() async throws {
-        let harness = try ProxyHarness(DiskTierTests.settings)
-        DiskTierTests.routes(harness.origin)
-        _ = try await harness.get("/l.jpg")
-        await harness.flushDisk()
-        harness.origin.stop()
-        try harness.restart()
+        let harness = try await DiskTierTests.largeOnDiskOnly()
         // When 10 clients ask at once, and then a HEAD and a conditional GET
         var connections: [TestConnection] = []
         for _ in 0..<10 {
@@ -128,12 +135,7 @@ struct DiskTierTests {
 
     @Test("Range requests on a stored image: a part of a body sent from its file (sendfile at the offset), a suffix, several ranges whole, 416 past the end")
     func rangesFromFile() async throws {
-        let harness = try ProxyHarness(DiskTierTests.settings)
-        DiskTierTests.routes(harness.origin)
-        _ = try await harness.get("/l.jpg")
-        await harness.flushDisk()
-        harness.origin.stop()
-        try harness.restart()
+        let harness = try await DiskTierTests.largeOnDiskOnly()
         let count = DiskTierTests.large.count
         // When: the middle of the large image, its last 1000 bytes, two ranges, and a range past the end
         let middle = try await harness.get("/l.jpg", headers: [("Range", "bytes=700000-700999")])
