@@ -13,8 +13,14 @@ internal import Foundation
 public struct UpstreamRequest: Sendable, Equatable {
     /// Absolute http or https URL.
     public var url: String
-    /// "GET" (HEAD requests are fetched with GET to fill the cache).
+    /// "GET" for the cache's fetches (HEAD requests are fetched with GET to fill the cache); any other method for a
+    /// request passed through to a configured origin (ProxyPassthrough).
     public var method: String
+    /// The request body to send (with Content-Length), or nil for none.
+    public var body: [UInt8]?
+    /// Follow redirects (up to upstream.max-redirects); false: a 3xx is the final response (reverse mode passes it
+    /// to the client).
+    public var followsRedirects: Bool
     /// End-to-end request fields to send (Accept, User-Agent, conditional fields). No hop-by-hop fields.
     public var headers: HTTPHeaders
     /// True for configured reverse-proxy origins: the private-network check is skipped.
@@ -28,10 +34,13 @@ public struct UpstreamRequest: Sendable, Equatable {
     /// `UpstreamTransfer.consumed` for every `.body` event, or the transfer stalls.
     public var deliveryWindow: Int?
 
-    public init(url: String, method: String = "GET", headers: HTTPHeaders = HTTPHeaders(), trusted: Bool = false,
+    public init(url: String, method: String = "GET", body: [UInt8]? = nil, followsRedirects: Bool = true,
+                headers: HTTPHeaders = HTTPHeaders(), trusted: Bool = false,
                 maxBodyBytes: Int = 50 << 20, priority: Int = 0, deliveryWindow: Int? = nil) {
         self.url = url
         self.method = method
+        self.body = body
+        self.followsRedirects = followsRedirects
         self.headers = headers
         self.trusted = trusted
         self.maxBodyBytes = maxBodyBytes

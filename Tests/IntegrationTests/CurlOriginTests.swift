@@ -182,6 +182,116 @@ struct CurlOriginTests {
         #expect(server.requestCount("/r2") == 1)
     }
 
+    @Test("a trusted transfer that follows redirects refuses a hop to another private host, even over a warm pooled connection to it")
+    func trustedRedirectHopJudged() async throws {
+        // Given origin A (127.0.0.1) redirecting to origin B (127.0.0.2), and a warm keep-alive connection to B
+        let a = try TestOrigin(), b = try TestOrigin(host: "127.0.0.2")
+        defer {
+            a.stop()
+            b.stop()
+        }
+        b.route("/warm.png") { _ in .ok(Fixtures.png()) }
+        b.route("/secret.png") { _ in .ok(Fixtures.png()) }
+        a.route("/hop.png") { _ in .redirect(302, to: b.baseURL + "/secret.png") }
+        let origin = try Self.makeOrigin()
+        defer { origin.shutdown() }
+        let warm = TransferRecorder()
+        _ = origin.fetch(Self.request(b.baseURL + "/warm.png"), events: warm.record)
+        #expect(try await warm.completion() == .end)
+        // When
+        let hop = TransferRecorder()
+        _ = origin.fetch(Self.request(a.baseURL + "/hop.png"), events: hop.record)
+        // Then the hop is judged by its peer, reused connection or not
+        #expect(try await hop.completion() == .failed(.refusedDestination(address: "127.0.0.2")))
+        #expect(b.requestCount("/secret.png") == 0)
+    }
+
+    @Test("a trusted transfer follows a same-host redirect whether or not its first hop reused a connection", arguments: [false, true])
+    func trustedSameHostRedirect(warmFirst: Bool) async throws {
+        let server = try TestOrigin()
+        defer { server.stop() }
+        server.route("/warm.png") { _ in .ok(Fixtures.png()) }
+        server.route("/moved.png") { _ in
+            var reply = Reply.redirect(302, to: "/final.png")
+            reply.headers.append(("Connection", "close"))
+            reply.closeAfter = true
+            return reply
+        }
+        server.route("/final.png") { _ in .ok(Fixtures.png(size: 3000)) }
+        let origin = try Self.makeOrigin()
+        defer { origin.shutdown() }
+        if warmFirst {
+            let warm = TransferRecorder()
+            _ = origin.fetch(Self.request(server.baseURL + "/warm.png"), events: warm.record)
+            #expect(try await warm.completion() == .end)
+        }
+        let moved = TransferRecorder()
+        _ = origin.fetch(Self.request(server.baseURL + "/moved.png"), events: moved.record)
+        #expect(try await moved.completion() == .end)
+        expectSameBytes(moved.body, Fixtures.png(size: 3000))
+        #expect(server.requestCount("/final.png") == 1)
+    }
+
+    @Test("told not to follow, a redirect is the final head, with its own body")
+    func redirectNotFollowed() async throws {
+        let server = try TestOrigin()
+        defer { server.stop() }
+        server.route("/r1") { _ in .redirect(301, to: "/final.png") }
+        let origin = try Self.makeOrigin()
+        defer { origin.shutdown() }
+        let recorder = TransferRecorder()
+        var request = Self.request(server.baseURL + "/r1")
+        request.followsRedirects = false
+        _ = origin.fetch(request, events: recorder.record)
+        #expect(try await recorder.completion() == .end)
+        #expect(recorder.heads.map(\.0.status) == [301])
+        #expect(recorder.heads.first?.0.headers["Location"] == "/final.png")
+        #expect(recorder.body == Array("moved".utf8))
+        #expect(server.requestCount("/final.png") == 0)
+    }
+
+    @Test("any method reaches the origin as named, with its body byte-exact and no Content-Type or Expect of curl's own",
+          arguments: ["POST", "PUT", "PATCH", "DELETE", "PROPFIND"])
+    func methodsAndBodies(method: String) async throws {
+        let server = try TestOrigin()
+        defer { server.stop() }
+        server.route("/doc") { request in Reply(status: 201, headers: [("Location", "/doc/1")], body: Array("made \(request.method)".utf8)) }
+        let origin = try Self.makeOrigin()
+        defer { origin.shutdown() }
+        let body = Fixtures.jpeg(size: 2_000_000)   // over curl's threshold for Expect: 100-continue
+        let recorder = TransferRecorder()
+        _ = origin.fetch(UpstreamRequest(url: server.baseURL + "/doc", method: method, body: body, followsRedirects: false,
+                                         headers: ["X-Trace": "t1"], trusted: true), events: recorder.record)
+        #expect(try await recorder.completion() == .end)
+        #expect(recorder.heads.first?.0.status == 201)
+        #expect(recorder.body == Array("made \(method)".utf8))
+        let seen = try #require(server.requests("/doc").first)
+        #expect(seen.method == method)
+        expectSameBytes(seen.body, body)
+        #expect(seen.header("Content-Length") == String(body.count))
+        #expect(seen.header("Content-Type") == nil && seen.header("Expect") == nil)
+        #expect(seen.header("X-Trace") == "t1")
+    }
+
+    @Test("a method without a body (OPTIONS, DELETE) sends none; an empty POST sends Content-Length: 0")
+    func methodsWithoutBodies() async throws {
+        let server = try TestOrigin()
+        defer { server.stop() }
+        server.route("/doc") { _ in Reply(status: 204) }
+        let origin = try Self.makeOrigin()
+        defer { origin.shutdown() }
+        for (method, body) in [("OPTIONS", nil), ("DELETE", nil), ("POST", [UInt8]())] as [(String, [UInt8]?)] {
+            let recorder = TransferRecorder()
+            _ = origin.fetch(UpstreamRequest(url: server.baseURL + "/doc", method: method, body: body, trusted: true),
+                             events: recorder.record)
+            #expect(try await recorder.completion() == .end)
+            #expect(recorder.heads.first?.0.status == 204)
+        }
+        let seen = server.requests("/doc")
+        #expect(seen.map(\.method) == ["OPTIONS", "DELETE", "POST"])
+        #expect(seen.map { $0.header("Content-Length") } == [nil, nil, "0"])
+    }
+
     @Test("more redirects than the limit fail with .tooManyRedirects and no head")
     func tooManyRedirects() async throws {
         // Given

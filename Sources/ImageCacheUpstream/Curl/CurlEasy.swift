@@ -84,7 +84,7 @@ final class CurlEasy: @unchecked Sendable {
         self.addressGuard = addressGuard
         self.loopGuard = loopGuard
         self.flow = flow
-        self.followsRedirects = configuration.maxRedirects > 0
+        self.followsRedirects = configuration.maxRedirects > 0 && request.followsRedirects
         self.maxRedirects = configuration.maxRedirects
         self.maxBodyBytes = request.maxBodyBytes
         self.logger = logger
@@ -104,8 +104,7 @@ final class CurlEasy: @unchecked Sendable {
         let h = handle
         let me = Unmanaged.passUnretained(self).toOpaque()
         try ccurl_easy_setopt_string(h, CURLOPT_URL, request.url).check("CURLOPT_URL")
-        // HEAD requests are fetched with GET to fill the cache (Origin.swift).
-        try ccurl_easy_setopt_long(h, CURLOPT_HTTPGET, 1).check("CURLOPT_HTTPGET")
+        try Self.setMethod(h, request)
         try ccurl_easy_setopt_string(h, CURLOPT_PROTOCOLS_STR, "http,https").check("CURLOPT_PROTOCOLS_STR")
         // An https fetch never follows a redirect to plain http: the answer would be cached under the https key.
         let redirectProtocols = request.url.lowercased().hasPrefix("https:") ? "https" : "http,https"
@@ -134,7 +133,7 @@ final class CurlEasy: @unchecked Sendable {
         // Content codings pass through untouched: CURLOPT_ACCEPT_ENCODING stays unset, so curl neither adds an
         // Accept-Encoding field nor decodes; the client's own Accept-Encoding (if any) is forwarded as is.
         try ccurl_easy_setopt_string(h, CURLOPT_USERAGENT, request.headers["User-Agent"] ?? c.userAgent).check("CURLOPT_USERAGENT")
-        headerList = Self.headerList(request.headers)
+        headerList = Self.headerList(request.headers, hasBody: request.body != nil)
         try ccurl_easy_setopt_slist(h, CURLOPT_HTTPHEADER, headerList).check("CURLOPT_HTTPHEADER")
 
         try ccurl_easy_setopt_data_cb(h, CURLOPT_HEADERFUNCTION, curlHeaderCallback).check("CURLOPT_HEADERFUNCTION")
@@ -154,8 +153,33 @@ final class CurlEasy: @unchecked Sendable {
         seconds > 0 ? max(Int((seconds * 1000).rounded()), 1) : 0
     }
 
+    /// The method and the body. The cache's fetches are GETs (HEAD requests are fetched with GET to fill the cache);
+    /// other methods are requests passed through to a configured origin, with their body (Content-Length) if any.
+    private static func setMethod(_ h: UnsafeMutableRawPointer, _ request: UpstreamRequest) throws(CurlError) {
+        switch (request.method, request.body) {
+        case ("GET", nil):
+            try ccurl_easy_setopt_long(h, CURLOPT_HTTPGET, 1).check("CURLOPT_HTTPGET")
+            return
+        case ("HEAD", nil):
+            try ccurl_easy_setopt_long(h, CURLOPT_NOBODY, 1).check("CURLOPT_NOBODY")
+            return
+        case (_, nil):
+            try ccurl_easy_setopt_long(h, CURLOPT_HTTPGET, 1).check("CURLOPT_HTTPGET")
+        case let (_, body?):
+            // The body is copied into the handle (COPYPOSTFIELDS, after its size), so it need not outlive this call.
+            try ccurl_easy_setopt_long(h, CURLOPT_POST, 1).check("CURLOPT_POST")
+            try ccurl_easy_setopt_off_t(h, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(body.count)).check("CURLOPT_POSTFIELDSIZE_LARGE")
+            let code = body.isEmpty ? ccurl_easy_setopt_string(h, CURLOPT_COPYPOSTFIELDS, "")
+                : body.withUnsafeBytes { ccurl_easy_setopt_ptr(h, CURLOPT_COPYPOSTFIELDS, UnsafeMutableRawPointer(mutating: $0.baseAddress)) }
+            try code.check("CURLOPT_COPYPOSTFIELDS")
+            if request.method == "POST" { return }
+        }
+        try ccurl_easy_setopt_string(h, CURLOPT_CUSTOMREQUEST, request.method).check("CURLOPT_CUSTOMREQUEST")
+    }
+
     /// The request fields as a curl list. User-Agent goes through CURLOPT_USERAGENT; Host and framing fields are curl's.
-    private static func headerList(_ headers: HTTPHeaders) -> UnsafeMutablePointer<curl_slist>? {
+    /// With a body, "Expect:" keeps curl from waiting for a 100 Continue: the body is here already.
+    private static func headerList(_ headers: HTTPHeaders, hasBody: Bool) -> UnsafeMutablePointer<curl_slist>? {
         let curlOwned = ["User-Agent", "Host", "Content-Length", "Transfer-Encoding", "Expect"]
         var list: UnsafeMutablePointer<curl_slist>? = nil
         for field in headers where !curlOwned.contains(where: { $0.equalsIgnoringASCIICase(field.name) })
@@ -163,6 +187,11 @@ final class CurlEasy: @unchecked Sendable {
             // "Name;" is curl's spelling of a field with an empty value ("Name:" would remove the field).
             let line = field.value.isEmpty ? "\(field.name);" : "\(field.name): \(field.value)"
             list = curl_slist_append(list, line)
+        }
+        if hasBody {
+            list = curl_slist_append(list, "Expect:")
+            // curl would label a body without a type as a form (application/x-www-form-urlencoded): send none.
+            if !headers.contains("Content-Type") { list = curl_slist_append(list, "Content-Type:") }
         }
         return list
     }

@@ -29,6 +29,8 @@ struct RecordedRequest: Sendable {
     /// The request target as sent ("/a.png?w=10").
     var target: String
     var headers: [(String, String)]
+    /// The request body (Content-Length framed).
+    var body: [UInt8] = []
 
     /// The first value of `name` (case-insensitive), or nil.
     func header(_ name: String) -> String? {
@@ -299,7 +301,7 @@ final class TestOrigin: @unchecked Sendable {
         ready.forEach { $0.resume() }
     }
 
-    /// Reads one request head (and discards a Content-Length body). Nil at EOF or on garbage.
+    /// Reads one request head and its Content-Length body. Nil at EOF or on garbage.
     private func readRequest(_ fd: Int32, _ buffer: inout [UInt8]) -> RecordedRequest? {
         let terminator: [UInt8] = [13, 10, 13, 10]
         var end: Int?
@@ -321,11 +323,12 @@ final class TestOrigin: @unchecked Sendable {
             guard let colon = line.firstIndex(of: ":") else { continue }
             headers.append((String(line[..<colon]), line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)))
         }
-        let request = RecordedRequest(method: String(parts[0]), target: String(parts[1]), headers: headers)
+        var request = RecordedRequest(method: String(parts[0]), target: String(parts[1]), headers: headers)
         if let length = request.header("Content-Length").flatMap(Int.init), length > 0 {
             while buffer.count < length {
                 guard receive(fd, into: &buffer) else { return nil }
             }
+            request.body = Array(buffer[..<length])
             buffer.removeFirst(length)
         }
         return request
