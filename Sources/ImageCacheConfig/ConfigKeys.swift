@@ -125,6 +125,15 @@ struct ConfigValue {
         }
     }
 
+    /// A list of HTTP field names (tokens: letters, digits, "-"); `example` is shown in the error.
+    func fieldNames(like example: String) throws(ConfigError) -> [String] {
+        let names = try items("a list of field names")
+        for name in names where !name.utf8.allSatisfy({ $0 == 0x2D || (0x30...0x39).contains($0) || (0x41...0x5A).contains($0 & 0xDF) }) {
+            throw ConfigError(key: source, reason: "'\(name)' is not a field name like \(example)")
+        }
+        return names
+    }
+
     /// A list value (a YAML list, or a comma-separated scalar): trimmed, empty items dropped.
     func items(_ expected: String) throws(ConfigError) -> [String] {
         let raw: [String]
@@ -248,14 +257,18 @@ extension ConfigKey {
         key("heuristic-max", "DURATION", "1d", "cap on heuristic freshness") { $0.heuristicMaxSeconds = try $1.seconds() },
         key("targeted-cache-control", "LIST", "CDN-Cache-Control", "targeted cache-control fields (RFC 9213), in order: for a response from a configured origin the first one present governs storing and reuse instead of Cache-Control",
             restart: .field(\.targetedCacheControl)) { configuration, value throws(ConfigError) in
-            let names = try value.items("a list of field names")
-            for name in names where !name.utf8.allSatisfy({ $0 == 0x2D || (0x30...0x39).contains($0) || (0x41...0x5A).contains($0 & 0xDF) }) {
-                throw ConfigError(key: value.source, reason: "'\(name)' is not a field name like CDN-Cache-Control")
-            }
-            configuration.targetedCacheControl = names
+            configuration.targetedCacheControl = try value.fieldNames(like: "CDN-Cache-Control")
         },
         key("strip-targeted-cache-control", "true|false", "false", "remove the targeted cache-control fields from what clients receive",
             isSwitch: true, restart: .field(\.stripTargetedCacheControl)) { $0.stripTargetedCacheControl = try $1.boolean() },
+        key("forward-request-fields", "LIST", "Accept,Accept-Language,User-Agent", "request fields forward and fetch modes send upstream (and Authorization, which bypasses the cache)") {
+            $0.forwardRequestFields = try $1.fieldNames(like: "Accept")
+        },
+        key("drop-request-fields", "LIST", "none", "request fields never sent to a configured origin (reverse mode sends every other end-to-end field)") {
+            $0.dropRequestFields = try $1.fieldNames(like: "X-Debug")
+        },
+        key("pass-trace", "true|false", "false", "pass TRACE requests to configured origins; off, they get 405 (a TRACE echoes credentials to a page's script)",
+            isSwitch: true) { $0.passTrace = try $1.boolean() },
         key("complete-abandoned-fetches", "true|false", "false", "keep an upstream transfer running to fill the cache when every client waiting on it has gone",
             isSwitch: true) { $0.completeAbandonedFetches = try $1.boolean() },
         key("log-level", "LEVEL", "info", "trace, debug, info, notice, warning, error or critical", restart: .field(\.logLevel)) { configuration, value throws(ConfigError) in
@@ -331,7 +344,7 @@ extension ConfigKey {
         key("server.max-header-count", "N", "100", "most request header fields (431 beyond)", restart: .field(\.server.maxHeaderCount)) {
             $0.server.maxHeaderCount = try $1.integer(min: 1)
         },
-        key("server.max-request-body", "SIZE", "1MiB", "largest request body (413 beyond); only POST /_imagecached/prefetch takes one",
+        key("server.max-request-body", "SIZE", "1MiB", "largest request body (413 beyond): what reverse mode passes to its origin (POST, PUT, ...) and POST /_imagecached/prefetch",
             restart: .field(\.server.maxRequestBodyBytes)) { $0.server.maxRequestBodyBytes = try $1.size() },
         key("server.write-buffer", "SIZE", "256KiB", "bytes of a streamed response a client may have been handed and not taken before it is behind; also a fetch's delivery window; at least 16KiB",
             restart: .field(\.server.writeBufferBytes)) { $0.server.writeBufferBytes = try $1.size(atLeast: 16 << 10, shown: "16KiB") },

@@ -55,6 +55,14 @@ public struct Configuration: Sendable, Equatable {
     public var targetedCacheControl: [String] = ["CDN-Cache-Control"]
     /// `strip-targeted-cache-control`: remove those fields from what clients receive. Default false. Restart only.
     public var stripTargetedCacheControl = false
+    /// `forward-request-fields`: the request fields forward and fetch modes send upstream (Authorization too, which
+    /// makes the request bypass the cache). Default Accept, Accept-Language, User-Agent.
+    public var forwardRequestFields: [String] = ["Accept", "Accept-Language", "User-Agent"]
+    /// `drop-request-fields`: request fields never sent to a configured origin (reverse mode sends every other
+    /// end-to-end field, as nginx's proxy_pass does). Default none.
+    public var dropRequestFields: [String] = []
+    /// `pass-trace`: pass TRACE requests to configured origins; off, they get 405. Default false.
+    public var passTrace = false
     /// `complete-abandoned-fetches`: keep an upstream transfer running to fill the cache when every client has gone. Default false.
     public var completeAbandonedFetches: Bool = false
     /// `log-level`: trace, debug, info, notice, warning, error, critical. Default info.

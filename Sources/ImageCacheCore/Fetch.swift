@@ -292,7 +292,8 @@ final class Fetch: @unchecked Sendable {
         var headers = machine.leader.upstreamHeaders(via: context.via)
         for field in conditional { headers.set(field.name, field.value) }
         let request = UpstreamRequest(
-            url: key.url.string, method: "GET", headers: headers, trusted: machine.leader.trusted,
+            url: key.url.string, method: "GET", followsRedirects: machine.leader.mode != .reverse, headers: headers,
+            trusted: machine.leader.trusted,
             maxBodyBytes: settings.rules.maxObjectSizeBytes, deliveryWindow: settings.writeBufferBytes)
         if transferStarted != nil { countTransfer(result: "restarted") }
         transferStarted = .now

@@ -19,6 +19,8 @@
 //                  ── other status, failure ─────────> stale-if-error serves the stale copy (a large disk copy: from
 //                                                      lookingOnDisk(confirmed)), else every waiter gets the error
 //                                                      ──> finished
+//                  ── other status, reverse mode ────> streaming(Response), the origin's response as it is (not
+//                                                      stored; the leader only, the others go upstream alone)
 //   checkingBody ── image checks pass ──> streaming(Response) (or, when the whole body is in, each waiter gets its
 //                                         whole response in one call and the fetch finishes)
 //   streaming ── end ──> store, end every waiter ──> finished
@@ -443,6 +445,7 @@ struct FetchMachine {
                 actions.append(.remove(variant: nil))   // the resource is gone: every variant of it
             }
             if head.status >= 500, serveStaleIfError(because: "upstream answered \(head.status)", now: now) { return }
+            if leader.mode == .reverse { return passThrough(head, upstream: upstream, now: now) }
             let status = (400...599).contains(head.status) ? head.status : 502
             return refuseAll(status: status, reason: "upstream answered \(head.status) \(head.reason)",
                              kind: "upstream_status_\(head.status / 100)xx")
@@ -491,6 +494,33 @@ struct FetchMachine {
         if abandonsUselessFill(response, shareable: Storability.isShareable(head, cacheControl: responseCacheControl)) { return }
         state = .checkingBody(response, prefix: [], heldBack: [])
         checkBody(complete: false)
+    }
+
+    /// Reverse mode: a response other than 200/203 (a redirect, 204, 206, an error page, a 304 the cache did not ask
+    /// for) goes to the client as the origin sent it, body included, without the image checks; a 4xx or 5xx page says
+    /// nosniff. It is not stored, so only the leader has it: the clients that joined go upstream on their own.
+    private mutating func passThrough(_ head: HTTPResponseHead, upstream: Upstream, now: Date) {
+        if head.status >= 400 { actions.append(.countError("upstream_status_\(head.status / 100)xx")) }
+        let bodyLength = head.headers["Content-Length"].flatMap { Int($0.trimmingOWS()) }
+        if bodyLength.map({ $0 > rules.maxObjectSizeBytes }) ?? false {
+            return fail(.tooLarge(limit: rules.maxObjectSizeBytes), now: now)
+        }
+        closeToNewcomers()
+        let others = waiters.filter(\.collapsed)
+        waiters.removeAll(where: \.collapsed)
+        if !others.isEmpty { actions.append(.redispatchAlone(others)) }
+        var response = Response(head: head, revalidating: nil, requestTime: upstream.requestTime, responseTime: now,
+                                bodyLength: bodyLength,
+                                storeDecision: .dontStore(reason: "status \(head.status) is passed through, not stored"))
+        response.kept = nil
+        state = .streaming(response)
+        for index in waiters.indices { sendHead(response, toWaiterAt: index) }
+        // HEAD clients have their answer; nothing is filled from a response that is not stored.
+        waiters.removeAll { $0.request.isHead }
+        if waiters.isEmpty && !rules.completeAbandonedFetches {
+            actions.append(.cancelTransfer)
+            finish()
+        }
     }
 
     /// A 304 for the copy being revalidated.
@@ -646,6 +676,8 @@ struct FetchMachine {
         }
         outcome.collapsed = waiter.collapsed
         outcome.apply(to: &headers)
+        // An origin's error page (reverse mode) may quote what a client sent: never sniffed as HTML.
+        if response.head.status >= 400 { headers.set("X-Content-Type-Options", "nosniff") }
         return (HTTPResponseHead(status: response.head.status, reason: response.head.reason, headers: headers), outcome)
     }
 

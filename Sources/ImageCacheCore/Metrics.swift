@@ -73,7 +73,7 @@ package final class Histogram: Sendable {
 /// How a request was answered, as counted (`CacheOutcome.served`: the X-Cache vocabulary, with disk hits told apart;
 /// `error` for the daemon's own error answers).
 public enum ServedOutcome: String, Sendable, CaseIterable, Codable {
-    case hit, diskHit = "disk_hit", stale, miss, coalesced, revalidated, expired, bypass, error
+    case hit, diskHit = "disk_hit", stale, miss, coalesced, revalidated, expired, bypass, pass, error
 
     /// Served from stored bytes without transferring the body upstream.
     var fromCache: Bool { [.hit, .diskHit, .stale, .revalidated].contains(self) }
@@ -87,6 +87,7 @@ extension CacheOutcome {
         switch forward {
         case .stale: return forwardStatus == 304 ? .revalidated : .expired
         case .bypass: return .bypass
+        case .method: return .pass
         case .miss, .request, .varyMiss: return forwardStatus == 304 ? .revalidated : .miss
         }
     }
@@ -226,7 +227,7 @@ public struct DaemonStats: Sendable, Codable, Equatable {
 
     public var version = ""
     public var uptimeSeconds = 0.0
-    /// Requests by outcome (hit, disk_hit, stale, miss, coalesced, revalidated, expired, bypass, error).
+    /// Requests by outcome (hit, disk_hit, stale, miss, coalesced, revalidated, expired, bypass, pass, error).
     public var requests: [String: Int] = [:]
     /// Body bytes written to clients, by outcome.
     public var servedBytes: [String: Int] = [:]

@@ -79,7 +79,8 @@ final class PrefetchRun: @unchecked Sendable {
             var headers = HTTPHeaders()
             headers.add("Host", url.authority)
             let head = HTTPRequestHead(method: "GET", target: url.string, headers: headers)
-            let request = ClientRequest(head: head, url: url, mode: trusted ? .reverse : .fetch, trusted: trusted, client: client)
+            let request = ClientRequest(head: head, url: url, mode: trusted ? .reverse : .fetch, trusted: trusted, client: client,
+                                        fields: proxy.settings.requestFields)
             let sink = PrefetchSink { [self] status, xCache, count, failure in
                 queue.async {
                     self.inFlight -= 1

@@ -22,8 +22,11 @@ final class ProxySettings: Sendable {
     let originRoutes: [OriginRoute]
     /// Signed fetch URLs: keys and whether unsigned fetch and forward requests are refused.
     let signing: URLSigning
+    /// Which request fields go upstream.
+    let requestFields: RequestFieldPolicy
 
     init(_ configuration: Configuration) {
+        requestFields = RequestFieldPolicy(configuration)
         self.configuration = configuration
         contentPolicy = ContentPolicy(allowedTypes: configuration.effectiveContentTypes)
         originRoutes = configuration.origins.compactMap(OriginRoute.init)

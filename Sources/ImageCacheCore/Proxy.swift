@@ -96,16 +96,22 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
         case let .admin(path, query):
             handleAdmin(request, path: path, query: query, body: body, client: client, sink: sink, settings: settings)
         case let .upstream(url, mode, trusted):
-            guard request.method == "GET" || request.method == "HEAD" else {
-                refuse(sink, status: 501, reason: "method \(request.method) is not supported here (only GET and HEAD)",
-                       request: request, client: client, headers: ["Allow": "GET, HEAD"])
+            if let refusal = methodRefusal(request, mode: mode, settings: settings) {
+                refuse(sink, status: refusal.status, reason: refusal.reason, request: request, client: client,
+                       headers: refusal.status == 501 ? ["Allow": "GET, HEAD"]
+                           : refusal.status == 405 ? ["Allow": PassthroughRules.allowedWithoutTrace] : HTTPHeaders())
+                return
+            }
+            if !PassthroughRules.isCached(request.method) {
+                pass(request, body: body, url: url, sink: sink, settings: settings)
                 return
             }
             guard body.isEmpty else {
                 refuse(sink, status: 400, reason: "a \(request.method) request must not have a body", request: request, client: client)
                 return
             }
-            serve(ClientRequest(head: request, url: url, mode: mode, trusted: trusted, client: client), sink: sink)
+            serve(ClientRequest(head: request, url: url, mode: mode, trusted: trusted, client: client,
+                                fields: settings.requestFields), sink: sink)
         }
     }
 
@@ -120,12 +126,56 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
         case let .admin(path, _):
             if path == "/_imagecached/prefetch" && request.method == "POST" { return nil }
             return HTTPParser.ParseError(status: 400, reason: "\(request.method) \(path.prefix(100)) takes no request body")
-        case .upstream:
-            guard request.method == "GET" || request.method == "HEAD" else {
-                return HTTPParser.ParseError(status: 501, reason: "method \(request.method) is not supported here (only GET and HEAD)")
-            }
+        case let .upstream(_, mode, _):
+            if let refusal = methodRefusal(request, mode: mode, settings: settings) { return refusal }
+            // A request passed through to a configured origin takes its body there.
+            if !PassthroughRules.isCached(request.method) { return nil }
             return HTTPParser.ParseError(status: 400, reason: "a \(request.method) request must not have a body")
         }
+    }
+
+    /// Forward and fetch modes take GET and HEAD only (501); reverse mode passes every method but CONNECT (Route) and
+    /// TRACE when pass-trace is off (405).
+    private func methodRefusal(_ request: HTTPRequestHead, mode: Route.Mode, settings: ProxySettings) -> HTTPParser.ParseError? {
+        if PassthroughRules.isCached(request.method) { return nil }
+        guard mode == .reverse else {
+            return HTTPParser.ParseError(status: 501, reason: "method \(request.method) is not supported here (only GET and HEAD; reverse mode passes other methods to its origin)")
+        }
+        if request.method == "TRACE" && !settings.configuration.passTrace {
+            return HTTPParser.ParseError(status: 405, reason: "TRACE is not passed to the origin (pass-trace is off)")
+        }
+        return nil
+    }
+
+    /// Reverse mode: a method the cache does not answer goes to the origin as it is (Passthrough.swift).
+    private func pass(_ request: HTTPRequestHead, body: [UInt8], url: UpstreamURL, sink: any ResponseSink, settings: ProxySettings) {
+        switch PassthroughRules.hops(method: request.method, headers: request.headers) {
+        case .answerHere:
+            answerAsFinalRecipient(request, sink: sink, settings: settings)
+        case let .forward(maxForwards):
+            let sink = MetricsSink(wrapping: sink, metrics: metrics, isHead: false)
+            Passthrough.start(request, body: body, url: url, sink: sink, context: coalescer.context,
+                              fields: settings.requestFields, policy: settings.freshnessPolicy,
+                              writeBuffer: settings.configuration.server.writeBufferBytes, maxForwards: maxForwards)
+        }
+    }
+
+    /// An OPTIONS or TRACE with Max-Forwards: 0 (RFC 9110 7.6.2): the daemon answers for itself.
+    private func answerAsFinalRecipient(_ request: HTTPRequestHead, sink: any ResponseSink, settings: ProxySettings) {
+        metrics.served(.pass)
+        if request.method == "OPTIONS" {
+            let allow = PassthroughRules.allowedWithoutTrace + (settings.configuration.passTrace ? ", TRACE" : "")
+            sink.respond(HTTPResponseHead(status: 200, headers: ["Allow": allow, "Cache-Control": "no-store"]), body: [])
+            return
+        }
+        var echo = "\(request.method) \(request.target) HTTP/1.1\r\n"
+        for field in request.headers where !PassthroughRules.notEchoed.contains(where: { $0.equalsIgnoringASCIICase(field.name) }) {
+            echo += "\(field.name): \(field.value)\r\n"
+        }
+        echo += "\r\n"
+        sink.respond(HTTPResponseHead(status: 200, headers: ["Content-Type": "message/http", "Cache-Control": "no-store",
+                                                             "X-Content-Type-Options": "nosniff"]),
+                     body: Array(echo.utf8))
     }
 
     /// The cache lookup, on the connection's loop thread. A fresh hit is answered here without a queue hop.
@@ -210,8 +260,12 @@ struct ClientRequest: Sendable {
     let trusted: Bool
     let client: ClientInfo
     let cacheControl: CacheControl
-    init(head: HTTPRequestHead, url: UpstreamURL, mode: Route.Mode, trusted: Bool, client: ClientInfo) {
+    /// Which of its fields go upstream (from the settings the request was routed with).
+    let fields: RequestFieldPolicy
+    init(head: HTTPRequestHead, url: UpstreamURL, mode: Route.Mode, trusted: Bool, client: ClientInfo,
+         fields: RequestFieldPolicy = RequestFieldPolicy()) {
         self.head = head
+        self.fields = fields
         self.url = url
         self.mode = mode
         self.trusted = trusted
@@ -219,20 +273,10 @@ struct ClientRequest: Sendable {
         cacheControl = CacheControl(head.headers)
     }
 
-    /// The request fields sent upstream. Vary is judged on these: a field we never forward (Origin, Cookie,
-    /// Accept-Encoding ...) is absent for every client, so it cannot split the cache or the coalescing.
-    /// Computed when asked: a fresh hit of an entry without Vary never needs it.
-    var forwardedHeaders: HTTPHeaders {
-        var forwarded = HTTPHeaders()
-        for name in ClientRequest.forwardedNames {
-            if let value = head.headers.combined(name) { forwarded.add(name, value) }
-        }
-        if let authorization = head.headers["Authorization"] { forwarded.add("Authorization", authorization) }
-        return forwarded
-    }
-
-    /// End-to-end request fields that matter for images and are sent upstream.
-    static let forwardedNames = ["Accept", "Accept-Language", "User-Agent"]
+    /// The request fields sent upstream (RequestFields.swift). Vary is judged on these: a field never forwarded is
+    /// absent for every client, so it cannot split the cache or the coalescing. Computed when asked: a fresh hit of
+    /// an entry without Vary never needs it.
+    var forwardedHeaders: HTTPHeaders { fields.forwarded(head.headers, mode: mode, cached: true) }
 
     var isHead: Bool { head.method == "HEAD" }
 
@@ -242,11 +286,11 @@ struct ClientRequest: Sendable {
         CacheDecision.beforeLookup(requestCacheControl: cacheControl, hasAuthorization: head.headers.contains("Authorization"))
     }
 
-    /// The end-to-end request fields sent upstream: the ones that matter for images, credentials on a bypass, and
-    /// this daemon's `via` (LoopGuard.viaValue).
+    /// The end-to-end request fields sent upstream (`forwardedHeaders`) and Via with this daemon's `via`
+    /// (LoopGuard.viaValue) appended.
     func upstreamHeaders(via: String) -> HTTPHeaders {
         var headers = forwardedHeaders
-        headers.add("Via", via)
+        headers.add("Via", RequestFieldPolicy.via(head.headers, mode: mode, own: via))
         return headers
     }
 

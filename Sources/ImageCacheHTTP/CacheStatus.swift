@@ -10,6 +10,8 @@
 //   MISS         imagecached; fwd=request; ...                  the request's no-cache forced a revalidation
 //   MISS         imagecached; fwd=vary-miss; ...                stored variant does not match the request's Vary fields
 //   BYPASS       imagecached; fwd=bypass; ...                   not cacheable as asked (Authorization, no-store) or not shareable
+//   PASS         imagecached; fwd=method; fwd-status=201        reverse mode: a method the cache does not answer, passed
+//                                                               through (Passthrough.swift)
 //   HIT          imagecached; hit; ttl=N; detail=disk           fresh on disk (after a restart, or evicted from memory)
 //   STALE        imagecached; hit; ttl=-N; detail=stale-if-error   stale, served because the origin failed and
 //                                                               stale-if-error (directive or the offline policy) allows it
@@ -27,6 +29,8 @@ public struct CacheOutcome: Sendable, Equatable {
         case miss = "uri-miss"
         case stale, request, bypass
         case varyMiss = "vary-miss"
+        /// The method is not one the cache answers (reverse mode passes it through).
+        case method
     }
     /// nil for a hit (served from the cache without contacting the origin).
     package var forward: Forward?
@@ -57,6 +61,7 @@ public struct CacheOutcome: Sendable, Equatable {
         switch forward {
         case .stale: return forwardStatus == 304 ? "REVALIDATED" : "EXPIRED"
         case .bypass: return "BYPASS"
+        case .method: return "PASS"
         case .miss, .request, .varyMiss: return forwardStatus == 304 ? "REVALIDATED" : "MISS"
         }
     }

@@ -38,8 +38,8 @@ struct ConfigKeysTests {
             "listen", "origin", "origins", "cache-dir", "disk-limit", "disk-max-age", "disk-low-water", "disk-fsync",
             "memory-limit", "memory-count-limit", "memory-object-limit", "max-variants", "max-object-size",
             "stale-if-error", "content-types", "allow-svg", "allow-private-networks", "heuristic-fraction",
-            "heuristic-max", "targeted-cache-control", "strip-targeted-cache-control", "complete-abandoned-fetches",
-            "log-level", "access-log", "admin-allow", "admin-hosts", "admin-token", "admin-token-file",
+            "heuristic-max", "targeted-cache-control", "strip-targeted-cache-control", "forward-request-fields",
+            "drop-request-fields", "pass-trace", "complete-abandoned-fetches", "log-level", "access-log", "admin-allow", "admin-hosts", "admin-token", "admin-token-file",
             "signing-keys", "signing-keys-file", "require-signature", "in-flight-limit", "shutdown-timeout",
             "server.max-request-line", "server.max-header-bytes", "server.max-header-count",
             "server.max-request-body", "server.write-buffer", "server.header-timeout", "server.body-timeout",
@@ -50,7 +50,8 @@ struct ConfigKeysTests {
         ])
         // The switches take no value; every other flag does.
         #expect(ConfigKey.all.filter(\.isSwitch).map(\.name) == ["disk-fsync", "allow-svg", "allow-private-networks",
-                                                                  "strip-targeted-cache-control", "complete-abandoned-fetches"])
+                                                                  "strip-targeted-cache-control", "pass-trace",
+                                                                  "complete-abandoned-fetches"])
     }
 
     @Test("the README's table of keys is the one the table renders")

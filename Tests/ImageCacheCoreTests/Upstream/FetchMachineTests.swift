@@ -15,9 +15,9 @@ struct FetchMachineTests {
     static let t0 = Fixture.t0
     static let png: [UInt8] = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A] + Array(repeating: 7, count: 92)
 
-    static func request(_ headers: [(String, String)] = [], method: String = "GET") -> ClientRequest {
+    static func request(_ headers: [(String, String)] = [], method: String = "GET", mode: Route.Mode = .reverse) -> ClientRequest {
         ClientRequest(head: HTTPRequestHead(method: method, target: url, headers: HTTPHeaders([("Host", "origin.test")] + headers)),
-                      url: try! UpstreamURL.parse(url), mode: .reverse, trusted: true,
+                      url: try! UpstreamURL.parse(url), mode: mode, trusted: mode == .reverse,
                       client: ClientInfo(address: "127.0.0.1", isLoopback: true))
     }
 
@@ -203,9 +203,38 @@ struct FetchMachineTests {
              ["error upstream_status_4xx", "fail 404 [1, 2]", "cancel", "closed", "finish"]),
         ]
         for (head, expected) in cases {
-            var machine = Self.machine(others: [Self.request()])
+            var machine = Self.machine(leader: Self.request(mode: .fetch), others: [Self.request(mode: .fetch)])
             _ = machine.start()
             #expect(Self.lines(machine.receiveHead(head, url: Self.url, redirects: [], now: Self.t0)) == expected)
+        }
+    }
+
+    @Test("reverse mode: an origin's 404 page, 301 or 204 goes to the leader as it is (no image check, not stored, an error page nosniff); the clients that joined go upstream alone")
+    func reversePassesStatuses() throws {
+        // Given a leader and one collapsed waiter
+        var machine = Self.machine(others: [Self.request()])
+        _ = machine.start()
+        // When the origin answers with its HTML 404 page
+        let page = Array("<h1>no such image</h1>".utf8)
+        let actions = machine.receiveHead(HTTPResponseHead(status: 404, headers: HTTPHeaders([("Content-Type", "text/html"),
+                                                                                            ("Content-Length", String(page.count))])),
+                                          url: Self.url, redirects: [], now: Self.t0)
+        // Then
+        #expect(Self.lines(actions) == ["error upstream_status_4xx", "closed", "alone [2]", "head 404 MISS to 1"])
+        guard case let .sendHead(head, outcome, length, _, _)? = actions.first(where: { if case .sendHead = $0 { true } else { false } })
+        else { Issue.record("no head"); return }
+        #expect(head.headers["X-Content-Type-Options"] == "nosniff" && head.headers["Content-Type"] == "text/html")
+        #expect(length == page.count && !outcome.stored)
+        #expect(Self.lines(machine.receiveBody(page, now: Self.t0)) == ["body 22 to [1]", "end [1]", "finish"])
+
+        // A redirect is the final response (reverse mode does not follow it) and a 204 ends at once
+        for (status, extra) in [(301, [("Location", "/b.png")]), (204, [])] {
+            var other = Self.machine()
+            _ = other.start()
+            let lines = Self.lines(other.receiveHead(HTTPResponseHead(status: status, headers: HTTPHeaders(extra)), url: Self.url,
+                                                     redirects: [], now: Self.t0))
+            #expect(lines == ["closed", "head \(status) MISS to 1"])
+            #expect(Self.lines(other.receiveEnd(now: Self.t0)) == ["end [1]", "finish"])
         }
     }
 

@@ -161,6 +161,11 @@ final class ProxyHarness {
     }
 
     func connect() throws -> TestConnection { try TestConnection(port: port) }
+
+    /// The fetch-mode target (/fetch?url=) for `path` on the origin.
+    func fetchTarget(_ path: String) -> String {
+        "/fetch?url=" + (origin.baseURL + path).addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
+    }
 }
 
 /// Waits for a semaphore off the Swift concurrency pool; false after `timeout` seconds.

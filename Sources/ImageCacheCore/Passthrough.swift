@@ -1,0 +1,209 @@
+// PASS-THROUGH: a request the cache does not answer, sent to a configured origin as it is (reverse mode only).
+//
+// Rules (pure, `PassthroughRules`):
+//   1. Reverse mode answers GET and HEAD from the cache; every other method (POST, PUT, DELETE, PATCH, OPTIONS,
+//      unknown ones) is passed through uncached: its body (read within server.max-request-body, 413 beyond) and its
+//      end-to-end fields (RequestFields.swift, preconditions and Range included) go to the origin, and the origin's
+//      response (any status, its own body, redirects not followed) comes back as it is, with Cache-Status
+//      `fwd=method` and X-Cache PASS. CONNECT is 501 (Route); TRACE is 405 unless pass-trace is on. Forward and fetch
+//      modes take GET and HEAD only (501).
+//   2. Invalidation (RFC 9111 4.4): a non-error response (2xx, 3xx) to an unsafe method (any but GET, HEAD, OPTIONS,
+//      TRACE) removes every stored variant of the target URI, and of the URIs in Location and Content-Location when
+//      they are on the same origin (scheme, host and port), from both tiers, before the client has the response.
+//      A relative reference is resolved against the target (absolute paths and absolute URLs; RFC 3986 dot
+//      segments are normalised by the URL parser).
+//   3. Max-Forwards (RFC 9110 7.6.2) on OPTIONS and TRACE: 0 is answered by the daemon itself (OPTIONS: 200 with
+//      the methods it passes; TRACE: 200 message/http echoing the request without its credentials); more is
+//      decremented. Other methods carry it unchanged.
+//   4. The response head: hop-by-hop fields removed (the origin seam), targeted cache-control fields removed when
+//      strip-targeted-cache-control says so, an error page (4xx, 5xx) says nosniff.
+//
+// `Passthrough` runs one exchange. Ownership: its state is confined to the proxy queue (origin events and the
+// client's progress arrive with `queue.async`). Backpressure: the transfer's delivery window is server.write-buffer;
+// delivered bytes are given back to the window as the client takes them (`whenWritten`), so a slow client holds the
+// origin back instead of growing the daemon's memory.
+
+internal import ImageCacheHTTP
+internal import ImageCacheConfig
+internal import ImageCacheServer
+internal import ImageCacheStore
+internal import ImageCacheUpstream
+internal import Dispatch
+internal import Foundation
+internal import Logging
+
+enum PassthroughRules {
+    /// Methods the cache answers (reverse mode passes every other one through).
+    static func isCached(_ method: String) -> Bool { method == "GET" || method == "HEAD" }
+
+    /// Safe methods (RFC 9110 9.2.1); a response to any other one invalidates (rule 2).
+    static func isSafe(_ method: String) -> Bool { ["GET", "HEAD", "OPTIONS", "TRACE"].contains(method) }
+
+    /// Rule 2: the stored URIs a response invalidates.
+    static func invalidated(method: String, status: Int, target: UpstreamURL, response: HTTPHeaders) -> [UpstreamURL] {
+        guard !isSafe(method), (200..<400).contains(status) else { return [] }
+        var urls = [target]
+        for name in ["Location", "Content-Location"] {
+            guard let value = response[name], let url = resolve(value, against: target),
+                  url.scheme == target.scheme, url.host == target.host, url.effectivePort == target.effectivePort,
+                  !urls.contains(url) else { continue }
+            urls.append(url)
+        }
+        return urls
+    }
+
+    /// An absolute URL, or an absolute path on `base`'s origin; nil for other references.
+    static func resolve(_ reference: String, against base: UpstreamURL) -> UpstreamURL? {
+        let text = reference.trimmingOWS()
+        if text.hasPrefix("//") { return try? UpstreamURL.parse(base.scheme + ":" + text) }
+        if text.hasPrefix("/") { return try? UpstreamURL.parse(base.scheme + "://" + base.authority + text) }
+        if text.contains("://") { return try? UpstreamURL.parse(String(text)) }
+        return nil
+    }
+
+    enum Hops: Equatable {
+        /// Send it on with this Max-Forwards value (nil: none).
+        case forward(maxForwards: String?)
+        /// Max-Forwards is 0: the daemon is the final recipient.
+        case answerHere
+    }
+
+    /// Rule 3.
+    static func hops(method: String, headers: HTTPHeaders) -> Hops {
+        guard let value = headers["Max-Forwards"] else { return .forward(maxForwards: nil) }
+        guard method == "OPTIONS" || method == "TRACE" else { return .forward(maxForwards: value) }
+        guard let count = Int(value.trimmingOWS()), count >= 0 else { return .forward(maxForwards: nil) }
+        return count == 0 ? .answerHere : .forward(maxForwards: String(min(count - 1, 255)))
+    }
+
+    /// Rule 4: what the client receives for the origin's `head`.
+    static func clientHead(_ head: HTTPResponseHead, outcome: CacheOutcome, policy: FreshnessPolicy) -> HTTPResponseHead {
+        var headers = head.headers
+        headers.remove("Content-Length")
+        if policy.stripsTargetedFields {
+            for name in policy.targetedFields { headers.remove(name) }
+        }
+        outcome.apply(to: &headers)
+        if head.status >= 400 { headers.set("X-Content-Type-Options", "nosniff") }
+        return HTTPResponseHead(status: head.status, reason: head.reason, headers: headers)
+    }
+
+    /// The methods named in Allow (405 to a TRACE, an OPTIONS answered here); any other method is passed too.
+    static let allowedWithoutTrace = "GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS"
+
+    /// Fields a TRACE echo leaves out (RFC 9110 9.3.8: likely sensitive).
+    static let notEchoed = ["Authorization", "Proxy-Authorization", "Cookie"]
+}
+
+/// One request passed through to a configured origin and its response relayed (the rules above).
+final class Passthrough: @unchecked Sendable {
+    // MARK: immutable after init
+    private let request: HTTPRequestHead
+    private let url: UpstreamURL
+    private let sink: any ResponseSink
+    private let context: FetchContext
+    private let policy: FreshnessPolicy
+
+    // MARK: owned by `context.queue`
+    private var transfer: (any UpstreamTransfer)?
+    private var headSent = false
+    private var finished = false
+    /// Body bytes handed to the sink, and those given back to the transfer's delivery window.
+    private var sent = 0
+    private var released = 0
+    private var watching = false
+    /// For the upstream metrics: when the transfer started, and the body bytes it brought.
+    private let started = ContinuousClock.now
+
+    private init(request: HTTPRequestHead, url: UpstreamURL, sink: any ResponseSink, context: FetchContext,
+                 policy: FreshnessPolicy) {
+        self.request = request
+        self.url = url
+        self.sink = sink
+        self.context = context
+        self.policy = policy
+    }
+
+    /// Starts the exchange (on any thread). `body`: the request body as read; `fields`: which fields go upstream.
+    static func start(_ request: HTTPRequestHead, body: [UInt8], url: UpstreamURL, sink: any ResponseSink,
+                      context: FetchContext, fields: RequestFieldPolicy, policy: FreshnessPolicy, writeBuffer: Int,
+                      maxForwards: String?) {
+        let exchange = Passthrough(request: request, url: url, sink: sink, context: context, policy: policy)
+        var headers = fields.forwarded(request.headers, mode: .reverse, cached: false)
+        if let maxForwards { headers.add("Max-Forwards", maxForwards) }
+        headers.add("Via", RequestFieldPolicy.via(request.headers, mode: .reverse, own: context.via))
+        // A body goes with Content-Length; methods defined with content get one even when it is empty.
+        let sendsBody = !body.isEmpty || ["POST", "PUT", "PATCH"].contains(request.method)
+        let upstream = UpstreamRequest(url: url.string, method: request.method, body: sendsBody ? body : nil,
+                                       followsRedirects: false, headers: headers, trusted: true,
+                                       maxBodyBytes: Int(Int64.max), deliveryWindow: writeBuffer)
+        context.queue.async {
+            exchange.transfer = context.origin.fetch(upstream) { event in
+                context.queue.async { exchange.receive(event) }
+            }
+            sink.onCancel { context.queue.async { exchange.clientLeft() } }
+        }
+    }
+
+    private func receive(_ event: UpstreamEvent) {
+        guard !finished else { return }
+        switch event {
+        case let .head(head, _, _):
+            for stale in PassthroughRules.invalidated(method: request.method, status: head.status, target: url,
+                                                      response: head.headers) {
+                context.logger.debug("\(request.method) \(url.string) answered \(head.status): invalidating \(stale.string)")
+                context.store.remove(CacheKey(stale))
+            }
+            if head.status >= 400 { context.metrics.error("upstream_status_\(head.status / 100)xx") }
+            let outcome = CacheOutcome(forward: .method, forwardStatus: head.status)
+            sink.note(outcome)
+            let length = head.headers["Content-Length"].flatMap { Int($0.trimmingOWS()) }
+            sink.head(PassthroughRules.clientHead(head, outcome: outcome, policy: policy), bodyLength: length)
+            headSent = true
+        case let .body(chunk):
+            sent += chunk.count
+            sink.body(chunk)
+            watchClient()
+        case .end:
+            finish(result: "ok")
+            sink.end()
+        case let .failed(error):
+            finish(result: error.kind)
+            if case .cancelled = error { return }
+            context.metrics.error("upstream_" + error.kind)
+            context.logger.warning("\(error.httpStatus) \(request.method) \(url.string): \(error)")
+            if headSent { sink.abort() } else { sink.fail(status: error.httpStatus, reason: error.description) }
+        }
+    }
+
+    /// Gives the bytes the client has taken back to the transfer's delivery window, a batch at a time.
+    private func watchClient() {
+        guard !watching, sent > released else { return }
+        watching = true
+        let target = sent
+        sink.whenWritten(target) { [context] in
+            context.queue.async {
+                self.watching = false
+                guard !self.finished else { return }
+                self.transfer?.consumed(target - self.released)
+                self.released = target
+                self.watchClient()
+            }
+        }
+    }
+
+    private func clientLeft() {
+        guard !finished else { return }
+        transfer?.cancel()
+        finish(result: "cancelled")
+    }
+
+    /// No event counts after this; the transfer (whose callback holds this exchange) is let go.
+    private func finish(result: String) {
+        finished = true
+        transfer = nil
+        let elapsed = ContinuousClock.now - started
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        context.metrics.upstreamFinished(host: url.host, result: result, seconds: seconds, bytes: sent)
+    }
+}

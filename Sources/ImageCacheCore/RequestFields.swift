@@ -1,0 +1,75 @@
+// WHICH REQUEST FIELDS GO UPSTREAM, stated once. Pure.
+//
+// Forward and fetch modes (any origin on the internet, on a client's word): only the fields of
+// `forward-request-fields` (default Accept, Accept-Language, User-Agent), and Authorization (such a request bypasses
+// the cache: CacheDecision.beforeLookup). Cookies, Referer and the rest stay on this machine.
+//
+// Reverse mode (a configured origin), as nginx's proxy_pass does: every end-to-end field the client sent, except
+//   1. hop-by-hop fields and every field the Connection field names (RFC 9110 7.6.1): Connection, Keep-Alive,
+//      Proxy-Connection, Proxy-Authorization, TE, Trailer, Transfer-Encoding, Upgrade;
+//   2. Host (the origin's goes, from its URL), Content-Length and Expect (the body is framed anew), Max-Forwards
+//      (decremented: ProxyPassthrough), Via (the daemon appends its own to the client's: `upstreamHeaders`);
+//   3. the fields of `drop-request-fields`;
+//   4. on a request the cache answers (GET, HEAD): the client's preconditions and Range (If-None-Match,
+//      If-Modified-Since, If-Match, If-Unmodified-Since, If-Range, Range). The cache fetches the whole response for
+//      every client, makes its own conditional requests to revalidate, and evaluates the client's itself
+//      (RFC 9111 4.3); a precondition sent upstream would make the shared response one client's answer.
+// A request passed through (any other method) keeps its preconditions and Range: they are the origin's to judge.
+//
+// Vary is judged on the fields that go upstream (`ClientRequest.forwardedHeaders`): a field never sent cannot
+// change the response, so it cannot split the cache or the coalescing.
+
+internal import ImageCacheHTTP
+internal import ImageCacheConfig
+
+struct RequestFieldPolicy: Sendable {
+    /// Forward and fetch modes: the only fields sent (Authorization aside).
+    let forwardNames: [String]
+    /// Reverse mode: fields never sent.
+    let droppedNames: [String]
+
+    init(forwardNames: [String] = ["Accept", "Accept-Language", "User-Agent"], droppedNames: [String] = []) {
+        self.forwardNames = forwardNames
+        self.droppedNames = droppedNames
+    }
+
+    init(_ configuration: Configuration) {
+        self.init(forwardNames: configuration.forwardRequestFields, droppedNames: configuration.dropRequestFields)
+    }
+
+    /// Rule 2: fields the daemon sets itself (or curl does).
+    static let replacedNames = ["Host", "Content-Length", "Expect", "Max-Forwards", "Via"]
+    /// Rule 4: the client's preconditions and Range, kept from the fetches the cache makes for everyone.
+    static let conditionalNames = ["If-None-Match", "If-Modified-Since", "If-Match", "If-Unmodified-Since", "If-Range", "Range"]
+
+    /// The fields of `headers` sent upstream for a request in `mode`; `cached`: the cache answers it (GET, HEAD).
+    func forwarded(_ headers: HTTPHeaders, mode: Route.Mode, cached: Bool) -> HTTPHeaders {
+        var forwarded = HTTPHeaders()
+        guard mode == .reverse else {
+            for name in forwardNames {
+                if let value = headers.combined(name) { forwarded.add(name, value) }
+            }
+            if let authorization = headers["Authorization"] { forwarded.add("Authorization", authorization) }
+            return forwarded
+        }
+        let connectionNamed = headers.tokens("Connection").map(String.init)
+        for field in headers {
+            let name = field.name
+            if HopByHop.names.contains(where: { $0.equalsIgnoringASCIICase(name) })
+                || connectionNamed.contains(where: { $0.equalsIgnoringASCIICase(name) })
+                || Self.replacedNames.contains(where: { $0.equalsIgnoringASCIICase(name) })
+                || droppedNames.contains(where: { $0.equalsIgnoringASCIICase(name) })
+                || (cached && Self.conditionalNames.contains(where: { $0.equalsIgnoringASCIICase(name) })) {
+                continue
+            }
+            forwarded.add(name, field.value)
+        }
+        return forwarded
+    }
+
+    /// The Via field sent upstream: the client's (reverse mode) with this daemon's `via` appended (RFC 9110 7.6.3).
+    static func via(_ headers: HTTPHeaders, mode: Route.Mode, own via: String) -> String {
+        guard mode == .reverse, let client = headers.combined("Via") else { return via }
+        return client + ", " + via
+    }
+}

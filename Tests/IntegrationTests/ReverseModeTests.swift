@@ -1,0 +1,213 @@
+// Reverse mode as a transparent HTTP cache in front of a configured origin: every method passes through with its body
+// and fields, every status comes back with its own body, request fields are forwarded as nginx does, and an unsafe
+// method's success invalidates what is stored (RFC 9111 4.4). Real daemon, real libcurl, a local origin.
+
+import Foundation
+import Testing
+import ImageCacheConfig
+@testable import ImageCacheOps
+import ImageCacheUpstream
+import ImageCacheCore
+
+@Suite("Reverse mode: every method and status passes through a configured origin", .timeLimit(.minutes(2)))
+struct ReverseModeTests {
+    static let png = Fixtures.png(size: 3000)
+
+    static func image(_ extra: [(String, String)] = []) -> Reply {
+        Reply(status: 200, headers: [("Content-Type", "image/png"), ("Cache-Control", "max-age=600")] + extra, body: png)
+    }
+
+    /// One request with a body on a new connection.
+    static func send(_ harness: ProxyHarness, _ method: String, _ target: String, headers: [(String, String)] = [],
+                     body: [UInt8] = []) async throws -> TestResponse {
+        let client = try harness.connect()
+        var head = "\(method) \(target) HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        for (name, value) in headers { head += "\(name): \(value)\r\n" }
+        if !body.isEmpty || ["POST", "PUT", "PATCH"].contains(method) { head += "Content-Length: \(body.count)\r\n" }
+        try client.send(Array((head + "\r\n").utf8) + body)
+        return try await client.response(forHEAD: method == "HEAD")
+    }
+
+    @Test("an unsafe method reaches the origin with its body and end-to-end fields; the origin's answer comes back as it is, counted as PASS",
+          arguments: ["POST", "PUT", "PATCH", "DELETE", "REPORT"])
+    func methodsPassThrough(method: String) async throws {
+        // Given
+        let harness = try ProxyHarness()
+        harness.origin.route("/doc") { request in
+            Reply(status: 201, headers: [("Content-Type", "application/json"), ("Location", "/doc/7"), ("X-Origin", "1")],
+                  body: Array("{\"made\":\"\(request.method)\",\"bytes\":\(request.body.count)}".utf8))
+        }
+        let body = Array(repeating: UInt8(ascii: "x"), count: 70_000)
+        // When
+        let response = try await Self.send(harness, method, "/doc", headers: [
+            ("Content-Type", "application/octet-stream"), ("If-Match", "\"v3\""), ("Authorization", "Bearer abc"),
+            ("Cookie", "s=1"), ("Referer", "http://app.test/"), ("X-Request-Id", "r-9"), ("Via", "1.1 edge"),
+            ("Connection", "keep-alive, X-Hop"), ("X-Hop", "secret"), ("Keep-Alive", "timeout=5"),
+        ], body: body)
+        // Then the client has the origin's response
+        #expect(response.status == 201)
+        #expect(response.text == "{\"made\":\"\(method)\",\"bytes\":70000}")
+        #expect(response.header("Location") == "/doc/7" && response.header("X-Origin") == "1")
+        #expect(response.header("X-Cache") == "PASS")
+        #expect(response.header("Cache-Status") == "imagecached; fwd=method; fwd-status=201")
+        // And the origin had the request as the client sent it, hop-by-hop fields aside
+        let seen = try #require(harness.origin.requests("/doc").first)
+        #expect(seen.method == method && seen.body == body)
+        for name in ["Content-Type", "If-Match", "Authorization", "Cookie", "Referer", "X-Request-Id"] {
+            #expect(seen.header(name) != nil, "\(name) was not forwarded")
+        }
+        #expect(seen.header("X-Hop") == nil && seen.header("Keep-Alive") == nil)
+        #expect(seen.header("Via") == "1.1 edge, " + harness.daemon.loopGuard.viaValue)
+        #expect(seen.header("Host") == "127.0.0.1:\(harness.origin.port)")
+        let stats = try await OperationsTests.stats(harness)
+        #expect(stats.requests["pass"] == 1)
+        #expect(stats.upstream.transfers["ok"] == 1)
+    }
+
+    @Test("a non-error answer to an unsafe method removes the stored target, Location and Content-Location on the same origin; an error answer, a safe method and another origin's URL remove nothing")
+    func invalidation() async throws {
+        // Given five stored images
+        let harness = try ProxyHarness()
+        for name in ["a", "b", "c", "d", "e"] { harness.origin.route("/\(name).png") { _ in Self.image() } }
+        let other = "http://127.0.0.2:\(harness.origin.port)", base = harness.origin.baseURL
+        harness.origin.route("/a.png?edit") { _ in
+            Reply(status: 303, headers: [("Location", "/b.png"), ("Content-Location", base + "/c.png")])
+        }
+        harness.origin.route("/d.png?edit") { _ in Reply(status: 500, body: Array("failed".utf8)) }
+        harness.origin.route("/e.png?edit") { _ in Reply(status: 200, headers: [("Location", other + "/e.png")]) }
+        for name in ["a", "b", "c", "d", "e"] {
+            _ = try await harness.get("/\(name).png")
+            #expect(try await harness.get("/\(name).png").header("X-Cache") == "HIT")
+        }
+        // When
+        let invalidating = try await Self.send(harness, "POST", "/a.png?edit", body: Array("w=1".utf8))
+        let failing = try await Self.send(harness, "PUT", "/d.png?edit", body: Array("w=2".utf8))
+        let elsewhere = try await Self.send(harness, "PATCH", "/e.png?edit", body: Array("w=3".utf8))
+        let options = try await Self.send(harness, "OPTIONS", "/e.png")
+        // Then
+        #expect(invalidating.status == 303 && failing.status == 500 && elsewhere.status == 200 && options.status == 200)
+        #expect(failing.text == "failed")
+        // The POST's target is /a.png?edit: its own URL (nothing stored), Location /b.png, Content-Location /c.png
+        for name in ["b", "c"] {
+            #expect(try await harness.get("/\(name).png").header("X-Cache") == "MISS", "/\(name).png was not invalidated")
+        }
+        for name in ["a", "d", "e"] {
+            #expect(try await harness.get("/\(name).png").header("X-Cache") == "HIT", "/\(name).png was invalidated")
+        }
+        // A non-error answer to the target URI itself removes it
+        harness.origin.route("/a.png") { request in request.method == "DELETE" ? Reply(status: 204) : Self.image() }
+        #expect(try await Self.send(harness, "DELETE", "/a.png").status == 204)
+        #expect(try await harness.get("/a.png").header("X-Cache") == "MISS")
+    }
+
+    @Test("statuses pass through with their own bodies and fields: a redirect is not followed, an error page is not replaced (and says nosniff), 204 and 206 as sent; nothing is stored")
+    func statusesPassThrough() async throws {
+        let harness = try ProxyHarness()
+        let page = Array("<html><body>no such image</body></html>".utf8)
+        harness.origin.route("/moved.png") { _ in Reply(status: 301, headers: [("Location", "/new.png")], body: Array("moved".utf8)) }
+        harness.origin.route("/new.png") { _ in Self.image() }
+        harness.origin.route("/gone.png") { _ in Reply(status: 404, headers: [("Content-Type", "text/html"), ("X-Origin", "1")], body: page) }
+        harness.origin.route("/down.png") { _ in Reply(status: 503, headers: [("Content-Type", "text/html"), ("Retry-After", "5")], body: page) }
+        harness.origin.route("/empty.png") { _ in Reply(status: 204, headers: [("X-Origin", "1")]) }
+        harness.origin.route("/part.png") { _ in
+            Reply(status: 206, headers: [("Content-Type", "image/png"), ("Content-Range", "bytes 0-9/3000")], body: Array(Self.png.prefix(10)))
+        }
+        for _ in 0..<2 {
+            let moved = try await harness.get("/moved.png")
+            #expect(moved.status == 301 && moved.header("Location") == "/new.png" && moved.text == "moved")
+            let gone = try await harness.get("/gone.png")
+            #expect(gone.status == 404 && gone.body == page && gone.header("Content-Type") == "text/html")
+            #expect(gone.header("X-Origin") == "1" && gone.header("X-Content-Type-Options") == "nosniff")
+            let down = try await harness.get("/down.png")
+            #expect(down.status == 503 && down.body == page && down.header("Retry-After") == "5")
+            let empty = try await harness.get("/empty.png")
+            #expect(empty.status == 204 && empty.body.isEmpty && empty.header("X-Origin") == "1")
+            let part = try await harness.get("/part.png")
+            #expect(part.status == 206 && part.body == Array(Self.png.prefix(10)) && part.header("Content-Range") == "bytes 0-9/3000")
+            let head = try await harness.get("/gone.png", method: "HEAD")
+            #expect(head.status == 404 && head.header("Content-Type") == "text/html")
+        }
+        #expect(harness.origin.requestCount("/new.png") == 0, "a redirect was followed")
+        // HEAD is fetched with GET: each /gone.png round is a GET and a HEAD, every one upstream (nothing stored)
+        for (path, count) in [("/moved.png", 2), ("/gone.png", 4), ("/down.png", 2), ("/empty.png", 2), ("/part.png", 2)] {
+            #expect(harness.origin.requestCount(path) == count, "\(path) was answered from the cache")
+        }
+    }
+
+    @Test("every end-to-end request field reaches the origin on a cached GET, but not the client's preconditions or Range; drop-request-fields removes the named ones")
+    func requestFields() async throws {
+        let harness = try ProxyHarness { $0.dropRequestFields = ["X-Debug"] }
+        harness.origin.route("/f.png") { _ in Self.image([("ETag", "\"v1\"")]) }
+        _ = try await harness.get("/f.png", headers: [
+            ("Accept", "image/avif"), ("Cookie", "s=1"), ("Referer", "http://app.test/"), ("X-Tenant", "t1"),
+            ("X-Debug", "1"), ("If-None-Match", "\"v0\""), ("If-Modified-Since", "Tue, 01 Jan 2030 00:00:00 GMT"),
+            ("Range", "bytes=0-9"), ("Connection", "X-Hop"), ("X-Hop", "1"),
+        ])
+        let seen = try #require(harness.origin.requests("/f.png").first)
+        #expect(seen.header("Accept") == "image/avif" && seen.header("Cookie") == "s=1")
+        #expect(seen.header("Referer") == "http://app.test/" && seen.header("X-Tenant") == "t1")
+        for name in ["X-Debug", "If-None-Match", "If-Modified-Since", "Range", "X-Hop"] {
+            #expect(seen.header(name) == nil, "\(name) was forwarded")
+        }
+    }
+
+    @Test("forward and fetch modes send only forward-request-fields (and take GET and HEAD only)")
+    func fetchModeFields() async throws {
+        let harness = try ProxyHarness { $0.forwardRequestFields = ["Accept", "X-Trace"] }
+        harness.origin.route("/g.png") { _ in Self.image() }
+        let target = harness.fetchTarget("/g.png")
+        _ = try await harness.get(target, headers: [("Accept", "image/webp"), ("X-Trace", "t"), ("User-Agent", "ua/1"),
+                                                    ("Cookie", "s=1")])
+        let seen = try #require(harness.origin.requests("/g.png").first)
+        #expect(seen.header("Accept") == "image/webp" && seen.header("X-Trace") == "t")
+        #expect(seen.header("Cookie") == nil)
+        #expect(seen.header("User-Agent") == "imagecached/\(imagecachedVersion)", "not in the list: the daemon's own")
+        let post = try await Self.send(harness, "POST", target, body: [1, 2, 3])
+        #expect(post.status == 501 && post.text.contains("only GET and HEAD"))
+    }
+
+    @Test("a request body at server.max-request-body passes; one byte more is refused with 413 before the origin is asked")
+    func requestBodyLimit() async throws {
+        let harness = try ProxyHarness { $0.server.maxRequestBodyBytes = 4096 }
+        harness.origin.route("/up") { request in Reply(status: 200, body: Array("\(request.body.count)".utf8)) }
+        let atLimit = try await Self.send(harness, "PUT", "/up", body: Array(repeating: 1, count: 4096))
+        let over = try await Self.send(harness, "PUT", "/up", body: Array(repeating: 1, count: 4097))
+        #expect(atLimit.status == 200 && atLimit.text == "4096")
+        #expect(over.status == 413)
+        #expect(harness.origin.requestCount("/up") == 1)
+    }
+
+    @Test("TRACE is 405 unless pass-trace; Max-Forwards: 0 on OPTIONS or TRACE is answered by the daemon (TRACE echoes without credentials); more is decremented")
+    func traceAndMaxForwards() async throws {
+        let refusing = try ProxyHarness()
+        let refused = try await refusing.get("/t", method: "TRACE")
+        #expect(refused.status == 405 && refused.header("Allow")?.contains("TRACE") == false)
+        #expect(refused.text.contains("pass-trace"))
+        #expect(refusing.origin.requestCount("/t") == 0)
+
+        let harness = try ProxyHarness { $0.passTrace = true }
+        harness.origin.route("/t") { request in Reply(status: 200, body: Array("\(request.method) mf=\(request.header("Max-Forwards") ?? "-")".utf8)) }
+        let traced = try await harness.get("/t", method: "TRACE", headers: [("Max-Forwards", "3")])
+        #expect(traced.status == 200 && traced.text == "TRACE mf=2")
+        let options = try await harness.get("/t", method: "OPTIONS", headers: [("Max-Forwards", "1")])
+        #expect(options.text == "OPTIONS mf=0")
+        let deleted = try await harness.get("/t", method: "DELETE", headers: [("Max-Forwards", "0")])
+        #expect(deleted.text == "DELETE mf=0", "other methods carry Max-Forwards unchanged")
+        let here = try await harness.get("/t", method: "OPTIONS", headers: [("Max-Forwards", "0")])
+        #expect(here.status == 200 && here.header("Allow")?.hasSuffix("OPTIONS, TRACE") == true)
+        let echo = try await harness.get("/t", method: "TRACE", headers: [("Max-Forwards", "0"), ("Authorization", "Bearer s3cret"),
+                                                                         ("Cookie", "s=1"), ("X-Probe", "p")])
+        #expect(echo.status == 200 && echo.header("Content-Type") == "message/http")
+        #expect(echo.text.hasPrefix("TRACE /t HTTP/1.1\r\n") && echo.text.contains("X-Probe: p\r\n"))
+        #expect(!echo.text.contains("s3cret") && !echo.text.contains("s=1"))
+        #expect(harness.origin.requestCount("/t") == 3)
+    }
+
+    @Test("an origin that cannot be reached gives the daemon's 502 with its reason to a passed-through request")
+    func unreachable() async throws {
+        let harness = try ProxyHarness { $0.origins = [OriginMapping(prefix: "/", url: "http://127.0.0.1:9")] }
+        let response = try await Self.send(harness, "POST", "/x", body: [1])
+        #expect(response.status == 502)
+        #expect(response.text.contains("could not connect to upstream"))
+    }
+}
