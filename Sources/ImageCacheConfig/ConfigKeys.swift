@@ -261,6 +261,8 @@ extension ConfigKey {
         },
         key("strip-targeted-cache-control", "true|false", "false", "remove the targeted cache-control fields from what clients receive",
             isSwitch: true, restart: .field(\.stripTargetedCacheControl)) { $0.stripTargetedCacheControl = try $1.boolean() },
+        key("negative-ttl", "DURATION", "10s", "how long a configured origin's 404 or 410 without explicit freshness is served from the cache (nginx's proxy_cache_valid 404); 0: not stored without a validator",
+            restart: .field(\.negativeTTLSeconds)) { $0.negativeTTLSeconds = try $1.seconds(allowingZero: true) },
         key("forward-request-fields", "LIST", "Accept,Accept-Language,User-Agent", "request fields forward and fetch modes send upstream (and Authorization, which bypasses the cache)") {
             $0.forwardRequestFields = try $1.fieldNames(like: "Accept")
         },

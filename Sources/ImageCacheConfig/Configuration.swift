@@ -55,6 +55,9 @@ public struct Configuration: Sendable, Equatable {
     public var targetedCacheControl: [String] = ["CDN-Cache-Control"]
     /// `strip-targeted-cache-control`: remove those fields from what clients receive. Default false. Restart only.
     public var stripTargetedCacheControl = false
+    /// `negative-ttl`: lifetime of a configured origin's 404 or 410 without explicit freshness, seconds (0: such
+    /// responses are stored only with a validator, and heuristically). Default 10. Restart only.
+    public var negativeTTLSeconds: Double = 10
     /// `forward-request-fields`: the request fields forward and fetch modes send upstream (Authorization too, which
     /// makes the request bypass the cache). Default Accept, Accept-Language, User-Agent.
     public var forwardRequestFields: [String] = ["Accept", "Accept-Language", "User-Agent"]

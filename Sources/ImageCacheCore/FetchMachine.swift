@@ -19,8 +19,9 @@
 //                  ── other status, failure ─────────> stale-if-error serves the stale copy (a large disk copy: from
 //                                                      lookingOnDisk(confirmed)), else every waiter gets the error
 //                                                      ──> finished
-//                  ── other status, reverse mode ────> streaming(Response), the origin's response as it is (not
-//                                                      stored; the leader only, the others go upstream alone)
+//                  ── other status, reverse mode ────> stored (RFC 9111 3, negative-ttl): as a 200, without the image
+//                                                      checks; not stored: streaming(Response), the origin's response
+//                                                      as it is to the leader only (the others go upstream alone)
 //   checkingBody ── image checks pass ──> streaming(Response) (or, when the whole body is in, each waiter gets its
 //                                         whole response in one call and the fetch finishes)
 //   streaming ── end ──> store, end every waiter ──> finished
@@ -440,35 +441,50 @@ struct FetchMachine {
         if let revalidating = upstream.revalidating, head.status == 304 {
             return notModified(head, revalidating: revalidating, requestTime: upstream.requestTime, now: now)
         }
-        guard head.status == 200 || head.status == 203 else {
+        // 200 and 203 are the images; reverse mode passes every other status on as it is.
+        let isImage = head.status == 200 || head.status == 203
+        if !isImage {
             if upstream.revalidating != nil && (head.status == 404 || head.status == 410) {
                 actions.append(.remove(variant: nil))   // the resource is gone: every variant of it
             }
             if head.status >= 500, serveStaleIfError(because: "upstream answered \(head.status)", now: now) { return }
-            if leader.mode == .reverse { return passThrough(head, upstream: upstream, now: now) }
-            let status = (400...599).contains(head.status) ? head.status : 502
-            return refuseAll(status: status, reason: "upstream answered \(head.status) \(head.reason)",
-                             kind: "upstream_status_\(head.status / 100)xx")
+            guard leader.mode == .reverse else {
+                let status = (400...599).contains(head.status) ? head.status : 502
+                return refuseAll(status: status, reason: "upstream answered \(head.status) \(head.reason)",
+                                 kind: "upstream_status_\(head.status / 100)xx")
+            }
+            if head.status >= 400 {
+                actions.append(.countError("upstream_status_\(head.status / 100)xx"))
+                // An origin's error page may quote what a client sent: never sniffed as HTML (stored so too).
+                head.headers.set("X-Content-Type-Options", "nosniff")
+            }
         }
         let responseCacheControl = rules.freshnessPolicy.cacheControl(head.headers, trusted: leader.trusted)
         // HEAD requests are fetched with GET (as nginx's proxy_cache_convert_head does), so judge the GET.
         var fetched = leader.head
         fetched.method = "GET"
         var storeDecision = Storability.decide(request: fetched, requestCacheControl: leader.cacheControl,
-                                               response: head, responseCacheControl: responseCacheControl)
+                                               response: head, responseCacheControl: responseCacheControl,
+                                               allStatuses: leader.mode == .reverse,
+                                               negativeTTL: rules.freshnessPolicy.negativeTTLSeconds)
         // Reached through a redirect: keeping it under this URL is right only if every hop was permanent (301, 308);
         // a temporary one (302, 303, 307) may point elsewhere tomorrow.
         if let temporary = redirects.first(where: { $0 != 301 && $0 != 308 }) {
             storeDecision = .dontStore(reason: "reached through a \(temporary) redirect to \(url)")
         }
-        let contentType: String?
-        switch ContentPolicy.declaredType(head.headers) {
-        case let .ambiguous(why): return refuseAll(status: 502, reason: why)
-        case .none: contentType = nil
-        case let .one(value): contentType = value
-        }
-        if case let .refused(why) = rules.contentPolicy.checkContentType(contentType) {
-            return refuseAll(status: 502, reason: why)
+        // A status that will not be stored goes to its leader alone; one that will is coalesced and stored as an
+        // image is, without the image checks.
+        if !isImage, storeDecision != .store { return passThrough(head, upstream: upstream, now: now) }
+        if isImage {
+            let contentType: String?
+            switch ContentPolicy.declaredType(head.headers) {
+            case let .ambiguous(why): return refuseAll(status: 502, reason: why)
+            case .none: contentType = nil
+            case let .one(value): contentType = value
+            }
+            if case let .refused(why) = rules.contentPolicy.checkContentType(contentType) {
+                return refuseAll(status: 502, reason: why)
+            }
         }
         let bodyLength = head.headers["Content-Length"].flatMap { Int($0.trimmingOWS()) }
         if bodyLength.map({ $0 > rules.maxObjectSizeBytes }) ?? false {
@@ -500,7 +516,6 @@ struct FetchMachine {
     /// for) goes to the client as the origin sent it, body included, without the image checks; a 4xx or 5xx page says
     /// nosniff. It is not stored, so only the leader has it: the clients that joined go upstream on their own.
     private mutating func passThrough(_ head: HTTPResponseHead, upstream: Upstream, now: Date) {
-        if head.status >= 400 { actions.append(.countError("upstream_status_\(head.status / 100)xx")) }
         let bodyLength = head.headers["Content-Length"].flatMap { Int($0.trimmingOWS()) }
         if bodyLength.map({ $0 > rules.maxObjectSizeBytes }) ?? false {
             return fail(.tooLarge(limit: rules.maxObjectSizeBytes), now: now)
@@ -539,7 +554,9 @@ struct FetchMachine {
         var asGET = leader.head
         asGET.method = "GET"
         let keep = Storability.decide(request: asGET, requestCacheControl: leader.cacheControl,
-                                      response: refreshed.head, responseCacheControl: refreshed.cacheControl) == .store
+                                      response: refreshed.head, responseCacheControl: refreshed.cacheControl,
+                                      allStatuses: leader.mode == .reverse,
+                                      negativeTTL: rules.freshnessPolicy.negativeTTLSeconds) == .store
         actions.append(keep ? .refresh(refreshed, bodyInFile: revalidating.bodyInFile) : .remove(variant: entry.variantID))
         if revalidating.bodyInFile {
             // The body is in the file: the refreshed header was written; stream the body from there. Not kept: the
@@ -624,8 +641,10 @@ struct FetchMachine {
     /// Runs the image checks on the first bytes; once they pass, the head goes out and streaming starts.
     private mutating func checkBody(complete: Bool) {
         guard case let .checkingBody(response, prefix, heldBack) = state else { return }
-        switch rules.contentPolicy.check(contentType: response.head.headers["Content-Type"], prefix: prefix[...],
-                                         complete: complete) {
+        // The image checks are for images (200, 203); another status (reverse mode) is the origin's as it is.
+        let isImage = response.head.status == 200 || response.head.status == 203
+        switch isImage ? rules.contentPolicy.check(contentType: response.head.headers["Content-Type"], prefix: prefix[...],
+                                                   complete: complete) : .allowed {
         case .needMoreBytes:
             return
         case let .refused(why):
@@ -676,8 +695,6 @@ struct FetchMachine {
         }
         outcome.collapsed = waiter.collapsed
         outcome.apply(to: &headers)
-        // An origin's error page (reverse mode) may quote what a client sent: never sniffed as HTML.
-        if response.head.status >= 400 { headers.set("X-Content-Type-Options", "nosniff") }
         return (HTTPResponseHead(status: response.head.status, reason: response.head.reason, headers: headers), outcome)
     }
 

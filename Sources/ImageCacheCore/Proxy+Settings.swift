@@ -82,6 +82,7 @@ extension Configuration {
     /// The freshness policy the configuration describes: heuristic freshness and the targeted cache-control fields.
     package var freshnessPolicy: FreshnessPolicy {
         FreshnessPolicy(heuristicFraction: heuristicFraction, heuristicMaxSeconds: heuristicMaxSeconds,
-                        targetedFields: targetedCacheControl, stripsTargetedFields: stripTargetedCacheControl)
+                        targetedFields: targetedCacheControl, stripsTargetedFields: stripTargetedCacheControl,
+                        negativeTTLSeconds: negativeTTLSeconds)
     }
 }

@@ -18,7 +18,9 @@ enum StoredResponse {
     static func send(_ entry: CacheEntry, to sink: any ResponseSink, request: ClientRequest, outcome: CacheOutcome,
                      now: Date, file: FileBody? = nil) -> Int {
         sink.note(outcome)
-        let precondition = request.precondition(for: entry)
+        // Preconditions and Range are for a successful response (RFC 9110 13.2.1, 14.2); a stored 404 or 301 is sent
+        // as it is.
+        let precondition = (200..<300).contains(entry.head.status) ? request.precondition(for: entry) : .serve
         let age = String(Int(Freshness.currentAge(entry, now: now)))
         let cacheStatus = outcome.cacheStatus
         var extra = HTTPHeaders([

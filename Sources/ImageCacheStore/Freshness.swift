@@ -5,10 +5,13 @@
 //   2. max-age=N                        -> N   (a missing or invalid value counts as 0, see CacheControl)
 //   3. Expires                          -> Expires - Date, at least 0; an Expires we cannot parse (or "0") -> 0.
 //                                          Without a Date field the time of receipt stands in for it.
-//   4. heuristic, only for the statuses RFC 9110 section 15.1 calls heuristically cacheable
-//      (200 203 204 206 300 301 308 404 405 410 414 501) and only with a parseable Last-Modified:
+//   4. 404 or 410 (a configured origin's "no such image")
+//                                       -> negative-ttl, when it is not 0 (nginx's proxy_cache_valid 404)
+//   5. heuristic, only for the statuses RFC 9110 section 15.1 calls heuristically cacheable
+//      (200 203 204 206 300 301 308 404 405 410 414 501) or a response marked public (RFC 9111 4.2.2), and only with
+//      a parseable Last-Modified:
 //                                       -> min(heuristicFraction * (Date - Last-Modified), heuristicMaxSeconds)
-//   5. otherwise                        -> 0 (stale at once: usable only after revalidation)
+//   6. otherwise                        -> 0 (stale at once: usable only after revalidation)
 //
 // Age (RFC 9111 section 4.2.3), with the clock-skew-safe formula:
 //   apparent_age          = max(0, response_time - Date)
@@ -44,9 +47,14 @@ public struct FreshnessPolicy: Sendable, Equatable {
     public var targetedFields: [String] = ["CDN-Cache-Control"]
     /// The targeted fields are removed from what clients receive. Default false.
     public var stripsTargetedFields = false
+    /// Lifetime of a 404 or 410 without explicit freshness (configuration `negative-ttl`), seconds; 0: none (only
+    /// the heuristic). Only reverse mode stores these statuses (Storability). Default 10.
+    public var negativeTTLSeconds: Double = 10
 
     public init(heuristicFraction: Double = 0.1, heuristicMaxSeconds: Double = 86_400,
-                targetedFields: [String] = ["CDN-Cache-Control"], stripsTargetedFields: Bool = false) {
+                targetedFields: [String] = ["CDN-Cache-Control"], stripsTargetedFields: Bool = false,
+                negativeTTLSeconds: Double = 10) {
+        self.negativeTTLSeconds = negativeTTLSeconds
         self.heuristicFraction = heuristicFraction
         self.heuristicMaxSeconds = heuristicMaxSeconds
         self.targetedFields = targetedFields
@@ -83,6 +91,9 @@ public enum Freshness {
     /// Statuses that may be given a heuristic lifetime (RFC 9110 section 15.1).
     public static let heuristicallyCacheableStatuses: Set<Int> = [200, 203, 204, 206, 300, 301, 308, 404, 405, 410, 414, 501]
 
+    /// "No such resource": the statuses negative-ttl gives a lifetime.
+    public static let negativeStatuses: Set<Int> = [404, 410]
+
     /// Shared-cache freshness lifetime in seconds (RFC 9111 section 4.2.1), per the policy above.
     public static func lifetime(of head: HTTPResponseHead, cacheControl: CacheControl, responseTime: Date,
                                 policy: FreshnessPolicy) -> Double {
@@ -93,7 +104,8 @@ public enum Freshness {
             guard let expiry = HTTPDate.parse(expires) else { return 0 }
             return max(0, expiry.timeIntervalSince(date))
         }
-        if heuristicallyCacheableStatuses.contains(head.status),
+        if negativeStatuses.contains(head.status), policy.negativeTTLSeconds > 0 { return policy.negativeTTLSeconds }
+        if heuristicallyCacheableStatuses.contains(head.status) || cacheControl.isPublic,
            let lastModified = head.headers["Last-Modified"].flatMap({ HTTPDate.parse($0) }) {
             let sinceModified = max(0, date.timeIntervalSince(lastModified))
             return min(policy.heuristicFraction * sinceModified, policy.heuristicMaxSeconds)

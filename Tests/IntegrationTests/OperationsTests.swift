@@ -66,7 +66,10 @@ struct OperationsTests {
     @Test("the metrics endpoint's counters match a scripted sequence of misses, hits and coalesced requests")
     func metricsMatchScript() async throws {
         // Given an origin with one plain image and one held until 4 clients wait on it
-        let harness = try ProxyHarness { $0.diskLimitBytes = 0 }
+        let harness = try ProxyHarness {
+            $0.diskLimitBytes = 0
+            $0.negativeTTLSeconds = 0   // the 404 is passed on, not stored
+        }
         harness.origin.route("/a.png") { _ in OperationsTests.image() }
         let gate = Gate()
         harness.origin.route("/c.png") { _ in OperationsTests.image(gate: gate) }

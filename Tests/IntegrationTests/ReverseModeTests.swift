@@ -102,7 +102,7 @@ struct ReverseModeTests {
 
     @Test("statuses pass through with their own bodies and fields: a redirect is not followed, an error page is not replaced (and says nosniff), 204 and 206 as sent; nothing is stored")
     func statusesPassThrough() async throws {
-        let harness = try ProxyHarness()
+        let harness = try ProxyHarness { $0.negativeTTLSeconds = 0 }
         let page = Array("<html><body>no such image</body></html>".utf8)
         harness.origin.route("/moved.png") { _ in Reply(status: 301, headers: [("Location", "/new.png")], body: Array("moved".utf8)) }
         harness.origin.route("/new.png") { _ in Self.image() }
@@ -131,6 +131,73 @@ struct ReverseModeTests {
         // HEAD is fetched with GET: each /gone.png round is a GET and a HEAD, every one upstream (nothing stored)
         for (path, count) in [("/moved.png", 2), ("/gone.png", 4), ("/down.png", 2), ("/empty.png", 2), ("/part.png", 2)] {
             #expect(harness.origin.requestCount(path) == count, "\(path) was answered from the cache")
+        }
+    }
+
+    @Test("a missing image (404) is answered from the cache for negative-ttl, then asked again; 20 clients at once make one origin request; a stored 404 answers If-None-Match, Range and HEAD with itself; it survives a restart on disk")
+    func negativeCaching() async throws {
+        // Given an origin that answers 404 with its page, held until 20 clients wait
+        let harness = try ProxyHarness()
+        let page = Array("<html>no such thumbnail</html>".utf8)
+        let gate = Gate()
+        harness.origin.route("/thumb.png") { _ in
+            var reply = Reply(status: 404, headers: [("Content-Type", "text/html"), ("ETag", "\"p1\"")], body: page)
+            reply.gate = gate
+            return reply
+        }
+        harness.waiters.expect(20)
+        let clients = try (0..<20).map { _ in try harness.connect() }
+        for client in clients { try client.request("/thumb.png") }
+        #expect(await harness.waiters.wait(), "20 clients never waited on one fetch")
+        // When
+        gate.open()
+        let first = try await readAll(clients)
+        // Then one origin request answered all of them, and the 404 is stored
+        #expect(first.allSatisfy { $0.status == 404 && $0.body == page && $0.header("X-Content-Type-Options") == "nosniff" })
+        #expect(first.filter { $0.header("X-Cache") == "COALESCED" }.count == 19)
+        #expect(harness.origin.requestCount("/thumb.png") == 1)
+        let hit = try await harness.get("/thumb.png")
+        #expect(hit.status == 404 && hit.header("X-Cache") == "HIT" && hit.body == page)
+        #expect(hit.header("X-Content-Type-Options") == "nosniff")
+        let conditional = try await harness.get("/thumb.png", headers: [("If-None-Match", "\"p1\"")])
+        let ranged = try await harness.get("/thumb.png", headers: [("Range", "bytes=0-3")])
+        let head = try await harness.get("/thumb.png", method: "HEAD")
+        #expect(conditional.status == 404 && conditional.body == page, "a 304 is for a 2xx")
+        #expect(ranged.status == 404 && ranged.body == page, "a 206 is for a 200")
+        #expect(head.status == 404 && head.header("X-Cache") == "HIT")
+        // A restart keeps it (the status is in the disk entry)
+        await harness.flushDisk()
+        try harness.restart()
+        let fromDisk = try await harness.get("/thumb.png")
+        #expect(fromDisk.status == 404 && fromDisk.body == page && fromDisk.header("Cache-Status")?.contains("detail=disk") == true)
+        #expect(harness.origin.requestCount("/thumb.png") == 1)
+        // Past negative-ttl (10 s) the origin is asked again, conditionally (the stored 404 has an ETag)
+        harness.clock.advance(11)
+        let again = try await harness.get("/thumb.png")
+        #expect(again.status == 404 && again.body == page)
+        #expect(harness.origin.requestCount("/thumb.png") == 2)
+        #expect(harness.origin.requests("/thumb.png").last?.header("If-None-Match") == "\"p1\"")
+    }
+
+    @Test("a configured origin's 301, 410, 204 with max-age and 500 with Expires are stored; a 302 or 500 without freshness is not")
+    func storedStatuses() async throws {
+        let harness = try ProxyHarness()
+        let future = "Thu, 01 Jan 2099 00:00:00 GMT"
+        let routes: [(String, Reply, Bool)] = [
+            ("/perm", Reply(status: 301, headers: [("Location", "/new"), ("Cache-Control", "max-age=60")], body: Array("moved".utf8)), true),
+            ("/gone", Reply(status: 410, headers: [("Content-Type", "text/plain")], body: Array("gone".utf8)), true),
+            ("/none", Reply(status: 204, headers: [("Cache-Control", "max-age=60")]), true),
+            ("/fail", Reply(status: 500, headers: [("Expires", future)], body: Array("down".utf8)), true),
+            ("/temp", Reply(status: 302, headers: [("Location", "/new")], body: Array("moved".utf8)), false),
+            ("/oops", Reply(status: 500, body: Array("down".utf8)), false),
+        ]
+        for (path, reply, _) in routes { harness.origin.route(path) { _ in reply } }
+        for (path, reply, stored) in routes {
+            let first = try await harness.get(path)
+            let second = try await harness.get(path)
+            #expect(first.status == reply.status && second.status == reply.status && second.body == reply.body)
+            #expect(second.header("X-Cache") == (stored ? "HIT" : "MISS"), "\(path)")
+            #expect(harness.origin.requestCount(path) == (stored ? 1 : 2), "\(path)")
         }
     }
 

@@ -7,7 +7,7 @@ import Testing
 struct FreshnessTests {
     static let t0 = Fixture.t0
 
-    @Test("lifetime follows s-maxage, max-age, Expires, heuristic, in that order", arguments: [
+    @Test("lifetime follows s-maxage, max-age, Expires, negative-ttl (404, 410), heuristic, in that order", arguments: [
         (200, [("Cache-Control", "s-maxage=300, max-age=60"), ("Expires", Fixture.date(1000))], 300.0),
         (200, [("Cache-Control", "max-age=60"), ("Expires", Fixture.date(1000))], 60),
         (200, [("Cache-Control", "max-age=0"), ("Last-Modified", Fixture.date(-100_000))], 0),
@@ -18,7 +18,11 @@ struct FreshnessTests {
         (200, [("Date", Fixture.date(0)), ("Expires", Fixture.date(-10))], 0),
         (200, [("Date", Fixture.date(0)), ("Expires", "0"), ("Last-Modified", Fixture.date(-1000))], 0),
         (200, [("Date", Fixture.date(0)), ("Last-Modified", Fixture.date(-1000))], 100),
-        (404, [("Date", Fixture.date(0)), ("Last-Modified", Fixture.date(-1000))], 100),
+        (404, [("Date", Fixture.date(0)), ("Last-Modified", Fixture.date(-1000))], 10),   // negative-ttl: the operator's word
+        (410, [], 10),
+        (404, [("Cache-Control", "max-age=60")], 60),
+        (405, [("Date", Fixture.date(0)), ("Last-Modified", Fixture.date(-1000))], 100),
+        (302, [("Cache-Control", "public"), ("Date", Fixture.date(0)), ("Last-Modified", Fixture.date(-1000))], 100),
         (200, [("Date", Fixture.date(0)), ("Last-Modified", Fixture.date(-10_000_000))], 86_400),
         (200, [("Date", Fixture.date(0)), ("Last-Modified", Fixture.date(1000))], 0),
         (200, [("Date", Fixture.date(0)), ("Last-Modified", "garbage")], 0),
@@ -34,6 +38,15 @@ struct FreshnessTests {
                                           policy: FreshnessPolicy())
         // Then
         #expect(lifetime == expected)
+    }
+
+    @Test("without negative-ttl a 404 has the heuristic lifetime, or none")
+    func noNegativeTTL() {
+        let policy = FreshnessPolicy(negativeTTLSeconds: 0)
+        let dated = Fixture.head(404, [("Date", Fixture.date(0)), ("Last-Modified", Fixture.date(-1000))])
+        let bare = Fixture.head(404, [])
+        #expect(Freshness.lifetime(of: dated, cacheControl: CacheControl(dated.headers), responseTime: Self.t0, policy: policy) == 100)
+        #expect(Freshness.lifetime(of: bare, cacheControl: CacheControl(bare.headers), responseTime: Self.t0, policy: policy) == 0)
     }
 
     @Test("heuristic uses the configured fraction and cap")

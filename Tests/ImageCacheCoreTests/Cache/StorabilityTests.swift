@@ -44,6 +44,36 @@ struct StorabilityTests {
         #expect(decision == expected)
     }
 
+    @Test("from a configured origin every status RFC 9111 3 allows is stored: heuristically cacheable ones as a 200, others only when explicitly fresh or public; never 206, 304 or 1xx; a 404/410 with negative-ttl needs nothing more", arguments: [
+        (301, [("Location", "/b"), ("ETag", "\"x\"")], 0.0, StoreDecision.store),
+        (308, fresh, 0, .store),
+        (204, fresh, 0, .store),
+        (405, [("Last-Modified", "Thu, 01 Jan 2015 00:00:00 GMT")], 0, .store),
+        (404, [], 10, .store),
+        (410, [("Content-Type", "text/html")], 10, .store),
+        (404, [], 0, .dontStore(reason: "no freshness information and no validator")),
+        (302, fresh, 0, .store),
+        (500, [("Expires", "Thu, 01 Jan 2099 00:00:00 GMT")], 0, .store),
+        (403, [("Cache-Control", "public"), ("ETag", "\"x\"")], 0, .store),
+        (302, [("ETag", "\"x\"")], 0, .dontStore(reason: "status 302 is not cached")),
+        (500, [], 10, .dontStore(reason: "status 500 is not cached")),
+        (206, fresh, 0, .dontStore(reason: "status 206 is not cached")),
+        (304, fresh, 0, .dontStore(reason: "status 304 is not cached")),
+        (103, fresh, 0, .dontStore(reason: "status 103 is not cached")),
+        (404, [("Cache-Control", "no-store")], 10, .dontStore(reason: "response no-store")),
+    ] as [(Int, [(String, String)], Double, StoreDecision)])
+    func decideAllStatuses(status: Int, responseFields: [(String, String)], negativeTTL: Double, expected: StoreDecision) {
+        let request = HTTPRequestHead(method: "GET", target: "/a.png", headers: HTTPHeaders())
+        let response = Fixture.head(status, responseFields)
+        #expect(Storability.decide(request: request, requestCacheControl: CacheControl(), response: response,
+                                   responseCacheControl: CacheControl(response.headers), allStatuses: true,
+                                   negativeTTL: negativeTTL) == expected)
+        // Forward and fetch modes store 200 and 203 only
+        #expect(Storability.decide(request: request, requestCacheControl: CacheControl(), response: response,
+                                   responseCacheControl: CacheControl(response.headers), negativeTTL: negativeTTL)
+                == .dontStore(reason: "status \(status) is not cached"))
+    }
+
     @Test("a fetched response is shared with waiting clients unless it is personal", arguments: [
         ([("Cache-Control", "max-age=60")], true),
         ([("Cache-Control", "no-cache")], true),

@@ -38,7 +38,7 @@ struct ConfigKeysTests {
             "listen", "origin", "origins", "cache-dir", "disk-limit", "disk-max-age", "disk-low-water", "disk-fsync",
             "memory-limit", "memory-count-limit", "memory-object-limit", "max-variants", "max-object-size",
             "stale-if-error", "content-types", "allow-svg", "allow-private-networks", "heuristic-fraction",
-            "heuristic-max", "targeted-cache-control", "strip-targeted-cache-control", "forward-request-fields",
+            "heuristic-max", "targeted-cache-control", "strip-targeted-cache-control", "negative-ttl", "forward-request-fields",
             "drop-request-fields", "pass-trace", "complete-abandoned-fetches", "log-level", "access-log", "admin-allow", "admin-hosts", "admin-token", "admin-token-file",
             "signing-keys", "signing-keys-file", "require-signature", "in-flight-limit", "shutdown-timeout",
             "server.max-request-line", "server.max-header-bytes", "server.max-header-count",

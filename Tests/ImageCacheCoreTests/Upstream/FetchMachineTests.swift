@@ -22,10 +22,11 @@ struct FetchMachineTests {
     }
 
     static func rules(writesToDisk: Bool = false, completeAbandoned: Bool = false, maxObject: Int = 1 << 20,
-                      memoryObject: Int = 1 << 20, staleIfError: Double = 0) -> FetchMachine.Rules {
+                      memoryObject: Int = 1 << 20, staleIfError: Double = 0, negativeTTL: Double = 10) -> FetchMachine.Rules {
         FetchMachine.Rules(maxObjectSizeBytes: maxObject, memoryObjectLimitBytes: memoryObject, writesToDisk: writesToDisk,
                            completeAbandonedFetches: completeAbandoned, staleIfErrorSeconds: staleIfError,
-                           contentPolicy: ContentPolicy(allowedTypes: ["image/*"]), freshnessPolicy: FreshnessPolicy())
+                           contentPolicy: ContentPolicy(allowedTypes: ["image/*"]),
+                           freshnessPolicy: FreshnessPolicy(negativeTTLSeconds: negativeTTL))
     }
 
     /// A machine with its leader (waiter 1) attached, plus `others` collapsed waiters (2, 3, ...).
@@ -209,10 +210,10 @@ struct FetchMachineTests {
         }
     }
 
-    @Test("reverse mode: an origin's 404 page, 301 or 204 goes to the leader as it is (no image check, not stored, an error page nosniff); the clients that joined go upstream alone")
+    @Test("reverse mode: an origin's 404 page, 301 or 204 that will not be stored goes to the leader as it is (no image check, an error page nosniff); the clients that joined go upstream alone")
     func reversePassesStatuses() throws {
-        // Given a leader and one collapsed waiter
-        var machine = Self.machine(others: [Self.request()])
+        // Given a leader and one collapsed waiter, and no negative-ttl
+        var machine = Self.machine(others: [Self.request()], rules: Self.rules(negativeTTL: 0))
         _ = machine.start()
         // When the origin answers with its HTML 404 page
         let page = Array("<h1>no such image</h1>".utf8)
@@ -229,13 +230,33 @@ struct FetchMachineTests {
 
         // A redirect is the final response (reverse mode does not follow it) and a 204 ends at once
         for (status, extra) in [(301, [("Location", "/b.png")]), (204, [])] {
-            var other = Self.machine()
+            var other = Self.machine(rules: Self.rules(negativeTTL: 0))
             _ = other.start()
             let lines = Self.lines(other.receiveHead(HTTPResponseHead(status: status, headers: HTTPHeaders(extra)), url: Self.url,
                                                      redirects: [], now: Self.t0))
             #expect(lines == ["closed", "head \(status) MISS to 1"])
             #expect(Self.lines(other.receiveEnd(now: Self.t0)) == ["end [1]", "finish"])
         }
+    }
+
+    @Test("reverse mode: a 404 within negative-ttl, or a 301 with max-age, is shared with the clients that joined and stored, without the image checks; forward mode stores neither")
+    func reverseStoresStatuses() throws {
+        let page = Array("<h1>no such image</h1>".utf8)
+        let cases: [(HTTPResponseHead, [UInt8])] = [
+            (HTTPResponseHead(status: 404, headers: HTTPHeaders([("Content-Type", "text/html"), ("Content-Length", "22")])), page),
+            (HTTPResponseHead(status: 301, headers: HTTPHeaders([("Location", "/b.png"), ("Cache-Control", "max-age=60"),
+                                                                  ("Content-Length", "5")])), Array("moved".utf8)),
+        ]
+        for (head, body) in cases {
+            var machine = Self.machine(others: [Self.request()])
+            _ = machine.start()
+            let heads = Self.lines(machine.receiveHead(head, url: Self.url, redirects: [], now: Self.t0))
+            #expect(heads.suffix(2) == ["head \(head.status) MISS to 1", "head \(head.status) COALESCED to 2"])
+            #expect(Self.lines(machine.receiveBody(body, now: Self.t0)) == ["store \(body.count)", "body \(body.count) to [1, 2]", "end [1, 2]", "closed", "finish"])
+        }
+        var forward = Self.machine(leader: Self.request(mode: .fetch))
+        _ = forward.start()
+        #expect(Self.lines(forward.receiveHead(cases[1].0, url: Self.url, redirects: [], now: Self.t0)).contains("fail 502 [1]"))
     }
 
     @Test("a body that breaks after the heads went out closes every client's connection; before, each gets 502")
