@@ -21,7 +21,9 @@
 // `Passthrough` runs one exchange. Ownership: its state is confined to the proxy queue (origin events and the
 // client's progress arrive with `queue.async`). Backpressure: the transfer's delivery window is server.write-buffer;
 // delivered bytes are given back to the window as the client takes them (`whenWritten`), so a slow client holds the
-// origin back instead of growing the daemon's memory.
+// origin back instead of growing the daemon's memory: the bytes handed to the client and not yet taken (at most the
+// window and one read) count in the in-flight total, and a full window counts as a pause (`upstream.paused`, the
+// `transferPaused` event).
 
 internal import ImageCacheHTTP
 internal import ImageCacheConfig
@@ -31,6 +33,7 @@ internal import ImageCacheUpstream
 internal import Dispatch
 internal import Foundation
 internal import Logging
+internal import Synchronization
 
 enum PassthroughRules {
     /// Methods the cache answers (reverse mode passes every other one through).
@@ -112,11 +115,17 @@ final class Passthrough: @unchecked Sendable {
     private var sent = 0
     private var released = 0
     private var watching = false
+    /// The delivery window, and whether it is full now (the transfer holds back until the client takes bytes).
+    private let window: Int
+    private var windowFull = false
+    /// This exchange's share of the in-flight total.
+    private var accounted = 0
     /// For the upstream metrics: when the transfer started, and the body bytes it brought.
     private let started = ContinuousClock.now
 
     private init(request: HTTPRequestHead, url: UpstreamURL, sink: any ResponseSink, context: FetchContext,
-                 policy: FreshnessPolicy) {
+                 policy: FreshnessPolicy, window: Int) {
+        self.window = window
         self.request = request
         self.url = url
         self.sink = sink
@@ -128,7 +137,7 @@ final class Passthrough: @unchecked Sendable {
     static func start(_ request: HTTPRequestHead, body: [UInt8], url: UpstreamURL, sink: any ResponseSink,
                       context: FetchContext, fields: RequestFieldPolicy, policy: FreshnessPolicy, writeBuffer: Int,
                       maxForwards: String?) {
-        let exchange = Passthrough(request: request, url: url, sink: sink, context: context, policy: policy)
+        let exchange = Passthrough(request: request, url: url, sink: sink, context: context, policy: policy, window: writeBuffer)
         var headers = fields.forwarded(request.headers, mode: .reverse, cached: false)
         if let maxForwards { headers.add("Max-Forwards", maxForwards) }
         headers.add("Via", RequestFieldPolicy.via(request.headers, mode: .reverse, own: context.via))
@@ -163,6 +172,7 @@ final class Passthrough: @unchecked Sendable {
         case let .body(chunk):
             sent += chunk.count
             sink.body(chunk)
+            account()
             watchClient()
         case .end:
             finish(result: "ok")
@@ -187,8 +197,24 @@ final class Passthrough: @unchecked Sendable {
                 guard !self.finished else { return }
                 self.transfer?.consumed(target - self.released)
                 self.released = target
+                self.account()
                 self.watchClient()
             }
+        }
+    }
+
+    /// Counts the bytes the client has been handed and not taken in the in-flight total; a full window (the transfer
+    /// admits nothing more until bytes are given back, FlowControl) is reported once per fill.
+    private func account() {
+        let unreleased = finished ? 0 : sent - released
+        context.metrics.inFlightBytes.wrappingAdd(unreleased - accounted, ordering: .relaxed)
+        accounted = unreleased
+        if unreleased >= window, !windowFull {
+            windowFull = true
+            context.metrics.upstreamPauses.add()
+            context.events?(.transferPaused(key: CacheKey(url)))
+        } else if unreleased < window {
+            windowFull = false
         }
     }
 
@@ -202,6 +228,7 @@ final class Passthrough: @unchecked Sendable {
     private func finish(result: String) {
         finished = true
         transfer = nil
+        account()
         let elapsed = ContinuousClock.now - started
         let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
         context.metrics.upstreamFinished(host: url.host, result: result, seconds: seconds, bytes: sent)

@@ -270,6 +270,28 @@ struct ReverseModeTests {
         #expect(harness.origin.requestCount("/t") == 3)
     }
 
+    @Test("a passed-through response to a client that does not read holds the origin back at the delivery window; read later, it is whole")
+    func passthroughBackpressure() async throws {
+        // Given a 64 KiB write buffer (the delivery window) and an origin answering a POST with 8 MiB
+        let harness = try ProxyHarness { $0.server.writeBufferBytes = 64 << 10 }
+        let size = 8 << 20
+        harness.origin.route("/export") { _ in Reply(status: 200, headers: [("Content-Type", "application/octet-stream")],
+                                                     body: Fixtures.jpeg(size: size)) }
+        let client = try TestConnection(port: harness.port, receiveBuffer: 16 << 10)
+        try client.send("POST /export HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n\r\ngo")
+        // When the client reads nothing, the window fills
+        #expect(await harness.pauses.wait(for: 1), "the transfer never held back")
+        let stats = try await OperationsTests.stats(harness)
+        // Then the daemon holds at most the window and one read of it (without backpressure: nearly all 8 MiB)
+        #expect(stats.upstream.inFlightBytes <= 128 << 10, "\(stats.upstream.inFlightBytes) bytes in flight")
+        #expect(stats.upstream.paused >= 1)
+        // And read, the body is whole, and nothing stays counted
+        let response = try await client.response()
+        #expect(response.status == 200 && response.complete)
+        expectSameBytes(response.body, Fixtures.jpeg(size: size))
+        #expect((try await OperationsTests.stats(harness)).upstream.inFlightBytes == 0)
+    }
+
     @Test("an origin that cannot be reached gives the daemon's 502 with its reason to a passed-through request")
     func unreachable() async throws {
         let harness = try ProxyHarness { $0.origins = [OriginMapping(prefix: "/", url: "http://127.0.0.1:9")] }
