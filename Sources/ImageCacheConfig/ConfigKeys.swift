@@ -264,7 +264,15 @@ extension ConfigKey {
         key("negative-ttl", "DURATION", "10s", "how long a configured origin's 404 or 410 without explicit freshness is served from the cache (nginx's proxy_cache_valid 404); 0: not stored without a validator",
             restart: .field(\.negativeTTLSeconds)) { $0.negativeTTLSeconds = try $1.seconds(allowingZero: true) },
         key("forward-request-fields", "LIST", "Accept,Accept-Language,User-Agent", "request fields forward and fetch modes send upstream (and Authorization, which bypasses the cache)") {
-            $0.forwardRequestFields = try $1.fieldNames(like: "Accept")
+            let names = try $1.fieldNames(like: "Accept")
+            // The daemon's own (framing, hop-by-hop, Via) and those that would make a shared fetch one client's answer.
+            let reserved = ["Host", "Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "TE", "Trailer",
+                            "Upgrade", "Expect", "Via", "Range", "Max-Forwards"]
+            for name in names where reserved.contains(where: { $0.caseInsensitiveCompare(name) == .orderedSame })
+                || name.lowercased().hasPrefix("if-") || name.lowercased().hasPrefix("proxy-") {
+                throw ConfigError(key: $1.source, reason: "'\(name)' cannot be forwarded: the daemon sets it, or it would make a shared fetch one client's answer")
+            }
+            $0.forwardRequestFields = names
         },
         key("drop-request-fields", "LIST", "none", "request fields never sent to a configured origin (reverse mode sends every other end-to-end field)") {
             $0.dropRequestFields = try $1.fieldNames(like: "X-Debug")

@@ -19,9 +19,8 @@
 //                  ── other status, failure ─────────> stale-if-error serves the stale copy (a large disk copy: from
 //                                                      lookingOnDisk(confirmed)), else every waiter gets the error
 //                                                      ──> finished
-//                  ── other status, reverse mode ────> stored (RFC 9111 3, negative-ttl): as a 200, without the image
-//                                                      checks; not stored: streaming(Response), the origin's response
-//                                                      as it is to the leader only (the others go upstream alone)
+//                  ── other status, reverse mode ────> as a 200 without the image checks: shared, stored (RFC 9111
+//                                                      3, negative-ttl) or only streamed by the same rules
 //   checkingBody ── image checks pass ──> streaming(Response) (or, when the whole body is in, each waiter gets its
 //                                         whole response in one call and the fetch finishes)
 //   streaming ── end ──> store, end every waiter ──> finished
@@ -472,9 +471,8 @@ struct FetchMachine {
         if let temporary = redirects.first(where: { $0 != 301 && $0 != 308 }) {
             storeDecision = .dontStore(reason: "reached through a \(temporary) redirect to \(url)")
         }
-        // A status that will not be stored goes to its leader alone; one that will is coalesced and stored as an
-        // image is, without the image checks.
-        if !isImage, storeDecision != .store { return passThrough(head, upstream: upstream, now: now) }
+        // Another status (reverse mode) is shared, stored or streamed by the same rules as an image, without the image
+        // checks.
         if isImage {
             let contentType: String?
             switch ContentPolicy.declaredType(head.headers) {
@@ -486,7 +484,9 @@ struct FetchMachine {
                 return refuseAll(status: 502, reason: why)
             }
         }
-        let bodyLength = head.headers["Content-Length"].flatMap { Int($0.trimmingOWS()) }
+        // A 204 or 304 has no body whatever its Content-Length says (RFC 9110 8.6).
+        let bodyLength = head.status == 204 || head.status == 304 ? 0
+            : head.headers["Content-Length"].flatMap { Int($0.trimmingOWS()) }
         if bodyLength.map({ $0 > rules.maxObjectSizeBytes }) ?? false {
             return fail(.tooLarge(limit: rules.maxObjectSizeBytes), now: now)
         }
@@ -510,32 +510,6 @@ struct FetchMachine {
         if abandonsUselessFill(response, shareable: Storability.isShareable(head, cacheControl: responseCacheControl)) { return }
         state = .checkingBody(response, prefix: [], heldBack: [])
         checkBody(complete: false)
-    }
-
-    /// Reverse mode: a response other than 200/203 (a redirect, 204, 206, an error page, a 304 the cache did not ask
-    /// for) goes to the client as the origin sent it, body included, without the image checks; a 4xx or 5xx page says
-    /// nosniff. It is not stored, so only the leader has it: the clients that joined go upstream on their own.
-    private mutating func passThrough(_ head: HTTPResponseHead, upstream: Upstream, now: Date) {
-        let bodyLength = head.headers["Content-Length"].flatMap { Int($0.trimmingOWS()) }
-        if bodyLength.map({ $0 > rules.maxObjectSizeBytes }) ?? false {
-            return fail(.tooLarge(limit: rules.maxObjectSizeBytes), now: now)
-        }
-        closeToNewcomers()
-        let others = waiters.filter(\.collapsed)
-        waiters.removeAll(where: \.collapsed)
-        if !others.isEmpty { actions.append(.redispatchAlone(others)) }
-        var response = Response(head: head, revalidating: nil, requestTime: upstream.requestTime, responseTime: now,
-                                bodyLength: bodyLength,
-                                storeDecision: .dontStore(reason: "status \(head.status) is passed through, not stored"))
-        response.kept = nil
-        state = .streaming(response)
-        for index in waiters.indices { sendHead(response, toWaiterAt: index) }
-        // HEAD clients have their answer; nothing is filled from a response that is not stored.
-        waiters.removeAll { $0.request.isHead }
-        if waiters.isEmpty && !rules.completeAbandonedFetches {
-            actions.append(.cancelTransfer)
-            finish()
-        }
     }
 
     /// A 304 for the copy being revalidated.

@@ -10,8 +10,8 @@
 //   2. Invalidation (RFC 9111 4.4): a non-error response (2xx, 3xx) to an unsafe method (any but GET, HEAD, OPTIONS,
 //      TRACE) removes every stored variant of the target URI, and of the URIs in Location and Content-Location when
 //      they are on the same origin (scheme, host and port), from both tiers, before the client has the response.
-//      A relative reference is resolved against the target (absolute paths and absolute URLs; RFC 3986 dot
-//      segments are normalised by the URL parser).
+//      Absolute URLs and absolute paths are taken (dot segments normalised by the URL parser); other relative
+//      references ("b.png", "?q") are not resolved, which RFC 9111 4.4 allows (this invalidation is a MAY).
 //   3. Max-Forwards (RFC 9110 7.6.2) on OPTIONS and TRACE: 0 is answered by the daemon itself (OPTIONS: 200 with
 //      the methods it passes; TRACE: 200 message/http echoing the request without its credentials); more is
 //      decremented. Other methods carry it unchanged.
@@ -115,6 +115,12 @@ final class Passthrough: @unchecked Sendable {
     private var sent = 0
     private var released = 0
     private var watching = false
+    /// Events that came while the invalidation a head asked for runs (nil: none runs).
+    private var held: [UpstreamEvent]?
+    /// The invalidation of this exchange's head is done or under way (its head is not invalidated again), and the
+    /// removals still running.
+    private var invalidated = false
+    private var invalidationsLeft = 0
     /// The delivery window, and whether it is full now (the transfer holds back until the client takes bytes).
     private let window: Int
     private var windowFull = false
@@ -155,13 +161,19 @@ final class Passthrough: @unchecked Sendable {
     }
 
     private func receive(_ event: UpstreamEvent) {
+        dispatchPrecondition(condition: .onQueue(context.queue))
         guard !finished else { return }
+        if held != nil {
+            held!.append(event)
+            return
+        }
         switch event {
         case let .head(head, _, _):
-            for stale in PassthroughRules.invalidated(method: request.method, status: head.status, target: url,
-                                                      response: head.headers) {
-                context.logger.debug("\(request.method) \(url.string) answered \(head.status): invalidating \(stale.string)")
-                context.store.remove(CacheKey(stale))
+            let stale = PassthroughRules.invalidated(method: request.method, status: head.status, target: url,
+                                                     response: head.headers)
+            if !stale.isEmpty, !invalidated {
+                invalidated = true
+                return invalidate(stale, then: head)
             }
             if head.status >= 400 { context.metrics.error("upstream_status_\(head.status / 100)xx") }
             let outcome = CacheOutcome(forward: .method, forwardStatus: head.status)
@@ -179,10 +191,29 @@ final class Passthrough: @unchecked Sendable {
             sink.end()
         case let .failed(error):
             finish(result: error.kind)
-            if case .cancelled = error { return }
-            context.metrics.error("upstream_" + error.kind)
+            // (A transfer the daemon cancelled, at shut-down: the client still gets its answer.)
+            if error != .cancelled { context.metrics.error("upstream_" + error.kind) }
             context.logger.warning("\(error.httpStatus) \(request.method) \(url.string): \(error)")
             if headSent { sink.abort() } else { sink.fail(status: error.httpStatus, reason: error.description) }
+        }
+    }
+
+    /// Removes the invalidated URIs from both tiers, then sends `head`: a client that has the answer and asks for the
+    /// target again does not find the outdated copy, not even on disk. Events meanwhile wait in `held`.
+    private func invalidate(_ urls: [UpstreamURL], then head: HTTPResponseHead) {
+        held = []
+        invalidationsLeft = urls.count
+        for url in urls {
+            context.logger.debug("\(request.method) \(self.url.string) answered \(head.status): invalidating \(url.string)")
+            context.store.remove(CacheKey(url)) { [context] _, _ in
+                context.queue.async {
+                    self.invalidationsLeft -= 1
+                    guard self.invalidationsLeft == 0, let events = self.held else { return }
+                    self.held = nil
+                    self.receive(.head(head, url: self.url.string, redirects: []))
+                    for event in events { self.receive(event) }
+                }
+            }
         }
     }
 

@@ -12,8 +12,11 @@
 //   3. the fields of `drop-request-fields`;
 //   4. on a request the cache answers (GET, HEAD): the client's preconditions and Range (If-None-Match,
 //      If-Modified-Since, If-Match, If-Unmodified-Since, If-Range, Range). The cache fetches the whole response for
-//      every client, makes its own conditional requests to revalidate, and evaluates the client's itself
-//      (RFC 9111 4.3); a precondition sent upstream would make the shared response one client's answer.
+//      every client, makes its own conditional requests to revalidate, and evaluates If-None-Match,
+//      If-Modified-Since and Range itself (RFC 9111 4.3); a precondition sent upstream would make the shared
+//      response one client's answer. (If-Match and If-Unmodified-Since on a GET are nobody's then: a cache does not
+//      evaluate them, RFC 9111 4.3.2.) And Accept-Encoding: images are compressed already, and a gzip-encoded
+//      response would fail the image checks (whose magic bytes it hides) and split the cache per encoding.
 // A request passed through (any other method) keeps its preconditions and Range: they are the origin's to judge.
 //
 // Vary is judged on the fields that go upstream (`ClientRequest.forwardedHeaders`): a field never sent cannot
@@ -39,8 +42,9 @@ struct RequestFieldPolicy: Sendable {
 
     /// Rule 2: fields the daemon sets itself (or curl does).
     static let replacedNames = ["Host", "Content-Length", "Expect", "Max-Forwards", "Via"]
-    /// Rule 4: the client's preconditions and Range, kept from the fetches the cache makes for everyone.
-    static let conditionalNames = ["If-None-Match", "If-Modified-Since", "If-Match", "If-Unmodified-Since", "If-Range", "Range"]
+    /// Rule 4: the client's preconditions, Range and Accept-Encoding, kept from the fetches the cache makes for everyone.
+    static let conditionalNames = ["If-None-Match", "If-Modified-Since", "If-Match", "If-Unmodified-Since", "If-Range", "Range",
+                                   "Accept-Encoding"]
 
     /// The fields of `headers` sent upstream for a request in `mode`; `cached`: the cache answers it (GET, HEAD).
     func forwarded(_ headers: HTTPHeaders, mode: Route.Mode, cached: Bool) -> HTTPHeaders {

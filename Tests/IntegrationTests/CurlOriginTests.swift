@@ -292,6 +292,22 @@ struct CurlOriginTests {
         #expect(seen.map { $0.header("Content-Length") } == [nil, nil, "0"])
     }
 
+    @Test("a response with both Transfer-Encoding and Content-Length is framed by the encoding: its Content-Length is dropped, the body whole")
+    func transferEncodingWinsOverLength() async throws {
+        let server = try TestOrigin()
+        defer { server.stop() }
+        let reply = Reply(status: 200, headers: [("Content-Type", "image/png"), ("Content-Length", "10")], body: Fixtures.png(size: 3000),
+                          chunked: true)
+        server.route("/both.png") { _ in reply }
+        let origin = try Self.makeOrigin()
+        defer { origin.shutdown() }
+        let recorder = TransferRecorder()
+        _ = origin.fetch(Self.request(server.baseURL + "/both.png"), events: recorder.record)
+        #expect(try await recorder.completion() == .end)
+        #expect(recorder.heads.first?.0.headers["Content-Length"] == nil)
+        expectSameBytes(recorder.body, Fixtures.png(size: 3000))
+    }
+
     @Test("more redirects than the limit fail with .tooManyRedirects and no head")
     func tooManyRedirects() async throws {
         // Given

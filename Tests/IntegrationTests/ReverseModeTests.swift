@@ -201,19 +201,19 @@ struct ReverseModeTests {
         }
     }
 
-    @Test("every end-to-end request field reaches the origin on a cached GET, but not the client's preconditions or Range; drop-request-fields removes the named ones")
+    @Test("every end-to-end request field reaches the origin on a cached GET, but not the client's preconditions, Range or Accept-Encoding; drop-request-fields removes the named ones")
     func requestFields() async throws {
         let harness = try ProxyHarness { $0.dropRequestFields = ["X-Debug"] }
         harness.origin.route("/f.png") { _ in Self.image([("ETag", "\"v1\"")]) }
         _ = try await harness.get("/f.png", headers: [
             ("Accept", "image/avif"), ("Cookie", "s=1"), ("Referer", "http://app.test/"), ("X-Tenant", "t1"),
             ("X-Debug", "1"), ("If-None-Match", "\"v0\""), ("If-Modified-Since", "Tue, 01 Jan 2030 00:00:00 GMT"),
-            ("Range", "bytes=0-9"), ("Connection", "X-Hop"), ("X-Hop", "1"),
+            ("Range", "bytes=0-9"), ("Accept-Encoding", "gzip"), ("Connection", "X-Hop"), ("X-Hop", "1"),
         ])
         let seen = try #require(harness.origin.requests("/f.png").first)
         #expect(seen.header("Accept") == "image/avif" && seen.header("Cookie") == "s=1")
         #expect(seen.header("Referer") == "http://app.test/" && seen.header("X-Tenant") == "t1")
-        for name in ["X-Debug", "If-None-Match", "If-Modified-Since", "Range", "X-Hop"] {
+        for name in ["X-Debug", "If-None-Match", "If-Modified-Since", "Range", "Accept-Encoding", "X-Hop"] {
             #expect(seen.header(name) == nil, "\(name) was forwarded")
         }
     }

@@ -156,6 +156,11 @@ final class CurlEasy: @unchecked Sendable {
     /// The method and the body. The cache's fetches are GETs (HEAD requests are fetched with GET to fill the cache);
     /// other methods are requests passed through to a configured origin, with their body (Content-Length) if any.
     private static func setMethod(_ h: UnsafeMutableRawPointer, _ request: UpstreamRequest) throws(CurlError) {
+        // A request that is not idempotent is never sent twice (RFC 9110 9.2.2): curl resends a request whose reused
+        // connection died before an answer, so such a request takes a connection of its own.
+        if !["GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"].contains(request.method) {
+            try ccurl_easy_setopt_long(h, CURLOPT_FRESH_CONNECT, 1).check("CURLOPT_FRESH_CONNECT")
+        }
         switch (request.method, request.body) {
         case ("GET", nil):
             try ccurl_easy_setopt_long(h, CURLOPT_HTTPGET, 1).check("CURLOPT_HTTPGET")
@@ -230,6 +235,13 @@ final class CurlEasy: @unchecked Sendable {
             return true   // curl follows it (or fails with CURLE_TOO_MANY_REDIRECTS): never reported
         }
         var framed = head
+        // Transfer-Encoding with Content-Length: the encoding frames the body (curl decodes it) and the length is
+        // void; it must not reach a client, whose framing it would set (RFC 9112 6.1, 6.3).
+        if head.headers.contains("Transfer-Encoding") {
+            framed.headers.remove("Content-Length")
+            reportHead(framed)
+            return true
+        }
         switch ResponseHeadParser.contentLength(head.headers) {
         case let .invalid(why):
             // RFC 9112 6.3: a response whose Content-Length is invalid or conflicting is an error; what follows

@@ -68,6 +68,11 @@ struct ConfigurationTests {
         ("server.idle-timeout", "-3", "is not a positive duration"),
         ("content-types", "png", "is not a media type"),
         ("no-such-key", "1", "unknown key"),
+        ("forward-request-fields", "Accept, Range", "'Range' cannot be forwarded"),
+        ("forward-request-fields", "If-None-Match", "'If-None-Match' cannot be forwarded"),
+        ("forward-request-fields", "Host", "'Host' cannot be forwarded"),
+        ("drop-request-fields", "X Debug", "is not a field name"),
+        ("negative-ttl", "-1", "is not a positive duration"),
     ])
     func badValues(key: String, value: String, reason: String) {
         // Given

@@ -210,7 +210,7 @@ struct FetchMachineTests {
         }
     }
 
-    @Test("reverse mode: an origin's 404 page, 301 or 204 that will not be stored goes to the leader as it is (no image check, an error page nosniff); the clients that joined go upstream alone")
+    @Test("reverse mode: an origin's 404 page, 301 or 204 that will not be stored is shared with the clients that joined, as a 200 would be (no image check, an error page nosniff); a private one goes to the leader only")
     func reversePassesStatuses() throws {
         // Given a leader and one collapsed waiter, and no negative-ttl
         var machine = Self.machine(others: [Self.request()], rules: Self.rules(negativeTTL: 0))
@@ -220,23 +220,31 @@ struct FetchMachineTests {
         let actions = machine.receiveHead(HTTPResponseHead(status: 404, headers: HTTPHeaders([("Content-Type", "text/html"),
                                                                                             ("Content-Length", String(page.count))])),
                                           url: Self.url, redirects: [], now: Self.t0)
-        // Then
-        #expect(Self.lines(actions) == ["error upstream_status_4xx", "closed", "alone [2]", "head 404 MISS to 1"])
+        // Then both have it, and nothing is stored
+        #expect(Self.lines(actions) == ["error upstream_status_4xx", "head 404 MISS to 1", "head 404 COALESCED to 2"])
         guard case let .sendHead(head, outcome, length, _, _)? = actions.first(where: { if case .sendHead = $0 { true } else { false } })
         else { Issue.record("no head"); return }
         #expect(head.headers["X-Content-Type-Options"] == "nosniff" && head.headers["Content-Type"] == "text/html")
         #expect(length == page.count && !outcome.stored)
-        #expect(Self.lines(machine.receiveBody(page, now: Self.t0)) == ["body 22 to [1]", "end [1]", "finish"])
+        #expect(Self.lines(machine.receiveBody(page, now: Self.t0)) == ["body 22 to [1, 2]", "end [1, 2]", "closed", "finish"])
 
-        // A redirect is the final response (reverse mode does not follow it) and a 204 ends at once
-        for (status, extra) in [(301, [("Location", "/b.png")]), (204, [])] {
-            var other = Self.machine(rules: Self.rules(negativeTTL: 0))
-            _ = other.start()
-            let lines = Self.lines(other.receiveHead(HTTPResponseHead(status: status, headers: HTTPHeaders(extra)), url: Self.url,
-                                                     redirects: [], now: Self.t0))
-            #expect(lines == ["closed", "head \(status) MISS to 1"])
-            #expect(Self.lines(other.receiveEnd(now: Self.t0)) == ["end [1]", "finish"])
-        }
+        // A private 503 goes to the leader only
+        var personal = Self.machine(others: [Self.request()], rules: Self.rules(negativeTTL: 0))
+        _ = personal.start()
+        let lines = Self.lines(personal.receiveHead(HTTPResponseHead(status: 503, headers: HTTPHeaders([("Cache-Control", "private")])),
+                                                    url: Self.url, redirects: [], now: Self.t0))
+        #expect(lines == ["error upstream_status_5xx", "closed", "alone [2]", "head 503 MISS to 1"])
+
+        // A redirect is the final response (reverse mode does not follow it); a 204 has no body whatever it says
+        var moved = Self.machine(rules: Self.rules(negativeTTL: 0))
+        _ = moved.start()
+        #expect(Self.lines(moved.receiveHead(HTTPResponseHead(status: 301, headers: HTTPHeaders([("Location", "/b.png")])),
+                                             url: Self.url, redirects: [], now: Self.t0)) == ["head 301 MISS to 1"])
+        #expect(Self.lines(moved.receiveEnd(now: Self.t0)) == ["end [1]", "closed", "finish"])
+        var empty = Self.machine(rules: Self.rules(negativeTTL: 0))
+        _ = empty.start()
+        #expect(Self.lines(empty.receiveHead(HTTPResponseHead(status: 204, headers: HTTPHeaders([("Content-Length", "9")])),
+                                             url: Self.url, redirects: [], now: Self.t0)) == ["whole 204 MISS 0 to 1", "closed", "finish"])
     }
 
     @Test("reverse mode: a 404 within negative-ttl, or a 301 with max-age, is shared with the clients that joined and stored, without the image checks; forward mode stores neither")
