@@ -54,7 +54,7 @@ final class AccessLogSink: ResponseSink {
 
     private func finish(_ outcome: String) {
         let elapsed = ContinuousClock.now - started
-        let milliseconds = Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15
+        let milliseconds = elapsed.inSeconds * 1000
         let record: State? = state.withLock { state in
             guard !state.logged else { return nil }
             state.logged = true

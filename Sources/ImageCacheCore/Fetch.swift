@@ -25,6 +25,7 @@
 // server.write-timeout as any client is. Between libcurl and the fetch at most a write buffer is in transit (the
 // transfer's delivery window). A fetch keeps the settings in force when it started.
 
+internal import ImageCacheSystem
 internal import ImageCacheHTTP
 internal import ImageCacheConfig
 internal import ImageCacheServer
@@ -372,7 +373,7 @@ final class Fetch: @unchecked Sendable {
         guard let started = transferStarted else { return }
         transferStarted = nil
         let elapsed = ContinuousClock.now - started
-        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        let seconds = elapsed.inSeconds
         context.metrics.upstreamFinished(host: key.url.host, result: result, seconds: seconds, bytes: transferBytes)
     }
 

@@ -452,11 +452,8 @@ struct FetchMachine {
                 return refuseAll(status: status, reason: "upstream answered \(head.status) \(head.reason)",
                                  kind: "upstream_status_\(head.status / 100)xx")
             }
-            if head.status >= 400 {
-                actions.append(.countError("upstream_status_\(head.status / 100)xx"))
-                // An origin's error page may quote what a client sent: never sniffed as HTML (stored so too).
-                head.headers.set("X-Content-Type-Options", "nosniff")
-            }
+            if head.status >= 400 { actions.append(.countError("upstream_status_\(head.status / 100)xx")) }
+            head.markErrorPage()
         }
         let responseCacheControl = rules.freshnessPolicy.cacheControl(head.headers, trusted: leader.trusted)
         // HEAD requests are fetched with GET (as nginx's proxy_cache_convert_head does), so judge the GET.
@@ -657,19 +654,13 @@ struct FetchMachine {
 
     /// The head a waiter gets for the upstream response: no Content-Length (the sink frames), Cache-Status, X-Cache.
     private func clientHead(_ response: Response, for waiter: Waiter) -> (HTTPResponseHead, CacheOutcome) {
-        var headers = response.head.headers
-        headers.remove("Content-Length")
-        if rules.freshnessPolicy.stripsTargetedFields {
-            for name in rules.freshnessPolicy.targetedFields { headers.remove(name) }
-        }
         var outcome = CacheOutcome(forward: reason, forwardStatus: response.head.status)
         if case .store = response.storeDecision, response.kept != nil,
            rules.writesToDisk || (response.bodyLength ?? 0) <= rules.memoryObjectLimitBytes {
             outcome.stored = true
         }
         outcome.collapsed = waiter.collapsed
-        outcome.apply(to: &headers)
-        return (HTTPResponseHead(status: response.head.status, reason: response.head.reason, headers: headers), outcome)
+        return (response.head.forClient(outcome, policy: rules.freshnessPolicy), outcome)
     }
 
     private mutating func sendHead(_ response: Response, toWaiterAt index: Int) {

@@ -15,8 +15,8 @@
 //   3. Max-Forwards (RFC 9110 7.6.2) on OPTIONS and TRACE: 0 is answered by the daemon itself (OPTIONS: 200 with
 //      the methods it passes; TRACE: 200 message/http echoing the request without its credentials); more is
 //      decremented. Other methods carry it unchanged.
-//   4. The response head: hop-by-hop fields removed (the origin seam), targeted cache-control fields removed when
-//      strip-targeted-cache-control says so, an error page (4xx, 5xx) says nosniff.
+//   4. The response head as a cache's (OriginHead.swift): hop-by-hop fields removed (the origin seam), targeted
+//      cache-control fields removed when strip-targeted-cache-control says so, an error page (4xx, 5xx) says nosniff.
 //
 // `Passthrough` runs one exchange. Ownership: its state is confined to the proxy queue (origin events and the
 // client's progress arrive with `queue.async`). Backpressure: the transfer's delivery window is server.write-buffer;
@@ -25,6 +25,7 @@
 // window and one read) count in the in-flight total, and a full window counts as a pause (`upstream.paused`, the
 // `transferPaused` event).
 
+internal import ImageCacheSystem
 internal import ImageCacheHTTP
 internal import ImageCacheConfig
 internal import ImageCacheServer
@@ -77,18 +78,6 @@ enum PassthroughRules {
         guard method == "OPTIONS" || method == "TRACE" else { return .forward(maxForwards: value) }
         guard let count = Int(value.trimmingOWS()), count >= 0 else { return .forward(maxForwards: nil) }
         return count == 0 ? .answerHere : .forward(maxForwards: String(min(count - 1, 255)))
-    }
-
-    /// Rule 4: what the client receives for the origin's `head`.
-    static func clientHead(_ head: HTTPResponseHead, outcome: CacheOutcome, policy: FreshnessPolicy) -> HTTPResponseHead {
-        var headers = head.headers
-        headers.remove("Content-Length")
-        if policy.stripsTargetedFields {
-            for name in policy.targetedFields { headers.remove(name) }
-        }
-        outcome.apply(to: &headers)
-        if head.status >= 400 { headers.set("X-Content-Type-Options", "nosniff") }
-        return HTTPResponseHead(status: head.status, reason: head.reason, headers: headers)
     }
 
     /// The methods named in Allow (405 to a TRACE, an OPTIONS answered here); any other method is passed too.
@@ -179,7 +168,9 @@ final class Passthrough: @unchecked Sendable {
             let outcome = CacheOutcome(forward: .method, forwardStatus: head.status)
             sink.note(outcome)
             let length = head.headers["Content-Length"].flatMap { Int($0.trimmingOWS()) }
-            sink.head(PassthroughRules.clientHead(head, outcome: outcome, policy: policy), bodyLength: length)
+            var marked = head
+            marked.markErrorPage()
+            sink.head(marked.forClient(outcome, policy: policy), bodyLength: length)
             headSent = true
         case let .body(chunk):
             sent += chunk.count
@@ -261,7 +252,7 @@ final class Passthrough: @unchecked Sendable {
         transfer = nil
         account()
         let elapsed = ContinuousClock.now - started
-        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        let seconds = elapsed.inSeconds
         context.metrics.upstreamFinished(host: url.host, result: result, seconds: seconds, bytes: sent)
     }
 }

@@ -98,8 +98,7 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
         case let .upstream(url, mode, trusted):
             if let refusal = methodRefusal(request, mode: mode, settings: settings) {
                 refuse(sink, status: refusal.status, reason: refusal.reason, request: request, client: client,
-                       headers: refusal.status == 501 ? ["Allow": "GET, HEAD"]
-                           : refusal.status == 405 ? ["Allow": PassthroughRules.allowedWithoutTrace] : HTTPHeaders())
+                       headers: refusal.headers)
                 return
             }
             if !PassthroughRules.isCached(request.method) {
@@ -135,14 +134,17 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
     }
 
     /// Forward and fetch modes take GET and HEAD only (501); reverse mode passes every method but CONNECT (Route) and
-    /// TRACE when pass-trace is off (405).
+    /// TRACE when pass-trace is off (405). Said once for both places a request is refused: when its body is announced
+    /// (`bodyRefusal`) and when it is handled.
     private func methodRefusal(_ request: HTTPRequestHead, mode: Route.Mode, settings: ProxySettings) -> HTTPParser.ParseError? {
         if PassthroughRules.isCached(request.method) { return nil }
         guard mode == .reverse else {
-            return HTTPParser.ParseError(status: 501, reason: "method \(request.method) is not supported here (only GET and HEAD; reverse mode passes other methods to its origin)")
+            return HTTPParser.ParseError(status: 501, reason: "method \(request.method) is not supported here (only GET and HEAD; reverse mode passes other methods to its origin)",
+                                         headers: ["Allow": "GET, HEAD"])
         }
         if request.method == "TRACE" && !settings.configuration.passTrace {
-            return HTTPParser.ParseError(status: 405, reason: "TRACE is not passed to the origin (pass-trace is off)")
+            return HTTPParser.ParseError(status: 405, reason: "TRACE is not passed to the origin (pass-trace is off)",
+                                         headers: ["Allow": PassthroughRules.allowedWithoutTrace])
         }
         return nil
     }
@@ -263,7 +265,7 @@ struct ClientRequest: Sendable {
     /// Which of its fields go upstream (from the settings the request was routed with).
     let fields: RequestFieldPolicy
     init(head: HTTPRequestHead, url: UpstreamURL, mode: Route.Mode, trusted: Bool, client: ClientInfo,
-         fields: RequestFieldPolicy = RequestFieldPolicy()) {
+         fields: RequestFieldPolicy = .defaults) {
         self.head = head
         self.fields = fields
         self.url = url

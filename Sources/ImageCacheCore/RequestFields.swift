@@ -25,7 +25,11 @@
 internal import ImageCacheHTTP
 internal import ImageCacheConfig
 
-struct RequestFieldPolicy: Sendable {
+/// Immutable; a class so that a request carries it as one reference (ClientRequest is copied along the hit path).
+final class RequestFieldPolicy: Sendable {
+    /// The defaults (forward-request-fields' default list, nothing dropped).
+    static let defaults = RequestFieldPolicy()
+
     /// Forward and fetch modes: the only fields sent (Authorization aside).
     let forwardNames: [String]
     /// Reverse mode: fields never sent.
@@ -36,7 +40,7 @@ struct RequestFieldPolicy: Sendable {
         self.droppedNames = droppedNames
     }
 
-    init(_ configuration: Configuration) {
+    convenience init(_ configuration: Configuration) {
         self.init(forwardNames: configuration.forwardRequestFields, droppedNames: configuration.dropRequestFields)
     }
 

@@ -44,13 +44,16 @@ public struct HTTPParser: Sendable {
 
     }
 
-    /// Why a request was refused: the status to answer and a one-line reason for the body and the log.
+    /// Why a request was refused: the status to answer, a one-line reason for the body and the log, and fields the
+    /// status calls for (Allow with a 405).
     public struct ParseError: Error, Sendable, Equatable, CustomStringConvertible {
         public var status: Int
         public var reason: String
-        public init(status: Int, reason: String) {
+        public var headers: HTTPHeaders
+        public init(status: Int, reason: String, headers: HTTPHeaders = HTTPHeaders()) {
             self.status = status
             self.reason = reason
+            self.headers = headers
         }
         public var description: String { "\(status) \(reason)" }
     }

@@ -174,7 +174,8 @@ struct ResponseWriter: Sendable, Equatable {
     /// The whole response to a refused request: its status, a one-line plain-text reason, `Connection: close`.
     static func errorResponse(_ error: HTTPParser.ParseError, date: String) -> [UInt8] {
         let body = Array((error.reason + "\n").utf8)
-        let headers: HTTPHeaders = [
+        var headers = error.headers
+        let own: HTTPHeaders = [
             "Content-Type": "text/plain; charset=utf-8",
             "X-Content-Type-Options": "nosniff",
             "Cache-Control": "no-store",
@@ -182,6 +183,7 @@ struct ResponseWriter: Sendable, Equatable {
             "Date": date,
             "Connection": "close",
         ]
+        for field in own { headers.set(field.name, field.value) }
         return HTTPResponseHead(status: error.status, headers: headers).serialized(version: .http1_1) + body
     }
 

@@ -376,7 +376,7 @@ extension DiskCache {
         }
         let (count, bytes, seconds) = withIndex { index in
             let elapsed = ContinuousClock.now - index.loadStart
-            let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+            let seconds = elapsed.inSeconds
             return (index.records.count, index.bytes, seconds)
         }
         // Logged before `stats` says loaded, so whoever sees the flag finds the line.
