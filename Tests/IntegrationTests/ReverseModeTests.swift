@@ -3,6 +3,7 @@
 // method's success invalidates what is stored (RFC 9111 4.4). Real daemon, real libcurl, a local origin.
 
 import Foundation
+import Synchronization
 import Testing
 import ImageCacheConfig
 @testable import ImageCacheOps
@@ -216,6 +217,53 @@ struct ReverseModeTests {
         for name in ["X-Debug", "If-None-Match", "If-Modified-Since", "Range", "Accept-Encoding", "X-Hop"] {
             #expect(seen.header(name) == nil, "\(name) was forwarded")
         }
+    }
+
+    @Test("reverse mode varies on any forwarded field: one variant per X-Tenant value, its value normalised (white space, field lines combined); a dropped field cannot split the cache")
+    func varyOnAnyField() async throws {
+        let harness = try ProxyHarness { $0.dropRequestFields = ["X-Debug"] }
+        harness.origin.route("/t.png") { request in
+            Self.image([("Vary", "X-Tenant, X-Debug"), ("X-Served-For", request.header("X-Tenant") ?? "-")])
+        }
+        let a1 = try await harness.get("/t.png", headers: [("X-Tenant", "a, b")])
+        let b1 = try await harness.get("/t.png", headers: [("X-Tenant", "c")])
+        let a2 = try await harness.get("/t.png", headers: [("X-Tenant", "a"), ("X-Tenant", " b"), ("X-Debug", "1")])
+        let b2 = try await harness.get("/t.png", headers: [("X-Tenant", "c"), ("X-Debug", "2")])
+        #expect([a1, b1].map { $0.header("X-Cache") } == ["MISS", "MISS"])
+        #expect([a2, b2].map { $0.header("X-Cache") } == ["HIT", "HIT"])
+        #expect(a2.header("X-Served-For") == "a, b" && b2.header("X-Served-For") == "c")
+        #expect(harness.origin.requestCount("/t.png") == 2)
+    }
+
+    @Test("fields a cache must not store or must update: a chunked response is stored without Transfer-Encoding (hits framed by Content-Length, from disk too); the origin's Age counts toward freshness; a 304 updates fields but not Content-Length or Content-Type")
+    func storedFields() async throws {
+        let harness = try ProxyHarness()
+        let revalidations = Mutex(0)
+        harness.origin.route("/c.png") { request in
+            if request.header("If-None-Match") == "\"v1\"" {
+                revalidations.withLock { $0 += 1 }
+                return Reply(status: 304, headers: [("ETag", "\"v1\""), ("Cache-Control", "max-age=120"), ("X-Version", "2"),
+                                                    ("Content-Type", "text/html"), ("Content-Length", "5")])
+            }
+            return Reply(status: 200, headers: [("Content-Type", "image/png"), ("Cache-Control", "max-age=120"), ("Age", "100"),
+                                                ("ETag", "\"v1\""), ("X-Version", "1")], body: Self.png, chunked: true)
+        }
+        let first = try await harness.get("/c.png")
+        let hit = try await harness.get("/c.png")
+        #expect(first.body == Self.png && hit.header("X-Cache") == "HIT")
+        #expect(hit.header("Transfer-Encoding") == nil && hit.header("Content-Length") == String(Self.png.count))
+        #expect(Int(hit.header("Age") ?? "") ?? 0 >= 100, "the origin's Age is part of the entry's age")
+        // 21 s later the entry is 121 s old: stale (max-age=120), although it has been stored for only 21 s
+        harness.clock.advance(21)
+        let refreshed = try await harness.get("/c.png")
+        #expect(refreshed.header("X-Cache") == "REVALIDATED" && revalidations.withLock { $0 } == 1)
+        #expect(refreshed.header("X-Version") == "2", "a 304 updates the stored fields")
+        #expect(refreshed.header("Content-Type") == "image/png" && refreshed.body == Self.png)
+        #expect(refreshed.header("Content-Length") == String(Self.png.count))
+        await harness.flushDisk()
+        try harness.restart()
+        let fromDisk = try await harness.get("/c.png")
+        #expect(fromDisk.header("Transfer-Encoding") == nil && fromDisk.body == Self.png && fromDisk.header("X-Version") == "2")
     }
 
     @Test("forward and fetch modes send only forward-request-fields (and take GET and HEAD only)")
