@@ -96,6 +96,8 @@ struct FetchMachine {
         var bodyLength: Int?
         var received = 0
         var storeDecision: StoreDecision
+        /// The fields a qualified private names (lower-cased): the leader's only, never a joined client's or stored.
+        var privateFields: [String] = []
         /// The body so far, kept to be stored or for a late joiner; nil once it is streamed only.
         var kept: [[UInt8]]? = []
         var keptBytes = 0
@@ -503,7 +505,8 @@ struct FetchMachine {
             return finish()
         }
         let response = Response(head: head, revalidating: upstream.revalidating, requestTime: upstream.requestTime,
-                                responseTime: now, bodyLength: bodyLength, storeDecision: storeDecision)
+                                responseTime: now, bodyLength: bodyLength, storeDecision: storeDecision,
+                                privateFields: responseCacheControl.privateFields)
         if abandonsUselessFill(response, shareable: Storability.isShareable(head, cacheControl: responseCacheControl)) { return }
         state = .checkingBody(response, prefix: [], heldBack: [])
         checkBody(complete: false)
@@ -660,7 +663,12 @@ struct FetchMachine {
             outcome.stored = true
         }
         outcome.collapsed = waiter.collapsed
-        return (response.head.forClient(outcome, policy: rules.freshnessPolicy), outcome)
+        guard waiter.collapsed, !response.privateFields.isEmpty else {
+            return (response.head.forClient(outcome, policy: rules.freshnessPolicy), outcome)
+        }
+        var shared = response.head
+        shared.headers.removeAll { field in response.privateFields.contains(field.name.lowercased()) }
+        return (shared.forClient(outcome, policy: rules.freshnessPolicy), outcome)
     }
 
     private mutating func sendHead(_ response: Response, toWaiterAt index: Int) {

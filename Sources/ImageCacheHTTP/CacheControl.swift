@@ -8,7 +8,10 @@
 //   - max-age / s-maxage with a missing or invalid value count as 0: the response is stale (RFC 9111 section 4.2.1).
 //     Other directives with invalid values (stale-while-revalidate, stale-if-error, max-stale=, min-fresh) are ignored,
 //     which never serves more stale content than the sender asked for.
-//   - Qualified no-cache="..." and private="..." are treated as their unqualified forms: we do not strip fields.
+//   - Qualified private="A, B" (RFC 9111 5.2.2.7) names the fields meant for one user: `privateFields` (lower-cased);
+//     the response stays shareable and storable without them. An unqualified private (or an empty list) wins.
+//   - Qualified no-cache="..." is treated as unqualified: every use is revalidated, so the named fields are never
+//     sent without a successful revalidation (5.2.2.4, more strictly than it asks).
 //   - Duplicates: the most restrictive value wins (smallest max-age, s-maxage, max-stale, stale-*; largest min-fresh).
 //   - Unknown directives are ignored (RFC 9111 section 5.2.3).
 //   - With no Cache-Control field at all, `Pragma: no-cache` means no-cache (RFC 9111 section 5.4).
@@ -26,7 +29,10 @@ public struct CacheControl: Sendable, Equatable {
     public var sMaxAge: Int?
     public var noCache: Bool = false
     public var noStore: Bool = false
+    /// Unqualified private: for one user only.
     public var isPrivate: Bool = false
+    /// Qualified private="...": these fields (lower-cased) are for one user; the rest may be stored and shared.
+    public var privateFields: [String] = []
     public var isPublic: Bool = false
     public var mustRevalidate: Bool = false
     public var proxyRevalidate: Bool = false
@@ -74,7 +80,13 @@ public struct CacheControl: Sendable, Equatable {
         case "s-maxage": sMaxAge = Self.restrictive(sMaxAge, Self.deltaSeconds(value) ?? 0, by: min)
         case "no-cache": noCache = true
         case "no-store": noStore = true
-        case "private": isPrivate = true
+        case "private":
+            let names = (value ?? "").split(separator: ",").map { $0.trimmingOWS().lowercased() }.filter { !$0.isEmpty }
+            if names.isEmpty {
+                isPrivate = true
+            } else {
+                for name in names where !privateFields.contains(name) { privateFields.append(name) }
+            }
         case "public": isPublic = true
         case "must-revalidate": mustRevalidate = true
         case "proxy-revalidate": proxyRevalidate = true

@@ -65,12 +65,17 @@ public final class CacheEntry: Sendable {
 
     /// A stored response rebuilt with a known Vary key (e.g. loaded from disk); what is derived from the head is
     /// derived here, the one place (a refresh after a 304 comes through here too).
-    public convenience init(key: CacheKey, head: HTTPResponseHead, body: [UInt8], requestTime: Date, responseTime: Date,
+    public convenience init(key: CacheKey, head given: HTTPResponseHead, body: [UInt8], requestTime: Date, responseTime: Date,
                             vary: VaryKey?, policy: FreshnessPolicy) {
         // A response from a configured origin (one the untrusted treatment was not applied to) follows its targeted
         // cache-control field when it has one (RFC 9213).
-        let guardsUntrusted = UntrustedResponse.isApplied(head.headers)
-        let cacheControl = policy.cacheControl(head.headers, trusted: !guardsUntrusted)
+        let guardsUntrusted = UntrustedResponse.isApplied(given.headers)
+        let cacheControl = policy.cacheControl(given.headers, trusted: !guardsUntrusted)
+        // The fields a qualified private names are one user's: never stored (RFC 9111 5.2.2.7).
+        var head = given
+        if !cacheControl.privateFields.isEmpty {
+            head.headers.removeAll { field in cacheControl.privateFields.contains(field.name.lowercased()) }
+        }
         let serializedHead = SerializedResponseHead(head, excluding: CacheEntry.perResponseFields
                                                         + (policy.stripsTargetedFields ? policy.targetedFields : []))
         let variantID = vary?.id ?? ""

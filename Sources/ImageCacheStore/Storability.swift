@@ -9,7 +9,7 @@
 //      not combine ranges, RFC 9111 3.4), 304 (merged, not stored: see CacheEntry.refreshed) or 1xx. Forward and
 //      fetch modes pass no other status to a client, so they store none;
 //   4. the response has no no-store;
-//   5. the response is not private (qualified private="..." included: we do not strip fields);
+//   5. the response is not private (a qualified private="..." is stored without the fields it names: CacheEntry);
 //   6. the response has no Vary: * (it could never be selected again);
 //   7. the response has no Set-Cookie: replaying one client's cookie to every client is never right for a shared
 //      image cache (Varnish's builtin VCL refuses these too);
@@ -21,7 +21,7 @@
 // no-cache responses are stored: they are revalidated on every use (Freshness.use).
 //
 // Coalescing (isShareable): one upstream response may be handed to every client waiting on the same fetch unless it
-// is private, no-store, carries Set-Cookie, or has Vary: * . A response with another Vary must still be matched
+// is private, no-store, carries Set-Cookie, or has Vary: * (a qualified private's fields go to the leader only). A response with another Vary must still be matched
 // against each waiter's request fields by the caller (VaryKey.matches).
 // Pure functions, no I/O.
 
@@ -56,7 +56,7 @@ public enum Storability {
         if responseCacheControl.noStore { return .dontStore(reason: "response no-store") }
         if responseCacheControl.isPrivate { return .dontStore(reason: "response private") }
         if hasVaryStar(response) { return .dontStore(reason: "Vary: *") }
-        if response.headers.contains("Set-Cookie") { return .dontStore(reason: "response sets a cookie") }
+        if setsSharedCookie(response, responseCacheControl) { return .dontStore(reason: "response sets a cookie") }
         if request.headers.contains("Authorization"),
            !(responseCacheControl.isPublic || responseCacheControl.sMaxAge != nil || responseCacheControl.mustRevalidate) {
             return .dontStore(reason: "request has Authorization and the response is not public")
@@ -71,7 +71,12 @@ public enum Storability {
 
     /// May this one response be handed to the other clients waiting on the same fetch?
     public static func isShareable(_ response: HTTPResponseHead, cacheControl: CacheControl) -> Bool {
-        !cacheControl.isPrivate && !cacheControl.noStore && !response.headers.contains("Set-Cookie") && !hasVaryStar(response)
+        !cacheControl.isPrivate && !cacheControl.noStore && !setsSharedCookie(response, cacheControl) && !hasVaryStar(response)
+    }
+
+    /// Set-Cookie that is not named by a qualified private (such a one goes to its leader only, and is not stored).
+    static func setsSharedCookie(_ response: HTTPResponseHead, _ cacheControl: CacheControl) -> Bool {
+        response.headers.contains("Set-Cookie") && !cacheControl.privateFields.contains("set-cookie")
     }
 
     static func hasVaryStar(_ response: HTTPResponseHead) -> Bool {

@@ -266,6 +266,33 @@ struct ReverseModeTests {
         #expect(fromDisk.header("Transfer-Encoding") == nil && fromDisk.body == Self.png && fromDisk.header("X-Version") == "2")
     }
 
+    @Test("private=\"X-User, Set-Cookie\": the first client gets those fields, a client that joined the fetch and every later hit get the response without them (RFC 9111 5.2.2.7)")
+    func qualifiedPrivate() async throws {
+        let harness = try ProxyHarness()
+        let gate = Gate()
+        harness.origin.route("/me.png") { _ in
+            var reply = Self.image([("Cache-Control", "max-age=60, private=\"X-User, Set-Cookie\""), ("X-User", "alice"),
+                                    ("Set-Cookie", "s=alice")])
+            reply.gate = gate
+            return reply
+        }
+        harness.waiters.expect(2)
+        let leader = try harness.connect()
+        try leader.request("/me.png")
+        let joined = try harness.connect()
+        try joined.request("/me.png")
+        #expect(await harness.waiters.wait(), "two clients never waited on one fetch")
+        gate.open()
+        let first = try await leader.response(), second = try await joined.response()
+        let hit = try await harness.get("/me.png")
+        let (own, other) = first.header("X-Cache") == "COALESCED" ? (second, first) : (first, second)
+        #expect(own.header("X-User") == "alice" && own.header("Set-Cookie") == "s=alice")
+        #expect(other.header("X-Cache") == "COALESCED" && other.header("X-User") == nil && other.header("Set-Cookie") == nil)
+        #expect(hit.header("X-Cache") == "HIT" && hit.header("X-User") == nil && hit.header("Set-Cookie") == nil)
+        #expect([own, other, hit].allSatisfy { $0.body == Self.png })
+        #expect(harness.origin.requestCount("/me.png") == 1)
+    }
+
     @Test("forward and fetch modes send only forward-request-fields (and take GET and HEAD only)")
     func fetchModeFields() async throws {
         let harness = try ProxyHarness { $0.forwardRequestFields = ["Accept", "X-Trace"] }

@@ -30,7 +30,12 @@ struct CacheControlTests {
         (["public, s-maxage=300, max-age=60"], make { $0.isPublic = true; $0.sMaxAge = 300; $0.maxAge = 60 }),
         (["no-cache"], make { $0.noCache = true }),
         (["no-cache=\"Set-Cookie, X-Foo\", max-age=5"], make { $0.noCache = true; $0.maxAge = 5 }),
-        (["private=\"X-Foo\""], make { $0.isPrivate = true }),
+        (["private=\"X-Foo, Set-Cookie\""], make { $0.privateFields = ["x-foo", "set-cookie"] }),
+        (["private=\"\""], make { $0.isPrivate = true }),
+        (["private", "private=X-Foo"], make {
+            $0.isPrivate = true
+            $0.privateFields = ["x-foo"]
+        }),
         (["no-store", "must-revalidate,proxy-revalidate"], make { $0.noStore = true; $0.mustRevalidate = true; $0.proxyRevalidate = true }),
         (["no-transform, immutable"], make { $0.noTransform = true; $0.immutable = true }),
         (["stale-while-revalidate=30, stale-if-error=600"], make { $0.staleWhileRevalidate = 30; $0.staleIfError = 600 }),
