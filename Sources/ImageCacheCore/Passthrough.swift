@@ -2,8 +2,9 @@
 //
 // Rules (pure, `PassthroughRules`):
 //   1. Reverse mode answers GET and HEAD from the cache; every other method (POST, PUT, DELETE, PATCH, OPTIONS,
-//      unknown ones) is passed through uncached: its body (read within server.max-request-body, 413 beyond) and its
-//      end-to-end fields (RequestFields.swift, preconditions and Range included) go to the origin, and the origin's
+//      unknown ones) is passed through uncached: its body (streamed as it arrives, RequestBodyStream -> StreamedBody,
+//      within server.max-request-body and server.body-timeout) and its end-to-end fields (RequestFields.swift,
+//      preconditions and Range included) go to the origin, and the origin's
 //      response (any status, its own body, redirects not followed) comes back as it is, with Cache-Status
 //      `fwd=method` and X-Cache PASS. CONNECT is 501 (Route); TRACE is 405 unless pass-trace is on. Forward and fetch
 //      modes take GET and HEAD only (501).
@@ -87,6 +88,15 @@ enum PassthroughRules {
     static let notEchoed = ["Authorization", "Proxy-Authorization", "Cookie"]
 }
 
+/// A request's body as the server gave it: read whole (a short one, or none), or streamed as it arrives.
+enum RequestBody {
+    case bytes([UInt8])
+    case stream(RequestBodyStream)
+
+    /// The bytes read whole (none for a streamed body).
+    var bytes: [UInt8] { if case let .bytes(bytes) = self { bytes } else { [] } }
+}
+
 /// One request passed through to a configured origin and its response relayed (the rules above).
 final class Passthrough: @unchecked Sendable {
     // MARK: immutable after init
@@ -129,16 +139,31 @@ final class Passthrough: @unchecked Sendable {
     }
 
     /// Starts the exchange (on any thread). `body`: the request body as read; `fields`: which fields go upstream.
-    static func start(_ request: HTTPRequestHead, body: [UInt8], url: UpstreamURL, sink: any ResponseSink,
+    static func start(_ request: HTTPRequestHead, body: RequestBody, url: UpstreamURL, sink: any ResponseSink,
                       context: FetchContext, fields: RequestFieldPolicy, policy: FreshnessPolicy, writeBuffer: Int,
                       maxForwards: String?) {
         let exchange = Passthrough(request: request, url: url, sink: sink, context: context, policy: policy, window: writeBuffer)
         var headers = fields.forwarded(request.headers, mode: .reverse, cached: false)
         if let maxForwards { headers.add("Max-Forwards", maxForwards) }
         headers.add("Via", RequestFieldPolicy.via(request.headers, mode: .reverse, own: context.via))
-        // A body goes with Content-Length; methods defined with content get one even when it is empty.
-        let sendsBody = !body.isEmpty || ["POST", "PUT", "PATCH"].contains(request.method)
-        let upstream = UpstreamRequest(url: url.string, method: request.method, body: sendsBody ? body : nil,
+        var bytes: [UInt8]?, streamed: StreamedBody?
+        switch body {
+        case let .bytes(read):
+            // A body goes with Content-Length; methods defined with content get one even when it is empty.
+            bytes = !read.isEmpty || ["POST", "PUT", "PATCH"].contains(request.method) ? read : nil
+        case let .stream(stream):
+            // Sent as it arrives: every byte libcurl takes is room given back to the client's connection.
+            let upload = StreamedBody(length: stream.length) { stream.consumed($0) }
+            stream.read { event in
+                switch event {
+                case let .chunk(chunk): upload.append(chunk)
+                case .end: upload.finish()
+                case .failed: upload.fail()
+                }
+            }
+            streamed = upload
+        }
+        let upstream = UpstreamRequest(url: url.string, method: request.method, body: bytes, streamedBody: streamed,
                                        followsRedirects: false, headers: headers, trusted: true,
                                        maxBodyBytes: Int(Int64.max), deliveryWindow: writeBuffer)
         context.queue.async {

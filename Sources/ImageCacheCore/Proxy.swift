@@ -82,6 +82,15 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
 
     /// Called on the connection's loop thread.
     public func handle(_ request: HTTPRequestHead, body: [UInt8], client: ClientInfo, sink: any ResponseSink) {
+        handle(request, body: .bytes(body), client: client, sink: sink)
+    }
+
+    /// A request passed through to a configured origin with its body as it arrives (`bodyHandling` said so).
+    public func handle(_ request: HTTPRequestHead, streamedBody body: RequestBodyStream, client: ClientInfo, sink: any ResponseSink) {
+        handle(request, body: .stream(body), client: client, sink: sink)
+    }
+
+    private func handle(_ request: HTTPRequestHead, body: RequestBody, client: ClientInfo, sink: any ResponseSink) {
         let settings = self.settings
         let sink = settings.configuration.accessLog ? AccessLogSink(wrapping: sink, request: request, client: client, logger: logger) : sink
         if loopGuard.carriesOwnVia(request.headers) {
@@ -94,7 +103,7 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
         case let .error(status, reason):
             refuse(sink, status: status, reason: reason, request: request, client: client)
         case let .admin(path, query):
-            handleAdmin(request, path: path, query: query, body: body, client: client, sink: sink, settings: settings)
+            handleAdmin(request, path: path, query: query, body: body.bytes, client: client, sink: sink, settings: settings)
         case let .upstream(url, mode, trusted):
             if let refusal = methodRefusal(request, mode: mode, settings: settings) {
                 refuse(sink, status: refusal.status, reason: refusal.reason, request: request, client: client,
@@ -105,7 +114,7 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
                 pass(request, body: body, url: url, sink: sink, settings: settings)
                 return
             }
-            guard body.isEmpty else {
+            guard body.bytes.isEmpty else {
                 refuse(sink, status: 400, reason: "a \(request.method) request must not have a body", request: request, client: client)
                 return
             }
@@ -114,22 +123,22 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
         }
     }
 
-    /// Only `POST /_imagecached/prefetch` takes a body; any other request that announces one is refused as soon as its
-    /// head is in, with the status its route would answer (400 for a GET or HEAD with a body, 501 for a method the
-    /// cache does not take, the route's own error), so no connection holds up to `server.max-request-body` for nothing.
-    public func bodyRefusal(for request: HTTPRequestHead) -> HTTPParser.ParseError? {
+    /// A request passed through to a configured origin streams its body there; `POST /_imagecached/prefetch` reads its
+    /// list whole; any other request that announces a body is refused as soon as its head is in, with the status its
+    /// route would answer (400 for a GET or HEAD with a body, 501 for a method the cache does not take, the route's own
+    /// error), so no connection holds up to `server.max-request-body` for nothing.
+    public func bodyHandling(for request: HTTPRequestHead) -> HTTPParser.BodyHandling {
         let settings = self.settings
         switch Route.resolve(request, origins: settings.originRoutes, signing: settings.signing) {
         case let .error(status, reason):
-            return HTTPParser.ParseError(status: status, reason: reason)
+            return .refuse(HTTPParser.ParseError(status: status, reason: reason))
         case let .admin(path, _):
-            if path == "/_imagecached/prefetch" && request.method == "POST" { return nil }
-            return HTTPParser.ParseError(status: 400, reason: "\(request.method) \(path.prefix(100)) takes no request body")
+            if path == "/_imagecached/prefetch" && request.method == "POST" { return .read }
+            return .refuse(HTTPParser.ParseError(status: 400, reason: "\(request.method) \(path.prefix(100)) takes no request body"))
         case let .upstream(_, mode, _):
-            if let refusal = methodRefusal(request, mode: mode, settings: settings) { return refusal }
-            // A request passed through to a configured origin takes its body there.
-            if !PassthroughRules.isCached(request.method) { return nil }
-            return HTTPParser.ParseError(status: 400, reason: "a \(request.method) request must not have a body")
+            if let refusal = methodRefusal(request, mode: mode, settings: settings) { return .refuse(refusal) }
+            if !PassthroughRules.isCached(request.method) { return .stream }
+            return .refuse(HTTPParser.ParseError(status: 400, reason: "a \(request.method) request must not have a body"))
         }
     }
 
@@ -150,7 +159,7 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
     }
 
     /// Reverse mode: a method the cache does not answer goes to the origin as it is (Passthrough.swift).
-    private func pass(_ request: HTTPRequestHead, body: [UInt8], url: UpstreamURL, sink: any ResponseSink, settings: ProxySettings) {
+    private func pass(_ request: HTTPRequestHead, body: RequestBody, url: UpstreamURL, sink: any ResponseSink, settings: ProxySettings) {
         switch PassthroughRules.hops(method: request.method, headers: request.headers) {
         case .answerHere:
             answerAsFinalRecipient(request, sink: sink, settings: settings)

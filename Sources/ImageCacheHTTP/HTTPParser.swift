@@ -2,7 +2,8 @@
 //
 // The connection `feed`s it the bytes it reads and calls `next()` when it is ready for a request; `next()`
 // returns a whole request (head and body), a `continueExpected` signal, an error carrying the status to
-// answer, or nil when more bytes are needed. Bytes after a request stay buffered for the next one
+// answer, or nil when more bytes are needed. A request whose body the caller streams (`BodyHandling.stream`) comes
+// as `streamedRequest` (its head), then `bodyChunk`s as the bytes arrive, then `bodyEnd`; the limits are the same. Bytes after a request stay buffered for the next one
 // (pipelining). The parser never reads ahead of the request it is on, so a connection that handles one
 // request at a time just calls `next()` again after each response.
 //
@@ -62,6 +63,13 @@ public struct HTTPParser: Sendable {
     public enum Event: Sendable, Equatable {
         /// A complete request; `body` is empty when it had none.
         case request(HTTPRequestHead, body: [UInt8])
+        /// The head of a request whose body is streamed (`bodyLength`: its Content-Length; nil when chunked); its
+        /// `bodyChunk`s and `bodyEnd` follow.
+        case streamedRequest(HTTPRequestHead, bodyLength: Int?)
+        /// Bytes of the streamed body, in order.
+        case bodyChunk([UInt8])
+        /// The streamed body is complete (the parser then goes on to the next request).
+        case bodyEnd
         /// The head asked for `Expect: 100-continue` and its body is acceptable: answer 100 Continue, keep feeding.
         case continueExpected
         /// The request is refused; the parser is now failed and returns this error again on every call.
@@ -80,10 +88,19 @@ public struct HTTPParser: Sendable {
     }
 
     public let limits: Limits
-    /// Asked once a head announces a body (Content-Length above 0, or chunked): nil reads the body, an error refuses
-    /// the request at once, before a byte of the body is read (routes that take no body).
-    public typealias BodyRefusal = @Sendable (HTTPRequestHead) -> ParseError?
-    private let bodyRefusal: BodyRefusal
+    /// What to do with a body a head announces.
+    public enum BodyHandling: Sendable, Equatable {
+        /// Read it whole (within maxRequestBodyBytes) and return it with the request.
+        case read
+        /// Return the head at once, then the body as it arrives (`bodyChunk`, `bodyEnd`).
+        case stream
+        /// Refuse the request at once, before a byte of the body is read (routes that take no body).
+        case refuse(ParseError)
+    }
+
+    /// Asked once a head announces a body (Content-Length above 0, or chunked).
+    public typealias BodyDecision = @Sendable (HTTPRequestHead) -> BodyHandling
+    private let bodyDecision: BodyDecision
 
     private var buffer: [UInt8] = []
     /// First byte of `buffer` not consumed yet.
@@ -100,10 +117,15 @@ public struct HTTPParser: Sendable {
     private var body: [UInt8] = []
     /// Bytes left in the fixed-length body or in the current chunk.
     private var remaining = 0
+    /// The current request's body is streamed; its head is still to be returned (after a `continueExpected`).
+    private var streaming = false
+    private var streamHeadPending = false
+    /// Body bytes of the current request so far (the limit on a chunked body).
+    private var bodyBytes = 0
 
-    public init(limits: Limits, bodyRefusal: @escaping BodyRefusal = { _ in nil }) {
+    public init(limits: Limits, bodyDecision: @escaping BodyDecision = { _ in .read }) {
         self.limits = limits
-        self.bodyRefusal = bodyRefusal
+        self.bodyDecision = bodyDecision
     }
 
 
@@ -136,6 +158,10 @@ public struct HTTPParser: Sendable {
 
     /// Parses as far as the buffered bytes allow and returns the next event, or nil when more bytes are needed.
     public mutating func next() -> Event? {
+        if streamHeadPending, let head {
+            streamHeadPending = false
+            return .streamedRequest(head, bodyLength: phase == .body ? remaining : nil)
+        }
         while true {
             switch phase {
             case let .failed(error):
@@ -181,6 +207,7 @@ public struct HTTPParser: Sendable {
 
             case .body:
                 take(max: remaining)
+                if streaming && !body.isEmpty { return .bodyChunk(takeBody()) }
                 if remaining > 0 { return nil }
                 return complete()
 
@@ -198,7 +225,7 @@ public struct HTTPParser: Sendable {
                         sectionBytes = 0
                         phase = .trailers
                     } else {
-                        if size > limits.maxRequestBodyBytes - body.count { return bodyTooLarge() }
+                        if size > limits.maxRequestBodyBytes - bodyBytes { return bodyTooLarge() }
                         remaining = size
                         phase = .chunkData
                     }
@@ -206,8 +233,9 @@ public struct HTTPParser: Sendable {
 
             case .chunkData:
                 take(max: remaining)
+                if remaining == 0 { phase = .chunkDataEnd }
+                if streaming && !body.isEmpty { return .bodyChunk(takeBody()) }
                 if remaining > 0 { return nil }
-                phase = .chunkDataEnd
 
             case .chunkDataEnd:
                 switch nextLine() {
@@ -278,6 +306,13 @@ public struct HTTPParser: Sendable {
         body.append(contentsOf: buffer[start..<start + count])
         start += count
         remaining -= count
+        bodyBytes += count
+    }
+
+    /// The streamed body bytes taken so far, handed out.
+    private mutating func takeBody() -> [UInt8] {
+        defer { body = [] }
+        return body
     }
 
     /// Drops consumed bytes from the front of the buffer when that is cheap relative to what remains.
@@ -431,9 +466,14 @@ public struct HTTPParser: Sendable {
         let transferEncoding = headers.values("Transfer-Encoding")
         let contentLength = headers.values("Content-Length")
         var hasBody = false
-        if !transferEncoding.isEmpty || (!contentLength.isEmpty && headers.tokens("Content-Length").contains(where: { $0 != "0" })),
-           let refusal = bodyRefusal(head) {
-            return fail(refusal)
+        bodyBytes = 0
+        streaming = false
+        if !transferEncoding.isEmpty || (!contentLength.isEmpty && headers.tokens("Content-Length").contains(where: { $0 != "0" })) {
+            switch bodyDecision(head) {
+            case let .refuse(refusal): return fail(refusal)
+            case .stream: streaming = true
+            case .read: break
+            }
         }
         if !transferEncoding.isEmpty {
             if !contentLength.isEmpty { return fail(400, "both Transfer-Encoding and Content-Length") }
@@ -457,18 +497,19 @@ public struct HTTPParser: Sendable {
             guard let length else { return fail(400, "invalid Content-Length") }
             if length > limits.maxRequestBodyBytes { return bodyTooLarge() }
             body = []
-            body.reserveCapacity(length)
+            if !streaming { body.reserveCapacity(length) }
             remaining = length
             phase = .body
             hasBody = length > 0
         } else {
             return complete()
         }
+        streamHeadPending = streaming
         if hasBody, head.version == .http1_1,
            headers.tokens("Expect").contains(where: { String($0).equalsIgnoringASCIICase("100-continue") }) {
             return .continueExpected
         }
-        return nil
+        return streaming ? next() : nil
     }
 
     private func parseChunkSize(_ range: Range<Int>) -> Int? {
@@ -487,7 +528,8 @@ public struct HTTPParser: Sendable {
     // MARK: - Outcomes
 
     private mutating func complete() -> Event {
-        let event = Event.request(head!, body: body)
+        let event: Event = streaming ? .bodyEnd : .request(head!, body: body)
+        streaming = false
         head = nil
         body = []
         remaining = 0

@@ -16,6 +16,12 @@
 //   handling     the handler owns the response (exchange id). Reads continue so that a client's close is
 //                noticed; the bytes are buffered for the next request (reading is suspended once a full request
 //                line and header section are buffered). Sink calls frame the response through `ResponseWriter`.
+//                A streamed body (`bodyOpen`): the handler has the head and reads the body as it arrives; reads go
+//                to the parser and its body bytes to the handler's `RequestBodyStream`; reading is suspended while
+//                more than server.write-buffer of them is not consumed (resumed at half); the body timer runs on.
+//                Such an exchange never keeps the connection alive (the response may end before the body).
+//                body end -> handling;  body refused (413, bad chunk) or timed out (408) -> the stream fails and
+//                the exchange is cancelled: the error is answered if no head went out, else the connection resets.
 //                end -> writing(keepAlive);  abort -> closed;  EOF/read error/write error/write timeout -> closed
 //                after `cancelExchange` (the handler's onCancel callbacks).
 //   writing      the response has ended; waiting for the write queue to drain.
@@ -48,6 +54,10 @@ extension Connection {
             let id: UInt64
             var writer: ResponseWriter
             var responseStarted = false
+            /// A streamed request body is still arriving.
+            var bodyOpen = false
+            /// Streamed body bytes delivered and not yet consumed by the handler.
+            var bodyUnconsumed = 0
         }
 
         /// Timers on the read side (the write timer belongs to `Connection`, which sees partial writes).
@@ -71,6 +81,12 @@ extension Connection {
             case writePart(ArraySlice<UInt8>)
             /// Give the request to the handler; always the last action of its batch.
             case handle(HTTPRequestHead, body: [UInt8], exchange: UInt64)
+            /// Make the stream of the exchange's request body (`length`: its Content-Length).
+            case openBody(length: Int?, exchange: UInt64)
+            /// Hand an event of the request body to its stream.
+            case deliverBody(RequestBodyEvent)
+            /// Give a request whose body is streamed to the handler (after `openBody`); the last action of its batch.
+            case handleStreamed(HTTPRequestHead, exchange: UInt64)
             /// Run the onCancel callbacks registered for the current exchange.
             case cancelExchange
             /// Log a refused request at `.notice`.
@@ -102,10 +118,10 @@ extension Connection {
         /// Seconds a closing connection keeps draining reads before closing.
         static let lingerSeconds: Double = 2
 
-        /// `bodyRefusal` answers, for a head that announces a body, whether the request may have one (see HTTPParser).
-        init(configuration: ServerConfiguration, bodyRefusal: @escaping HTTPParser.BodyRefusal = { _ in nil }) {
+        /// `bodyDecision` answers, for a head that announces a body, whether it is read, streamed or refused (HTTPParser).
+        init(configuration: ServerConfiguration, bodyDecision: @escaping HTTPParser.BodyDecision = { _ in .read }) {
             self.configuration = configuration
-            self.parser = HTTPParser(configuration: configuration, bodyRefusal: bodyRefusal)
+            self.parser = HTTPParser(configuration: configuration, bodyDecision: bodyDecision)
         }
 
         /// Bytes held while the current request is handled; reading stops beyond this.
@@ -123,6 +139,9 @@ extension Connection {
             case .idle, .readingHead, .readingBody:
                 parser.feed(bytes)
                 return parseNext(date: date)
+            case let .handling(exchange) where exchange.bodyOpen:
+                parser.feed(bytes)
+                return pumpBody(date: date)
             case .handling, .writing:
                 parser.feed(bytes)
                 if parser.bufferedByteCount >= bufferLimit && !readingSuspended {
@@ -158,6 +177,8 @@ extension Connection {
                 return refuse(HTTPParser.ParseError(status: 408, reason: "request head not received within \(Self.seconds(configuration.headerTimeoutSeconds)) seconds"), date: date)
             case (.readingBody, .body):
                 return refuse(HTTPParser.ParseError(status: 408, reason: "request body not received within \(Self.seconds(configuration.bodyTimeoutSeconds)) seconds"), date: date)
+            case let (.handling(exchange), .body) where exchange.bodyOpen:
+                return bodyFailed(HTTPParser.ParseError(status: 408, reason: "request body not received within \(Self.seconds(configuration.bodyTimeoutSeconds)) seconds"), date: date)
             default:
                 return []  // a timer that was re-armed or is stale
             }
@@ -270,6 +291,16 @@ extension Connection {
             return [.reset]
         }
 
+        /// The handler dealt with `bytes` of the streamed body: reading resumes once at most half a window waits.
+        mutating func bodyConsumed(_ bytes: Int, exchange id: UInt64) -> [Action] {
+            guard case var .handling(exchange) = state, exchange.id == id else { return [] }
+            exchange.bodyUnconsumed = max(0, exchange.bodyUnconsumed - bytes)
+            state = .handling(exchange)
+            guard readingSuspended, exchange.bodyUnconsumed <= configuration.writeBufferBytes / 2 else { return [] }
+            readingSuspended = false
+            return [.resumeReading]
+        }
+
         mutating func registerCancel(exchange id: UInt64) -> CancelRegistration {
             if case let .handling(exchange) = state, exchange.id == id { return .store }
             return cancelledExchange == id ? .runNow : .drop
@@ -302,6 +333,21 @@ extension Connection {
                     return actions
                 case .continueExpected:
                     actions.append(.write([ResponseWriter.continueResponse]))
+                case let .streamedRequest(head, bodyLength):
+                    let id = nextExchangeID
+                    nextExchangeID += 1
+                    // The response may end before the body: the connection is not kept (the rest is not read).
+                    let writer = ResponseWriter(request: .init(version: head.version, isHEAD: head.method == "HEAD", keepAlive: false))
+                    state = .handling(Exchange(id: id, writer: writer, bodyOpen: true))
+                    if !actions.contains(.armReadTimer(.body, seconds: configuration.bodyTimeoutSeconds)) {
+                        actions.append(.armReadTimer(.body, seconds: configuration.bodyTimeoutSeconds))
+                    }
+                    actions.append(.openBody(length: bodyLength, exchange: id))
+                    actions += pumpBody(date: date)
+                    actions.append(.handleStreamed(head, exchange: id))
+                    return actions
+                case .bodyChunk, .bodyEnd:
+                    preconditionFailure("body events come only while an exchange streams its body (pumpBody)")
                 case let .request(head, body):
                     let id = nextExchangeID
                     nextExchangeID += 1
@@ -327,9 +373,57 @@ extension Connection {
             if case let .handling(exchange) = state {
                 cancelledExchange = exchange.id
                 state = .closed
-                return [.cancelExchange, .close]
+                let failed: [Action] = exchange.bodyOpen ? [.deliverBody(.failed("the client went away"))] : []
+                return failed + [.cancelExchange, .close]
             }
             return close()
+        }
+
+        /// Hands the streamed body's bytes the parser has to the handler's stream; stops reading while more than a
+        /// window of them waits to be consumed.
+        private mutating func pumpBody(date: String) -> [Action] {
+            var actions: [Action] = []
+            while case var .handling(exchange) = state, exchange.bodyOpen {
+                switch parser.next() {
+                case let .bodyChunk(chunk)?:
+                    exchange.bodyUnconsumed += chunk.count
+                    state = .handling(exchange)
+                    actions.append(.deliverBody(.chunk(chunk)))
+                case .bodyEnd?:
+                    exchange.bodyOpen = false
+                    state = .handling(exchange)
+                    actions.append(.deliverBody(.end))
+                    actions.append(.cancelReadTimer)
+                    if readingSuspended {
+                        readingSuspended = false
+                        actions.append(.resumeReading)
+                    }
+                case let .error(error)?:
+                    return actions + bodyFailed(error, date: date)
+                case nil:
+                    if exchange.bodyUnconsumed > configuration.writeBufferBytes && !readingSuspended {
+                        readingSuspended = true
+                        actions.append(.suspendReading)
+                    }
+                    return actions
+                case .request?, .streamedRequest?, .continueExpected?:
+                    preconditionFailure("the parser returns the body's end before another request")
+                }
+            }
+            return actions
+        }
+
+        /// The streamed body cannot be completed (too large, malformed, too slow): its stream fails, the exchange is
+        /// cancelled, and the client gets the error, or a reset when its response had begun.
+        private mutating func bodyFailed(_ error: HTTPParser.ParseError, date: String) -> [Action] {
+            guard case let .handling(exchange) = state else { return [] }
+            cancelledExchange = exchange.id
+            let failed: [Action] = [.deliverBody(.failed(error.reason)), .cancelExchange]
+            if exchange.responseStarted {
+                state = .closed
+                return failed + [.logRefused(error), .reset]
+            }
+            return failed + refuse(error, date: date)
         }
 
         private mutating func close() -> [Action] {

@@ -67,6 +67,8 @@ final class Connection: @unchecked Sendable {
     /// Actions waiting to run: sink calls made while actions run (from inside the handler) are queued here
     /// rather than run re-entrantly, so pipelined requests never nest on the stack.
     private var pendingActions: [StateMachine.Action] = []
+    /// The streamed body of the current exchange, if it has one.
+    private var requestBody: RequestBodyStream?
     private var running = false
     private var closed = false
     private var registered = false
@@ -83,7 +85,7 @@ final class Connection: @unchecked Sendable {
         logger[metadataKey: "client"] = "\(client.address)"
         self.logger = logger
         self.loop = loop
-        self.stateMachine = StateMachine(configuration: configuration, bodyRefusal: { [handler] in handler.bodyRefusal(for: $0) })
+        self.stateMachine = StateMachine(configuration: configuration, bodyDecision: { [handler] in handler.bodyHandling(for: $0) })
     }
 
     /// Runs `body` on the loop thread: at once when already there, else asynchronously.
@@ -178,6 +180,11 @@ final class Connection: @unchecked Sendable {
         }
     }
 
+    /// The handler consumed `bytes` of the exchange's streamed body (from any thread).
+    func bodyConsumed(_ bytes: Int, exchange: UInt64) {
+        onLoop { self.run(self.stateMachine.bodyConsumed(bytes, exchange: exchange)) }
+    }
+
     /// Fires the read and write timeouts whose deadlines have passed. Called by the loop's tick. On the loop thread.
     func checkDeadlines(now: DispatchTime) {
         loop.preconditionInLoop()
@@ -237,6 +244,7 @@ final class Connection: @unchecked Sendable {
         case let .writePart(part):
             writeQueue.append(part)
         case let .handle(head, body, exchange):
+            requestBody = nil
             cancelCallbacks = []
             if let previous = progress {
                 previous.clientGone()
@@ -244,6 +252,19 @@ final class Connection: @unchecked Sendable {
             }
             let sink = ConnectionResponseSink(connection: self, exchange: exchange)
             handler.handle(head, body: body, client: client, sink: sink)
+        case let .openBody(length, exchange):
+            requestBody = RequestBodyStream(connection: self, exchange: exchange, length: length)
+        case let .deliverBody(event):
+            requestBody?.deliver(event)
+        case let .handleStreamed(head, exchange):
+            cancelCallbacks = []
+            if let previous = progress {
+                previous.clientGone()
+                progress = nil
+            }
+            let sink = ConnectionResponseSink(connection: self, exchange: exchange)
+            guard let body = requestBody else { preconditionFailure("handleStreamed comes after openBody") }
+            handler.handle(head, streamedBody: body, client: client, sink: sink)
         case .cancelExchange:
             let callbacks = cancelCallbacks
             cancelCallbacks = []

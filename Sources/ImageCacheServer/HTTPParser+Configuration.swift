@@ -13,7 +13,7 @@ extension HTTPParser.Limits {
 }
 
 extension HTTPParser {
-    public init(configuration: ServerConfiguration, bodyRefusal: @escaping BodyRefusal = { _ in nil }) {
-        self.init(limits: Limits(configuration), bodyRefusal: bodyRefusal)
+    public init(configuration: ServerConfiguration, bodyDecision: @escaping BodyDecision = { _ in .read }) {
+        self.init(limits: Limits(configuration), bodyDecision: bodyDecision)
     }
 }

@@ -24,18 +24,27 @@ public struct ClientInfo: Sendable, Equatable {
 
 /// Answers requests. Called on the connection's loop thread; must not block it.
 /// Every method reaches the handler (it answers 501 for those it does not support); `body` is the request
-/// body the server read whole (Content-Length or chunked, within `server.max-request-body`), empty when none.
+/// body the server read whole (Content-Length or chunked, within `server.max-request-body`), empty when none, unless
+/// `bodyHandling` asked for it streamed (`handle(_:streamedBody:client:sink:)`).
 public protocol RequestHandler: Sendable {
     func handle(_ request: HTTPRequestHead, body: [UInt8], client: ClientInfo, sink: any ResponseSink)
-    /// Asked on the loop thread when a head announces a body, before any of it is read: nil to read it (within
-    /// `server.max-request-body` and `server.body-timeout`), or the status and reason that refuse the request at once
-    /// (the connection then closes without reading the body).
-    func bodyRefusal(for request: HTTPRequestHead) -> HTTPParser.ParseError?
+    /// A request whose body `bodyHandling` said to stream: called once its head is in; `body` brings the bytes as
+    /// they arrive (within `server.max-request-body` and `server.body-timeout`).
+    func handle(_ request: HTTPRequestHead, streamedBody body: RequestBodyStream, client: ClientInfo, sink: any ResponseSink)
+    /// Asked on the loop thread when a head announces a body, before any of it is read: read it whole (within
+    /// `server.max-request-body` and `server.body-timeout`), stream it, or refuse the request at once with a status
+    /// and reason (the connection then closes without reading the body).
+    func bodyHandling(for request: HTTPRequestHead) -> HTTPParser.BodyHandling
 }
 
 extension RequestHandler {
-    /// By default every body is read.
-    public func bodyRefusal(for request: HTTPRequestHead) -> HTTPParser.ParseError? { nil }
+    /// By default every body is read whole.
+    public func bodyHandling(for request: HTTPRequestHead) -> HTTPParser.BodyHandling { .read }
+
+    /// A handler that never asks for a stream is never given one.
+    public func handle(_ request: HTTPRequestHead, streamedBody body: RequestBodyStream, client: ClientInfo, sink: any ResponseSink) {
+        sink.fail(status: 500, reason: "this handler takes no streamed request body")
+    }
 }
 
 /// One response being written to a client.

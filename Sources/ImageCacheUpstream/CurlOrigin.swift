@@ -133,6 +133,9 @@ public final class CurlOrigin: Origin, @unchecked Sendable {
             }
             return
         }
+        // A streamed upload that paused for want of bytes resumes through the curl thread.
+        let id = transfer.id
+        transfer.request.streamedBody?.setResume { [weak self] in self?.multi.resume(id) }
         // Posting under the transfer's lock orders it against cancel(): a cancelled transfer is never added,
         // and a cancel that follows an add reaches the curl thread after it.
         let posted = transfer.markPosted { multi.add(easy) }

@@ -18,6 +18,8 @@ public struct UpstreamRequest: Sendable, Equatable {
     public var method: String
     /// The request body to send (with Content-Length), or nil for none.
     public var body: [UInt8]?
+    /// A request body sent as it arrives (with its Content-Length when known, else chunked); instead of `body`.
+    public var streamedBody: StreamedBody?
     /// Follow redirects (up to upstream.max-redirects); false: a 3xx is the final response (reverse mode passes it
     /// to the client).
     public var followsRedirects: Bool
@@ -34,12 +36,14 @@ public struct UpstreamRequest: Sendable, Equatable {
     /// `UpstreamTransfer.consumed` for every `.body` event, or the transfer stalls.
     public var deliveryWindow: Int?
 
-    public init(url: String, method: String = "GET", body: [UInt8]? = nil, followsRedirects: Bool = true,
+    public init(url: String, method: String = "GET", body: [UInt8]? = nil, streamedBody: StreamedBody? = nil,
+                followsRedirects: Bool = true,
                 headers: HTTPHeaders = HTTPHeaders(), trusted: Bool = false,
                 maxBodyBytes: Int = 50 << 20, priority: Int = 0, deliveryWindow: Int? = nil) {
         self.url = url
         self.method = method
         self.body = body
+        self.streamedBody = streamedBody
         self.followsRedirects = followsRedirects
         self.headers = headers
         self.trusted = trusted

@@ -320,6 +320,54 @@ struct ReverseModeTests {
         #expect(harness.origin.requestCount("/up") == 1)
     }
 
+    @Test("an upload is streamed: the origin has the request before its client has sent the whole body, and gets every byte through many rounds of a 16 KiB window")
+    func uploadStreams() async throws {
+        // Given an origin that reports each request head as it arrives, and the smallest write buffer (the window)
+        let harness = try ProxyHarness {
+            $0.server.writeBufferBytes = 16 << 10
+            $0.server.maxRequestBodyBytes = 4 << 20
+        }
+        let body = Fixtures.jpeg(size: 2_000_000)
+        harness.origin.route("/up") { request in Reply(status: 201, body: Array("\(request.body == body)".utf8)) }
+        let started = AsyncStream<String>.makeStream()
+        harness.origin.onRequestHead { request in started.continuation.yield(request.method + " " + request.target) }
+        // When the client sends the head and half the body
+        let client = try harness.connect()
+        try client.send(Array("PUT /up HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: \(body.count)\r\n\r\n".utf8) + body.prefix(1000))
+        // Then the origin has the request already (read whole first, it would wait for the other half)
+        var heads = started.stream.makeAsyncIterator()
+        #expect(await heads.next() == "PUT /up")
+        // And once the rest is sent, the origin has the body byte for byte
+        try client.send(Array(body.dropFirst(1000)))
+        let response = try await client.response()
+        #expect(response.status == 201 && response.text == "true")
+        #expect(harness.origin.requests("/up").first?.header("Content-Length") == String(body.count))
+    }
+
+    @Test("a chunked upload goes upstream chunked, whole; one that grows past server.max-request-body is answered 413 and the origin gets no complete request")
+    func chunkedUpload() async throws {
+        let harness = try ProxyHarness {
+            $0.server.maxRequestBodyBytes = 64 << 10
+            $0.server.writeBufferBytes = 16 << 10
+        }
+        harness.origin.route("/up") { request in Reply(status: 200, body: Array("\(request.body.count)".utf8)) }
+        let part = Array(repeating: UInt8(ascii: "z"), count: 40 << 10)
+        func chunk(_ bytes: [UInt8]) -> [UInt8] { Array((String(bytes.count, radix: 16) + "\r\n").utf8) + bytes + [13, 10] }
+        let head = Array("POST /up HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n".utf8)
+        // Within the limit
+        let fits = try harness.connect()
+        try fits.send(head + chunk(part) + chunk(Array(part.prefix(1000))) + Array("0\r\n\r\n".utf8))
+        let ok = try await fits.response()
+        #expect(ok.status == 200 && ok.text == String(part.count + 1000))
+        #expect(harness.origin.requests("/up").first?.header("Transfer-Encoding") == "chunked")
+        // Past it
+        let grows = try harness.connect()
+        try grows.send(head + chunk(part) + Array((String(part.count, radix: 16) + "\r\n").utf8))
+        let refused = try await grows.response()
+        #expect(refused.status == 413 && refused.text.contains("request body too large"))
+        #expect(harness.origin.requestCount("/up") == 1, "the refused upload reached the origin whole")
+    }
+
     @Test("TRACE is 405 unless pass-trace; Max-Forwards: 0 on OPTIONS or TRACE is answered by the daemon (TRACE echoes without credentials); more is decremented")
     func traceAndMaxForwards() async throws {
         let refusing = try ProxyHarness()

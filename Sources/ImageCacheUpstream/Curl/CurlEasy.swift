@@ -40,6 +40,8 @@ final class CurlEasy: @unchecked Sendable {
     private let maxRedirects: Int
     private let maxBodyBytes: Int
     private let logger: Logger
+    /// The request body sent as it arrives, if any (read on the curl thread).
+    private var streamedBody: StreamedBody?
 
     // MARK: owned by the curl thread
     /// The lines of the header section being received (status line first), CRLF removed.
@@ -105,6 +107,11 @@ final class CurlEasy: @unchecked Sendable {
         let me = Unmanaged.passUnretained(self).toOpaque()
         try ccurl_easy_setopt_string(h, CURLOPT_URL, request.url).check("CURLOPT_URL")
         try Self.setMethod(h, request)
+        if let streamed = request.streamedBody {
+            try ccurl_easy_setopt_data_cb(h, CURLOPT_READFUNCTION, curlReadCallback).check("CURLOPT_READFUNCTION")
+            try ccurl_easy_setopt_ptr(h, CURLOPT_READDATA, me).check("CURLOPT_READDATA")
+            self.streamedBody = streamed
+        }
         try ccurl_easy_setopt_string(h, CURLOPT_PROTOCOLS_STR, "http,https").check("CURLOPT_PROTOCOLS_STR")
         // An https fetch never follows a redirect to plain http: the answer would be cached under the https key.
         let redirectProtocols = request.url.lowercased().hasPrefix("https:") ? "https" : "http,https"
@@ -133,7 +140,8 @@ final class CurlEasy: @unchecked Sendable {
         // Content codings pass through untouched: CURLOPT_ACCEPT_ENCODING stays unset, so curl neither adds an
         // Accept-Encoding field nor decodes; the client's own Accept-Encoding (if any) is forwarded as is.
         try ccurl_easy_setopt_string(h, CURLOPT_USERAGENT, request.headers["User-Agent"] ?? c.userAgent).check("CURLOPT_USERAGENT")
-        headerList = Self.headerList(request.headers, hasBody: request.body != nil)
+        headerList = Self.headerList(request.headers, hasBody: request.body != nil || request.streamedBody != nil,
+                                     chunked: request.streamedBody.map { $0.length == nil } ?? false)
         try ccurl_easy_setopt_slist(h, CURLOPT_HTTPHEADER, headerList).check("CURLOPT_HTTPHEADER")
 
         try ccurl_easy_setopt_data_cb(h, CURLOPT_HEADERFUNCTION, curlHeaderCallback).check("CURLOPT_HEADERFUNCTION")
@@ -157,9 +165,19 @@ final class CurlEasy: @unchecked Sendable {
     /// other methods are requests passed through to a configured origin, with their body (Content-Length) if any.
     private static func setMethod(_ h: UnsafeMutableRawPointer, _ request: UpstreamRequest) throws(CurlError) {
         // A request that is not idempotent is never sent twice (RFC 9110 9.2.2): curl resends a request whose reused
-        // connection died before an answer, so such a request takes a connection of its own.
-        if !["GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"].contains(request.method) {
+        // connection died before an answer, so such a request takes a connection of its own; so does a streamed body,
+        // which cannot be rewound for a resend.
+        if !["GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"].contains(request.method) || request.streamedBody != nil {
             try ccurl_easy_setopt_long(h, CURLOPT_FRESH_CONNECT, 1).check("CURLOPT_FRESH_CONNECT")
+        }
+        if let streamed = request.streamedBody {
+            // The read callback supplies the bytes; a length of -1 sends them chunked.
+            try ccurl_easy_setopt_long(h, CURLOPT_POST, 1).check("CURLOPT_POST")
+            try ccurl_easy_setopt_off_t(h, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(streamed.length ?? -1)).check("CURLOPT_POSTFIELDSIZE_LARGE")
+            if request.method != "POST" {
+                try ccurl_easy_setopt_string(h, CURLOPT_CUSTOMREQUEST, request.method).check("CURLOPT_CUSTOMREQUEST")
+            }
+            return
         }
         switch (request.method, request.body) {
         case ("GET", nil):
@@ -184,7 +202,7 @@ final class CurlEasy: @unchecked Sendable {
 
     /// The request fields as a curl list. User-Agent goes through CURLOPT_USERAGENT; Host and framing fields are curl's.
     /// With a body, "Expect:" keeps curl from waiting for a 100 Continue: the body is here already.
-    private static func headerList(_ headers: HTTPHeaders, hasBody: Bool) -> UnsafeMutablePointer<curl_slist>? {
+    private static func headerList(_ headers: HTTPHeaders, hasBody: Bool, chunked: Bool) -> UnsafeMutablePointer<curl_slist>? {
         let curlOwned = ["User-Agent", "Host", "Content-Length", "Transfer-Encoding", "Expect"]
         var list: UnsafeMutablePointer<curl_slist>? = nil
         for field in headers where !curlOwned.contains(where: { $0.equalsIgnoringASCIICase(field.name) })
@@ -195,6 +213,7 @@ final class CurlEasy: @unchecked Sendable {
         }
         if hasBody {
             list = curl_slist_append(list, "Expect:")
+            if chunked { list = curl_slist_append(list, "Transfer-Encoding: chunked") }
             // curl would label a body without a type as a form (application/x-www-form-urlencoded): send none.
             if !headers.contains("Content-Type") { list = curl_slist_append(list, "Content-Type:") }
         }
@@ -274,6 +293,19 @@ final class CurlEasy: @unchecked Sendable {
         bodyBytesReceived += bytes.count
         events(.body(Array(bytes)))
         return true
+    }
+
+    /// Bytes of a streamed request body for libcurl to send: a count, 0 at the end, or pause / abort.
+    fileprivate func readBody(_ buffer: UnsafeMutableRawBufferPointer) -> Int {
+        guard let streamedBody else { return 0 }
+        switch streamedBody.read(into: buffer) {
+        case let .bytes(count): return count
+        case .end: return 0
+        case .wait: return Int(CURL_READFUNC_PAUSE)
+        case .failed:
+            callbackFailure = .other("the client's request body did not arrive whole")
+            return Int(CURL_READFUNC_ABORT)
+        }
     }
 
     /// curl is about to connect to `address`: refuse private destinations, else make the socket. (Refusing here
@@ -409,6 +441,11 @@ private let curlWriteCallback: ccurl_data_cb = { data, size, count, userdata in
     case false?: return 0
     case nil: return 0x1000_0001   // CURL_WRITEFUNC_PAUSE (a macro Swift does not import)
     }
+}
+
+private let curlReadCallback: ccurl_data_cb = { data, size, count, userdata in
+    let easy = Unmanaged<CurlEasy>.fromOpaque(userdata!).takeUnretainedValue()
+    return easy.readBody(UnsafeMutableRawBufferPointer(start: data, count: size * count))
 }
 
 private let curlPrereqCallback: ccurl_prereq_cb = { clientp, primaryIP, _, primaryPort, _ in

@@ -38,6 +38,55 @@ struct ConnectionStateMachineTests {
         #expect(machine.state == .handling(.init(id: 1, writer: ResponseWriter(request: .init(version: .http1_1, isHEAD: false, keepAlive: true)))))
     }
 
+    @Test("a streamed body: the head goes to the handler at once with the bytes so far, then each read's bytes; reading stops past a write buffer not consumed and resumes at half; the end stops the body timer; the connection is not kept")
+    func streamedBody() {
+        // Given a handler that streams every body, and a 16 KiB write buffer
+        var configuration = ServerConfiguration()
+        configuration.writeBufferBytes = 16 << 10
+        var machine = Machine(configuration: configuration, bodyDecision: { _ in .stream })
+        // When the head and 10 KiB of a 40 KiB body arrive
+        let head = "PUT /u HTTP/1.1\r\nHost: x\r\nContent-Length: 40960\r\n\r\n"
+        let first = machine.bytesReceived(Self.bytes(head) + Array(repeating: 1, count: 10 << 10), date: Self.date)
+        // Then
+        #expect(first == [.armReadTimer(.body, seconds: 30), .openBody(length: 40960, exchange: 1),
+                          .deliverBody(.chunk(Array(repeating: 1, count: 10 << 10))),
+                          .handleStreamed(HTTPRequestHead(method: "PUT", target: "/u", headers: ["Host": "x", "Content-Length": "40960"]), exchange: 1)])
+        // 10 KiB more: 20 KiB waits, over the buffer: reading stops
+        let second = machine.bytesReceived(Array(repeating: 2, count: 10 << 10), date: Self.date)
+        #expect(second == [.deliverBody(.chunk(Array(repeating: 2, count: 10 << 10))), .suspendReading])
+        #expect(machine.bodyConsumed(4 << 10, exchange: 1) == [], "16 KiB wait: more than half a buffer")
+        #expect(machine.bodyConsumed(12 << 10, exchange: 1) == [.resumeReading])
+        // The rest: the end, the body timer stops
+        let last = machine.bytesReceived(Array(repeating: 3, count: 20 << 10), date: Self.date)
+        #expect(last == [.deliverBody(.chunk(Array(repeating: 3, count: 20 << 10))), .deliverBody(.end), .cancelReadTimer])
+        // The response ends the exchange and the connection
+        _ = machine.respond(HTTPResponseHead(status: 201), body: [], exchange: 1, date: Self.date)
+        #expect(machine.state == .writing(keepAlive: false))
+    }
+
+    @Test("a streamed body that times out or grows past its limit fails its stream and is answered 408 / 413; with the response begun, the connection resets; a client that leaves fails it too")
+    func streamedBodyFails() {
+        var configuration = ServerConfiguration()
+        configuration.maxRequestBodyBytes = 8
+        let head = "POST /u HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        var slow = Machine(configuration: configuration, bodyDecision: { _ in .stream })
+        _ = slow.bytesReceived(Self.bytes(head + "3\r\nabc\r\n"), date: Self.date)
+        let timedOut = slow.readTimerFired(.body, date: Self.date)
+        #expect(timedOut.prefix(2) == [.deliverBody(.failed("request body not received within 30 seconds")), .cancelExchange])
+        #expect(Self.written(timedOut).hasPrefix("HTTP/1.1 408 "))
+
+        var large = Machine(configuration: configuration, bodyDecision: { _ in .stream })
+        _ = large.bytesReceived(Self.bytes(head + "3\r\nabc\r\n"), date: Self.date)
+        _ = large.responseHead(HTTPResponseHead(status: 200), bodyLength: nil, exchange: 1, date: Self.date)
+        let tooLarge = large.bytesReceived(Self.bytes("9\r\n"), date: Self.date)
+        #expect(tooLarge.first == .deliverBody(.failed("request body too large (limit 8 bytes)")))
+        #expect(tooLarge.last == .reset && large.state == .closed)
+
+        var left = Machine(configuration: configuration, bodyDecision: { _ in .stream })
+        _ = left.bytesReceived(Self.bytes(head), date: Self.date)
+        #expect(left.readClosed() == [.deliverBody(.failed("the client went away")), .cancelExchange, .close])
+    }
+
     @Test("a partial head arms the header timer once")
     func headerTimerArmedOnFirstByte() {
         // Given

@@ -41,6 +41,8 @@ struct HTTPParserTests {
                 case let .error(error):
                     outcome.errorStatus = error.status
                     return outcome
+                case .streamedRequest, .bodyChunk, .bodyEnd:
+                    Issue.record("a parser that reads bodies whole streamed one")
                 }
             }
         } while index < bytes.count
@@ -141,16 +143,52 @@ struct HTTPParserTests {
     @Test("a head that announces a body is refused at once when the body refusal says so, before any body byte")
     func bodyRefusedAtHead() {
         // Given a parser whose routes take no body on GET
-        var parser = HTTPParser(limits: Self.limits, bodyRefusal: { head in
-            head.method == "GET" ? HTTPParser.ParseError(status: 400, reason: "no body here") : nil
+        var parser = HTTPParser(limits: Self.limits, bodyDecision: { head in
+            head.method == "GET" ? .refuse(HTTPParser.ParseError(status: 400, reason: "no body here")) : .read
         })
         // When only the head has arrived
         parser.feed(Array("GET /a HTTP/1.1\r\nHost: x\r\nContent-Length: 30\r\n\r\n".utf8))
         // Then
         #expect(parser.next() == .error(HTTPParser.ParseError(status: 400, reason: "no body here")))
-        var zero = HTTPParser(limits: Self.limits, bodyRefusal: { _ in HTTPParser.ParseError(status: 400, reason: "no body here") })
+        var zero = HTTPParser(limits: Self.limits, bodyDecision: { _ in .refuse(HTTPParser.ParseError(status: 400, reason: "no body here")) })
         zero.feed(Array("GET /a HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n".utf8))
         if case .request = zero.next() {} else { Issue.record("Content-Length: 0 announces no body") }
+    }
+
+    @Test("a streamed body: the head at once, then the bytes as they arrive (Content-Length and chunked, after a 100-continue too), then the end; the limit holds on a chunked body; the next request follows")
+    func streamedBody() {
+        let streams: HTTPParser.BodyDecision = { _ in .stream }
+        var fixed = HTTPParser(limits: Self.limits, bodyDecision: streams)
+        fixed.feed(Array("PUT /a HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabcd".utf8))
+        #expect(fixed.next() == .streamedRequest(HTTPRequestHead(method: "PUT", target: "/a", headers: ["Host": "x", "Content-Length": "10"]), bodyLength: 10))
+        #expect(fixed.next() == .bodyChunk(Array("abcd".utf8)))
+        #expect(fixed.next() == nil)
+        fixed.feed(Array("efghijGET /b HTTP/1.1\r\nHost: x\r\n\r\n".utf8))
+        #expect(fixed.next() == .bodyChunk(Array("efghij".utf8)))
+        #expect(fixed.next() == .bodyEnd)
+        if case let .request(head, body)? = fixed.next() { #expect(head.target == "/b" && body.isEmpty) } else { Issue.record("no next request") }
+
+        var chunked = HTTPParser(limits: Self.limits, bodyDecision: streams)
+        chunked.feed(Array("POST /c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n3\r\nabc\r\n".utf8))
+        #expect(chunked.next() == .continueExpected)
+        guard case .streamedRequest(_, bodyLength: nil)? = chunked.next() else {
+            Issue.record("no streamed head")
+            return
+        }
+        #expect(chunked.next() == .bodyChunk(Array("abc".utf8)))
+        chunked.feed(Array("2\r\nde\r\n0\r\n\r\n".utf8))
+        #expect(chunked.next() == .bodyChunk(Array("de".utf8)))
+        #expect(chunked.next() == .bodyEnd)
+
+        var limited = HTTPParser(limits: HTTPParser.Limits(maxRequestLineBytes: 100, maxHeaderBytes: 1000, maxHeaderCount: 10,
+                                                          maxRequestBodyBytes: 5), bodyDecision: streams)
+        limited.feed(Array("POST /c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n3\r\n".utf8))
+        guard case .streamedRequest? = limited.next() else {
+            Issue.record("no streamed head")
+            return
+        }
+        #expect(limited.next() == .bodyChunk(Array("abc".utf8)))
+        #expect(limited.next() == .error(HTTPParser.ParseError(status: 413, reason: "request body too large (limit 5 bytes)")))
     }
 
     @Test("keeps bytes after a request buffered for the next one")

@@ -135,6 +135,8 @@ final class TestOrigin: @unchecked Sendable {
         var connections: Set<Int32> = []
         var gates: [Gate] = []
         var stopped = false
+        /// Called with each request head as soon as it is read, before its body.
+        var headSeen: (@Sendable (RecordedRequest) -> Void)?
     }
 
     let port: Int
@@ -180,6 +182,12 @@ final class TestOrigin: @unchecked Sendable {
     /// Answers requests to `target` (path plus query when present) with `reply`.
     func route(_ target: String, _ reply: @escaping @Sendable (RecordedRequest) -> Reply) {
         state.withLock { $0.routes[target] = reply }
+    }
+
+    /// Calls `callback` (on the connection's thread) with every request head as soon as it is read, before its body:
+    /// how a test sees a request under way whose body has not all arrived.
+    func onRequestHead(_ callback: @escaping @Sendable (RecordedRequest) -> Void) {
+        state.withLock { $0.headSeen = callback }
     }
 
     /// Every request received for `target`, in arrival order.
@@ -301,7 +309,7 @@ final class TestOrigin: @unchecked Sendable {
         ready.forEach { $0.resume() }
     }
 
-    /// Reads one request head and its Content-Length body. Nil at EOF or on garbage.
+    /// Reads one request head and its body (Content-Length or chunked). Nil at EOF or on garbage.
     private func readRequest(_ fd: Int32, _ buffer: inout [UInt8]) -> RecordedRequest? {
         let terminator: [UInt8] = [13, 10, 13, 10]
         var end: Int?
@@ -324,6 +332,22 @@ final class TestOrigin: @unchecked Sendable {
             headers.append((String(line[..<colon]), line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)))
         }
         var request = RecordedRequest(method: String(parts[0]), target: String(parts[1]), headers: headers)
+        state.withLock { $0.headSeen }?(request)
+        if request.header("Transfer-Encoding")?.lowercased() == "chunked" {
+            while true {
+                guard let line = readLine(fd, &buffer), let size = Int(line.split(separator: ";")[0].trimmingCharacters(in: .whitespaces), radix: 16)
+                else { return nil }
+                while buffer.count < size + 2 {
+                    guard receive(fd, into: &buffer) else { return nil }
+                }
+                request.body += buffer[..<size]
+                buffer.removeFirst(size + 2)
+                if size == 0 {
+                    // Trailers: none expected; the empty line was the 2 bytes after the last chunk.
+                    return request
+                }
+            }
+        }
         if let length = request.header("Content-Length").flatMap(Int.init), length > 0 {
             while buffer.count < length {
                 guard receive(fd, into: &buffer) else { return nil }
@@ -332,6 +356,18 @@ final class TestOrigin: @unchecked Sendable {
             buffer.removeFirst(length)
         }
         return request
+    }
+
+    /// One CRLF-terminated line from the connection (without its CRLF).
+    private func readLine(_ fd: Int32, _ buffer: inout [UInt8]) -> String? {
+        while true {
+            if let range = buffer.firstRange(of: [13, 10]) {
+                let line = String(decoding: buffer[..<range.lowerBound], as: UTF8.self)
+                buffer.removeFirst(range.upperBound)
+                return line
+            }
+            guard receive(fd, into: &buffer) else { return nil }
+        }
     }
 
     private func receive(_ fd: Int32, into buffer: inout [UInt8]) -> Bool {
