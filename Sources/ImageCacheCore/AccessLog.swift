@@ -71,6 +71,8 @@ final class AccessLogSink: ResponseSink {
         logger.info("\(line) \(record.status) \(record.xCache) \(record.bytes)B \(time)ms\(outcome)", metadata: metadata)
     }
 
+    func interim(_ head: HTTPResponseHead) { inner.interim(head) }
+
     func head(_ head: HTTPResponseHead, bodyLength: Int?) {
         started(head)
         inner.head(head, bodyLength: bodyLength)

@@ -168,6 +168,7 @@ final class Fetch: @unchecked Sendable {
         }
         if machine.isFinished { return }
         switch event {
+        case let .interim(head): run(machine.receiveInterim(head))
         case let .head(head, url, redirects): run(machine.receiveHead(head, url: url, redirects: redirects, now: context.now()))
         case let .body(chunk): run(machine.receiveBody(chunk, now: context.now()))
         case .end: run(machine.receiveEnd(now: context.now()))
@@ -218,6 +219,11 @@ final class Fetch: @unchecked Sendable {
             readDisk()
         case let .waiterAttached(waiters):
             context.events?(.waiterAttached(key: key, waiters: waiters))
+        case let .sendInterim(head, ids):
+            for id in ids {
+                guard let sink = clients[id]?.sink else { continue }
+                deliver(to: sink) { sink.interim(head) }
+            }
         case let .sendHead(head, outcome, bodyLength, id, ends):
             guard let client = clients[id] else { return }
             let sink = client.sink
@@ -292,10 +298,12 @@ final class Fetch: @unchecked Sendable {
         transfer?.cancel()
         var headers = machine.leader.upstreamHeaders(via: context.via)
         for field in conditional { headers.set(field.name, field.value) }
-        let request = UpstreamRequest(
+        var request = UpstreamRequest(
             url: key.url.string, method: "GET", followsRedirects: machine.leader.mode != .reverse, headers: headers,
             trusted: machine.leader.trusted,
             maxBodyBytes: settings.rules.maxObjectSizeBytes, deliveryWindow: settings.writeBufferBytes)
+        // Reverse mode forwards a configured origin's 103 Early Hints (RFC 9110 15.2).
+        request.forwardsInterim = machine.leader.mode == .reverse
         if transferStarted != nil { countTransfer(result: "restarted") }
         transferStarted = .now
         transferStatus = nil

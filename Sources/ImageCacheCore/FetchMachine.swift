@@ -129,6 +129,8 @@ struct FetchMachine {
         /// Send a response head (`outcome`: how it was produced, already rendered in its fields); `ends`: the
         /// response ends with it (a HEAD request).
         case sendHead(HTTPResponseHead, outcome: CacheOutcome, bodyLength: Int?, to: Int, ends: Bool)
+        /// Send an interim 1xx response (103 Early Hints) to these waiters, before their heads.
+        case sendInterim(HTTPResponseHead, to: [Int])
         case sendBody([UInt8], to: [Int])
         /// Send a whole response (head and body) in one call.
         case respondWhole(HTTPResponseHead, outcome: CacheOutcome, body: [UInt8], to: Int)
@@ -273,6 +275,13 @@ struct FetchMachine {
     mutating func diskAnswered(_ result: DiskLookup?, now: Date) -> [Action] {
         handleDisk(result, now: now)
         return takeActions()
+    }
+
+    /// An interim response from the origin (reverse mode): to every waiter that has no head yet.
+    mutating func receiveInterim(_ head: HTTPResponseHead) -> [Action] {
+        guard case .waitingForHead = state else { return [] }
+        let ids = waiters.filter { !$0.sentHead }.map(\.id)
+        return ids.isEmpty ? [] : [.sendInterim(head, to: ids)]
     }
 
     mutating func receiveHead(_ head: HTTPResponseHead, url: String, redirects: [Int], now: Date) -> [Action] {

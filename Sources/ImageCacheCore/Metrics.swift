@@ -395,6 +395,8 @@ final class MetricsSink: ResponseSink {
         metrics.servedBytes(ServedOutcome.allCases[index], bytes)
     }
 
+    func interim(_ head: HTTPResponseHead) { inner.interim(head) }
+
     func head(_ head: HTTPResponseHead, bodyLength: Int?) {
         started()
         inner.head(head, bodyLength: bodyLength)

@@ -163,11 +163,13 @@ final class Passthrough: @unchecked Sendable {
             }
             streamed = upload
         }
-        let upstream = UpstreamRequest(url: url.string, method: request.method, body: bytes, streamedBody: streamed,
+        var upstream = UpstreamRequest(url: url.string, method: request.method, body: bytes, streamedBody: streamed,
                                        followsRedirects: false, headers: headers, trusted: true,
                                        maxBodyBytes: Int(Int64.max), deliveryWindow: writeBuffer)
+        upstream.forwardsInterim = true
+        let outgoing = upstream
         context.queue.async {
-            exchange.transfer = context.origin.fetch(upstream) { event in
+            exchange.transfer = context.origin.fetch(outgoing) { event in
                 context.queue.async { exchange.receive(event) }
             }
             sink.onCancel { context.queue.async { exchange.clientLeft() } }
@@ -182,6 +184,8 @@ final class Passthrough: @unchecked Sendable {
             return
         }
         switch event {
+        case let .interim(head):
+            if !headSent { sink.interim(head) }
         case let .head(head, _, _):
             let stale = PassthroughRules.invalidated(method: request.method, status: head.status, target: url,
                                                      response: head.headers)

@@ -214,6 +214,16 @@ extension Connection {
 
         // MARK: - Response sink
 
+        /// An interim response before the head: written for an HTTP/1.1 client (HTTP/1.0 defines none, RFC 9110 15.2).
+        mutating func responseInterim(_ head: HTTPResponseHead, exchange id: UInt64) -> [Action] {
+            guard case let .handling(exchange) = state, exchange.id == id, !exchange.responseStarted,
+                  exchange.writer.request.version == .http1_1, (102..<200).contains(head.status) else { return [] }
+            var interim = head
+            HopByHop.strip(&interim.headers)
+            interim.headers.remove("Content-Length")
+            return [.write([interim.serialized(version: .http1_1)])]
+        }
+
         mutating func responseHead(_ head: HTTPResponseHead, bodyLength: Int?, exchange id: UInt64, date: String) -> [Action] {
             guard case var .handling(exchange) = state, exchange.id == id, !exchange.responseStarted else { return [] }
             let bytes = exchange.writer.head(head, bodyLength: bodyLength, date: date)

@@ -340,6 +340,11 @@ final class Connection: @unchecked Sendable {
 
     // MARK: - Sink calls (on the loop thread)
 
+    fileprivate func sinkInterim(_ head: HTTPResponseHead, exchange: UInt64) {
+        loop.preconditionInLoop()
+        run(stateMachine.responseInterim(head, exchange: exchange))
+    }
+
     fileprivate func sinkHead(_ head: HTTPResponseHead, bodyLength: Int?, exchange: UInt64, sink: ConnectionResponseSink) {
         loop.preconditionInLoop()
         let actions = stateMachine.responseHead(head, bodyLength: bodyLength, exchange: exchange, date: HTTPDateCache.shared.current())
@@ -419,6 +424,11 @@ final class ConnectionResponseSink: ResponseSink, @unchecked Sendable {
     init(connection: Connection, exchange: UInt64) {
         self.connection = connection
         self.exchange = exchange
+    }
+
+    func interim(_ head: HTTPResponseHead) {
+        let connection = connection, exchange = exchange
+        connection.onLoop { connection.sinkInterim(head, exchange: exchange) }
     }
 
     func head(_ head: HTTPResponseHead, bodyLength: Int?) {

@@ -54,6 +54,9 @@ extension RequestHandler {
 /// The sequence is `head`, then `body`* and `end`, or `respond` alone; `abort` may come at any time and
 /// is final. Calls after `end` or `abort` are ignored. For a HEAD request the server sends the head only.
 public protocol ResponseSink: AnyObject, Sendable {
+    /// An interim 1xx response (103 Early Hints) before the head; sent to an HTTP/1.1 client only, and only before the
+    /// head (RFC 9110 15.2). Sinks that are not client connections ignore it.
+    func interim(_ head: HTTPResponseHead)
     /// Starts the response. With `bodyLength` the body is framed by Content-Length (the sink sets the
     /// header); without it, HTTP/1.1 clients get chunked encoding and HTTP/1.0 clients a close-delimited body.
     func head(_ head: HTTPResponseHead, bodyLength: Int?)
@@ -105,6 +108,7 @@ public protocol SinkExecutor: AnyObject, Sendable {
 
 extension ResponseSink {
     public func note(_ outcome: CacheOutcome) {}
+    public func interim(_ head: HTTPResponseHead) {}
     public var executor: (any SinkExecutor)? { nil }
 
     /// A sink that is not a client connection is never behind.

@@ -276,7 +276,7 @@ extension UpstreamEvent {
     var isTerminal: Bool {
         switch self {
         case .end, .failed: true
-        case .head, .body: false
+        case .interim, .head, .body: false
         }
     }
 }

@@ -2,9 +2,9 @@
 //
 // `CurlOrigin` (Curl/) implements it with one libcurl multi handle; unit tests use `MockOrigin`.
 // A transfer reports its events through one callback, called serially (never two at once for one transfer)
-// from the origin's own thread or queue: zero or more `.head` for the final response only (redirects
-// followed and interim 1xx responses are not reported), then `.body` chunks, then exactly one of `.end` or
-// `.failed`. After `cancel()` no further events are delivered, except possibly one already running.
+// from the origin's own thread or queue: interim 1xx responses as `.interim` when the request asks for them
+// (`forwardsInterim`; never 100 or 101), at most one `.head` for the final response (redirects followed are not
+// reported), then `.body` chunks, then exactly one of `.end` or `.failed`. After `cancel()` no further events are delivered, except possibly one already running.
 
 public import ImageCacheHTTP
 internal import Foundation
@@ -23,6 +23,9 @@ public struct UpstreamRequest: Sendable, Equatable {
     /// Follow redirects (up to upstream.max-redirects); false: a 3xx is the final response (reverse mode passes it
     /// to the client).
     public var followsRedirects: Bool
+    /// Report interim 1xx responses (102, 103 Early Hints, ...) as `.interim` (reverse mode forwards them, RFC 9110
+    /// 15.2); 100 Continue answers this daemon's own request and 101 needs an Upgrade it never sends: never reported.
+    public var forwardsInterim = false
     /// End-to-end request fields to send (Accept, User-Agent, conditional fields). No hop-by-hop fields.
     public var headers: HTTPHeaders
     /// True for configured reverse-proxy origins: the private-network check is skipped.
@@ -55,6 +58,8 @@ public struct UpstreamRequest: Sendable, Equatable {
 
 /// What a transfer reports, in order.
 public enum UpstreamEvent: Sendable {
+    /// An interim 1xx response (hop-by-hop fields removed), when the request asked for them.
+    case interim(HTTPResponseHead)
     /// The final response's status and fields, hop-by-hop fields removed. `url` is the effective URL after redirects;
     /// `redirects` lists the status of every redirect followed to get there (empty when none).
     case head(HTTPResponseHead, url: String, redirects: [Int])

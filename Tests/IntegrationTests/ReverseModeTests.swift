@@ -368,6 +368,47 @@ struct ReverseModeTests {
         #expect(harness.origin.requestCount("/up") == 1, "the refused upload reached the origin whole")
     }
 
+    @Test("an origin's 103 Early Hints reach HTTP/1.1 clients before the response, on a passed-through POST and a cached GET (every client waiting on the fetch); HTTP/1.0 clients get none (RFC 9110 15.2)")
+    func earlyHints() async throws {
+        let harness = try ProxyHarness()
+        let hints: [(status: Int, headers: [(String, String)])] = [(103, [("Link", "</style.css>; rel=preload; as=style")])]
+        let gate = Gate()
+        harness.origin.route("/page") { _ in
+            var reply = Reply(status: 200, headers: [("Content-Type", "text/plain")], body: Array("done".utf8))
+            reply.interim = hints
+            return reply
+        }
+        harness.origin.route("/hinted.png") { _ in
+            var reply = Self.image()
+            reply.interim = hints
+            reply.gate = gate
+            return reply
+        }
+        // A passed-through POST
+        let post = try harness.connect()
+        try post.send("POST /page HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1\r\n\r\nx")
+        let early = try await post.head()
+        #expect(early.status == 103 && early.headers.contains { $0.0 == "Link" && $0.1 == "</style.css>; rel=preload; as=style" })
+        let final = try await post.response()
+        #expect(final.status == 200 && final.text == "done")
+        // A cached GET: both clients waiting on the fetch get the hint before the image
+        harness.waiters.expect(2)
+        let clients = try (0..<2).map { _ in try harness.connect() }
+        for client in clients { try client.request("/hinted.png") }
+        #expect(await harness.waiters.wait(), "two clients never waited on one fetch")
+        for client in clients {
+            let (status, _) = try await client.head()
+            #expect(status == 103)
+        }
+        gate.open()
+        for client in clients { #expect(try await client.response().body == Self.png) }
+        // HTTP/1.0: none (the hint goes to the fetch's clients only; a hit has none either)
+        let old = try harness.connect()
+        try old.send("POST /page HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: 1\r\n\r\nx")
+        let plain = try await old.response()
+        #expect(plain.status == 200 && plain.text == "done")
+    }
+
     @Test("TRACE is 405 unless pass-trace; Max-Forwards: 0 on OPTIONS or TRACE is answered by the daemon (TRACE echoes without credentials); more is decremented")
     func traceAndMaxForwards() async throws {
         let refusing = try ProxyHarness()

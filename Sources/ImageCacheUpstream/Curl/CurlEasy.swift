@@ -42,6 +42,8 @@ final class CurlEasy: @unchecked Sendable {
     private let logger: Logger
     /// The request body sent as it arrives, if any (read on the curl thread).
     private var streamedBody: StreamedBody?
+    /// Interim 1xx responses are reported (UpstreamRequest.forwardsInterim).
+    private let forwardsInterim: Bool
 
     // MARK: owned by the curl thread
     /// The lines of the header section being received (status line first), CRLF removed.
@@ -89,6 +91,7 @@ final class CurlEasy: @unchecked Sendable {
         self.followsRedirects = configuration.maxRedirects > 0 && request.followsRedirects
         self.maxRedirects = configuration.maxRedirects
         self.maxBodyBytes = request.maxBodyBytes
+        self.forwardsInterim = request.forwardsInterim
         self.logger = logger
         try configure(request: request, configuration: configuration)
         if addressGuard == .always {
@@ -248,7 +251,14 @@ final class CurlEasy: @unchecked Sendable {
             return false
         }
         sectionLines = []
-        if head.status < 200 { return true }
+        if head.status < 200 {
+            if forwardsInterim, head.status >= 102 {
+                var interim = head
+                HopByHop.strip(&interim.headers)
+                events(.interim(interim))
+            }
+            return true
+        }
         if followsRedirects, (300..<400).contains(head.status), let location = head.headers["Location"], !location.isEmpty {
             redirectStatuses.append(head.status)
             return true   // curl follows it (or fails with CURLE_TOO_MANY_REDIRECTS): never reported

@@ -68,6 +68,7 @@ struct FetchMachineTests {
             case let .sendHead(head, outcome, _, to, ends):
                 "head \(head.status) \(outcome.xCache) to \(to)" + (ends ? " (ends)" : "")
             case let .sendBody(chunk, to): "body \(chunk.count) to \(to)"
+            case let .sendInterim(head, to): "interim \(head.status) to \(to)"
             case let .respondWhole(head, outcome, body, to): "whole \(head.status) \(outcome.xCache) \(body.count) to \(to)"
             case let .respondStored(_, outcome, file, _, to): "stored \(outcome.xCache) \(outcome.cacheStatus)\(file == nil ? "" : " file") to \(to)"
             case let .end(ids): "end \(ids)"

@@ -89,6 +89,8 @@ struct Reply: Sendable {
     var gateAfterBytes: Int?
     /// Close the connection after this reply (send `Connection: close` in `headers` too, so the client knows).
     var closeAfter = false
+    /// Interim responses (103 Early Hints, ...) sent before the final one: status and fields each.
+    var interim: [(status: Int, headers: [(String, String)])] = []
 
     init(status: Int = 200, headers: [(String, String)] = [], body: [UInt8] = [], chunked: Bool = false,
          delayBeforeHead: Duration? = nil, drip: (chunks: Int, interval: Duration)? = nil,
@@ -383,7 +385,13 @@ final class TestOrigin: @unchecked Sendable {
     private func send(_ reply: Reply, for request: RecordedRequest, on fd: Int32) -> Bool {
         if let delay = reply.delayBeforeHead { Thread.sleep(forTimeInterval: delay.seconds) }
         let bodyless = request.method == "HEAD" || reply.status == 204 || reply.status == 304 || reply.status < 200
-        var head = "HTTP/1.1 \(reply.status) \(reason(reply.status))\r\n"
+        var head = ""
+        for (status, fields) in reply.interim {
+            head += "HTTP/1.1 \(status) \(reason(status))\r\n"
+            for (name, value) in fields { head += "\(name): \(value)\r\n" }
+            head += "\r\n"
+        }
+        head += "HTTP/1.1 \(reply.status) \(reason(reply.status))\r\n"
         for (name, value) in reply.headers { head += "\(name): \(value)\r\n" }
         let hasLength = reply.headers.contains { $0.0.lowercased() == "content-length" }
         if reply.chunked {
