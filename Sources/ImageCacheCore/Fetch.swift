@@ -283,6 +283,14 @@ final class Fetch: @unchecked Sendable {
             hand(waiters) { $0.redispatchToVariants($1, of: head, key: self.key) }
         case let .redispatchAlone(waiters):
             hand(waiters) { $0.redispatchAlone($1, key: self.key) }
+        case let .passUpstream(waiters):
+            for waiter in waiters {
+                guard let client = clients.removeValue(forKey: waiter.id) else { continue }
+                let request = waiter.request
+                Passthrough.start(request.head, body: .bytes([]), url: request.url, sink: client.sink, context: context,
+                                  fields: request.fields, policy: settings.rules.freshnessPolicy,
+                                  writeBuffer: settings.writeBufferBytes, maxForwards: nil, reason: .bypass)
+            }
         case .closeToNewcomers:
             coalescer?.closed(self)
         case .finish:

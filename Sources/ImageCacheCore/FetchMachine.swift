@@ -149,6 +149,9 @@ struct FetchMachine {
         case redispatchToVariants([Waiter], of: HTTPResponseHead)
         /// Send these waiters upstream on their own.
         case redispatchAlone([Waiter])
+        /// Send these waiters' requests to the origin as they are, uncached (Passthrough): Range requests for an object
+        /// over max-object-size in reverse mode, whose range the origin can answer.
+        case passUpstream([Waiter])
         /// Take no more waiters.
         case closeToNewcomers
         case finish
@@ -782,6 +785,14 @@ struct FetchMachine {
             if serveStaleIfError(because: error.description, now: now) { return }
         }
         actions.append(.log(.warning, "\(error.httpStatus) \(key): \(error)"))
+        if case .tooLarge = error, leader.mode == .reverse {
+            // Too large to cache, but a configured origin can answer a part: those asking for one get it from there.
+            let ranged = waiters.filter { !$0.sentHead && $0.request.head.method == "GET" && $0.request.head.headers.contains("Range") }
+            if !ranged.isEmpty {
+                waiters.removeAll { waiter in ranged.contains { $0.id == waiter.id } }
+                actions.append(.passUpstream(ranged))
+            }
+        }
         let headSent = waiters.filter(\.sentHead).map(\.id)
         let notYet = waiters.filter { !$0.sentHead }.map(\.id)
         if !headSent.isEmpty { actions.append(.abort(headSent)) }

@@ -105,6 +105,8 @@ final class Passthrough: @unchecked Sendable {
     private let sink: any ResponseSink
     private let context: FetchContext
     private let policy: FreshnessPolicy
+    /// Why the request is passed (Cache-Status fwd=): its method, or a bypass (a range of an object too large to cache).
+    private let reason: CacheOutcome.Forward
 
     // MARK: owned by `context.queue`
     private var transfer: (any UpstreamTransfer)?
@@ -129,7 +131,8 @@ final class Passthrough: @unchecked Sendable {
     private let started = ContinuousClock.now
 
     private init(request: HTTPRequestHead, url: UpstreamURL, sink: any ResponseSink, context: FetchContext,
-                 policy: FreshnessPolicy, window: Int) {
+                 policy: FreshnessPolicy, window: Int, reason: CacheOutcome.Forward) {
+        self.reason = reason
         self.window = window
         self.request = request
         self.url = url
@@ -141,8 +144,9 @@ final class Passthrough: @unchecked Sendable {
     /// Starts the exchange (on any thread). `body`: the request body as read; `fields`: which fields go upstream.
     static func start(_ request: HTTPRequestHead, body: RequestBody, url: UpstreamURL, sink: any ResponseSink,
                       context: FetchContext, fields: RequestFieldPolicy, policy: FreshnessPolicy, writeBuffer: Int,
-                      maxForwards: String?) {
-        let exchange = Passthrough(request: request, url: url, sink: sink, context: context, policy: policy, window: writeBuffer)
+                      maxForwards: String?, reason: CacheOutcome.Forward = .method) {
+        let exchange = Passthrough(request: request, url: url, sink: sink, context: context, policy: policy, window: writeBuffer,
+                                   reason: reason)
         var headers = fields.forwarded(request.headers, mode: .reverse, cached: false)
         if let maxForwards { headers.add("Max-Forwards", maxForwards) }
         headers.add("Via", RequestFieldPolicy.via(request.headers, mode: .reverse, own: context.via))
@@ -194,7 +198,7 @@ final class Passthrough: @unchecked Sendable {
                 return invalidate(stale, then: head)
             }
             if head.status >= 400 { context.metrics.error("upstream_status_\(head.status / 100)xx") }
-            let outcome = CacheOutcome(forward: .method, forwardStatus: head.status)
+            let outcome = CacheOutcome(forward: reason, forwardStatus: head.status)
             sink.note(outcome)
             let length = head.headers["Content-Length"].flatMap { Int($0.trimmingOWS()) }
             var marked = head

@@ -409,6 +409,28 @@ struct ReverseModeTests {
         #expect(plain.status == 200 && plain.text == "done")
     }
 
+    @Test("a Range request for an object over max-object-size is passed to the origin with its Range (206 from there, BYPASS); without Range the object is refused 502; forward mode refuses both")
+    func rangeOverObjectLimit() async throws {
+        let harness = try ProxyHarness { $0.maxObjectSizeBytes = 10_000 }
+        let big = Fixtures.jpeg(size: 50_000)
+        harness.origin.route("/big.jpg") { request in
+            guard let range = request.header("Range") else {
+                return Reply(status: 200, headers: [("Content-Type", "image/jpeg")], body: big)
+            }
+            #expect(range == "bytes=100-199")
+            return Reply(status: 206, headers: [("Content-Type", "image/jpeg"), ("Content-Range", "bytes 100-199/50000")],
+                         body: Array(big[100..<200]))
+        }
+        let part = try await harness.get("/big.jpg", headers: [("Range", "bytes=100-199")])
+        #expect(part.status == 206 && part.body == Array(big[100..<200]))
+        #expect(part.header("Content-Range") == "bytes 100-199/50000" && part.header("X-Cache") == "BYPASS")
+        let whole = try await harness.get("/big.jpg")
+        #expect(whole.status == 502 && whole.text.contains("max-object-size"))
+        let forward = try await harness.get(harness.fetchTarget("/big.jpg"), headers: [("Range", "bytes=100-199")])
+        #expect(forward.status == 502)
+        #expect(harness.origin.requests("/big.jpg").compactMap { $0.header("Range") } == ["bytes=100-199"])
+    }
+
     @Test("TRACE is 405 unless pass-trace; Max-Forwards: 0 on OPTIONS or TRACE is answered by the daemon (TRACE echoes without credentials); more is decremented")
     func traceAndMaxForwards() async throws {
         let refusing = try ProxyHarness()

@@ -81,6 +81,7 @@ struct FetchMachineTests {
             case let .remove(variant): variant.map { "remove variant \"\($0)\"" } ?? "remove all"
             case let .redispatchToVariants(waiters, _): "to variants \(waiters.map(\.id))"
             case let .redispatchAlone(waiters): "alone \(waiters.map(\.id))"
+            case let .passUpstream(waiters): "pass upstream \(waiters.map(\.id))"
             case .closeToNewcomers: "closed"
             case .finish: "finish"
             case .log: nil
