@@ -157,7 +157,8 @@ final class Passthrough: @unchecked Sendable {
             bytes = !read.isEmpty || ["POST", "PUT", "PATCH"].contains(request.method) ? read : nil
         case let .stream(stream):
             // Sent as it arrives: every byte libcurl takes is room given back to the client's connection.
-            let upload = StreamedBody(length: stream.length) { stream.consumed($0) }
+            // (Weakly: the stream's reader holds the upload; the upload must not hold the stream back.)
+            let upload = StreamedBody(length: stream.length) { [weak stream] in stream?.consumed($0) }
             stream.read { event in
                 switch event {
                 case let .chunk(chunk): upload.append(chunk)

@@ -129,6 +129,9 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
     /// error), so no connection holds up to `server.max-request-body` for nothing.
     public func bodyHandling(for request: HTTPRequestHead) -> HTTPParser.BodyHandling {
         let settings = self.settings
+        if loopGuard.carriesOwnVia(request.headers) {
+            return .refuse(HTTPParser.ParseError(status: 508, reason: "request loop: this request already passed through this daemon (Via: \(loopGuard.viaToken))"))
+        }
         switch Route.resolve(request, origins: settings.originRoutes, signing: settings.signing) {
         case let .error(status, reason):
             return .refuse(HTTPParser.ParseError(status: status, reason: reason))

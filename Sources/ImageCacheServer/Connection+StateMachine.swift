@@ -22,6 +22,8 @@
 //                Such an exchange never keeps the connection alive (the response may end before the body).
 //                body end -> handling;  body refused (413, bad chunk) or timed out (408) -> the stream fails and
 //                the exchange is cancelled: the error is answered if no head went out, else the connection resets.
+//                The body timer is stopped while reading is suspended (the handler, not the client, is slow) and
+//                re-armed on resume. A response that ends first ends the stream (failed) for its reader.
 //                end -> writing(keepAlive);  abort -> closed;  EOF/read error/write error/write timeout -> closed
 //                after `cancelExchange` (the handler's onCancel callbacks).
 //   writing      the response has ended; waiting for the write queue to drain.
@@ -242,8 +244,7 @@ extension Connection {
         mutating func responseEnd(exchange id: UInt64) -> [Action] {
             guard case var .handling(exchange) = state, exchange.id == id, exchange.responseStarted else { return [] }
             let buffers = exchange.writer.end()
-            state = .writing(keepAlive: exchange.writer.keepAlive)
-            return buffers.isEmpty ? [] : [.write(buffers)]
+            return (buffers.isEmpty ? [] : [.write(buffers)]) + ended(exchange)
         }
 
         /// A whole response: head and body go out in one write.
@@ -252,8 +253,7 @@ extension Connection {
             var buffers = [exchange.writer.head(head, bodyLength: body.count, date: date)]
             buffers += exchange.writer.body(body)
             buffers += exchange.writer.end()
-            state = .writing(keepAlive: exchange.writer.keepAlive)
-            return [.write(buffers)]
+            return [.write(buffers)] + ended(exchange)
         }
 
         /// A whole response whose head was serialised once: the prepared bytes, the rest of the head and the body go
@@ -264,8 +264,7 @@ extension Connection {
             var buffers = exchange.writer.head(prepared, extra: extra, bodyLength: body.count, date: date)
             buffers += exchange.writer.body(body)
             buffers += exchange.writer.end()
-            state = .writing(keepAlive: exchange.writer.keepAlive)
-            return [.write(buffers)]
+            return [.write(buffers)] + ended(exchange)
         }
 
         /// A whole response whose body is a file region: the head, then the file, then whatever ends the body.
@@ -289,8 +288,7 @@ extension Connection {
             if exchange.writer.fileBody(bodyLength) { actions.append(body) }
             let end = exchange.writer.end()
             if !end.isEmpty { actions.append(.write(end)) }
-            state = .writing(keepAlive: exchange.writer.keepAlive)
-            return actions
+            return actions + ended(exchange)
         }
 
         /// The handler gave up: close at once so the client sees a truncated response.
@@ -298,17 +296,26 @@ extension Connection {
             guard case let .handling(exchange) = state, exchange.id == id else { return [] }
             if state == .closed { return [] }
             state = .closed
-            return [.reset]
+            return (exchange.bodyOpen ? [.deliverBody(.failed("the response was aborted"))] : []) + [.reset]
+        }
+
+        /// The exchange's response is written: on to `writing`. A streamed body still open ends for its reader (the rest
+        /// of it is never read: such a connection closes after the response).
+        private mutating func ended(_ exchange: Exchange) -> [Action] {
+            state = .writing(keepAlive: exchange.writer.keepAlive)
+            guard exchange.bodyOpen else { return [] }
+            return [.deliverBody(.failed("the response ended before the request body")), .cancelReadTimer]
         }
 
         /// The handler dealt with `bytes` of the streamed body: reading resumes once at most half a window waits.
         mutating func bodyConsumed(_ bytes: Int, exchange id: UInt64) -> [Action] {
-            guard case var .handling(exchange) = state, exchange.id == id else { return [] }
+            guard case var .handling(exchange) = state, exchange.id == id, exchange.bodyOpen else { return [] }
             exchange.bodyUnconsumed = max(0, exchange.bodyUnconsumed - bytes)
             state = .handling(exchange)
             guard readingSuspended, exchange.bodyUnconsumed <= configuration.writeBufferBytes / 2 else { return [] }
             readingSuspended = false
-            return [.resumeReading]
+            // The body timer measures the client: it ran only while the connection was read.
+            return [.resumeReading, .armReadTimer(.body, seconds: configuration.bodyTimeoutSeconds)]
         }
 
         mutating func registerCancel(exchange id: UInt64) -> CancelRegistration {
@@ -354,7 +361,8 @@ extension Connection {
                     }
                     actions.append(.openBody(length: bodyLength, exchange: id))
                     actions += pumpBody(date: date)
-                    actions.append(.handleStreamed(head, exchange: id))
+                    // Not when the body already failed in these bytes: the request is refused, not handled.
+                    if case let .handling(current) = state, current.id == id { actions.append(.handleStreamed(head, exchange: id)) }
                     return actions
                 case .bodyChunk, .bodyEnd:
                     preconditionFailure("body events come only while an exchange streams its body (pumpBody)")
@@ -412,8 +420,10 @@ extension Connection {
                     return actions + bodyFailed(error, date: date)
                 case nil:
                     if exchange.bodyUnconsumed > configuration.writeBufferBytes && !readingSuspended {
+                        // Held back by the handler (a slow origin), not by the client: no body timer meanwhile.
                         readingSuspended = true
                         actions.append(.suspendReading)
+                        actions.append(.cancelReadTimer)
                     }
                     return actions
                 case .request?, .streamedRequest?, .continueExpected?:

@@ -253,6 +253,12 @@ final class Connection: @unchecked Sendable {
             let sink = ConnectionResponseSink(connection: self, exchange: exchange)
             handler.handle(head, body: body, client: client, sink: sink)
         case let .openBody(length, exchange):
+            // A new exchange: the previous one's callbacks and progress are over (as at `.handle`).
+            cancelCallbacks = []
+            if let previous = progress {
+                previous.clientGone()
+                progress = nil
+            }
             requestBody = RequestBodyStream(connection: self, exchange: exchange, length: length)
         case let .deliverBody(event):
             requestBody?.deliver(event)

@@ -41,7 +41,7 @@ public final class RequestBodyStream: @unchecked Sendable {
             self.reader = reader
             let waiting = self.waiting
             self.waiting = []
-            for event in waiting { reader(event) }
+            for event in waiting { self.deliver(event) }
         }
     }
 
@@ -52,10 +52,12 @@ public final class RequestBodyStream: @unchecked Sendable {
 
     /// On the loop thread.
     func deliver(_ event: RequestBodyEvent) {
-        if let reader {
-            reader(event)
-        } else {
+        guard let reader else {
             waiting.append(event)
+            return
         }
+        reader(event)
+        // After the last event the reader (and what it holds) is let go.
+        if case .chunk = event {} else { self.reader = nil }
     }
 }

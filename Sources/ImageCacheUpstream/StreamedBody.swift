@@ -51,7 +51,12 @@ public final class StreamedBody: Sendable, Equatable {
     public func finish() { update { $0.finished = true } }
 
     /// The body will not be complete: the upload (and its transfer) fails.
-    public func fail() { update { $0.failed = true } }
+    public func fail() {
+        update { state in
+            state.failed = true
+            state.chunks = []
+        }
+    }
 
     private func update(_ change: (inout State) -> Void) {
         let resume = state.withLock { state -> (@Sendable () -> Void)? in

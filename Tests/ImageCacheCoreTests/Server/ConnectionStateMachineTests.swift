@@ -38,7 +38,7 @@ struct ConnectionStateMachineTests {
         #expect(machine.state == .handling(.init(id: 1, writer: ResponseWriter(request: .init(version: .http1_1, isHEAD: false, keepAlive: true)))))
     }
 
-    @Test("a streamed body: the head goes to the handler at once with the bytes so far, then each read's bytes; reading stops past a write buffer not consumed and resumes at half; the end stops the body timer; the connection is not kept")
+    @Test("a streamed body: the head goes to the handler at once with the bytes so far, then each read's bytes; reading (and the body timer) stops past a write buffer not consumed and resumes at half; the end stops the body timer; the connection is not kept")
     func streamedBody() {
         // Given a handler that streams every body, and a 16 KiB write buffer
         var configuration = ServerConfiguration()
@@ -53,15 +53,33 @@ struct ConnectionStateMachineTests {
                           .handleStreamed(HTTPRequestHead(method: "PUT", target: "/u", headers: ["Host": "x", "Content-Length": "40960"]), exchange: 1)])
         // 10 KiB more: 20 KiB waits, over the buffer: reading stops
         let second = machine.bytesReceived(Array(repeating: 2, count: 10 << 10), date: Self.date)
-        #expect(second == [.deliverBody(.chunk(Array(repeating: 2, count: 10 << 10))), .suspendReading])
+        #expect(second == [.deliverBody(.chunk(Array(repeating: 2, count: 10 << 10))), .suspendReading, .cancelReadTimer])
         #expect(machine.bodyConsumed(4 << 10, exchange: 1) == [], "16 KiB wait: more than half a buffer")
-        #expect(machine.bodyConsumed(12 << 10, exchange: 1) == [.resumeReading])
+        #expect(machine.bodyConsumed(12 << 10, exchange: 1) == [.resumeReading, .armReadTimer(.body, seconds: 30)])
         // The rest: the end, the body timer stops
         let last = machine.bytesReceived(Array(repeating: 3, count: 20 << 10), date: Self.date)
         #expect(last == [.deliverBody(.chunk(Array(repeating: 3, count: 20 << 10))), .deliverBody(.end), .cancelReadTimer])
+        #expect(machine.bodyConsumed(40 << 10, exchange: 1) == [], "after the end nothing is resumed")
         // The response ends the exchange and the connection
         _ = machine.respond(HTTPResponseHead(status: 201), body: [], exchange: 1, date: Self.date)
         #expect(machine.state == .writing(keepAlive: false))
+    }
+
+    @Test("a streamed body: a body that fails in the head's own bytes is refused, never handled; a response that ends before the body ends the body's stream")
+    func streamedBodyEdges() {
+        var configuration = ServerConfiguration()
+        configuration.maxRequestBodyBytes = 8
+        var early = Machine(configuration: configuration, bodyDecision: { _ in .stream })
+        let refused = early.bytesReceived(Self.bytes("POST /u HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n20\r\n"), date: Self.date)
+        #expect(!refused.contains { if case .handleStreamed = $0 { true } else { false } })
+        #expect(Self.written(refused).hasPrefix("HTTP/1.1 413 "))
+
+        var answered = Machine(configuration: ServerConfiguration(), bodyDecision: { _ in .stream })
+        _ = answered.bytesReceived(Self.bytes("PUT /u HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nabc"), date: Self.date)
+        let actions = answered.respond(HTTPResponseHead(status: 403), body: Self.bytes("no"), exchange: 1, date: Self.date)
+        #expect(actions.suffix(2) == [.deliverBody(.failed("the response ended before the request body")), .cancelReadTimer])
+        #expect(answered.state == .writing(keepAlive: false))
+        #expect(answered.bytesReceived(Self.bytes("defgh"), date: Self.date).allSatisfy { if case .deliverBody = $0 { false } else { true } })
     }
 
     @Test("a streamed body that times out or grows past its limit fails its stream and is answered 408 / 413; with the response begun, the connection resets; a client that leaves fails it too")
