@@ -256,6 +256,13 @@ final class Fetch: @unchecked Sendable {
                 guard let sink = clients.removeValue(forKey: id)?.sink else { continue }
                 deliver(to: sink) { sink.fail(status: status, reason: reason) }
             }
+        case let .refuseRange(outcome, length, id):
+            guard let sink = clients.removeValue(forKey: id)?.sink else { return }
+            sink.note(outcome)
+            deliver(to: sink) {
+                sink.fail(status: 416, reason: "Range: no part of the \(length)-byte response is in the range asked",
+                          headers: ["Content-Range": "bytes */\(length)"])
+            }
         case let .abort(ids):
             for id in ids {
                 guard let sink = clients.removeValue(forKey: id)?.sink else { continue }

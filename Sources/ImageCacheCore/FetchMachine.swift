@@ -36,8 +36,10 @@
 //   - On success the entry is stored first, then the waiters are ended, then the fetch finishes.
 //   - When the last waiter goes, the transfer is cancelled unless complete-abandoned-fetches is on or a HEAD client
 //     was answered from it (the fetch then runs on to fill the cache).
-//   - A Range request (GET) on a response that will be stored whole (its length known and within what is kept) waits
-//     for the whole body and is answered from the stored entry (206 for its range); else it gets the whole response.
+//   - A Range request (GET) on a 200 whose length is known gets a 206 for its part as soon as the head is in, and the
+//     part's bytes as they arrive (a slice of each chunk); it ends when its part is out, while the fetch runs on for
+//     the others or to fill the cache. 416 when no byte is in its range; the whole response when the range asks for
+//     several parts or an If-Range does not hold, or the length is not known (RFC 9110 14.2 allows a 200).
 //   - The body is kept (for the store and for late joiners) while it may be stored and fits; once it does not, or the
 //     runner says the bodies in flight are over budget (`bodiesOverBudget`), it is streamed only and the fetch takes
 //     no newcomer (`closeToNewcomers`).
@@ -69,9 +71,9 @@ struct FetchMachine {
         /// Joined a fetch another request started.
         var collapsed = false
         var sentHead = false
-        /// A Range request on a response that will be stored: answered from the stored entry once the body is whole
-        /// (206 for its range, StoredResponse), not streamed.
-        var waitsForWhole = false
+        /// A Range request answered with this part of the response (206), its bytes sent as they arrive; it ends once
+        /// they are all out.
+        var part: ClosedRange<Int>?
     }
 
     /// A stored copy the fetch revalidates (a conditional request).
@@ -152,6 +154,8 @@ struct FetchMachine {
         /// Send these waiters' requests to the origin as they are, uncached (Passthrough): Range requests for an object
         /// over max-object-size in reverse mode, whose range the origin can answer.
         case passUpstream([Waiter])
+        /// Answer a Range request 416: no part of the `length`-byte response is in its range.
+        case refuseRange(outcome: CacheOutcome, length: Int, to: Int)
         /// Take no more waiters.
         case closeToNewcomers
         case finish
@@ -244,17 +248,19 @@ struct FetchMachine {
                 redispatch([waiter], of: response.head)
                 break
             }
-            var joined = waiter
-            joined.waitsForWhole = answeredFromStore(waiter, response)
-            waiters.append(joined)
+            waiters.append(waiter)
             actions.append(.waiterAttached(waiters: waiters.count))
-            if joined.waitsForWhole { break }
-            sendHead(response, toWaiterAt: waiters.count - 1)
+            startWaiters([waiter.id], response)
             if waiter.request.isHead {
                 dropAnsweredHeadWaiters()
                 break
             }
-            for chunk in response.kept ?? [] { actions.append(.sendBody(chunk, to: [waiter.id])) }
+            // What came before it, from the kept body (a fetch that keeps none takes no newcomer).
+            var offset = 0
+            for chunk in response.kept ?? [] {
+                deliver(chunk, at: offset, to: [waiter.id], response)
+                offset += chunk.count
+            }
         case .finished:
             // A finished fetch is not in the coalescer; reaching here is a programming error.
             preconditionFailure("attach to a finished fetch")
@@ -304,7 +310,7 @@ struct FetchMachine {
             if let length = response.bodyLength, length != response.received {
                 fail(.broken("received \(response.received) of \(length) body bytes"), now: now)
             } else {
-                answerWaitingForWhole(store(response), response)
+                store(response)
                 endAll()
             }
         case .waitingForHead:
@@ -329,12 +335,6 @@ struct FetchMachine {
         response.keptBytes = 0
         state = .streaming(response)
         closeToNewcomers()
-        // Range requests waiting for the stored entry cannot have it now: they get the reason, as any refused client.
-        let waiting = waiters.filter(\.waitsForWhole).map(\.id)
-        if !waiting.isEmpty {
-            waiters.removeAll(where: \.waitsForWhole)
-            actions.append(.fail(waiting, status: 503, reason: "the bodies in flight are over in-flight-limit (\(limit) bytes); try again"))
-        }
         if waiters.isEmpty {
             // Kept on only to fill the cache (complete-abandoned-fetches, a HEAD's fill), which it no longer will.
             actions.append(.cancelTransfer)
@@ -617,9 +617,9 @@ struct FetchMachine {
             if stopsKeeping, abandonsUselessFill(response) { return }
             if stopsKeeping { closeToNewcomers() }
             // Store before the last bytes go out: a client that has its whole body and asks again must hit.
-            if response.bodyComplete { answerWaitingForWhole(store(response), response) }
-            let streamed = waiters.filter { !$0.waitsForWhole }.map(\.id)
-            if !streamed.isEmpty { actions.append(.sendBody(chunk, to: streamed)) }
+            if response.bodyComplete { store(response) }
+            deliver(chunk, at: response.received - chunk.count, to: nil, response)
+            if isFinished { return }
             if response.bodyComplete { endAll() }
         }
     }
@@ -644,26 +644,33 @@ struct FetchMachine {
                 let body = heldBack.count == 1 ? heldBack[0] : Array(heldBack.joined())
                 for index in waiters.indices {
                     waiters[index].sentHead = true
-                    let (head, outcome) = clientHead(response, for: waiters[index])
-                    if let entry, answeredFromStore(waiters[index], response) {
-                        actions.append(.respondStored(entry, outcome: outcome, file: nil, now: response.responseTime,
-                                                      to: waiters[index].id))
-                    } else {
-                        actions.append(.respondWhole(head, outcome: outcome, body: body, to: waiters[index].id))
+                    let waiter = waiters[index]
+                    let (head, outcome) = clientHead(response, for: waiter)
+                    if let entry, waiter.request.head.headers.contains("Range") {
+                        // The stored entry answers the range (206, 416, If-Range) with a slice of its body, not a copy.
+                        actions.append(.respondStored(entry, outcome: outcome, file: nil, now: response.responseTime, to: waiter.id))
+                        continue
+                    }
+                    switch rangeAnswer(waiter, response) {
+                    case let .part(bytes)?:
+                        let (partHead, _) = self.partHead(response, for: waiter, bytes)
+                        actions.append(.respondWhole(partHead, outcome: outcome, body: Array(body[bytes]), to: waiter.id))
+                    case .unsatisfiable?:
+                        actions.append(.refuseRange(outcome: outcome, length: body.count, to: waiter.id))
+                    default:
+                        actions.append(.respondWhole(head, outcome: outcome, body: body, to: waiter.id))
                     }
                 }
                 return finish()
             }
-            for index in waiters.indices {
-                if answeredFromStore(waiters[index], response) {
-                    waiters[index].waitsForWhole = true
-                } else {
-                    sendHead(response, toWaiterAt: index)
-                }
-            }
+            startWaiters(waiters.map(\.id), response)
             dropAnsweredHeadWaiters()
-            let ids = waiters.filter { !$0.waitsForWhole }.map(\.id)
-            if !ids.isEmpty { for chunk in heldBack { actions.append(.sendBody(chunk, to: ids)) } }
+            var offset = 0
+            for chunk in heldBack {
+                deliver(chunk, at: offset, to: nil, response)
+                if isFinished { return }
+                offset += chunk.count
+            }
         }
     }
 
@@ -721,15 +728,75 @@ struct FetchMachine {
         return stored
     }
 
-    /// Whether `waiter` (a Range request) is answered from the stored entry: the response will be stored whole and
-    /// its length is known and within the memory tier's object limit, so the range can be cut from it once it is in.
-    /// (Larger ones are streamed whole: a part holds its whole body in memory while its client reads it, and a client
-    /// asking for parts of large new images and not reading must not hold more than a memory-tier object each.)
-    private func answeredFromStore(_ waiter: Waiter, _ response: Response) -> Bool {
-        guard waiter.request.head.method == "GET", waiter.request.head.headers.contains("Range"),
-              response.head.status == 200, case .store = response.storeDecision, response.kept != nil,
-              let length = response.bodyLength else { return false }
-        return length <= rules.memoryObjectLimitBytes
+    /// What a waiter's Range asks of the response (RFC 9110 14.2, ByteRanges.swift): nil for the whole response (no Range,
+    /// not a GET, not a 200, a length not known yet, several ranges, an If-Range that does not hold).
+    private func rangeAnswer(_ waiter: Waiter, _ response: Response) -> RangeAnswer? {
+        guard waiter.request.head.method == "GET", waiter.request.head.headers.contains("Range"), response.head.status == 200,
+              let length = response.bodyLength else { return nil }
+        let answer = RangeAnswer.evaluate(method: "GET", headers: waiter.request.head.headers, length: length,
+                                          etag: response.head.headers["ETag"], lastModified: response.head.headers["Last-Modified"])
+        return answer == .whole ? nil : answer
+    }
+
+    /// The 206 head for `bytes` of the response.
+    private func partHead(_ response: Response, for waiter: Waiter, _ bytes: ClosedRange<Int>) -> (HTTPResponseHead, CacheOutcome) {
+        var (head, outcome) = clientHead(response, for: waiter)
+        head.status = 206
+        head.reason = "Partial Content"
+        head.headers.set("Content-Range", "bytes \(bytes.lowerBound)-\(bytes.upperBound)/\(response.bodyLength ?? 0)")
+        head.headers.set("Accept-Ranges", "bytes")
+        return (head, outcome)
+    }
+
+    /// Sends these waiters their heads: a Range request gets a 206 for its part (its bytes follow as they arrive,
+    /// `deliver`) or a 416; any other the whole response's head.
+    private mutating func startWaiters(_ ids: [Int], _ response: Response) {
+        var refused: [Int] = []
+        for index in waiters.indices where ids.contains(waiters[index].id) {
+            let waiter = waiters[index]
+            switch rangeAnswer(waiter, response) {
+            case let .part(bytes)?:
+                let (head, outcome) = partHead(response, for: waiter, bytes)
+                actions.append(.sendHead(head, outcome: outcome, bodyLength: bytes.count, to: waiter.id, ends: false))
+                waiters[index].sentHead = true
+                waiters[index].part = bytes
+            case .unsatisfiable?:
+                actions.append(.refuseRange(outcome: clientHead(response, for: waiter).1, length: response.bodyLength ?? 0,
+                                            to: waiter.id))
+                refused.append(waiter.id)
+            default:
+                sendHead(response, toWaiterAt: index)
+            }
+        }
+        waiters.removeAll { refused.contains($0.id) }
+    }
+
+    /// Body bytes at `offset` of the response, to the waiters that have their heads (`only`: these alone): the whole
+    /// chunk to a whole response's, the bytes in its part to a Range request's, which ends once its part is out. A
+    /// fetch whose waiters all have their parts runs on only to fill the cache.
+    private mutating func deliver(_ chunk: [UInt8], at offset: Int, to only: [Int]?, _ response: Response) {
+        var whole: [Int] = []
+        var done: [Int] = []
+        for waiter in waiters where waiter.sentHead && (only?.contains(waiter.id) ?? true) {
+            guard let part = waiter.part else {
+                whole.append(waiter.id)
+                continue
+            }
+            let lower = max(part.lowerBound, offset), upper = min(part.upperBound + 1, offset + chunk.count)
+            if lower < upper {
+                actions.append(.sendBody(lower == offset && upper == offset + chunk.count ? chunk : Array(chunk[(lower - offset)..<(upper - offset)]),
+                                         to: [waiter.id]))
+            }
+            if offset + chunk.count > part.upperBound { done.append(waiter.id) }
+        }
+        if !whole.isEmpty { actions.append(.sendBody(chunk, to: whole)) }
+        guard !done.isEmpty else { return }
+        actions.append(.end(done))
+        waiters.removeAll { done.contains($0.id) }
+        if waiters.isEmpty && !response.bodyComplete {
+            fillsCache = true
+            _ = abandonsUselessFill(response)
+        }
     }
 
     /// A fetch that runs with no waiter only to fill the cache (a background revalidation, a HEAD's fill) stops when
@@ -743,20 +810,6 @@ struct FetchMachine {
         actions.append(.cancelTransfer)
         finish()
         return true
-    }
-
-    /// The whole body is in: the Range requests waiting for it are answered from the stored entry (nil: it was not
-    /// kept after all; then they get the error, no part of a body that is not whole).
-    private mutating func answerWaitingForWhole(_ entry: CacheEntry?, _ response: Response) {
-        for waiter in waiters where waiter.waitsForWhole {
-            if let entry {
-                let (_, outcome) = clientHead(response, for: waiter)
-                actions.append(.respondStored(entry, outcome: outcome, file: nil, now: response.responseTime, to: waiter.id))
-            } else {
-                actions.append(.fail([waiter.id], status: 502, reason: "the response was not kept whole; ask again"))
-            }
-        }
-        waiters.removeAll(where: \.waitsForWhole)
     }
 
     /// Ends every waiter's response and the fetch.

@@ -381,7 +381,7 @@ struct ReverseModeTests {
         harness.origin.route("/hinted.png") { _ in
             var reply = Self.image()
             reply.interim = hints
-            reply.gate = gate
+            reply.gateBeforeHead = gate   // nothing until both clients wait on the fetch
             return reply
         }
         // A passed-through POST
@@ -396,12 +396,12 @@ struct ReverseModeTests {
         let clients = try (0..<2).map { _ in try harness.connect() }
         for client in clients { try client.request("/hinted.png") }
         #expect(await harness.waiters.wait(), "two clients never waited on one fetch")
+        gate.open()
         for client in clients {
             let (status, _) = try await client.head()
             #expect(status == 103)
+            #expect(try await client.response().body == Self.png)
         }
-        gate.open()
-        for client in clients { #expect(try await client.response().body == Self.png) }
         // HTTP/1.0: none (the hint goes to the fetch's clients only; a hit has none either)
         let old = try harness.connect()
         try old.send("POST /page HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: 1\r\n\r\nx")

@@ -82,6 +82,7 @@ struct FetchMachineTests {
             case let .redispatchToVariants(waiters, _): "to variants \(waiters.map(\.id))"
             case let .redispatchAlone(waiters): "alone \(waiters.map(\.id))"
             case let .passUpstream(waiters): "pass upstream \(waiters.map(\.id))"
+            case let .refuseRange(_, length, to): "416 of \(length) to \(to)"
             case .closeToNewcomers: "closed"
             case .finish: "finish"
             case .log: nil
@@ -384,7 +385,7 @@ struct FetchMachineTests {
         #expect(lines == ["refresh \"v1\"", "closed", "finish"])
     }
 
-    @Test("a Range request on a miss that will be stored waits for the whole body and is answered from the stored entry; without a known length it gets the whole response")
+    @Test("a Range request on a miss gets a 206 for its part as soon as the head is in and the part's bytes as they arrive; it ends when they are out while the fetch runs on; 416 past the end; the whole response without a known length")
     func rangeOnAMiss() {
         let range = Self.request([("Range", "bytes=0-9")])
         // Whole at once: the plain client gets the whole response, the Range one the stored entry (a 206 when sent).
@@ -395,31 +396,43 @@ struct FetchMachineTests {
             "store 100", "whole 200 MISS 100 to 1",
             "stored COALESCED imagecached; fwd=uri-miss; fwd-status=200; stored; collapsed to 2", "closed", "finish",
         ])
-        // Streamed: the Range client gets nothing until the body is whole.
+        // Streamed: the Range client has its part from the first chunk and is done; the other streams on.
         var streamed = Self.machine(leader: range, others: [Self.request()])
         _ = streamed.start()
         _ = streamed.receiveHead(Self.head(), url: Self.url, redirects: [], now: Self.t0)
-        #expect(Self.lines(streamed.receiveBody(Array(Self.png[0..<50]), now: Self.t0)) == ["head 200 COALESCED to 2", "body 50 to [2]"])
-        #expect(Self.lines(streamed.receiveBody(Array(Self.png[50...]), now: Self.t0)) == [
-            "store 100", "stored MISS imagecached; fwd=uri-miss; fwd-status=200; stored to 1", "body 50 to [2]", "end [2]",
-            "closed", "finish",
+        #expect(Self.lines(streamed.receiveBody(Array(Self.png[0..<50]), now: Self.t0)) == [
+            "head 206 MISS to 1", "head 200 COALESCED to 2", "body 10 to [1]", "body 50 to [2]", "end [1]",
         ])
-        // No Content-Length: it cannot know the part will be kept whole, so the whole response is streamed.
+        #expect(Self.lines(streamed.receiveBody(Array(Self.png[50...]), now: Self.t0)) == [
+            "store 100", "body 50 to [2]", "end [2]", "closed", "finish",
+        ])
+        // A part across two chunks gets a slice of each; alone, it leaves the fetch filling the cache
+        var across = Self.machine(leader: Self.request([("Range", "bytes=45-54")]))
+        _ = across.start()
+        _ = across.receiveHead(Self.head(), url: Self.url, redirects: [], now: Self.t0)
+        #expect(Self.lines(across.receiveBody(Array(Self.png[0..<50]), now: Self.t0)) == ["head 206 MISS to 1", "body 5 to [1]"])
+        #expect(Self.lines(across.receiveBody(Array(Self.png[50..<60]), now: Self.t0)) == ["body 5 to [1]", "end [1]"])
+        #expect(across.waiters.isEmpty && across.fillsCache && !across.isFinished)
+        #expect(Self.lines(across.receiveBody(Array(Self.png[60...]), now: Self.t0)) == ["store 100", "closed", "finish"])
+        // A part of a response that will not be stored: once it is out, the transfer stops
+        var unstored = Self.machine(leader: range)
+        _ = unstored.start()
+        _ = unstored.receiveHead(Self.head(length: 100, [("Cache-Control", "no-store")]), url: Self.url, redirects: [], now: Self.t0)
+        #expect(Self.lines(unstored.receiveBody(Array(Self.png[0..<50]), now: Self.t0)) == [
+            "head 206 MISS to 1", "body 10 to [1]", "end [1]", "cancel", "finish",
+        ])
+        // Past the end: 416
+        var past = Self.machine(leader: Self.request([("Range", "bytes=500-")]), others: [Self.request()])
+        _ = past.start()
+        _ = past.receiveHead(Self.head(), url: Self.url, redirects: [], now: Self.t0)
+        #expect(Self.lines(past.receiveBody(Array(Self.png[0..<50]), now: Self.t0)) == [
+            "416 of 100 to 1", "head 200 COALESCED to 2", "body 50 to [2]",
+        ])
+        // No Content-Length: the part cannot be placed, so the whole response is streamed (RFC 9110 allows a 200).
         var unknown = Self.machine(leader: range)
         _ = unknown.start()
         _ = unknown.receiveHead(Self.head(length: nil), url: Self.url, redirects: [], now: Self.t0)
         #expect(Self.lines(unknown.receiveBody(Array(Self.png[0..<50]), now: Self.t0)) == ["head 200 MISS to 1", "body 50 to [1]"])
-        // Larger than a memory-tier object (even with a disk tier): streamed whole, never held for a part.
-        var large = Self.machine(leader: range, rules: Self.rules(writesToDisk: true, memoryObject: 50))
-        _ = large.start()
-        _ = large.receiveHead(Self.head(), url: Self.url, redirects: [], now: Self.t0)
-        #expect(Self.lines(large.receiveBody(Array(Self.png[0..<50]), now: Self.t0)) == ["head 200 MISS to 1", "body 50 to [1]"])
-        // Over the in-flight budget the body will not be kept: a waiting Range client is told so.
-        var budget = Self.machine(leader: range, others: [Self.request()])
-        _ = budget.start()
-        _ = budget.receiveHead(Self.head(), url: Self.url, redirects: [], now: Self.t0)
-        _ = budget.receiveBody(Array(Self.png[0..<50]), now: Self.t0)
-        #expect(Self.lines(budget.bodiesOverBudget(limit: 10)) == ["closed", "fail 503 [1]"])
     }
 
     @Test("over the in-flight budget the kept body is let go: streamed on, not stored, no newcomer joins")

@@ -91,6 +91,8 @@ struct Reply: Sendable {
     var closeAfter = false
     /// Interim responses (103 Early Hints, ...) sent before the final one: status and fields each.
     var interim: [(status: Int, headers: [(String, String)])] = []
+    /// Wait for this gate before sending anything (the interim responses included).
+    var gateBeforeHead: Gate?
 
     init(status: Int = 200, headers: [(String, String)] = [], body: [UInt8] = [], chunked: Bool = false,
          delayBeforeHead: Duration? = nil, drip: (chunks: Int, interval: Duration)? = nil,
@@ -293,7 +295,7 @@ final class TestOrigin: @unchecked Sendable {
             }
             resumeWaiters()
             let reply = handler?(request) ?? Reply(status: 404, headers: [("Content-Type", "text/plain")], body: Array("not found".utf8))
-            if let gate = reply.gate { state.withLock { $0.gates.append(gate) } }
+            for gate in [reply.gate, reply.gateBeforeHead].compactMap({ $0 }) { state.withLock { $0.gates.append(gate) } }
             guard send(reply, for: request, on: fd) else { return }
             if reply.closeAfter || request.header("Connection")?.lowercased() == "close" { return }
         }
@@ -384,6 +386,7 @@ final class TestOrigin: @unchecked Sendable {
     /// Writes `reply`; false when the connection must close.
     private func send(_ reply: Reply, for request: RecordedRequest, on fd: Int32) -> Bool {
         if let delay = reply.delayBeforeHead { Thread.sleep(forTimeInterval: delay.seconds) }
+        reply.gateBeforeHead?.wait()
         let bodyless = request.method == "HEAD" || reply.status == 204 || reply.status == 304 || reply.status < 200
         var head = ""
         for (status, fields) in reply.interim {
