@@ -1,4 +1,5 @@
-// Cache-Control (RFC 9111 section 5.2), request and response directives in one value.
+// Cache-Control (RFC 9111 section 5.2), request and response directives in one value; and the targeted fields
+// (RFC 9213), read as the Structured Fields Dictionaries they are (`init(targeted:)`).
 //
 // Parsing policy:
 //   - Every Cache-Control field of the message is read, as one comma-separated list (RFC 9110 section 5.3).
@@ -16,6 +17,8 @@
 //   - Unknown directives are ignored (RFC 9111 section 5.2.3).
 //   - With no Cache-Control field at all, `Pragma: no-cache` means no-cache (RFC 9111 section 5.4).
 // Pure, no I/O.
+
+internal import RawStructuredFieldValues
 
 /// The Cache-Control directives of one request or response.
 public struct CacheControl: Sendable, Equatable {
@@ -61,11 +64,26 @@ public struct CacheControl: Sendable, Equatable {
         }
     }
 
-    /// The directives of these field values (a targeted field's, RFC 9213: its Dictionary syntax reads as
-    /// Cache-Control's for the directives used here).
-    public init(directives fields: [String]) {
-        for field in fields {
-            CacheControl.forEachDirective(in: field) { name, value in apply(name: name, value: value) }
+    /// The directives of a targeted cache-control field (RFC 9213 2.1), its lines `fields`: a Structured Fields
+    /// Dictionary (RFC 9651). nil when it is not a valid one: the field is then ignored, as if absent. A directive
+    /// whose value has the wrong type (max-age="10", no-store=5) is ignored; so are parameters, inner lists and
+    /// directives this cache does not know.
+    public init?(targeted fields: [String]) {
+        var parser = StructuredFieldValueParser(Array(fields.joined(separator: ", ").utf8))
+        guard let dictionary = try? parser.parseDictionaryFieldValue() else { return nil }
+        for (name, member) in dictionary {
+            guard case let .item(item) = member else { continue }
+            switch (name, item.rfc9651BareItem) {
+            case let ("max-age", .integer(seconds)), let ("s-maxage", .integer(seconds)),
+                 let ("stale-while-revalidate", .integer(seconds)), let ("stale-if-error", .integer(seconds)):
+                if seconds >= 0 { apply(name: name, value: String(min(seconds, Int64(Self.deltaSecondsCap)))) }
+            case ("no-store", .bool(true)), ("no-cache", .bool(true)), ("private", .bool(true)), ("public", .bool(true)),
+                 ("must-revalidate", .bool(true)), ("proxy-revalidate", .bool(true)), ("no-transform", .bool(true)),
+                 ("immutable", .bool(true)):
+                apply(name: name, value: nil)
+            default:
+                continue
+            }
         }
     }
 

@@ -62,12 +62,13 @@ public struct FreshnessPolicy: Sendable, Equatable {
     }
 
     /// The cache-control directives that govern storing and reusing `headers`' response: the first targeted field
-    /// present for a response from a configured origin (`trusted`), else Cache-Control.
+    /// present and valid (a Structured Fields Dictionary; an invalid one is ignored, RFC 9213 2.1) for a response from
+    /// a configured origin (`trusted`), else Cache-Control.
     public func cacheControl(_ headers: HTTPHeaders, trusted: Bool) -> CacheControl {
         if trusted {
             for name in targetedFields {
                 let values = headers.values(name)
-                if !values.isEmpty { return CacheControl(directives: values) }
+                if !values.isEmpty, let targeted = CacheControl(targeted: values) { return targeted }
             }
         }
         return CacheControl(headers)

@@ -308,6 +308,24 @@ struct CurlOriginTests {
         expectSameBytes(recorder.body, Fixtures.png(size: 3000))
     }
 
+    @Test("a response in a transfer coding other than chunked fails before its head (a clean error, not a body cut short)")
+    func unknownTransferCoding() async throws {
+        let server = try TestOrigin()
+        defer { server.stop() }
+        let reply = Reply(status: 200, headers: [("Content-Type", "image/png"), ("Transfer-Encoding", "x-squeeze")],
+                          body: Fixtures.png(size: 3000))
+        server.route("/odd.png") { _ in reply }
+        let origin = try Self.makeOrigin()
+        defer { origin.shutdown() }
+        let recorder = TransferRecorder()
+        _ = origin.fetch(Self.request(server.baseURL + "/odd.png"), events: recorder.record)
+        guard case let .failed(.broken(why)) = try await recorder.completion() else {
+            Issue.record("the transfer did not fail as broken")
+            return
+        }
+        #expect(why.contains("x-squeeze") && recorder.heads.isEmpty)
+    }
+
     @Test("more redirects than the limit fail with .tooManyRedirects and no head")
     func tooManyRedirects() async throws {
         // Given

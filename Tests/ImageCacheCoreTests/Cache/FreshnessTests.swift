@@ -139,4 +139,19 @@ struct FreshnessTests {
         let entry = Fixture.entry([("Cache-Control", "max-age=1"), ("CDN-Cache-Control", "max-age=600")])
         #expect(entry.freshnessLifetime == 600)
     }
+
+    @Test("a targeted field is a Structured Fields Dictionary (RFC 9213 2.1): an invalid one is ignored (the next, or Cache-Control, governs); a directive of the wrong type is ignored", arguments: [
+        ("max-age=10000, &&&&&", nil as Int?, true),        // not a Dictionary: ignored, Cache-Control's no-store holds
+        ("max-age = 10000", nil, true),                      // no white space around "=" in Structured Fields
+        ("max-age=\"10000\"", nil, false),                  // valid, but a String where an Integer goes: no max-age
+        ("max-age=10000, no-store=?0", 10000, false),        // no-store false: not set
+        ("max-age=-5, s-maxage=20", nil, false),             // a negative Integer is not delta-seconds
+        ("max-age=600;foo=bar, must-revalidate", 600, false), // parameters ignored
+    ] as [(String, Int?, Bool)])
+    func targetedStructured(field: String, maxAge: Int?, fallsBack: Bool) {
+        let headers: HTTPHeaders = ["Cache-Control": "no-store", "CDN-Cache-Control": field]
+        let control = FreshnessPolicy().cacheControl(headers, trusted: true)
+        #expect(control.maxAge == maxAge)
+        #expect(control.noStore == fallsBack, "an invalid targeted field gives way to Cache-Control, a valid one never")
+    }
 }
