@@ -58,14 +58,15 @@ final class Coalescer {
                 return
             }
             // An entry may have landed (or been refreshed) between the lookup on the connection's loop and now: decided
-            // again. A stale one this request may not use is revalidated with its validators.
+            // again. A stale one this request may not use is revalidated with its validators (without any, fetched whole;
+            // it is still the copy stale-if-error may serve if the origin fails).
             if let entry = context.store.peekInMemory(key, requestFields: request.forwardedHeaders).entry {
                 let time = context.now()
                 switch CacheDecision.decide(stored: entry, request: request.cacheControl, now: time) {
                 case let .serve(.fresh(ttl)):
                     StoredResponse.send(entry, to: sink, request: request, outcome: .hit(ttl: ttl), now: time)
                     return
-                case .forward(_, conditional: true) where reason == .stale || reason == .request:
+                case .forward where reason == .stale || reason == .request:
                     revalidating = entry
                 default:
                     break

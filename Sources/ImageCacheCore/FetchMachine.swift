@@ -388,7 +388,9 @@ struct FetchMachine {
             // A large body: sent to all from its file (one FileBody, sendfile per connection) only when it serves
             // all; else the origin is asked once for all of them.
             guard remaining.isEmpty else {
-                let revalidating = stored.hasValidators ? Revalidation(entry: stored, bodyInFile: true) : fallback
+                // (A copy without validators is fetched whole, and is still what stale-if-error may serve.)
+                let revalidating = stored.hasValidators ? Revalidation(entry: stored, bodyInFile: true)
+                    : fallback ?? Revalidation(entry: stored, bodyInFile: true)
                 return goUpstream(revalidating: revalidating, now: now)
             }
             if !revalidatesInBackground { closeToNewcomers() }
@@ -399,14 +401,15 @@ struct FetchMachine {
             guard revalidatesInBackground else { return finish() }
             // Served stale: the copy is revalidated with no one waiting (newcomers join).
             fillsCache = true
-            return restartUpstream(revalidating: stored.hasValidators ? Revalidation(entry: stored, bodyInFile: true) : nil,
+            return restartUpstream(revalidating: Revalidation(entry: stored, bodyInFile: true),
                                    now: now)
         }
         for (waiter, outcome) in served {
             actions.append(.respondStored(stored, outcome: outcome, file: nil, now: now, to: waiter.id))
         }
         waiters = remaining
-        let revalidating = stored.hasValidators ? Revalidation(entry: stored, bodyInFile: false) : fallback
+        let revalidating = stored.hasValidators ? Revalidation(entry: stored, bodyInFile: false)
+            : fallback ?? Revalidation(entry: stored, bodyInFile: false)
         if waiters.isEmpty {
             guard revalidatesInBackground else { return finish() }
             fillsCache = true

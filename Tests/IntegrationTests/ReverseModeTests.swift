@@ -293,6 +293,29 @@ struct ReverseModeTests {
         #expect(harness.origin.requestCount("/me.png") == 1)
     }
 
+    @Test("stale-if-error serves a stale copy that has no validator too (memory and disk), when the origin answers 503 or cannot be reached")
+    func staleIfErrorWithoutValidators() async throws {
+        let harness = try ProxyHarness()
+        let down = Mutex(false)
+        harness.origin.route("/s.png") { _ in
+            down.withLock { $0 } ? Reply(status: 503, body: Array("down".utf8))
+                : Reply(status: 200, headers: [("Content-Type", "image/png"), ("Cache-Control", "max-age=1, stale-if-error=600")],
+                        body: Self.png)
+        }
+        #expect(try await harness.get("/s.png").header("X-Cache") == "MISS")
+        harness.clock.advance(30)
+        down.withLock { $0 = true }
+        let stale = try await harness.get("/s.png")
+        #expect(stale.status == 200 && stale.body == Self.png)
+        #expect(stale.header("Cache-Status")?.contains("detail=stale-if-error") == true)
+        // From the disk tier after a restart, with the origin gone altogether
+        await harness.flushDisk()
+        try harness.restart()
+        harness.origin.stop()
+        let offline = try await harness.get("/s.png")
+        #expect(offline.status == 200 && offline.body == Self.png && offline.header("X-Cache") == "STALE")
+    }
+
     @Test("forward and fetch modes send only forward-request-fields (and take GET and HEAD only)")
     func fetchModeFields() async throws {
         let harness = try ProxyHarness { $0.forwardRequestFields = ["Accept", "X-Trace"] }
