@@ -133,6 +133,8 @@ final class Fetch: @unchecked Sendable {
             queue.async { weakSelf?.detach(id) }
         }
         run(machine.attach(FetchMachine.Waiter(id: id, request: request), collapsed: collapsed))
+        // A late joiner may have been handed kept bytes (or ended with its part): the in-flight count follows.
+        applyBackpressure()
     }
 
     /// Starts upstream, or from the disk's answer when the caller already has it.

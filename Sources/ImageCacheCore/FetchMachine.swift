@@ -454,7 +454,8 @@ struct FetchMachine {
         guard case let .waitingForHead(upstream) = state else { return }
         var head = upstreamHead
         if !leader.trusted { UntrustedResponse.apply(to: &head.headers) }
-        if let revalidating = upstream.revalidating, head.status == 304 {
+        // (A 304 answers a conditional request: a copy without validators was asked for whole.)
+        if let revalidating = upstream.revalidating, revalidating.entry.hasValidators, head.status == 304 {
             return notModified(head, revalidating: revalidating, requestTime: upstream.requestTime, now: now)
         }
         // 200 and 203 are the images; reverse mode passes every other status on as it is.
@@ -667,6 +668,7 @@ struct FetchMachine {
                 return finish()
             }
             startWaiters(waiters.map(\.id), response)
+            if isFinished { return }
             dropAnsweredHeadWaiters()
             var offset = 0
             for chunk in heldBack {
@@ -772,6 +774,11 @@ struct FetchMachine {
             }
         }
         waiters.removeAll { refused.contains($0.id) }
+        // Every client refused: the fetch runs on only if it fills the cache.
+        if !refused.isEmpty, waiters.isEmpty {
+            fillsCache = true
+            _ = abandonsUselessFill(response)
+        }
     }
 
     /// Body bytes at `offset` of the response, to the waiters that have their heads (`only`: these alone): the whole

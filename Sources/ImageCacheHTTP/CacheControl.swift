@@ -66,8 +66,10 @@ public struct CacheControl: Sendable, Equatable {
 
     /// The directives of a targeted cache-control field (RFC 9213 2.1), its lines `fields`: a Structured Fields
     /// Dictionary (RFC 9651). nil when it is not a valid one: the field is then ignored, as if absent. A directive
-    /// whose value has the wrong type (max-age="10", no-store=5) is ignored; so are parameters, inner lists and
-    /// directives this cache does not know.
+    /// whose value has the wrong type (max-age="10") is ignored; so are parameters, inner lists and directives this
+    /// cache does not know. The restrictive ones err on the safe side: `private="X-User"` names its fields (a String,
+    /// RFC 9213 2.1), `no-cache="..."` is `no-cache`, and `no-store`, `private`, `no-cache` hold with any value but
+    /// false (`?0`).
     public init?(targeted fields: [String]) {
         var parser = StructuredFieldValueParser(Array(fields.joined(separator: ", ").utf8))
         guard let dictionary = try? parser.parseDictionaryFieldValue() else { return nil }
@@ -77,9 +79,14 @@ public struct CacheControl: Sendable, Equatable {
             case let ("max-age", .integer(seconds)), let ("s-maxage", .integer(seconds)),
                  let ("stale-while-revalidate", .integer(seconds)), let ("stale-if-error", .integer(seconds)):
                 if seconds >= 0 { apply(name: name, value: String(min(seconds, Int64(Self.deltaSecondsCap)))) }
-            case ("no-store", .bool(true)), ("no-cache", .bool(true)), ("private", .bool(true)), ("public", .bool(true)),
-                 ("must-revalidate", .bool(true)), ("proxy-revalidate", .bool(true)), ("no-transform", .bool(true)),
-                 ("immutable", .bool(true)):
+            case ("no-store", .bool(false)), ("no-cache", .bool(false)), ("private", .bool(false)):
+                continue
+            case let ("private", .string(fields)):
+                apply(name: name, value: fields)
+            case ("no-store", _), ("no-cache", _), ("private", _):
+                apply(name: name, value: nil)
+            case ("public", .bool(true)), ("must-revalidate", .bool(true)), ("proxy-revalidate", .bool(true)),
+                 ("no-transform", .bool(true)), ("immutable", .bool(true)):
                 apply(name: name, value: nil)
             default:
                 continue

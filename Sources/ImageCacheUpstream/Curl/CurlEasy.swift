@@ -266,7 +266,7 @@ final class CurlEasy: @unchecked Sendable {
         var framed = head
         // Transfer-Encoding with Content-Length: the encoding frames the body (curl decodes it) and the length is
         // void; it must not reach a client, whose framing it would set (RFC 9112 6.1, 6.3).
-        if head.headers.contains("Transfer-Encoding") {
+        if head.headers.contains("Transfer-Encoding"), head.status != 204, head.status != 304 {
             // Only chunked is decoded here: a body in another transfer coding cannot be delivered as it is meant, so
             // the response fails before its head goes anywhere (a clean 502, not a 200 cut short).
             let codings = head.headers.tokens("Transfer-Encoding").map { $0.lowercased() }

@@ -147,11 +147,20 @@ struct FreshnessTests {
         ("max-age=10000, no-store=?0", 10000, false),        // no-store false: not set
         ("max-age=-5, s-maxage=20", nil, false),             // a negative Integer is not delta-seconds
         ("max-age=600;foo=bar, must-revalidate", 600, false), // parameters ignored
+        ("max-age=600, no-store=5", 600, true),              // a restrictive directive holds whatever its value
     ] as [(String, Int?, Bool)])
     func targetedStructured(field: String, maxAge: Int?, fallsBack: Bool) {
         let headers: HTTPHeaders = ["Cache-Control": "no-store", "CDN-Cache-Control": field]
         let control = FreshnessPolicy().cacheControl(headers, trusted: true)
         #expect(control.maxAge == maxAge)
         #expect(control.noStore == fallsBack, "an invalid targeted field gives way to Cache-Control, a valid one never")
+    }
+
+    @Test("a targeted private with field names names them; a targeted no-cache with field names is no-cache")
+    func targetedQualified() {
+        let headers: HTTPHeaders = ["CDN-Cache-Control": "max-age=600, private=\"X-User, Set-Cookie\", no-cache=\"X-A\""]
+        let control = FreshnessPolicy().cacheControl(headers, trusted: true)
+        #expect(control.maxAge == 600 && !control.isPrivate && control.privateFields == ["x-user", "set-cookie"])
+        #expect(control.noCache)
     }
 }

@@ -270,6 +270,20 @@ struct FetchMachineTests {
         #expect(Self.lines(forward.receiveHead(cases[1].0, url: Self.url, redirects: [], now: Self.t0)).contains("fail 502 [1]"))
     }
 
+    @Test("a stale copy without validators is fetched whole and is the copy stale-if-error serves; a 304 to that unconditional request refreshes nothing")
+    func staleCopyWithoutValidators() {
+        let stale = Self.stored(age: 120, cacheControl: "max-age=60, stale-if-error=600", etag: nil)
+        var failed = Self.machine(revalidating: stale, reason: .stale)
+        #expect(Self.lines(failed.start()) == ["start"], "no conditional fields: nothing to validate with")
+        #expect(Self.lines(failed.receiveHead(HTTPResponseHead(status: 503), url: Self.url, redirects: [], now: Self.t0)).contains {
+            $0.hasPrefix("stored STALE")
+        })
+        var odd = Self.machine(rules: Self.rules(negativeTTL: 0), revalidating: stale, reason: .stale)
+        _ = odd.start()
+        let lines = Self.lines(odd.receiveHead(HTTPResponseHead(status: 304), url: Self.url, redirects: [], now: Self.t0))
+        #expect(!lines.contains { $0.hasPrefix("refresh") }, "\(lines)")
+    }
+
     @Test("a body that breaks after the heads went out closes every client's connection; before, each gets 502")
     func brokenBody() {
         var streaming = Self.machine(others: [Self.request()])
@@ -428,6 +442,11 @@ struct FetchMachineTests {
         #expect(Self.lines(past.receiveBody(Array(Self.png[0..<50]), now: Self.t0)) == [
             "416 of 100 to 1", "head 200 COALESCED to 2", "body 50 to [2]",
         ])
+        // Refused alone, on a response that will not be stored: nothing more to do
+        var pastAlone = Self.machine(leader: Self.request([("Range", "bytes=500-")]))
+        _ = pastAlone.start()
+        _ = pastAlone.receiveHead(Self.head(length: 100, [("Cache-Control", "no-store")]), url: Self.url, redirects: [], now: Self.t0)
+        #expect(Self.lines(pastAlone.receiveBody(Array(Self.png[0..<50]), now: Self.t0)) == ["416 of 100 to 1", "cancel", "finish"])
         // No Content-Length: the part cannot be placed, so the whole response is streamed (RFC 9110 allows a 200).
         var unknown = Self.machine(leader: range)
         _ = unknown.start()
