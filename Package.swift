@@ -14,7 +14,7 @@ let package = Package(
         .executable(name: "imagecached", targets: ["imagecached"]),
         .library(name: "ImageCacheCore", targets: [
             "ImageCacheSystem", "ImageCacheHTTP", "ImageCacheConfig", "ImageCacheServer", "ImageCacheStore",
-            "ImageCacheUpstream", "ImageCacheCore", "ImageCacheOps",
+            "ImageCacheUpstream", "ImageCacheTransform", "ImageCacheCore", "ImageCacheOps",
         ]),
     ],
     dependencies: [
@@ -38,10 +38,18 @@ let package = Package(
             pkgConfig: "libxxhash",
             providers: [.apt(["libxxhash-dev"])]
         ),
+        // libvips 8.14+ (Debian: libvips-dev): image transforms. Only the C shim sees its headers.
+        .systemLibrary(
+            name: "CVips",
+            pkgConfig: "vips",
+            providers: [.apt(["libvips-dev"])]
+        ),
         // <sys/epoll.h>, which Glibc's Swift module leaves out (the server's event loops).
         .systemLibrary(name: "CEpoll"),
         // Typed one-line forwarders for libcurl's variadic functions: the only C in the repository.
         .target(name: "CCurlShim", dependencies: ["CCurl"]),
+        // Typed wrappers for libvips's variadic functions; its public header is plain C (no glib).
+        .target(name: "CVipsShim", dependencies: ["CVips"]),
         // The layers, lowest first; a dependency that points up is a build error (README: Architecture).
         .target(name: "ImageCacheSystem", swiftSettings: swiftSettings),
         .target(
@@ -53,8 +61,13 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .target(
+            name: "ImageCacheTransform",
+            dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "CVipsShim"],
+            swiftSettings: swiftSettings
+        ),
+        .target(
             name: "ImageCacheConfig",
-            dependencies: ["ImageCacheHTTP", .product(name: "Yams", package: "Yams")],
+            dependencies: ["ImageCacheHTTP", "ImageCacheTransform", .product(name: "Yams", package: "Yams")],
             swiftSettings: swiftSettings
         ),
         .target(
@@ -79,13 +92,14 @@ let package = Package(
         .target(
             name: "ImageCacheCore",
             dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "ImageCacheConfig", "ImageCacheServer",
-                           "ImageCacheStore", "ImageCacheUpstream", .product(name: "Logging", package: "swift-log")],
+                           "ImageCacheStore", "ImageCacheUpstream", "ImageCacheTransform",
+                           .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
         .target(
             name: "ImageCacheOps",
             dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "ImageCacheConfig", "ImageCacheServer",
-                           "ImageCacheStore", "ImageCacheUpstream", "ImageCacheCore",
+                           "ImageCacheStore", "ImageCacheUpstream", "ImageCacheTransform", "ImageCacheCore",
                            .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
@@ -100,12 +114,12 @@ let package = Package(
         ),
         .testTarget(
             name: "ImageCacheCoreTests",
-            dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "ImageCacheConfig", "ImageCacheServer", "ImageCacheStore", "ImageCacheUpstream", "ImageCacheCore", "ImageCacheOps"],
+            dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "ImageCacheConfig", "ImageCacheServer", "ImageCacheStore", "ImageCacheUpstream", "ImageCacheTransform", "ImageCacheCore", "ImageCacheOps"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "ImageCacheConfig", "ImageCacheServer", "ImageCacheStore", "ImageCacheUpstream", "ImageCacheCore", "ImageCacheOps"],
+            dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "ImageCacheConfig", "ImageCacheServer", "ImageCacheStore", "ImageCacheUpstream", "ImageCacheTransform", "ImageCacheCore", "ImageCacheOps"],
             swiftSettings: swiftSettings
         ),
     ],

@@ -12,6 +12,7 @@
 
 internal import ImageCacheHTTP
 internal import Foundation
+internal import ImageCacheTransform
 
 public struct ConfigKey: Sendable {
     public enum Reload: Sendable, Equatable {
@@ -251,6 +252,16 @@ extension ConfigKey {
         key("allow-svg", "true|false", "false", "also allow image/svg+xml (SVG can carry script)", isSwitch: true) { $0.allowSVG = try $1.boolean() },
         key("allow-private-networks", "true|false", "false", "let forward and fetch modes reach loopback, private and link-local addresses",
             isSwitch: true, restart: .field(\.allowPrivateNetworks)) { $0.allowPrivateNetworks = try $1.boolean() },
+        key("allowed-sources", "LIST", "none (any)", "URL prefixes forward mode, fetch mode and transform sources may reach (scheme://host[:port][/path], host *.example.com for subdomains); others get 403") { configuration, value throws(ConfigError) in
+            let items = try value.items("a list of URL prefixes")
+            for item in items {
+                let plain = item.replacingOccurrences(of: "://*.", with: "://")
+                guard (try? UpstreamURL.parse(plain)) != nil else {
+                    throw ConfigError(key: value.source, reason: "'\(item)' is not an http:// or https:// URL prefix")
+                }
+            }
+            configuration.allowedSources = items
+        },
         key("heuristic-fraction", "FRACTION", "0.1", "fraction of (Date - Last-Modified) used as freshness when the origin gives none") {
             $0.heuristicFraction = try $1.fraction()
         },
@@ -261,6 +272,102 @@ extension ConfigKey {
         },
         key("strip-targeted-cache-control", "true|false", "false", "remove the targeted cache-control fields from what clients receive",
             isSwitch: true, restart: .field(\.stripTargetedCacheControl)) { $0.stripTargetedCacheControl = try $1.boolean() },
+        key("transforms", "true|false", "true", "serve image transform URLs (imgproxy's syntax) under transform-prefix", isSwitch: true) {
+            $0.transform.enabled = try $1.boolean()
+        },
+        key("transform-prefix", "PATH", "/transform", "the path transform URLs live under; / only when no origin is configured") { configuration, value throws(ConfigError) in
+            let text = try value.scalar()
+            guard text.hasPrefix("/"), !text.contains("?"), !text.contains("%"), !Configuration.isReservedPath(text) else {
+                throw ConfigError(key: value.source, reason: "'\(text)' is not a path of its own (starts with /, no query, not /fetch or /_imagecached)")
+            }
+            configuration.transform.prefix = text
+        },
+        key("transform-keys", "LIST", "none", "hex keys that verify transform URLs (HMAC-SHA256, paired in order with transform-salts; else IMGPROXY_KEY); none: URLs are not checked",
+            exposure: .notAsFlag) { configuration, value throws(ConfigError) in
+            try value.notAFlag("transform keys are")
+            configuration.transform.keyTexts = try value.items("a list of hex keys")
+        },
+        key("transform-salts", "LIST", "none", "hex salts, one per transform key, in the same order (else IMGPROXY_SALT)",
+            exposure: .notAsFlag) { configuration, value throws(ConfigError) in
+            try value.notAFlag("transform salts are")
+            configuration.transform.saltTexts = try value.items("a list of hex salts")
+        },
+        key("transform-signature-size", "N", "32", "bytes of the HMAC a transform signature carries (imgproxy's IMGPROXY_SIGNATURE_SIZE), 8-32") { configuration, value throws(ConfigError) in
+            let size = try value.integer(min: 8)
+            guard size <= 32 else { throw ConfigError(key: value.source, reason: "at most 32 (the whole HMAC-SHA256)") }
+            configuration.transform.signing.signatureSize = size
+        },
+        key("transform-presets", "LIST", "none", "named option sets, NAME=OPTIONS (thumb=rs:fill:200:200/q:70); \"default\" applies to every URL") { configuration, value throws(ConfigError) in
+            var presets: [String: [String]] = [:]
+            for item in try value.items("a list of NAME=OPTIONS") {
+                let parts = item.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
+                guard parts.count == 2, !parts[0].isEmpty, !parts[0].contains(":"), !parts[0].contains("/") else {
+                    throw ConfigError(key: value.source, reason: "'\(item)' is not NAME=OPTIONS")
+                }
+                presets[parts[0]] = parts[1].split(separator: "/").map(String.init)
+            }
+            for (name, segments) in presets {
+                do throws(TransformOptions.Failure) {
+                    _ = try TransformOptions.parse(segments.map { Substring($0) }, presets: presets)
+                } catch {
+                    throw ConfigError(key: value.source, reason: "preset \(name): \(error.reason)")
+                }
+            }
+            configuration.transform.presets = presets
+        },
+        key("transform-only-presets", "true|false", "false", "transform URLs may name presets only (pr:NAME); other options get 400", isSwitch: true) {
+            $0.transform.onlyPresets = try $1.boolean()
+        },
+        key("transform-workers", "N", "0", "transforms run at once; 0: one per CPU this process may use (affinity, cgroup quota)",
+            restart: .field(\.transform.workers)) { $0.transform.workers = try $1.integer() },
+        key("transform-queue", "N", "64", "transforms waiting for a worker; past it a request gets 503",
+            restart: .field(\.transform.queueLimit)) { $0.transform.queueLimit = try $1.integer() },
+        key("transform-queue-timeout", "DURATION", "10s", "how long a transform waits for a worker before its clients get 503",
+            restart: .field(\.transform.queueTimeoutSeconds)) { $0.transform.queueTimeoutSeconds = try $1.seconds() },
+        key("transform-timeout", "DURATION", "10s", "one transform's time (decoding, processing, encoding); past it 422") {
+            $0.transform.limits.timeoutSeconds = try $1.seconds()
+        },
+        key("transform-max-megapixels", "N", "50", "largest source, width x height in millions of pixels (an animation's frames together), read from the header before decoding; 422 past it") { configuration, value throws(ConfigError) in
+            let text = try value.scalar()
+            guard let megapixels = Double(text), megapixels > 0, megapixels <= 10_000 else {
+                throw ConfigError(key: value.source, reason: "'\(text)' is not a number of megapixels in (0, 10000]")
+            }
+            configuration.transform.limits.maxPixels = Int(megapixels * 1_000_000)
+        },
+        key("transform-max-source-bytes", "SIZE", "32MiB", "largest source a transform reads; 413 past it") { configuration, value throws(ConfigError) in
+            configuration.transform.maxSourceBytes = try value.size(atLeast: 1024, shown: "1KiB")
+        },
+        key("transform-max-frames", "N", "100", "most frames of an animation kept animated; 422 past it") { $0.transform.limits.maxFrames = try $1.integer(min: 1) },
+        key("transform-max-dimension", "N", "8192", "largest width or height of a result (and of any size option); 422 past it") {
+            $0.transform.limits.maxDimension = try $1.integer(min: 16)
+        },
+        key("transform-allow-svg", "true|false", "false", "transform SVG sources (rendered by librsvg); off: 422", isSwitch: true,
+            restart: .field(\.transform.limits.allowSVG)) { $0.transform.limits.allowSVG = try $1.boolean() },
+        key("transform-auto-webp", "true|false", "false", "a transform URL without a format gets WebP when Accept lists image/webp (Vary: Accept)", isSwitch: true) {
+            $0.transform.autoWebP = try $1.boolean()
+        },
+        key("transform-auto-avif", "true|false", "false", "a transform URL without a format gets AVIF when Accept lists image/avif (before WebP; Vary: Accept)", isSwitch: true) {
+            $0.transform.autoAVIF = try $1.boolean()
+        },
+        key("transform-quality", "LIST", "jpeg=80,png=80,webp=79,avif=63,gif=80", "default quality per output format, FORMAT=1..100") { configuration, value throws(ConfigError) in
+            for item in try value.items("a list of FORMAT=QUALITY") {
+                let parts = item.split(separator: "=").map { $0.trimmingCharacters(in: .whitespaces) }
+                guard parts.count == 2, let format = ImageOutputFormat(name: parts[0]), let q = Int(parts[1]), (1...100).contains(q) else {
+                    throw ConfigError(key: value.source, reason: "'\(item)' is not FORMAT=QUALITY (jpeg, png, webp, avif, gif; 1-100)")
+                }
+                configuration.transform.quality[format] = q
+            }
+        },
+        key("transform-avif-effort", "N", "2", "AVIF encoder effort, 0 (fastest) to 9 (smallest files)") { configuration, value throws(ConfigError) in
+            let effort = try value.integer()
+            guard effort <= 9 else { throw ConfigError(key: value.source, reason: "0 to 9") }
+            configuration.transform.avifEffort = effort
+        },
+        key("transform-webp-effort", "N", "4", "WebP encoder effort, 0 (fastest) to 6 (smallest files)") { configuration, value throws(ConfigError) in
+            let effort = try value.integer()
+            guard effort <= 6 else { throw ConfigError(key: value.source, reason: "0 to 6") }
+            configuration.transform.webpEffort = effort
+        },
         key("negative-ttl", "DURATION", "10s", "how long a configured origin's 404 or 410 without explicit freshness is served from the cache (nginx's proxy_cache_valid 404); 0: not stored without a validator",
             restart: .field(\.negativeTTLSeconds)) { $0.negativeTTLSeconds = try $1.seconds(allowingZero: true) },
         key("forward-request-fields", "LIST", "Accept,Accept-Language,User-Agent", "request fields forward and fetch modes send upstream (and Authorization, which bypasses the cache)") {

@@ -48,6 +48,7 @@ extension Configuration {
         for setting in try settings(fromEnvironment: environment) { try configuration.apply(setting) }
         for setting in flags { try configuration.apply(setting) }
         configuration.applyCgroupMemoryLimit(cgroupMemoryLimitBytes)
+        try configuration.transform.resolveSigning(environment: environment)
         try configuration.validate()
         return configuration
     }
@@ -177,6 +178,9 @@ extension Configuration {
     public func validate() throws(ConfigError) {
         if let limit = memoryObjectLimitBytes, limit > memoryLimitBytes {
             throw ConfigError(key: "memory-object-limit", reason: "\(limit) bytes is more than memory-limit (\(memoryLimitBytes) bytes)")
+        }
+        if transform.enabled && transform.normalisedPrefix.isEmpty && !origins.isEmpty {
+            throw ConfigError(key: "transform-prefix", reason: "/ is the transform prefix only when no origin is configured (the origins own the paths)")
         }
         let prefixes = origins.map(\.prefix)
         if Set(prefixes).count != prefixes.count {

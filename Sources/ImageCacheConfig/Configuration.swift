@@ -45,6 +45,8 @@ public struct Configuration: Sendable, Equatable {
     public var allowSVG: Bool = false
     /// `allow-private-networks`: let forward and fetch modes reach loopback, private and link-local addresses. Default false.
     public var allowPrivateNetworks: Bool = false
+    /// `allowed-sources`: URL prefixes forward mode, fetch mode and transform sources may reach; empty: any. Default none.
+    public var allowedSources: [String] = []
     /// `heuristic-fraction`: fraction of (Date - Last-Modified) used as freshness when the origin gives none. Default 0.1.
     public var heuristicFraction: Double = 0.1
     /// `heuristic-max`: cap on heuristic freshness, seconds. Default 86400 (1 day).
@@ -66,6 +68,8 @@ public struct Configuration: Sendable, Equatable {
     public var dropRequestFields: [String] = []
     /// `pass-trace`: pass TRACE requests to configured origins; off, they get 405. Default false.
     public var passTrace = false
+    /// The `transform-*` keys: image transforms (imgproxy-compatible URLs, libvips). See TransformConfiguration.
+    public var transform = TransformConfiguration()
     /// `complete-abandoned-fetches`: keep an upstream transfer running to fill the cache when every client has gone. Default false.
     public var completeAbandonedFetches: Bool = false
     /// `log-level`: trace, debug, info, notice, warning, error, critical. Default info.

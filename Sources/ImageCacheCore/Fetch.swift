@@ -280,6 +280,7 @@ final class Fetch: @unchecked Sendable {
             } else {
                 context.store.store(entry)
             }
+            context.store.sourceStored(entry)
         case let .refresh(entry, bodyInFile):
             context.store.refresh(entry, bodyInFile: bodyInFile)
         case let .keepInMemory(entry):

@@ -97,6 +97,7 @@ extension CacheOutcome {
 public final class ProxyMetrics: Sendable {
     static let upstreamSecondsBounds: [Double] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]
     static let waiterBounds: [Double] = [1, 2, 3, 5, 10, 20, 50, 100]
+    static let transformSecondsBounds: [Double] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
     /// Hosts kept for "top hosts"; beyond this, new hosts are counted under "(other)".
     static let hostLimit = 1000
 
@@ -116,6 +117,11 @@ public final class ProxyMetrics: Sendable {
     private let errors = Mutex<[String: Int]>([:])
     private let hosts = Mutex<[String: HostStats]>([:])
     let prefetched = Counter()
+    /// Transforms ended, by "format result" (result "ok" or the failure's label); their durations; bytes in and out.
+    private let transformResults = Mutex<[String: Int]>([:])
+    let transformSeconds = Histogram(bounds: ProxyMetrics.transformSecondsBounds)
+    let transformBytesIn = Counter()
+    let transformBytesOut = Counter()
     package let reloads = Counter()
     package let reloadFailures = Counter()
 
@@ -144,6 +150,15 @@ public final class ProxyMetrics: Sendable {
         }
     }
 
+    /// A transform ended: `format` (the output's, or "-" when it failed before one was chosen), `result` "ok" or the
+    /// failure's label; `seconds` on a worker (0 when it never ran).
+    func transformed(format: String, result: String, seconds: Double, bytesIn: Int, bytesOut: Int) {
+        transformResults.withLock { $0["\(format) \(result)", default: 0] += 1 }
+        if seconds > 0 { transformSeconds.observe(seconds) }
+        transformBytesIn.add(bytesIn)
+        transformBytesOut.add(bytesOut)
+    }
+
     func error(_ kind: String) {
         errors.withLock { $0[kind, default: 0] += 1 }
     }
@@ -151,7 +166,8 @@ public final class ProxyMetrics: Sendable {
     // MARK: - Snapshot
 
     /// Everything counted, plus the tiers' gauges: the /_imagecached/stats document.
-    package func snapshot(memory: MemoryCache, memoryLimitBytes: Int, disk: DiskCache?, fetchesInFlight: Int, topHosts: Int = 10) -> DaemonStats {
+    package func snapshot(memory: MemoryCache, memoryLimitBytes: Int, disk: DiskCache?, fetchesInFlight: Int, topHosts: Int = 10,
+                          transformQueue: (workers: Int, running: Int, queued: Int) = (0, 0, 0)) -> DaemonStats {
         var stats = DaemonStats()
         stats.version = imagecachedVersion
         stats.uptimeSeconds = Date().timeIntervalSince(started)
@@ -178,6 +194,18 @@ public final class ProxyMetrics: Sendable {
         stats.topHosts = Array(hosts.withLock { Array($0.values) }
             .sorted { ($0.transfers, $0.bytes, $1.host) > ($1.transfers, $1.bytes, $0.host) }.prefix(topHosts))
         stats.prefetched = prefetched.current
+        var transforms = DaemonStats.Transforms()
+        for (key, count) in transformResults.withLock({ $0 }) {
+            let parts = key.split(separator: " ", maxSplits: 1).map(String.init)
+            transforms.results[parts[0], default: [:]][parts.count > 1 ? parts[1] : "ok"] = count
+        }
+        transforms.seconds = transformSeconds.snapshot
+        transforms.bytesIn = transformBytesIn.current
+        transforms.bytesOut = transformBytesOut.current
+        transforms.workers = transformQueue.workers
+        transforms.running = transformQueue.running
+        transforms.queued = transformQueue.queued
+        stats.transforms = transforms
         stats.reloads = reloads.current
         stats.reloadFailures = reloadFailures.current
         return stats
@@ -242,6 +270,21 @@ public struct DaemonStats: Sendable, Codable, Equatable {
     public var prefetched = 0
     public var reloads = 0
     public var reloadFailures = 0
+    /// Image transforms (absent in documents from daemons without them).
+    public var transforms: Transforms?
+
+    public struct Transforms: Sendable, Codable, Equatable {
+        /// Transforms ended, by output format ("-" when none was chosen) then result ("ok" or the failure's label).
+        public var results: [String: [String: Int]] = [:]
+        var seconds = Histogram.Snapshot(buckets: [], count: 0, sum: 0)
+        /// Source bytes read and result bytes produced.
+        public var bytesIn = 0
+        public var bytesOut = 0
+        public var workers = 0
+        public var running = 0
+        public var queued = 0
+        public var total: Int { results.values.reduce(0) { $0 + $1.values.reduce(0, +) } }
+    }
 
     public init() {}
 
@@ -340,6 +383,25 @@ extension DaemonStats {
         family("config_reloads_total", "counter", "Configuration reloads (SIGHUP), by result.")
         sample("config_reloads_total", [("result", "applied")], Double(reloads))
         sample("config_reloads_total", [("result", "refused")], Double(reloadFailures))
+        if let transforms {
+            family("transforms_total", "counter", "Image transforms ended, by output format and result (ok or the refusal's limit).")
+            for (format, results) in transforms.results.sorted(by: { $0.key < $1.key }) {
+                for (result, count) in results.sorted(by: { $0.key < $1.key }) {
+                    sample("transforms_total", [("format", format), ("result", result)], Double(count))
+                }
+            }
+            histogram("transform_duration_seconds", "Time a transform ran on a worker (decode, process, encode).", transforms.seconds)
+            family("transform_source_bytes_total", "counter", "Source bytes read by transforms.")
+            sample("transform_source_bytes_total", [], Double(transforms.bytesIn))
+            family("transform_result_bytes_total", "counter", "Bytes of transform results.")
+            sample("transform_result_bytes_total", [], Double(transforms.bytesOut))
+            family("transform_workers", "gauge", "Transform workers.")
+            sample("transform_workers", [], Double(transforms.workers))
+            family("transform_running", "gauge", "Transforms running now.")
+            sample("transform_running", [], Double(transforms.running))
+            family("transform_queue_depth", "gauge", "Transforms waiting for a worker.")
+            sample("transform_queue_depth", [], Double(transforms.queued))
+        }
         family("uptime_seconds", "gauge", "Seconds since the daemon started.")
         sample("uptime_seconds", [], uptimeSeconds)
         return out

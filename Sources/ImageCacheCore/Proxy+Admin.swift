@@ -20,6 +20,7 @@ internal import ImageCacheConfig
 internal import ImageCacheServer
 internal import ImageCacheStore
 internal import Foundation
+internal import ImageCacheTransform
 internal import Logging
 
 /// Rules 1-4 above: nil when the request may use the admin endpoints, else the status and reason.
@@ -86,8 +87,10 @@ extension Proxy {
             let asJSON = path.hasSuffix("/stats")
             // The in-flight count belongs to the proxy queue: render there (no sync from this queue).
             queue.async { [self] in
+                let pool = renditions.pool
                 let stats = metrics.snapshot(memory: memory, memoryLimitBytes: memory.limitBytes, disk: disk,
-                                             fetchesInFlight: coalescer.count)
+                                             fetchesInFlight: coalescer.count + renditions.count,
+                                             transformQueue: (pool.workers, pool.running, pool.queued))
                 var headers = HTTPHeaders()
                 headers.add("Cache-Control", "no-store")
                 let body: [UInt8]

@@ -7,11 +7,14 @@
 /// What a request asks for.
 internal import ImageCacheHTTP
 internal import ImageCacheConfig
+internal import ImageCacheTransform
 
 enum Route: Equatable {
     enum Mode: String, Equatable { case forward, fetch, reverse }
     /// An upstream URL to serve through the cache. `trusted` for configured origins (no private-network check).
     case upstream(UpstreamURL, mode: Mode, trusted: Bool)
+    /// A transform URL (imgproxy's syntax) under `transform-prefix`: verified, its options parsed.
+    case transform(TransformTarget)
     /// One of the daemon's own endpoints: "/_imagecached/<name>".
     case admin(path: String, query: String?)
     case error(status: Int, reason: String)
@@ -65,12 +68,26 @@ struct OriginRoute: Sendable {
 }
 
 extension Route {
-    static func resolve(_ request: HTTPRequestHead, origins: [OriginMapping], signing: URLSigning = URLSigning()) -> Route {
-        resolve(request, origins: origins.compactMap(OriginRoute.init), signing: signing)
+    static func resolve(_ request: HTTPRequestHead, origins: [OriginMapping], signing: URLSigning = URLSigning(),
+                        transforms: TransformRouting? = nil, allowed: AllowedSources = AllowedSources([])) -> Route {
+        resolve(request, origins: origins.compactMap(OriginRoute.init), signing: signing, transforms: transforms, allowed: allowed)
     }
 
     /// `signing`: the keys that verify signed fetch URLs, and whether unsigned ones are refused (URLSigning.swift).
-    static func resolve(_ request: HTTPRequestHead, origins: [OriginRoute], signing: URLSigning = URLSigning()) -> Route {
+    /// `transforms`: the transform prefix and its keys, when transforms are on.
+    /// `allowed`: `allowed-sources`, for forward and fetch mode.
+    static func resolve(_ request: HTTPRequestHead, origins: [OriginRoute], signing: URLSigning = URLSigning(),
+                        transforms: TransformRouting? = nil, allowed: AllowedSources = AllowedSources([])) -> Route {
+        let route = resolveTarget(request, origins: origins, signing: signing, transforms: transforms)
+        if case let .upstream(url, mode, false) = route, let refusal = allowed.refusal(url) {
+            _ = mode
+            return .error(status: 403, reason: refusal)
+        }
+        return route
+    }
+
+    private static func resolveTarget(_ request: HTTPRequestHead, origins: [OriginRoute], signing: URLSigning,
+                                      transforms: TransformRouting?) -> Route {
         let raw = request.target
         if request.method == "CONNECT" {
             return .error(status: 501, reason: "CONNECT tunnels are not supported; fetch https images with GET /fetch?url=<percent-encoded URL>")
@@ -128,6 +145,12 @@ extension Route {
         }
         if second == UInt8(ascii: "_"), path == "/_imagecached" || path.hasPrefix("/_imagecached/") {
             return .admin(path: String(path), query: splitQuery(raw).query)
+        }
+        if let transforms, path.utf8.count > transforms.prefix.utf8.count, path.hasPrefix(transforms.prefix),
+           path.utf8.dropFirst(transforms.prefix.utf8.count).first == UInt8(ascii: "/"),
+           !(transforms.prefix.isEmpty && URLSigning.looksSigned(path.dropFirst())) {
+            // The signed text is the path as the client sent it (imgproxy signs the raw path).
+            return transforms.resolve(raw.dropFirst(transforms.prefix.utf8.count + 1), origins: origins)
         }
         // The longest matching prefix (the first of equals).
         var best: OriginRoute?

@@ -24,6 +24,10 @@ final class ProxySettings: Sendable {
     let signing: URLSigning
     /// Which request fields go upstream.
     let requestFields: RequestFieldPolicy
+    /// Transform URLs: prefix, keys, presets (nil: transforms off).
+    let transformRouting: TransformRouting?
+    /// `allowed-sources`.
+    let allowedSources: AllowedSources
 
     init(_ configuration: Configuration) {
         requestFields = RequestFieldPolicy(configuration)
@@ -32,6 +36,8 @@ final class ProxySettings: Sendable {
         originRoutes = configuration.origins.compactMap(OriginRoute.init)
         signing = URLSigning(keys: configuration.signingKeys, required: configuration.signaturesRequired)
         freshnessPolicy = configuration.freshnessPolicy
+        transformRouting = configuration.transform.enabled ? TransformRouting(configuration) : nil
+        allowedSources = AllowedSources(configuration.allowedSources)
     }
 }
 

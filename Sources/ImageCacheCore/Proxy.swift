@@ -28,6 +28,7 @@ public import ImageCacheConfig
 public import ImageCacheServer
 public import ImageCacheStore
 public import ImageCacheUpstream
+internal import ImageCacheTransform
 internal import Dispatch
 public import Foundation
 public import Logging
@@ -59,6 +60,10 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
     package let queue = DispatchQueue(label: "imagecached.proxy")
     /// The fetches in flight and who joins which (Coalescer.swift). Confined to `queue`.
     let coalescer: Coalescer
+    /// The renditions being made (Proxy+Transform.swift). Confined to `queue`; its pool runs the transforms.
+    let renditions: Renditions
+    /// Transform workers (for the start line and stats).
+    public var transformWorkers: Int { renditions.pool.workers }
 
     public init(configuration: Configuration, origin: any Origin, disk: DiskCache? = nil, logger: Logger,
                 now: @escaping @Sendable () -> Date = { Date() }, events: (@Sendable (ProxyEvent) -> Void)? = nil,
@@ -74,10 +79,22 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
                                 objectLimitBytes: configuration.effectiveMemoryObjectLimitBytes,
                                 variantLimit: configuration.maxVariants),
             disk: disk)
-        coalescer = Coalescer(
-            context: FetchContext(origin: origin, store: store, metrics: metrics, logger: logger, events: events,
-                                  via: loopGuard.viaValue, now: now, queue: queue),
-            settings: settingsCell)
+        let context = FetchContext(origin: origin, store: store, metrics: metrics, logger: logger, events: events,
+                                   via: loopGuard.viaValue, now: now, queue: queue)
+        coalescer = Coalescer(context: context, settings: settingsCell)
+        let transform = configuration.transform
+        var unavailable: String?
+        do {
+            try VipsRuntime.start(threadsPerImage: 1, allowSVG: transform.limits.allowSVG)
+        } catch {
+            unavailable = "image transforms are unavailable: libvips did not start (\(error))"
+            logger.error("\(unavailable!)")
+        }
+        renditions = Renditions(
+            pool: TransformPool(workers: transform.workers > 0 ? transform.workers : TransformPool.usableCPUs(),
+                                queueLimit: transform.queueLimit, queueTimeout: .milliseconds(Int(transform.queueTimeoutSeconds * 1000))),
+            context: context, settings: settingsCell, unavailable: unavailable)
+        renditions.fetchSource = { [weak self] request, sink in self?.serve(request, sink: sink) }
     }
 
     /// Called on the connection's loop thread.
@@ -98,12 +115,24 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
                    request: request, client: client)
             return
         }
-        let route = Route.resolve(request, origins: settings.originRoutes, signing: settings.signing)
+        let route = Route.resolve(request, origins: settings.originRoutes, signing: settings.signing,
+                                  transforms: settings.transformRouting, allowed: settings.allowedSources)
         switch route {
         case let .error(status, reason):
             refuse(sink, status: status, reason: reason, request: request, client: client)
         case let .admin(path, query):
             handleAdmin(request, path: path, query: query, body: body.bytes, client: client, sink: sink, settings: settings)
+        case let .transform(target):
+            guard PassthroughRules.isCached(request.method) else {
+                refuse(sink, status: 405, reason: "method \(request.method) is not allowed on a transform URL (GET and HEAD only)",
+                       request: request, client: client, headers: ["Allow": "GET, HEAD"])
+                return
+            }
+            guard body.bytes.isEmpty else {
+                refuse(sink, status: 400, reason: "a \(request.method) request must not have a body", request: request, client: client)
+                return
+            }
+            serveTransform(target, head: request, client: client, sink: sink, settings: settings)
         case let .upstream(url, mode, trusted):
             if let refusal = methodRefusal(request, mode: mode, settings: settings) {
                 refuse(sink, status: refusal.status, reason: refusal.reason, request: request, client: client,
@@ -132,9 +161,12 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
         if loopGuard.carriesOwnVia(request.headers) {
             return .refuse(HTTPParser.ParseError(status: 508, reason: "request loop: this request already passed through this daemon (Via: \(loopGuard.viaToken))"))
         }
-        switch Route.resolve(request, origins: settings.originRoutes, signing: settings.signing) {
+        switch Route.resolve(request, origins: settings.originRoutes, signing: settings.signing,
+                             transforms: settings.transformRouting, allowed: settings.allowedSources) {
         case let .error(status, reason):
             return .refuse(HTTPParser.ParseError(status: status, reason: reason))
+        case .transform:
+            return .refuse(HTTPParser.ParseError(status: 400, reason: "a transform request takes no request body"))
         case let .admin(path, _):
             if path == "/_imagecached/prefetch" && request.method == "POST" { return .read }
             return .refuse(HTTPParser.ParseError(status: 400, reason: "\(request.method) \(path.prefix(100)) takes no request body"))
@@ -194,7 +226,7 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
 
     /// The cache lookup, on the connection's loop thread. A fresh hit is answered here without a queue hop.
     func serve(_ request: ClientRequest, sink: any ResponseSink) {
-        let key = CacheKey(request.url)
+        let key = request.key
         if let decision = request.decisionBeforeLookup {
             act(on: decision, stored: nil, request: request, key: key, sink: sink, now: now(), tier: nil)
             return
@@ -230,12 +262,20 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
             countHit(stored, request: request, outcome: outcome.served, bodyBytes: bodyBytes)
             if decision.revalidatesInBackground {
                 let bodyInFile = file != nil
-                queue.async { self.coalescer.revalidateInBackground(stored, bodyInFile: bodyInFile, request: request, key: key) }
+                if request.rendition != nil {
+                    queue.async { self.renditions.refreshInBackground(stored, request: request, key: key) }
+                } else {
+                    queue.async { self.coalescer.revalidateInBackground(stored, bodyInFile: bodyInFile, request: request, key: key) }
+                }
             }
         case let .refuse(status, reason):
             refuse(sink, status: status, reason: reason, request: request.head, client: request.client)
         case let .forward(reason, _):
             let sink = countingSink(sink, request: request)
+            if request.rendition != nil {
+                queue.async { self.renditions.dispatch(request, key: key, sink: sink, reason: reason, stale: stored) }
+                return
+            }
             queue.async { self.coalescer.dispatch(request, key: key, sink: sink, reason: reason, disk: probe) }
         }
     }
@@ -276,9 +316,12 @@ struct ClientRequest: Sendable {
     let cacheControl: CacheControl
     /// Which of its fields go upstream (from the settings the request was routed with).
     let fields: RequestFieldPolicy
+    /// A transform URL's rendition of `url` (nil: the URL itself).
+    let rendition: RenditionRequest?
     init(head: HTTPRequestHead, url: UpstreamURL, mode: Route.Mode, trusted: Bool, client: ClientInfo,
-         fields: RequestFieldPolicy = .defaults) {
+         fields: RequestFieldPolicy = .defaults, rendition: RenditionRequest? = nil) {
         self.head = head
+        self.rendition = rendition
         self.fields = fields
         self.url = url
         self.mode = mode
@@ -294,10 +337,15 @@ struct ClientRequest: Sendable {
 
     var isHead: Bool { head.method == "HEAD" }
 
+    /// The key it is stored under: its URL's, or its rendition's.
+    var key: CacheKey { rendition.map { CacheKey(url, rendition: $0.text) } ?? CacheKey(url) }
+
     /// The decision made before any lookup: a request the cache may not answer or share (credentials, the client's
     /// no-store) is forwarded alone (`CacheDecision.beforeLookup`).
     var decisionBeforeLookup: CacheDecision? {
-        CacheDecision.beforeLookup(requestCacheControl: cacheControl, hasAuthorization: head.headers.contains("Authorization"))
+        // A rendition's source is fetched without the client's fields: its Authorization reaches no one.
+        CacheDecision.beforeLookup(requestCacheControl: cacheControl,
+                                   hasAuthorization: rendition == nil && head.headers.contains("Authorization"))
     }
 
     /// The end-to-end request fields sent upstream (`forwardedHeaders`) and Via with this daemon's `via`

@@ -54,6 +54,7 @@ public struct HTTPResponseHead: Sendable, Equatable {
         case 414: "URI Too Long"
         case 415: "Unsupported Media Type"
         case 416: "Range Not Satisfiable"
+        case 422: "Unprocessable Content"
         case 429: "Too Many Requests"
         case 431: "Request Header Fields Too Large"
         case 500: "Internal Server Error"

@@ -133,7 +133,7 @@ public struct URLSigning: Sendable, Equatable {
 
     // MARK: - Primitives
 
-    static func hmacSHA256(key: [UInt8], _ message: String) -> [UInt8] {
+    package static func hmacSHA256(key: [UInt8], _ message: String) -> [UInt8] {
         Array(HMAC<SHA256>.authenticationCode(for: Array(message.utf8), using: SymmetricKey(data: key)))
     }
 
@@ -150,7 +150,7 @@ public struct URLSigning: Sendable, Equatable {
         return difference == 0
     }
 
-    static func hexDecode(_ text: Substring) -> [UInt8]? {
+    package static func hexDecode(_ text: Substring) -> [UInt8]? {
         let digits = Array(text.utf8)
         guard !digits.isEmpty, digits.count % 2 == 0 else { return nil }
         var bytes: [UInt8] = []
@@ -164,7 +164,7 @@ public struct URLSigning: Sendable, Equatable {
         return bytes
     }
 
-    static func hexEncode(_ bytes: [UInt8]) -> String {
+    package static func hexEncode(_ bytes: [UInt8]) -> String {
         let digits = Array("0123456789abcdef".utf8)
         var out: [UInt8] = []
         out.reserveCapacity(bytes.count * 2)
@@ -173,7 +173,7 @@ public struct URLSigning: Sendable, Equatable {
     }
 
     /// Standard or URL-safe base64, padding optional; nil for anything else.
-    static func base64Decode(_ text: Substring) -> [UInt8]? {
+    package static func base64Decode(_ text: Substring) -> [UInt8]? {
         var standard = String(text).replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
         guard !standard.isEmpty, standard.utf8.allSatisfy({ isBase64Byte($0) }) else { return nil }
         while standard.hasSuffix("=") { standard.removeLast() }
@@ -182,7 +182,7 @@ public struct URLSigning: Sendable, Equatable {
         return Data(base64Encoded: standard).map { Array($0) }
     }
 
-    static func base64URLEncode(_ bytes: [UInt8]) -> String {
+    package static func base64URLEncode(_ bytes: [UInt8]) -> String {
         Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
             .replacingOccurrences(of: "=", with: "")
     }

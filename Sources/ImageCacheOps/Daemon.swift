@@ -14,6 +14,7 @@
 // around a reload, STOPPING=1, WATCHDOG=1 at half of WatchdogSec (sent once every event loop has run a posted task,
 // from the proxy queue: a wedged loop or proxy queue stops the pings and systemd restarts the daemon).
 
+internal import ImageCacheHTTP
 public import ImageCacheConfig
 internal import ImageCacheServer
 internal import ImageCacheStore
@@ -104,6 +105,14 @@ public final class Daemon: @unchecked Sendable {
             modes.append("reverse proxy (" + configuration.origins.map { "\($0.prefix) -> \($0.url)" }.joined(separator: ", ") + ")")
         }
         logger.info("imagecached \(imagecachedVersion) listening on \(listening); modes: \(modes.joined(separator: ", ")); memory limit \(configuration.memoryLimitBytes) bytes; disk \(configuration.diskLimitBytes > 0 ? "\(configuration.cacheDirectory) limit \(configuration.diskLimitBytes) bytes" : "off"); private networks \(configuration.allowPrivateNetworks ? "allowed" : "refused"); signed fetch URLs \(configuration.signaturesRequired ? "required" : "optional") (\(configuration.signingKeys.count) key(s))")
+        let transform = configuration.transform
+        if transform.enabled {
+            let prefix = transform.normalisedPrefix.isEmpty ? "/" : transform.normalisedPrefix + "/"
+            logger.info("image transforms at \(prefix)<signature>/<options>/plain/<source URL>: \(proxy.transformWorkers) worker(s), queue \(transform.queueLimit), \(transform.signing.pairs.count) key/salt pair(s)\(transform.signingFromIMGPROXY ? " from IMGPROXY_KEY/IMGPROXY_SALT" : "")")
+            if transform.signing.isInsecure {
+                logger.warning("transform URLs are NOT signed: any client that reaches \(listening) may ask for any transform of any allowed source (set transform-keys and transform-salts, or IMGPROXY_KEY and IMGPROXY_SALT)")
+            }
+        }
         return port
     }
 

@@ -199,7 +199,7 @@ struct DiskIndex: Sendable {
     /// Stores `record` under `name` (whose old record, if any, the caller has uncounted), listing a variant under its
     /// URL.
     mutating func add(_ name: String, _ record: Record) {
-        if records.updateValue(record, forKey: name) == nil, name.utf8.count > 64 {
+        if records.updateValue(record, forKey: name) == nil, DiskEntryFormat.isVariantName(name) {
             variantNames[DiskEntryFormat.primaryName(of: name), default: []].append(name)
         }
         bytes += record.size
@@ -310,7 +310,7 @@ struct DiskIndex: Sendable {
         if let old = records.removeValue(forKey: name) {
             bytes -= old.size
             forgetHead(old)
-            if name.utf8.count > 64 {
+            if DiskEntryFormat.isVariantName(name) {
                 let primary = DiskEntryFormat.primaryName(of: name)
                 variantNames[primary]?.removeAll { $0 == name }
                 if variantNames[primary]?.isEmpty == true { variantNames[primary] = nil }

@@ -280,6 +280,19 @@ public final class DiskCache: Sendable {
         }
     }
 
+    /// Removes the renditions stored for `key`'s URL (its files named `<primary>~...`), keeping the URL's own variants.
+    public func removeRenditions(of key: CacheKey, completion: (@Sendable (_ failure: String?) -> Void)? = nil) {
+        let primary = DiskEntryFormat.fileName(for: key.source)
+        enqueueWrite(primary) {
+            var failure: String?
+            for file in DiskFile.list(self.directoryPath(of: primary)) ?? []
+            where DiskEntryFormat.isRenditionName(file) && file.hasPrefix(primary) {
+                if let why = self._removeFile(name: file), failure == nil { failure = why }
+            }
+            completion?(failure)
+        }
+    }
+
     /// Removes every entry file (and leftover tmp file); `completion` runs on the disk queue with nil, or with why
     /// some files could not be removed (those stay stored and indexed).
     public func removeAll(completion: (@Sendable (_ failure: String?) -> Void)? = nil) {
@@ -638,13 +651,13 @@ public final class DiskCache: Sendable {
         return nil
     }
 
-    /// Removes every variant of the URL with primary name `primary`: those the index knows and those its shard
-    /// directory holds. Nil once all are gone, else why one stayed.
+    /// Removes every variant and rendition of the URL with primary name `primary`: those the index knows and those its
+    /// shard directory holds. Nil once all are gone, else why one stayed.
     @discardableResult
     func _removeVariants(of primary: String) -> String? {
         dispatchPrecondition(condition: .onQueue(queue))
         var names = Set(withIndex { $0.allNames(primary) })
-        for file in DiskFile.list(directoryPath(of: primary)) ?? [] where DiskEntryFormat.isVariant(file, of: primary) {
+        for file in DiskFile.list(directoryPath(of: primary)) ?? [] where DiskEntryFormat.isVariantOrRendition(file, of: primary) {
             names.insert(file)
         }
         var failure: String?

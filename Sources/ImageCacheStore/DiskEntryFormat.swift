@@ -6,6 +6,11 @@
 // (cf. nginx's ngx_http_file_cache_header_t). Pure encoding and decoding, no I/O and no state: whoever holds the bytes
 // owns them (the disk queue, in practice).
 //
+// A rendition of a URL (CacheKey.rendition: a transformed image) is `<h>~<r>`, r the first 16 hex digits of SHA-256
+// of the rendition's text: in the source's directory, under a name starting with h, so a purge of the URL finds it by
+// the same listing; it is a primary of its own (its lookups, writes and variants never mix with the URL's). Its key
+// field holds the URL, a space and the rendition's text.
+//
 // Layout, version 4 (integers little-endian; a "string" is a u32 byte count and that many UTF-8 bytes):
 //
 //   offset 0   magic "ICD1"                      4 bytes
@@ -85,8 +90,12 @@ enum DiskEntryFormat {
 
     static func checksum(_ buffer: UnsafeRawBufferPointer) -> UInt64 { XXH3.hash(buffer) }
 
-    /// Lower-case hex SHA-256 of the key's URL string: the file name.
+    /// Lower-case hex SHA-256 of the key's URL string: the file name; for a rendition's key ("URL TEXT"), the URL's
+    /// name, "~" and 16 hex digits of the text's SHA-256.
     static func fileName(forKey key: String) -> String {
+        if let space = key.firstIndex(of: " ") {
+            return fileName(forKey: String(key[..<space])) + "~" + variantSuffix(String(key[key.index(after: space)...]))
+        }
         var hasher = SHA256()
         var key = key
         key.withUTF8 { hasher.update(bufferPointer: UnsafeRawBufferPointer($0)) }
@@ -96,6 +105,7 @@ enum DiskEntryFormat {
     /// `fileName(forKey: key.description)`, without building the URL string: the hash is fed the string's parts
     /// (once per memory miss, on the connection's loop thread).
     static func fileName(for key: CacheKey) -> String {
+        if key.isRendition { return fileName(for: key.source) + "~" + variantSuffix(key.rendition) }
         var hasher = SHA256()
         key.url.forEachPart { part in
             var part = part
@@ -132,23 +142,36 @@ enum DiskEntryFormat {
         String(hex(SHA256.hash(data: Array(variant.utf8))).prefix(16))
     }
 
-    /// The primary name (the URL's) of an entry file name.
-    static func primaryName(of name: String) -> String { String(name.prefix(64)) }
+    /// The primary name of an entry file name: the URL's for a variant, its own for a rendition.
+    static func primaryName(of name: String) -> String { isRenditionName(name) ? name : String(name.prefix(64)) }
 
-    /// Whether `name` looks like an entry file name: 64 lower-case hex digits, optionally "-" and 16 more.
+    /// Whether `name` looks like an entry file name: 64 lower-case hex digits, optionally "-" (a variant) or "~" (a
+    /// rendition) and 16 more.
     static func isEntryName(_ name: String) -> Bool {
         let utf8 = name.utf8
         func isHex(_ b: UInt8) -> Bool { (b >= 0x30 && b <= 0x39) || (b >= 0x61 && b <= 0x66) }
         switch utf8.count {
         case 64: return utf8.allSatisfy(isHex)
-        case 81: return utf8.prefix(64).allSatisfy(isHex) && utf8.dropFirst(64).first == 0x2D && utf8.suffix(16).allSatisfy(isHex)
+        case 81:
+            let mark = utf8.dropFirst(64).first
+            return utf8.prefix(64).allSatisfy(isHex) && (mark == 0x2D || mark == 0x7E) && utf8.suffix(16).allSatisfy(isHex)
         default: return false
         }
     }
 
+    /// A Vary variant's name (primary, "-", 16 hex digits).
+    static func isVariantName(_ name: String) -> Bool { name.utf8.count == 81 && name.utf8.dropFirst(64).first == 0x2D }
+    /// A rendition's name (source primary, "~", 16 hex digits).
+    static func isRenditionName(_ name: String) -> Bool { name.utf8.count == 81 && name.utf8.dropFirst(64).first == 0x7E }
+
     /// Whether `file` is `primary` or one of its variants' names.
     static func isVariant(_ file: String, of primary: String) -> Bool {
-        file == primary || (file.utf8.count == 81 && file.hasPrefix(primary) && file.utf8.dropFirst(64).first == 0x2D)
+        file == primary || (isVariantName(file) && file.hasPrefix(primary))
+    }
+
+    /// Whether `file` is `primary`, one of its variants or one of its renditions (everything a purge of the URL removes).
+    static func isVariantOrRendition(_ file: String, of primary: String) -> Bool {
+        file == primary || (file.utf8.count == 81 && file.hasPrefix(primary) && (isVariantName(file) || isRenditionName(file)))
     }
 
     // MARK: - Encoding

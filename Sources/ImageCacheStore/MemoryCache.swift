@@ -199,6 +199,29 @@ public final class MemoryCache: Sendable {
         return released.first
     }
 
+    /// Removes every rendition of `url` (keys naming it with a rendition); how many went. One dictionary look-up
+    /// when it has none (`State.renditions`).
+    @discardableResult
+    public func removeRenditions(of url: UpstreamURL) -> Int {
+        let released = state.withLock { state -> [CacheEntry] in
+            guard let texts = state.renditions[url] else { return [] }
+            let keys = texts.map { CacheKey(url, rendition: $0) }
+            state.removals += 1
+            var released: [CacheEntry] = []
+            for key in keys { while let first = state.map[key] { released.append(state.release(first)) } }
+            return released
+        }
+        return released.count
+    }
+
+    /// The renditions of `url` held now (not counted as uses).
+    public func renditions(of url: UpstreamURL) -> [CacheEntry] {
+        state.withLock { state in
+            guard let texts = state.renditions[url] else { return [] }
+            return texts.compactMap { state.map[CacheKey(url, rendition: $0)].flatMap { state.nodes[$0].entry } }
+        }
+    }
+
     public func removeAll() {
         let released = state.withLock { state -> [Node] in
             let nodes = state.nodes
@@ -292,6 +315,8 @@ public final class MemoryCache: Sendable {
         static let none = -1
 
         var map: [CacheKey: Int] = [:]
+        /// The renditions stored per URL (CacheKey.rendition texts), so a purge of the URL finds them without a scan.
+        var renditions: [UpstreamURL: Set<String>] = [:]
         var nodes: [Node] = []
         var free: [Int] = []
         var head = State.none
@@ -348,6 +373,7 @@ public final class MemoryCache: Sendable {
                 index = nodes.count
                 nodes.append(node)
             }
+            if entry.key.isRendition && map[entry.key] == nil { renditions[entry.key.url, default: []].insert(entry.key.rendition) }
             map[entry.key] = index
             totalCost += entry.cost
             entryCount += 1
@@ -362,6 +388,10 @@ public final class MemoryCache: Sendable {
             let next = nodes[index].nextVariant
             if let first = map[entry.key], first == index {
                 map[entry.key] = next == State.none ? nil : next
+                if next == State.none, entry.key.isRendition {
+                    renditions[entry.key.url]?.remove(entry.key.rendition)
+                    if renditions[entry.key.url]?.isEmpty == true { renditions[entry.key.url] = nil }
+                }
             } else {
                 var previous = map[entry.key] ?? State.none
                 while previous != State.none, nodes[previous].nextVariant != index { previous = nodes[previous].nextVariant }
@@ -427,6 +457,7 @@ public final class MemoryCache: Sendable {
 
         mutating func removeAll() {
             map = [:]
+            renditions = [:]
             nodes = []
             free = []
             head = State.none

@@ -22,6 +22,7 @@
 
 package import ImageCacheHTTP
 internal import Foundation
+internal import Crypto
 
 /// The memory and disk tiers behind one interface, with the cross-tier rules above.
 public final class TieredStore: Sendable {
@@ -96,20 +97,42 @@ public final class TieredStore: Sendable {
         memory.promote(entry, removalsSeen: removalsSeen)
     }
 
-    /// Removes every variant of `key`: the files first, then memory. `completion` runs once both are gone (on the
+    /// Removes every variant of `key`, and of a URL's key every rendition made from it: the files first, then memory. `completion` runs once both are gone (on the
     /// disk queue, or here without a disk tier) with whether memory held it and why a file could not go (nil: gone).
     package func remove(_ key: CacheKey, completion: (@Sendable (_ wasInMemory: Bool, _ diskFailure: String?) -> Void)? = nil) {
         // Memory goes at once (a request after this call must not hit memory while the file waits its turn); the
         // removal after the file catches a promotion that read the file before it went.
         let removed = memory.remove(key) != nil
+        let renditions = key.isRendition ? 0 : memory.removeRenditions(of: key.url)
         guard let disk else {
-            completion?(removed, nil)
+            completion?(removed || renditions > 0, nil)
             return
         }
         disk.remove(key) { [memory] failure in
             let late = memory.remove(key) != nil
-            completion?(removed || late, failure)
+            let lateRenditions = key.isRendition ? 0 : memory.removeRenditions(of: key.url)
+            completion?(removed || late || renditions + lateRenditions > 0, failure)
         }
+    }
+
+    /// A new response for a URL was stored: renditions in memory made from another version of it (their entity tag
+    /// is not the one `RenditionTag` gives for the new validator) are removed, with the URL's renditions on disk.
+    /// One dictionary look-up when the URL has none in memory. (Renditions only on disk are judged when they go
+    /// stale: their source is fetched then and compared.)
+    package func sourceStored(_ entry: CacheEntry) {
+        guard !entry.key.isRendition else { return }
+        let validator = entry.etag ?? entry.lastModified
+        let outdated = memory.renditions(of: entry.key.url).contains { rendition in
+            guard let validator else { return true }
+            return rendition.etag != RenditionTag.etag(sourceValidator: validator, rendition: rendition.key.rendition)
+        }
+        if outdated { removeRenditions(of: entry.key) }
+    }
+
+    /// Removes the renditions made from `key`'s URL (its source changed: they describe the old one), in both tiers.
+    package func removeRenditions(of key: CacheKey) {
+        memory.removeRenditions(of: key.url)
+        disk?.removeRenditions(of: key) { [memory] _ in memory.removeRenditions(of: key.url) }
     }
 
     /// Removes `key`'s variant `variant` only (one response outdated by the origin; the URL's other variants stay).
@@ -130,5 +153,18 @@ public final class TieredStore: Sendable {
             memory.removeAll()
             completion?(failure)
         }
+    }
+}
+
+/// A rendition's entity tag: a hash of its source's validator (ETag, else Last-Modified) and its text, so that a
+/// changed source gives another tag (strong: the rendition's bytes are a function of both).
+package enum RenditionTag {
+    package static func etag(sourceValidator: String, rendition: String) -> String {
+        let digest = SHA256.hash(data: Array((sourceValidator + "\n" + rendition).utf8))
+        let hex = digest.prefix(12).map { byte -> String in
+            let digits = Array("0123456789abcdef")
+            return String([digits[Int(byte >> 4)], digits[Int(byte & 0xF)]])
+        }
+        return "\"" + hex.joined() + "\""
     }
 }

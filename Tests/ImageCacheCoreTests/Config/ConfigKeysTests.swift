@@ -21,7 +21,7 @@ struct ConfigKeysTests {
             #expect(!key.defaultText.isEmpty && !key.meaning.isEmpty && !key.form.isEmpty, "\(key.name)")
         }
         // Secrets are never flags; the structured origins list is the file's only.
-        #expect(keys.filter { $0.flag == nil }.map(\.name) == ["origins", "admin-token", "signing-keys"])
+        #expect(keys.filter { $0.flag == nil }.map(\.name) == ["origins", "transform-keys", "transform-salts", "admin-token", "signing-keys"])
         #expect(ConfigKey.byName["server.idle-timeout"]?.flag == "--server-idle-timeout")
         #expect(ConfigKey.byName["server.idle-timeout"]?.environmentVariable == "IMAGECACHED_SERVER_IDLE_TIMEOUT")
     }
@@ -37,8 +37,14 @@ struct ConfigKeysTests {
         #expect(ConfigKey.all.map(\.name) == [
             "listen", "origin", "origins", "cache-dir", "disk-limit", "disk-max-age", "disk-low-water", "disk-fsync",
             "memory-limit", "memory-count-limit", "memory-object-limit", "max-variants", "max-object-size",
-            "stale-if-error", "content-types", "allow-svg", "allow-private-networks", "heuristic-fraction",
-            "heuristic-max", "targeted-cache-control", "strip-targeted-cache-control", "negative-ttl", "forward-request-fields",
+            "stale-if-error", "content-types", "allow-svg", "allow-private-networks", "allowed-sources", "heuristic-fraction",
+            "heuristic-max", "targeted-cache-control", "strip-targeted-cache-control",
+            "transforms", "transform-prefix", "transform-keys", "transform-salts", "transform-signature-size",
+            "transform-presets", "transform-only-presets", "transform-workers", "transform-queue", "transform-queue-timeout",
+            "transform-timeout", "transform-max-megapixels", "transform-max-source-bytes", "transform-max-frames",
+            "transform-max-dimension", "transform-allow-svg", "transform-auto-webp", "transform-auto-avif",
+            "transform-quality", "transform-avif-effort", "transform-webp-effort",
+            "negative-ttl", "forward-request-fields",
             "drop-request-fields", "pass-trace", "complete-abandoned-fetches", "log-level", "access-log", "admin-allow", "admin-hosts", "admin-token", "admin-token-file",
             "signing-keys", "signing-keys-file", "require-signature", "in-flight-limit", "shutdown-timeout",
             "server.max-request-line", "server.max-header-bytes", "server.max-header-count",
@@ -50,7 +56,9 @@ struct ConfigKeysTests {
         ])
         // The switches take no value; every other flag does.
         #expect(ConfigKey.all.filter(\.isSwitch).map(\.name) == ["disk-fsync", "allow-svg", "allow-private-networks",
-                                                                  "strip-targeted-cache-control", "pass-trace",
+                                                                  "strip-targeted-cache-control", "transforms",
+                                                                  "transform-only-presets", "transform-allow-svg",
+                                                                  "transform-auto-webp", "transform-auto-avif", "pass-trace",
                                                                   "complete-abandoned-fetches"])
     }
 

@@ -149,6 +149,8 @@ struct RouteTests {
             #expect(status == 400 || status == 404)
         case .admin:
             Issue.record("routed to admin")
+        case .transform:
+            Issue.record("routed to a transform")
         }
     }
 }

@@ -1,0 +1,134 @@
+// Transform URLs, routed: the prefix, the signature, the options and the source, checked in that order, into a
+// `TransformTarget` or an error (403 signature, 400 options or source). Pure; no I/O.
+//
+// SOURCES
+//   An absolute http(s) URL is fetched as fetch mode fetches it (untrusted: the private-network guard applies, and
+//   `allowed-sources` when set), unless it lies under a configured origin (then as that origin: trusted).
+//   A relative source ("/path", "path" or "local:///path") is a path under the configured origins, resolved as a
+//   reverse-mode request for it would be; without a matching origin it is refused (400).
+
+internal import ImageCacheHTTP
+internal import ImageCacheConfig
+internal import ImageCacheTransform
+internal import Foundation
+
+/// A verified transform request: where the source is and what to do to it.
+struct TransformTarget: Equatable, Sendable {
+    let source: UpstreamURL
+    let mode: Route.Mode
+    let trusted: Bool
+    let options: TransformOptions
+    /// The options as the URL gave them (for the access log).
+    let optionsText: String
+}
+
+/// What routing needs of the transform settings. Immutable, built with ProxySettings.
+struct TransformRouting: Sendable {
+    /// Without a trailing "/" ("" for "/").
+    let prefix: String
+    let signing: TransformSigning
+    let presets: [String: [String]]
+    let onlyPresets: Bool
+    let maxDimension: Int
+    let allowedSources: AllowedSources
+
+    init(_ configuration: Configuration) {
+        prefix = configuration.transform.normalisedPrefix
+        signing = configuration.transform.signing
+        presets = configuration.transform.presets
+        onlyPresets = configuration.transform.onlyPresets
+        maxDimension = configuration.transform.limits.maxDimension
+        allowedSources = AllowedSources(configuration.allowedSources)
+    }
+
+    /// `rest`: the raw target after the prefix and its "/" ("<signature>/<options>/plain/<source>").
+    func resolve(_ rest: Substring, origins: [OriginRoute]) -> Route {
+        let path: TransformPath
+        do {
+            path = try TransformPath.parse(rest)
+        } catch {
+            return .error(status: 400, reason: error.reason)
+        }
+        if let refusal = signing.verify(signature: path.signature, path: path.signed) {
+            return .error(status: 403, reason: refusal.reason)
+        }
+        var options: TransformOptions
+        do {
+            options = try TransformOptions.parse(path.options, presets: presets, onlyPresets: onlyPresets, maxDimension: maxDimension)
+        } catch {
+            return .error(status: 400, reason: error.reason)
+        }
+        if let format = path.extensionFormat { options.format = .explicit(format) }
+        let optionsText = path.options.joined(separator: "/")
+        var source = path.source
+        if source.hasPrefix("local://") { source = String(source.dropFirst("local://".count)) }
+        if !source.contains("://") && !source.hasPrefix("/") { source = "/" + source }
+        if source.hasPrefix("/") {
+            let normal = UpstreamURL.isNormalPathAndQuery(source) ? source : UpstreamURL.normalisedOriginForm(source)
+            let mark = normal.firstIndex(of: "?") ?? normal.endIndex
+            var best: OriginRoute?
+            for route in origins where route.matches(normal[..<mark]) && route.prefix.count > (best?.prefix.count ?? -1) { best = route }
+            guard let best else {
+                return .error(status: 400, reason: "the relative source \(source.prefix(200)) is under no configured origin (--origin)")
+            }
+            do {
+                let url = try best.upstreamURL(for: normal)
+                return .transform(TransformTarget(source: url, mode: .reverse, trusted: true, options: options, optionsText: optionsText))
+            } catch {
+                return .error(status: 400, reason: "bad source path: \(error.reason)")
+            }
+        }
+        let url: UpstreamURL
+        do {
+            url = try UpstreamURL.parse(source)
+        } catch {
+            return .error(status: 400, reason: "bad source URL: \(error.reason)")
+        }
+        if origins.contains(where: { PrefetchRun.isUnder($0, url) }) {
+            return .transform(TransformTarget(source: url, mode: .reverse, trusted: true, options: options, optionsText: optionsText))
+        }
+        if let refusal = allowedSources.refusal(url) { return .error(status: 403, reason: refusal) }
+        return .transform(TransformTarget(source: url, mode: .fetch, trusted: false, options: options, optionsText: optionsText))
+    }
+}
+
+/// `allowed-sources`: the URL prefixes forward mode, fetch mode and transform sources may reach (empty: any). An
+/// item is "scheme://host[:port][/path]"; a host "*.example.com" matches its subdomains (not example.com itself).
+/// Matched against the normalised URL, so "%2e%2e" or a default port cannot step around it.
+struct AllowedSources: Sendable, Equatable {
+    struct Item: Sendable, Equatable {
+        let scheme: String
+        let host: String
+        let wildcard: Bool
+        let port: Int
+        let path: String
+    }
+    let items: [Item]
+
+    init(_ texts: [String]) {
+        items = texts.compactMap { text in
+            var host = text
+            var wildcard = false
+            if let range = text.range(of: "://*.") {
+                wildcard = true
+                host = text.replacingCharacters(in: range, with: "://")
+            }
+            guard let url = try? UpstreamURL.parse(host) else { return nil }
+            return Item(scheme: url.scheme, host: url.host, wildcard: wildcard, port: url.effectivePort,
+                        path: url.pathAndQuery == "/" ? "" : url.pathAndQuery)
+        }
+    }
+
+    /// nil when `url` may be reached; else why not.
+    func refusal(_ url: UpstreamURL) -> String? {
+        if items.isEmpty { return nil }
+        for item in items where item.scheme == url.scheme && item.port == url.effectivePort {
+            let hostMatches = item.wildcard ? url.host.hasSuffix("." + item.host) : url.host == item.host
+            guard hostMatches else { continue }
+            if item.path.isEmpty || url.pathAndQuery == item.path || url.pathAndQuery.hasPrefix(item.path.hasSuffix("/") ? item.path : item.path + "/") {
+                return nil
+            }
+        }
+        return "\(url.scheme)://\(url.authority) is not under allowed-sources"
+    }
+}
