@@ -120,6 +120,7 @@ let package = Package(
         .testTarget(
             name: "IntegrationTests",
             dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "ImageCacheConfig", "ImageCacheServer", "ImageCacheStore", "ImageCacheUpstream", "ImageCacheTransform", "ImageCacheCore", "ImageCacheOps"],
+            exclude: ["Fixtures"],
             swiftSettings: swiftSettings
         ),
     ],

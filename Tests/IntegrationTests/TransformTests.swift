@@ -1,0 +1,427 @@
+// Image transforms end to end: the real daemon (port 0, libvips) in front of a local origin serving real images
+// (Tests/IntegrationTests/Fixtures). Results are decoded (libvips reads their headers) to check dimensions, format
+// and frames; coalescing is observed through the proxy's events and the origin's request counts, never timed.
+
+import Foundation
+import Synchronization
+import Testing
+@testable import ImageCacheHTTP
+@testable import ImageCacheConfig
+@testable import ImageCacheStore
+@testable import ImageCacheTransform
+@testable import ImageCacheCore
+@testable import ImageCacheOps
+
+/// The real image files the origin serves.
+enum ImageFiles {
+    static let directory = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Fixtures")
+    static func bytes(_ name: String) -> [UInt8] {
+        Array(FileManager.default.contents(atPath: directory.appendingPathComponent(name).path) ?? Data())
+    }
+    static let types = ["jpg": "image/jpeg", "png": "image/png", "gif": "image/gif", "svg": "image/svg+xml"]
+
+    /// Serves `name` at "/<name>" with a long freshness and an ETag (or `etag`).
+    static func serve(_ harness: ProxyHarness, _ name: String, maxAge: Int = 600, etag: String? = nil) {
+        let body = bytes(name)
+        let type = types[String(name.split(separator: ".").last ?? "")] ?? "application/octet-stream"
+        harness.origin.route("/" + name) { _ in
+            Reply(status: 200, headers: [("Content-Type", type), ("Cache-Control", "max-age=\(maxAge)"),
+                                         ("ETag", etag ?? "\"\(body.count)\"")], body: body)
+        }
+    }
+}
+
+/// What a result decodes to.
+struct Decoded: Equatable, CustomStringConvertible {
+    var format: String
+    var width: Int
+    var height: Int
+    var frames: Int
+    var description: String { "\(format) \(width)x\(height)\(frames > 1 ? " x\(frames)" : "")" }
+
+    /// libvips reads the header; the magic bytes must agree with the loader.
+    static func read(_ bytes: [UInt8]) -> Decoded? {
+        bytes.withUnsafeBytes { raw -> Decoded? in
+            guard raw.count > 0, let image = try? VipsImage.load(raw, allPages: false) else { return nil }
+            let loader = image.loader
+            let format = loader.hasPrefix("jpeg") ? "jpeg" : loader.hasPrefix("png") ? "png" : loader.hasPrefix("webp") ? "webp"
+                : loader.hasPrefix("gif") ? "gif" : loader.hasPrefix("heif") ? "avif" : loader
+            let magic: [String: [UInt8]] = ["jpeg": [0xFF, 0xD8, 0xFF], "png": [0x89, 0x50, 0x4E, 0x47], "gif": Array("GIF8".utf8),
+                                            "webp": Array("RIFF".utf8)]
+            if let prefix = magic[format], !bytes.starts(with: prefix) { return nil }
+            if format == "avif", !(bytes.count > 12 && Array(bytes[4..<12]) == Array("ftypavif".utf8)) { return nil }
+            return Decoded(format: format, width: image.width, height: image.pageHeight, frames: image.pages)
+        }
+    }
+}
+
+@Suite("Image transforms end to end", .timeLimit(.minutes(3)))
+struct TransformTests {
+    static func path(_ options: String, _ source: String, signature: String = "insecure") -> String {
+        "/transform/\(signature)/\(options)/plain/\(source)"
+    }
+
+    static func stats(_ harness: ProxyHarness) async throws -> DaemonStats {
+        try DaemonStats.decode(Data(try await harness.get("/_imagecached/stats").body))
+    }
+
+    static func transformsDone(_ harness: ProxyHarness, result: String = "ok") async throws -> Int {
+        (try await stats(harness).transforms?.results.values.reduce(0) { $0 + ($1[result] ?? 0) }) ?? 0
+    }
+
+    @Test("each option's effect, checked on the decoded result", arguments: [
+        // photo.jpg is 640x427; rotated.jpg is 300x200 stored with EXIF orientation 6 (shown 200x300); alpha.png
+        // 200x200 with alpha; bordered.png 300x300 white with a red 100x80 block at (120, 110); anim.gif 3 frames of 120x80.
+        ("rs:fit:300:300", "photo.jpg", Decoded(format: "jpeg", width: 300, height: 200, frames: 1)),
+        ("resize:fill:300:300", "photo.jpg", Decoded(format: "jpeg", width: 300, height: 300, frames: 1)),
+        ("rs:fill-down:1000:500", "photo.jpg", Decoded(format: "jpeg", width: 640, height: 320, frames: 1)),
+        ("rs:force:100:300", "photo.jpg", Decoded(format: "jpeg", width: 100, height: 300, frames: 1)),
+        ("rs:auto:100:300", "photo.jpg", Decoded(format: "jpeg", width: 100, height: 67, frames: 1)),
+        ("s:1280:0:1", "photo.jpg", Decoded(format: "jpeg", width: 1280, height: 854, frames: 1)),
+        ("s:1280:0", "photo.jpg", Decoded(format: "jpeg", width: 640, height: 427, frames: 1)),
+        ("rs:fit:400:400:0:1/bg:00ff00", "photo.jpg", Decoded(format: "jpeg", width: 400, height: 400, frames: 1)),
+        ("w:320", "photo.jpg", Decoded(format: "jpeg", width: 320, height: 214, frames: 1)),
+        ("h:100/dpr:2", "photo.jpg", Decoded(format: "jpeg", width: 300, height: 200, frames: 1)),
+        ("rs:fill:100:100/g:sm", "photo.jpg", Decoded(format: "jpeg", width: 100, height: 100, frames: 1)),
+        ("rs:fill:100:100/g:fp:0.9:0.1", "photo.jpg", Decoded(format: "jpeg", width: 100, height: 100, frames: 1)),
+        ("c:200:100:nowe", "photo.jpg", Decoded(format: "jpeg", width: 200, height: 100, frames: 1)),
+        ("c:0.5:0.5/w:100", "photo.jpg", Decoded(format: "jpeg", width: 100, height: 67, frames: 1)),
+        ("t:10", "bordered.png", Decoded(format: "png", width: 100, height: 80, frames: 1)),
+        ("pd:10:20", "bordered.png", Decoded(format: "png", width: 340, height: 320, frames: 1)),
+        ("rot:90", "photo.jpg", Decoded(format: "jpeg", width: 427, height: 640, frames: 1)),
+        ("w:100", "rotated.jpg", Decoded(format: "jpeg", width: 100, height: 150, frames: 1)),
+        ("ar:0/w:150", "rotated.jpg", Decoded(format: "jpeg", width: 150, height: 100, frames: 1)),
+        ("bl:3/sh:1/q:40/w:64", "photo.jpg", Decoded(format: "jpeg", width: 64, height: 43, frames: 1)),
+        ("f:png/w:64", "photo.jpg", Decoded(format: "png", width: 64, height: 43, frames: 1)),
+        ("w:64", "photo.jpg@webp", Decoded(format: "webp", width: 64, height: 43, frames: 1)),
+        ("format:avif/w:64", "photo.jpg", Decoded(format: "avif", width: 64, height: 43, frames: 1)),
+        ("ext:gif/w:64", "photo.jpg", Decoded(format: "gif", width: 64, height: 43, frames: 1)),
+        ("w:100", "alpha.png", Decoded(format: "png", width: 100, height: 100, frames: 1)),
+        ("w:100/f:jpeg", "alpha.png", Decoded(format: "jpeg", width: 100, height: 100, frames: 1)),
+        ("w:60", "anim.gif", Decoded(format: "gif", width: 60, height: 40, frames: 3)),
+        ("rs:fill:40:40", "anim.gif@webp", Decoded(format: "webp", width: 40, height: 40, frames: 3)),
+        ("w:60/f:png", "anim.gif", Decoded(format: "png", width: 60, height: 40, frames: 1)),
+        ("w:60/rot:90", "anim.gif", Decoded(format: "gif", width: 40, height: 60, frames: 1)),
+    ])
+    func options(options: String, source: String, expected: Decoded) async throws {
+        let harness = try ProxyHarness()
+        for name in ["photo.jpg", "rotated.jpg", "alpha.png", "bordered.png", "anim.gif"] { ImageFiles.serve(harness, name) }
+        let response = try await harness.get(Self.path(options, source))
+        #expect(response.status == 200, "\(response.text.prefix(200))")
+        #expect(Decoded.read(response.body) == expected, "\(options) \(source)")
+        let mediaType = ["jpeg": "image/jpeg", "png": "image/png", "webp": "image/webp", "avif": "image/avif", "gif": "image/gif"][expected.format]
+        #expect(response.header("Content-Type") == mediaType)
+        #expect(response.header("Cache-Status")?.contains("detail=transformed") == true)
+    }
+
+    @Test("a background fills transparent pixels; a trimmed colour, an extend gravity and metadata stripping change the bytes as asked")
+    func pixels() async throws {
+        let harness = try ProxyHarness()
+        ImageFiles.serve(harness, "alpha.png")
+        // The corner of alpha.png is transparent: with bg:ff0000 and PNG output it is red and opaque.
+        let flat = try await harness.get(Self.path("bg:ff0000/w:200", "alpha.png@png"))
+        try flat.body.withUnsafeBytes { raw in
+            let image = try VipsImage.load(raw, allPages: false, random: true)
+            #expect(!image.hasAlpha)
+            #expect(try image.pixel(x: 0, y: 0).prefix(3) == [255, 0, 0])
+        }
+        let clear = try await harness.get(Self.path("w:200", "alpha.png@png"))
+        try clear.body.withUnsafeBytes { raw in
+            let image = try VipsImage.load(raw, allPages: false, random: true)
+            #expect(image.hasAlpha)
+            #expect(try image.pixel(x: 0, y: 0).last == 0)
+        }
+    }
+
+    @Test("equivalent spellings (aliases, order, defaults, dpr) share one cached result: one source fetch, one transform")
+    func equivalentSpellings() async throws {
+        let harness = try ProxyHarness()
+        ImageFiles.serve(harness, "photo.jpg")
+        let first = try await harness.get(Self.path("rs:fill:300:200", "photo.jpg"))
+        #expect(first.status == 200 && first.header("X-Cache") == "MISS")
+        for spelling in ["resize:fill:300:200/q:0", "w:300/h:200/rt:fill", "rt:fill/w:150/h:100/dpr:2", "rs:fill:300:200:0:0/g:ce/ar:1/sm:1"] {
+            let again = try await harness.get(Self.path(spelling, "photo.jpg"))
+            #expect(again.header("X-Cache") == "HIT", "\(spelling)")
+            #expect(again.body == first.body && again.header("ETag") == first.header("ETag"))
+        }
+        let other = try await harness.get(Self.path("rs:fill:300:201", "photo.jpg"))
+        #expect(other.header("X-Cache") == "MISS")
+        #expect(harness.origin.requestCount("/photo.jpg") == 1)
+        #expect(try await Self.transformsDone(harness) == 2)
+        // A client's If-None-Match with the rendition's ETag gets 304 from the cache.
+        let notModified = try await harness.get(Self.path("w:300/h:200/rt:fill", "photo.jpg"), headers: [("If-None-Match", first.header("ETag")!)])
+        #expect(notModified.status == 304)
+    }
+
+    @Test("signatures: each configured key/salt pair verifies; a wrong, truncated or absent signature is 403; imgproxy's environment variables are read")
+    func signatures() async throws {
+        let pairs = [
+            TransformSigning.Pair(key: URLSigning.hexDecode("943b421c9eb07c830af81030552c86009268de4e532ba2ee2eab8247c6da0881")!,
+                                  salt: URLSigning.hexDecode("520f986b998545b4785e0defbc4f3c1203f22de2374a3d53cb7a7fe9fea309c5")!),
+            TransformSigning.Pair(key: Array("another key of 32 bytes, exactly".utf8), salt: Array("salt".utf8)),
+        ]
+        let harness = try ProxyHarness { $0.transform.signing = TransformSigning(pairs: pairs) }
+        ImageFiles.serve(harness, "photo.jpg")
+        let signed = "/rs:fit:100:100/plain/photo.jpg"
+        for pair in pairs {
+            let signature = TransformSigning(pairs: [pair]).sign(path: signed)
+            let response = try await harness.get("/transform/\(signature)\(signed)")
+            #expect(response.status == 200, "\(response.text)")
+        }
+        let good = TransformSigning(pairs: pairs).sign(path: signed)
+        for (signature, reason) in [(String(good.dropLast(4)), "malformed"), ("insecure", "malformed"),
+                                    (TransformSigning(pairs: pairs).sign(path: "/rs:fit:100:101/plain/photo.jpg"), "does not match")] {
+            let response = try await harness.get("/transform/\(signature)\(signed)")
+            #expect(response.status == 403 && response.text.contains(reason), "\(signature): \(response.text)")
+        }
+        // Options changed after signing: refused.
+        #expect(try await harness.get("/transform/\(good)/rs:fit:1000:1000/plain/photo.jpg").status == 403)
+
+        let environment = ["IMGPROXY_KEY": "943b421c9eb07c830af81030552c86009268de4e532ba2ee2eab8247c6da0881",
+                           "IMGPROXY_SALT": "520f986b998545b4785e0defbc4f3c1203f22de2374a3d53cb7a7fe9fea309c5"]
+        let configuration = try Configuration.load(file: nil, environment: environment, flags: [])
+        #expect(configuration.transform.signing.pairs == [pairs[0]] && configuration.transform.signingFromIMGPROXY)
+        #expect(throws: ConfigError.self) {
+            _ = try Configuration.load(file: nil, environment: ["IMGPROXY_KEY": "abcd"], flags: [])
+        }
+    }
+
+    @Test("f:auto picks AVIF, then WebP, then the source's format from Accept; the key holds the class, not the Accept text; Vary: Accept")
+    func negotiation() async throws {
+        let harness = try ProxyHarness()
+        ImageFiles.serve(harness, "photo.jpg")
+        let cases: [(String?, String, String)] = [
+            ("image/avif,image/webp,*/*", "avif", "MISS"), ("image/webp,*/*;q=0.8", "webp", "MISS"), (nil, "jpeg", "MISS"),
+            ("image/avif;q=0,image/webp", "webp", "HIT"), ("image/*,*/*", "jpeg", "HIT"), ("image/avif", "avif", "HIT"),
+        ]
+        for (accept, format, xCache) in cases {
+            let response = try await harness.get(Self.path("w:50/f:auto", "photo.jpg"), headers: accept.map { [("Accept", $0)] } ?? [])
+            #expect(Decoded.read(response.body)?.format == format, "\(accept ?? "-")")
+            #expect(response.header("Vary") == "Accept" && response.header("X-Cache") == xCache, "\(accept ?? "-")")
+        }
+        #expect(try await Self.transformsDone(harness) == 3)
+        // An explicit format does not vary.
+        let explicit = try await harness.get(Self.path("w:50/f:webp", "photo.jpg"), headers: [("Accept", "image/avif")])
+        #expect(Decoded.read(explicit.body)?.format == "webp" && explicit.header("Vary") == nil)
+        // transform-auto-webp: a URL without a format negotiates too.
+        let auto = try ProxyHarness { $0.transform.autoWebP = true }
+        ImageFiles.serve(auto, "photo.jpg")
+        let webp = try await auto.get(Self.path("w:50", "photo.jpg"), headers: [("Accept", "image/webp")])
+        #expect(Decoded.read(webp.body)?.format == "webp" && webp.header("Vary") == "Accept")
+        let plain = try await auto.get(Self.path("w:50", "photo.jpg"))
+        #expect(Decoded.read(plain.body)?.format == "jpeg")
+    }
+
+    @Test("20 concurrent requests for one new variant make one source fetch and one transform; 3 variants of one new source make one source fetch")
+    func coalescing() async throws {
+        let harness = try ProxyHarness()
+        let gate = Gate()
+        let body = ImageFiles.bytes("photo.jpg")
+        harness.origin.route("/photo.jpg") { _ in
+            var reply = Reply(status: 200, headers: [("Content-Type", "image/jpeg"), ("Cache-Control", "max-age=600"), ("ETag", "\"p\"")], body: body)
+            reply.gateBeforeHead = gate
+            return reply
+        }
+        harness.waiters.expect(20)
+        let target = Self.path("rs:fill:120:120", "photo.jpg")
+        var connections: [TestConnection] = []
+        for _ in 0..<20 {
+            let connection = try harness.connect()
+            try connection.request(target)
+            connections.append(connection)
+        }
+        #expect(await harness.waiters.wait())
+        gate.open()
+        var bodies: Set<[UInt8]> = []
+        var collapsed = 0
+        for response in try await readAll(connections) {
+            #expect(response.status == 200)
+            bodies.insert(response.body)
+            if response.header("X-Cache") == "COALESCED" { collapsed += 1 }
+        }
+        #expect(bodies.count == 1 && collapsed == 19)
+        #expect(Decoded.read(bodies.first!) == Decoded(format: "jpeg", width: 120, height: 120, frames: 1))
+        #expect(harness.origin.requestCount("/photo.jpg") == 1)
+        #expect(try await Self.transformsDone(harness) == 1)
+
+        // Three new variants of a new source: the source's own fetch collects the three jobs.
+        let second = Gate()
+        harness.origin.route("/other.jpg") { _ in
+            var reply = Reply(status: 200, headers: [("Content-Type", "image/jpeg"), ("Cache-Control", "max-age=600")], body: body)
+            reply.gateBeforeHead = second
+            return reply
+        }
+        harness.waiters.expect(3)
+        var variants: [TestConnection] = []
+        for options in ["w:10", "w:20", "w:30"] {
+            let connection = try harness.connect()
+            try connection.request(Self.path(options, "other.jpg"))
+            variants.append(connection)
+        }
+        #expect(await harness.waiters.wait())
+        second.open()
+        let widths = try await readAll(variants).map { Decoded.read($0.body)?.width ?? 0 }
+        #expect(widths == [10, 20, 30])
+        #expect(harness.origin.requestCount("/other.jpg") == 1)
+    }
+
+    @Test("a pixel bomb, an over-long animation, an SVG, a truncated file and a non-image are refused with their reasons; the daemon keeps serving")
+    func hostileImages() async throws {
+        let harness = try ProxyHarness()
+        for name in ["bomb.png", "long.gif", "image.svg", "truncated.jpg", "photo.jpg"] { ImageFiles.serve(harness, name) }
+        harness.origin.route("/text.jpg") { _ in Reply(status: 200, headers: [("Content-Type", "image/jpeg")], body: Array("not an image".utf8)) }
+        let refusals: [(String, String, Int, String)] = [
+            ("w:10", "bomb.png", 422, "3600 MP), over transform-max-megapixels (50)"),
+            ("w:10", "long.gif", 422, "150 frames, over transform-max-frames (100)"),
+            ("w:10", "image.svg", 422, "SVG sources are refused"),
+            ("w:10", "truncated.jpg", 422, "could not be transformed"),
+            ("w:10", "text.jpg", 502, "not a JPEG"),
+            ("w:10", "missing.jpg", 404, "the source answered 404"),
+        ]
+        for (options, source, status, reason) in refusals {
+            let response = try await harness.get(Self.path(options, source))
+            #expect(response.status == status && response.text.contains(reason), "\(source): \(response.status) \(response.text)")
+            #expect(response.header("Content-Type")?.hasPrefix("text/plain") == true)
+        }
+        // The long animation as a still (first frame) is within the limits.
+        #expect(Decoded.read(try await harness.get(Self.path("w:10/f:png", "long.gif")).body)?.frames == 1)
+        #expect(try await harness.get(Self.path("w:10", "photo.jpg")).status == 200)
+        let stats = try await Self.stats(harness)
+        #expect(stats.transforms?.results["-"]?["megapixels"] == 1 || stats.transforms?.results["png"]?["megapixels"] == 1)
+    }
+
+    @Test("options are checked: unknown, malformed, over transform-max-dimension (400); a result over it (422); a POST (405)")
+    func badRequests() async throws {
+        let harness = try ProxyHarness { $0.transform.limits.maxDimension = 500 }
+        ImageFiles.serve(harness, "photo.jpg")
+        for (options, status, reason) in [("zoom:2", 400, "unknown processing option 'zoom'"), ("rs:fit:abc", 400, "is not a size"),
+                                          ("w:501", 400, "0...500"), ("w:500", 200, ""), ("w:480/pd:20", 422, "over transform-max-dimension (500)"),
+                                          ("rot:45", 400, "multiple of 90")] {
+            let response = try await harness.get(Self.path(options, "photo.jpg"))
+            #expect(response.status == status && (reason.isEmpty || response.text.contains(reason)), "\(options): \(response.text.prefix(200))")
+        }
+        #expect(try await harness.get(Self.path("w:10", "photo.jpg"), method: "POST").status == 405)
+        #expect(try await harness.get("/transform/insecure/w:10/enc/abc").status == 400)
+        #expect(try await harness.get(Self.path("w:10", "local:///missing.jpg")).status == 404)
+    }
+
+    @Test("limits at their edges: source bytes (413), megapixels, frames")
+    func limits() async throws {
+        let photo = ImageFiles.bytes("photo.jpg")
+        let harness = try ProxyHarness {
+            $0.transform.maxSourceBytes = photo.count
+            $0.transform.limits.maxPixels = 640 * 427
+            $0.transform.limits.maxFrames = 3
+        }
+        ImageFiles.serve(harness, "photo.jpg")
+        ImageFiles.serve(harness, "anim.gif")
+        #expect(try await harness.get(Self.path("w:10", "photo.jpg")).status == 200)
+        #expect(try await harness.get(Self.path("w:10", "anim.gif")).status == 200)
+        let tight = try ProxyHarness {
+            $0.transform.maxSourceBytes = photo.count - 1
+            $0.transform.limits.maxPixels = 640 * 427 - 1
+            $0.transform.limits.maxFrames = 2
+        }
+        ImageFiles.serve(tight, "photo.jpg")
+        ImageFiles.serve(tight, "anim.gif")
+        let big = try await tight.get(Self.path("w:10", "photo.jpg"))
+        #expect(big.status == 413 && big.text.contains("transform-max-source-bytes"))
+        let frames = try await tight.get(Self.path("w:10", "anim.gif"))
+        #expect(frames.status == 422 && frames.text.contains("3 frames, over transform-max-frames (2)"))
+        #expect(try await tight.get(Self.path("w:10/f:png", "anim.gif")).status == 200)
+        tight.origin.route("/small.jpg") { _ in Reply(status: 200, headers: [("Content-Type", "image/jpeg")], body: photo) }
+        // The same photo under a limit one pixel short of it.
+        let loose = try ProxyHarness { $0.transform.limits.maxPixels = 640 * 427 - 1 }
+        ImageFiles.serve(loose, "photo.jpg")
+        let pixels = try await loose.get(Self.path("w:10", "photo.jpg"))
+        #expect(pixels.status == 422 && pixels.text.contains("over transform-max-megapixels"))
+    }
+
+    @Test("a restart serves variants from disk; a purge of the source removes its variants in both tiers")
+    func diskAndPurge() async throws {
+        let harness = try ProxyHarness()
+        ImageFiles.serve(harness, "photo.jpg")
+        let target = Self.path("w:100", "photo.jpg")
+        let made = try await harness.get(target)
+        #expect(made.header("X-Cache") == "MISS")
+        await harness.flushDisk()
+        try harness.restart()
+        let fromDisk = try await harness.get(target)
+        #expect(fromDisk.body == made.body && fromDisk.header("Cache-Status")?.contains("detail=disk") == true)
+        #expect(harness.origin.requestCount("/photo.jpg") == 1)
+        #expect(try await Self.transformsDone(harness) == 0)
+
+        let source = CacheKey(try UpstreamURL.parse(harness.origin.baseURL + "/photo.jpg"))
+        _ = try await harness.get("/photo.jpg")   // the source itself, back in memory
+        #expect(!harness.daemon.proxy.memory.renditions(of: source.url).isEmpty)
+        let url = (harness.origin.baseURL + "/photo.jpg").addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
+        #expect(try await harness.get("/_imagecached/cache?url=" + url, method: "DELETE").status == 200)
+        #expect(harness.daemon.proxy.memory.renditions(of: source.url).isEmpty)
+        await harness.flushDisk()
+        #expect(harness.daemon.proxy.disk?.stats.entries == 0)
+        let again = try await harness.get(target)
+        #expect(again.header("X-Cache") == "MISS" && again.header("Cache-Status")?.contains("detail=transformed") == true)
+        #expect(harness.origin.requestCount("/photo.jpg") == 2)
+    }
+
+    @Test("a rendition has its source's freshness; once stale, an unchanged source (304) refreshes it without a transform, a changed one (new ETag) makes it again")
+    func sourceChanges() async throws {
+        let harness = try ProxyHarness()
+        let version = Mutex("\"v1\"")
+        let photo = ImageFiles.bytes("photo.jpg"), rotated = ImageFiles.bytes("rotated.jpg")
+        harness.origin.route("/live.jpg") { request in
+            let current = version.withLock { $0 }
+            if request.header("If-None-Match") == current {
+                return Reply(status: 304, headers: [("Cache-Control", "max-age=60"), ("ETag", current)])
+            }
+            return Reply(status: 200, headers: [("Content-Type", "image/jpeg"), ("Cache-Control", "max-age=60"), ("ETag", current)],
+                         body: current == "\"v1\"" ? photo : rotated)
+        }
+        let target = Self.path("w:100", "live.jpg")
+        let first = try await harness.get(target)
+        #expect(Decoded.read(first.body)?.height == 67 && first.header("Cache-Control") == "max-age=60")
+        harness.clock.advance(30)
+        #expect(try await harness.get(target).header("X-Cache") == "HIT")
+        harness.clock.advance(40)   // both stale now
+        let refreshed = try await harness.get(target)
+        #expect(refreshed.body == first.body && refreshed.header("X-Cache") == "REVALIDATED")
+        #expect(try await Self.transformsDone(harness) == 1)
+        #expect(try await Self.transformsDone(harness, result: "refreshed") == 1)
+        version.withLock { $0 = "\"v2\"" }
+        harness.clock.advance(70)
+        let changed = try await harness.get(target)
+        #expect(Decoded.read(changed.body)?.height == 150 && changed.header("ETag") != first.header("ETag"))
+        #expect(try await Self.transformsDone(harness) == 2)
+        // Fetching the source anew with another ETag drops the renditions made from the old one.
+        version.withLock { $0 = "\"v3\"" }
+        _ = try await harness.get("/live.jpg", headers: [("Cache-Control", "no-cache")])
+        let source = try UpstreamURL.parse(harness.origin.baseURL + "/live.jpg")
+        #expect(harness.daemon.proxy.memory.renditions(of: source).isEmpty)
+    }
+
+    @Test("a full transform queue is 503 with its reason; a HEAD gets the head only")
+    func queueAndHead() async throws {
+        let harness = try ProxyHarness {
+            $0.transform.workers = 1
+            $0.transform.queueLimit = 0
+        }
+        let gate = Gate()
+        let body = ImageFiles.bytes("photo.jpg")
+        harness.origin.route("/slow.jpg") { _ in
+            var reply = Reply(status: 200, headers: [("Content-Type", "image/jpeg"), ("Cache-Control", "max-age=600")], body: body)
+            reply.gateBeforeHead = gate
+            return reply
+        }
+        ImageFiles.serve(harness, "photo.jpg")
+        harness.waiters.expect(1)
+        let held = try harness.connect()
+        try held.request(Self.path("w:10", "slow.jpg"))
+        #expect(await harness.waiters.wait())
+        let refused = try await harness.get(Self.path("w:20", "photo.jpg"))
+        #expect(refused.status == 503 && refused.text.contains("too many transforms in progress"))
+        gate.open()
+        #expect(try await readAll([held]).first?.status == 200)
+        let head = try await harness.get(Self.path("w:20", "photo.jpg"), method: "HEAD")
+        #expect(head.status == 200 && head.body.isEmpty && head.header("Content-Type") == "image/jpeg")
+    }
+}
