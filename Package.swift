@@ -106,7 +106,7 @@ let package = Package(
         .executableTarget(
             name: "imagecached",
             dependencies: [
-                "ImageCacheHTTP", "ImageCacheConfig", "ImageCacheCore", "ImageCacheOps",
+                "ImageCacheHTTP", "ImageCacheConfig", "ImageCacheTransform", "ImageCacheCore", "ImageCacheOps",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],

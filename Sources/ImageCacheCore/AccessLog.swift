@@ -1,7 +1,7 @@
 // The access log: one line per request, written when its response ends (or is aborted), when `access-log` is on.
 // A wrapper around the connection's sink; when the log is off nothing is wrapped, so the hot path pays nothing.
 // The line is text for standard error and the same fields as metadata (client, method, target, status, cache,
-// bytes, ms, end) for structured handlers.
+// bytes, ms, end, and for a transform its canonical options and format class: transform) for structured handlers.
 
 internal import ImageCacheSystem
 internal import ImageCacheHTTP
@@ -18,6 +18,8 @@ final class AccessLogSink: ResponseSink {
         var xCache = "-"
         var bytes = 0
         var logged = false
+        /// A transform's canonical options and format class (the rendition's text).
+        var transform: String?
     }
 
     private let inner: any ResponseSink
@@ -48,6 +50,11 @@ final class AccessLogSink: ResponseSink {
         inner.note(outcome)
     }
 
+    /// The request is a transform: its rendition's text (canonical options, format class) goes in the line.
+    func describe(transform: String) {
+        state.withLock { $0.transform = transform }
+    }
+
     private func started(_ head: HTTPResponseHead) {
         state.withLock { $0.status = head.status }
     }
@@ -68,7 +75,12 @@ final class AccessLogSink: ResponseSink {
             "cache": "\(record.xCache)", "bytes": "\(record.bytes)", "ms": "\(time)",
         ]
         if !outcome.isEmpty { metadata["end"] = "\(outcome.dropFirst())" }
-        logger.info("\(line) \(record.status) \(record.xCache) \(record.bytes)B \(time)ms\(outcome)", metadata: metadata)
+        var transform = ""
+        if let text = record.transform {
+            metadata["transform"] = "\(text)"
+            transform = " transform=" + text
+        }
+        logger.info("\(line) \(record.status) \(record.xCache) \(record.bytes)B \(time)ms\(transform)\(outcome)", metadata: metadata)
     }
 
     func interim(_ head: HTTPResponseHead) { inner.interim(head) }

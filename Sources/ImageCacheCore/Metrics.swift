@@ -284,6 +284,8 @@ public struct DaemonStats: Sendable, Codable, Equatable {
         public var running = 0
         public var queued = 0
         public var total: Int { results.values.reduce(0) { $0 + $1.values.reduce(0, +) } }
+        /// Mean time on a worker, milliseconds (nil before the first).
+        public var meanMilliseconds: Int? { seconds.count == 0 ? nil : Int((seconds.sum / Double(seconds.count) * 1000).rounded()) }
     }
 
     public init() {}

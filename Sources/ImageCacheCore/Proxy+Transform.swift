@@ -45,8 +45,9 @@ internal import Dispatch
 internal import Foundation
 internal import Logging
 
-/// What a rendition request adds to a client request.
-struct RenditionRequest: Sendable {
+/// What a rendition request adds to a client request. A class: a client request (passed along the hit path) holds
+/// one reference, nil for every request that is not a transform.
+final class RenditionRequest: Sendable {
     let target: TransformTarget
     /// The output format (nil: the source's) and whether it was negotiated from Accept.
     let choice: FormatNegotiation.Choice
@@ -65,6 +66,7 @@ extension Proxy {
     func serveTransform(_ target: TransformTarget, head: HTTPRequestHead, client: ClientInfo, sink: any ResponseSink,
                         settings: ProxySettings) {
         let rendition = RenditionRequest(target, accept: head.headers["Accept"], settings: settings.configuration.transform)
+        (sink as? AccessLogSink)?.describe(transform: rendition.text)
         let request = ClientRequest(head: head, url: target.source, mode: target.mode, trusted: target.trusted, client: client,
                                     fields: settings.requestFields, rendition: rendition)
         serve(request, sink: sink)

@@ -44,6 +44,15 @@ public enum StatsReport {
                 line(index == 0 ? "top hosts" : "", "\(host.host): \(host.transfers) transfers, \(bytes(host.bytes))")
             }
         }
+        if let transforms = stats.transforms {
+            var text = "\(transforms.total) ended, \(transforms.running) running, \(transforms.queued) queued, \(transforms.workers) workers"
+            if let mean = transforms.meanMilliseconds { text += ", mean \(mean) ms" }
+            text += "; \(bytes(transforms.bytesIn)) in, \(bytes(transforms.bytesOut)) out"
+            line("transforms", text)
+            for (format, results) in transforms.results.sorted(by: { $0.key < $1.key }) {
+                line("", "\(format): " + results.sorted { $0.value > $1.value }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))
+            }
+        }
         let errors = stats.errors.sorted { $0.value > $1.value }.map { "\($0.key) \($0.value)" }
         line("errors", errors.isEmpty ? "none" : errors.joined(separator: ", "))
         return out

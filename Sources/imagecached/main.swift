@@ -2,6 +2,7 @@
 
 import ImageCacheHTTP
 import ImageCacheConfig
+import ImageCacheTransform
 import ImageCacheCore
 import ImageCacheOps
 import ArgumentParser
@@ -75,18 +76,27 @@ func runDaemon(_ arguments: [String]) -> Never {
 
 /// `imagecached sign URL`: a signed fetch URL for the daemon, made with the first signing key of its configuration
 /// (file or environment), as `http://ADDRESS/fetch?url=...&sig=...` or, with --camo, `http://ADDRESS/fetch/<hex>/<hex>`.
+/// With --transform OPTIONS: a signed transform URL (imgproxy's form) with the first transform key/salt pair.
 struct Sign: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Print a signed fetch URL for URL, made with the first of the daemon's signing keys.")
+        abstract: "Print a signed fetch URL for URL (first signing key), or with --transform a signed transform URL (first key/salt pair).")
 
-    @Argument(help: "The image URL (http or https).")
+    @Argument(help: "The image URL (http or https); with --transform also a path under a configured origin (/img/a.jpg).")
     var url: String
     @Flag(help: "Print the camo path form /fetch/<HMAC hex>/<URL hex> instead of /fetch?url=...&sig=...")
     var camo = false
+    @Option(help: "Processing options of a transform URL, e.g. rs:fill:300:200/q:80/f:webp (imgproxy's syntax).")
+    var transform: String?
+    @Flag(help: "With --transform: the source as URL-safe base64 instead of /plain/<percent-encoded URL>.")
+    var base64 = false
     @OptionGroup var daemon: DaemonAddress
 
     func run() throws {
         let configuration = try daemon.configuration()
+        if let transform {
+            try signTransform(options: transform, configuration: configuration)
+            return
+        }
         guard (try? UpstreamURL.parse(url)) != nil else {
             FileHandle.standardError.write(Data("imagecached: '\(url)' is not an absolute http or https URL\n".utf8))
             throw ExitCode(2)
@@ -100,6 +110,37 @@ struct Sign: ParsableCommand {
             throw ExitCode(2)
         }
         print(signed)
+    }
+
+    private func signTransform(options: String, configuration: Configuration) throws {
+        guard url.hasPrefix("/") || (try? UpstreamURL.parse(url)) != nil else {
+            FileHandle.standardError.write(Data("imagecached: '\(url)' is neither an absolute http or https URL nor a path\n".utf8))
+            throw ExitCode(2)
+        }
+        let segments = options.split(separator: "/").map { Substring($0) }
+        do {
+            _ = try TransformOptions.parse(segments, presets: configuration.transform.presets,
+                                           onlyPresets: configuration.transform.onlyPresets,
+                                           maxDimension: configuration.transform.limits.maxDimension)
+        } catch {
+            FileHandle.standardError.write(Data("imagecached: \(error.reason)\n".utf8))
+            throw ExitCode(2)
+        }
+        let source: String
+        if base64 {
+            source = Data(url.utf8).base64EncodedString().replacingOccurrences(of: "+", with: "-")
+                .replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+        } else {
+            let kept = CharacterSet(charactersIn: "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~:/")
+            source = "plain/" + (url.addingPercentEncoding(withAllowedCharacters: kept) ?? url)
+        }
+        let path = "/" + segments.joined(separator: "/") + "/" + source
+        let signing = configuration.transform.signing
+        if signing.isInsecure {
+            FileHandle.standardError.write(Data("imagecached: no transform key: the URL is unsigned (set transform-keys and transform-salts, or IMGPROXY_KEY and IMGPROXY_SALT)\n".utf8))
+        }
+        let prefix = configuration.transform.normalisedPrefix
+        print("http://\(AdminClient.address(for: configuration.listen))\(prefix)/\(signing.sign(path: path))\(path)")
     }
 }
 

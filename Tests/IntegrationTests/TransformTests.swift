@@ -424,4 +424,54 @@ struct TransformTests {
         let head = try await harness.get(Self.path("w:20", "photo.jpg"), method: "HEAD")
         #expect(head.status == 200 && head.body.isEmpty && head.header("Content-Type") == "image/jpeg")
     }
+
+    @Test("operations: the access log names the options, metrics count transforms by format and result, imagecached stats shows them, imagecached sign makes URLs the daemon verifies")
+    func operations() async throws {
+        let lines = LogCapture()
+        let pairs = [TransformSigning.Pair(key: Array("0123456789abcdef".utf8), salt: Array("pepper".utf8))]
+        let harness = try ProxyHarness(logCapture: lines) {
+            $0.accessLog = true
+            $0.transform.signing = TransformSigning(pairs: pairs)
+        }
+        ImageFiles.serve(harness, "photo.jpg")
+        ImageFiles.serve(harness, "bomb.png")
+        let signing = TransformSigning(pairs: pairs)
+        let path = "/w:80/f:webp/plain/photo.jpg"
+        #expect(try await harness.get("/transform/\(signing.sign(path: path))\(path)").status == 200)
+        let bomb = "/w:80/plain/bomb.png"
+        #expect(try await harness.get("/transform/\(signing.sign(path: bomb))\(bomb)").status == 422)
+        #expect(lines.messages.contains { $0.contains("GET /transform/") && $0.contains(" 200 MISS ") && $0.contains("transform=rs:fit:80:0:0:0/f:webp") },
+                "\(lines.messages.filter { $0.contains("/transform/") })")
+        #expect(lines.messages.contains { $0.contains("422") && $0.contains("over transform-max-megapixels") })
+        let metrics = try await harness.get("/_imagecached/metrics").text
+        #expect(metrics.contains("imagecached_transforms_total{format=\"webp\",result=\"ok\"} 1"))
+        #expect(metrics.contains("imagecached_transforms_total{format=\"-\",result=\"megapixels\"} 1"))
+        #expect(metrics.contains("imagecached_transform_duration_seconds_count 2"))
+        #expect(metrics.contains("imagecached_transform_queue_depth 0"))
+        let report = StatsReport.text(try await Self.stats(harness))
+        #expect(report.contains("transforms    2 ended") && report.contains("webp: ok 1"), "\(report)")
+    }
+
+    @Test("imagecached sign --transform prints URLs (plain and base64 forms) that the daemon verifies with imgproxy's key and salt")
+    func signCommand() async throws {
+        let environment = ["IMGPROXY_KEY": "943b421c9eb07c830af81030552c86009268de4e532ba2ee2eab8247c6da0881",
+                           "IMGPROXY_SALT": "520f986b998545b4785e0defbc4f3c1203f22de2374a3d53cb7a7fe9fea309c5",
+                           "PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin"]
+        let pairs = try Configuration.load(file: nil, environment: environment, flags: []).transform.signing.pairs
+        let harness = try ProxyHarness { $0.transform.signing = TransformSigning(pairs: pairs) }
+        ImageFiles.serve(harness, "photo.jpg")
+        let source = harness.origin.baseURL + "/photo.jpg"
+        for extra in [[], ["--base64"]] {
+            let (status, stdout, stderr) = try await CLITests.run(["sign", "--transform", "rs:fill:64:64/f:png"] + extra + [source],
+                                                                  environment: environment)
+            #expect(status == 0, "\(stderr)")
+            let url = stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+            #expect(url.hasPrefix("http://127.0.0.1:8080/transform/") && !url.contains("insecure"))
+            let target = String(url.dropFirst("http://127.0.0.1:8080".count))
+            let response = try await harness.get(target)
+            #expect(response.status == 200 && Decoded.read(response.body) == Decoded(format: "png", width: 64, height: 64, frames: 1), "\(target)")
+        }
+        let (bad, _, stderr) = try await CLITests.run(["sign", "--transform", "zoom:2", source], environment: environment)
+        #expect(bad == 2 && stderr.contains("unknown processing option 'zoom'"))
+    }
 }
