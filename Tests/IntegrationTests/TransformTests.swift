@@ -337,6 +337,19 @@ struct TransformTests {
         #expect(pixels.status == 422 && pixels.text.contains("over transform-max-megapixels"))
     }
 
+    @Test("transform-timeout stops a job that takes too long (a 10 MP blur of sigma 60 against 50 ms) with 422; the worker goes on to the next job")
+    func timeout() async throws {
+        let harness = try ProxyHarness {
+            $0.transform.limits.timeoutSeconds = 0.05
+            $0.transform.workers = 1
+        }
+        ImageFiles.serve(harness, "photo.jpg")
+        let slow = try await harness.get(Self.path("rs:fit:4000:4000:1/bl:60", "photo.jpg"))
+        #expect(slow.status == 422 && slow.text.contains("took longer than transform-timeout (0.05s)"), "\(slow.text)")
+        #expect(try await harness.get(Self.path("w:10", "photo.jpg")).status == 200)
+        #expect(try await Self.transformsDone(harness, result: "timeout") == 1)
+    }
+
     @Test("a restart serves variants from disk; a purge of the source removes its variants in both tiers")
     func diskAndPurge() async throws {
         let harness = try ProxyHarness()
