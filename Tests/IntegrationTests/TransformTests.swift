@@ -487,4 +487,57 @@ struct TransformTests {
         let (bad, _, stderr) = try await CLITests.run(["sign", "--transform", "zoom:2", source], environment: environment)
         #expect(bad == 2 && stderr.contains("unknown processing option 'zoom'"))
     }
+
+    @Test("sources: an absolute URL under a configured origin is fetched as that origin; others go through the private-network guard and allowed-sources, as fetch mode does")
+    func sourceRules() async throws {
+        let guarded = try ProxyHarness { $0.allowPrivateNetworks = false }
+        ImageFiles.serve(guarded, "photo.jpg")
+        // The origin's own URL is trusted (it is configured); the same host under another port is not.
+        #expect(try await guarded.get(Self.path("w:10", guarded.origin.baseURL + "/photo.jpg")).status == 200)
+        let other = try await guarded.get(Self.path("w:10", "http://127.0.0.1:9/photo.jpg"))
+        #expect(other.status == 403 || other.status == 502, "\(other.status) \(other.text)")
+        #expect(other.text.contains("private") || other.text.contains("loopback") || other.text.contains("not allowed"), "\(other.text)")
+
+        let listed = try ProxyHarness { $0.allowedSources = ["http://images.example.com/public/", "https://*.example.org"] }
+        for source in ["http://images.example.com/private/a.jpg", "http://images.example.com/publicity.jpg", "https://example.org/a.jpg"] {
+            let response = try await listed.get(Self.path("w:10", source))
+            #expect(response.status == 403 && response.text.contains("allowed-sources"), "\(source)")
+            let fetched = try await listed.get("/fetch?url=" + source.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!)
+            #expect(fetched.status == 403 && fetched.text.contains("allowed-sources"), "\(source)")
+        }
+    }
+
+    @Test("presets: configured option sets, the default preset for every URL, and only-presets mode refusing other options")
+    func presets() async throws {
+        let harness = try ProxyHarness {
+            $0.transform.presets = ["thumb": ["rs:fill:50:50", "f:png"], "default": ["q:70"]]
+            $0.transform.onlyPresets = true
+        }
+        ImageFiles.serve(harness, "photo.jpg")
+        let thumb = try await harness.get(Self.path("pr:thumb", "photo.jpg"))
+        #expect(Decoded.read(thumb.body) == Decoded(format: "png", width: 50, height: 50, frames: 1))
+        #expect(try await harness.get(Self.path("preset:thumb", "photo.jpg")).header("X-Cache") == "HIT")
+        let refused = try await harness.get(Self.path("w:10", "photo.jpg"))
+        #expect(refused.status == 400 && refused.text.contains("presets only"))
+        #expect(try await harness.get(Self.path("pr:nope", "photo.jpg")).status == 400)
+    }
+
+    @Test("transform-prefix / serves imgproxy's paths at the root when no origin is configured (camo paths still route to fetch)")
+    func rootPrefix() async throws {
+        let origin = try ProxyHarness()
+        ImageFiles.serve(origin, "photo.jpg")
+        let root = try ProxyHarness {
+            $0.origins = []
+            $0.transform.prefix = "/"
+        }
+        let source = origin.origin.baseURL + "/photo.jpg"
+        let response = try await root.get("/insecure/w:32/plain/" + source)
+        #expect(response.status == 200 && Decoded.read(response.body)?.width == 32, "\(response.text)")
+        #expect(throws: ConfigError.self) {
+            var configuration = Configuration()
+            configuration.transform.prefix = "/"
+            configuration.origins = [OriginMapping(prefix: "/", url: "http://127.0.0.1:1")]
+            try configuration.validate()
+        }
+    }
 }
