@@ -125,7 +125,9 @@ struct AllowedSources: Sendable, Equatable {
         for item in items where item.scheme == url.scheme && item.port == url.effectivePort {
             let hostMatches = item.wildcard ? url.host.hasSuffix("." + item.host) : url.host == item.host
             guard hostMatches else { continue }
-            if item.path.isEmpty || url.pathAndQuery == item.path || url.pathAndQuery.hasPrefix(item.path.hasSuffix("/") ? item.path : item.path + "/") {
+            let path = url.pathAndQuery
+            if item.path.isEmpty || path == item.path || path.hasPrefix(item.path.hasSuffix("/") ? item.path : item.path + "/")
+                || (!item.path.hasSuffix("/") && path.hasPrefix(item.path + "?")) {
                 return nil
             }
         }

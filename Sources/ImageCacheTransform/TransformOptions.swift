@@ -203,7 +203,8 @@ public struct TransformOptions: Sendable, Equatable {
             guard let value = Double(text), value.isFinite, range.contains(value) else {
                 throw Failure("option \(name): '\(text.prefix(16))' is not a number in \(number(range.lowerBound))...\(number(range.upperBound))")
             }
-            return value
+            // Kept to 4 decimals, as the canonical text writes it: what is transformed is what the key names.
+            return (value * 10_000).rounded() / 10_000
         }
         func parseType(_ text: String) throws(Failure) -> ResizeType {
             guard let type = ResizeType(rawValue: text) else {
@@ -330,7 +331,10 @@ public struct TransformOptions: Sendable, Equatable {
         case "cachebuster", "cb":
             try most(1)
             cacheBuster = args.first ?? ""
-            guard cacheBuster.utf8.count <= 64 else { throw Failure("option \(name): the cache buster is longer than 64 bytes") }
+            // It becomes part of the cache key's text, which holds visible ASCII only (no space, no line break).
+            guard cacheBuster.utf8.count <= 64, cacheBuster.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
+                throw Failure("option \(name): the cache buster must be at most 64 visible ASCII characters")
+            }
         default:
             throw Failure("unknown processing option '\(name.prefix(32))'")
         }
@@ -344,7 +348,7 @@ public struct TransformOptions: Sendable, Equatable {
             guard let value = Double(args[n]), value.isFinite, abs(value) <= 1_000_000 else {
                 throw Failure("option \(option): '\(args[n].prefix(16))' is not an offset")
             }
-            return value
+            return (value * 10_000).rounded() / 10_000
         }
         switch args[0] {
         case "sm" where allowSmart:
@@ -354,7 +358,7 @@ public struct TransformOptions: Sendable, Equatable {
             guard args.count == 3, let x = Double(args[1]), let y = Double(args[2]), (0...1).contains(x), (0...1).contains(y) else {
                 throw Failure("option \(option): fp needs X:Y, each 0...1")
             }
-            return .focus(x: x, y: y)
+            return .focus(x: (x * 10_000).rounded() / 10_000, y: (y * 10_000).rounded() / 10_000)
         default:
             guard let (x, y) = compass[args[0]] else {
                 throw Failure("option \(option): '\(args[0].prefix(16))' is not a gravity (no, so, ea, we, noea, nowe, soea, sowe, ce\(allowSmart ? ", sm" : ""), fp:X:Y)")
@@ -409,10 +413,13 @@ public struct TransformOptions: Sendable, Equatable {
     }
 }
 
-/// A number as the canonical text writes it: integers without a fraction, others with up to 4 decimals.
+/// A number as the canonical text writes it: rounded to 4 decimals (as the parser keeps it), integers without a
+/// fraction, others without trailing zeros.
 func number(_ value: Double) -> String {
-    if value == value.rounded(), abs(value) < 1e15 { return String(Int(value)) }
-    var text = String(format: "%.4f", value)
+    let rounded = (value * 10_000).rounded() / 10_000
+    if rounded == rounded.rounded(), abs(rounded) < 1e15 { return String(Int(rounded)) }
+    var text = String(format: "%.4f", rounded)
     while text.hasSuffix("0") { text.removeLast() }
+    if text.hasSuffix(".") { text.removeLast() }
     return text
 }

@@ -1,6 +1,7 @@
 // TransformPool: the workers that run transforms, a bounded queue in front of them, and a queue timeout.
 //
-//   submit(job) ── a worker free? ──> run on it (a thread of its own: libvips blocks while it works)
+//   submit(job) ── a worker free? ──> run on it (`transform-workers` threads of their own, started with the pool:
+//        │                            libvips blocks while it works, and Dispatch's shared pool must not wait on it)
 //        │ all busy: queue holds < transform-queue? ──> wait in order; refused with 503 once it has waited
 //        │                                             transform-queue-timeout
 //        └ queue full ──> 503 at once ("the transform queue is full")
@@ -9,8 +10,9 @@
 // thread (VipsRuntime.start's threadsPerImage), so at most that many images are decoded at once and the memory they
 // take is bounded by workers x the largest image the limits admit.
 //
-// Ownership: `state` (Mutex) holds the queue and the busy count; the callbacks run on the worker threads (or, for a
-// refusal or timeout, on the caller's or the timer's thread) and must hop to their owner's queue themselves.
+// Ownership: `Shared.condition` guards the queue, the busy count and the stop flag; the worker threads hold `Shared`
+// (not the pool) and end when the pool goes. The callbacks run on the worker threads (or, for a refusal or timeout,
+// on the caller's or the timer's thread) and must hop to their owner's queue themselves.
 
 internal import ImageCacheSystem
 internal import Foundation
@@ -31,39 +33,56 @@ public final class TransformPool: Sendable {
         }
     }
 
-    private struct Waiting {
-        var id: UInt64
-        var job: Job
-    }
-
-    private struct State {
-        var busy = 0
+    /// What the pool and its threads share, guarded by `condition`.
+    private final class Shared: @unchecked Sendable {
+        struct Waiting {
+            var id: UInt64
+            var job: Job
+        }
+        let condition = NSCondition()
         var waiting: [Waiting] = []
+        var busy = 0
         var nextID: UInt64 = 0
+        var stopped = false
     }
 
     public let workers: Int
     public let queueLimit: Int
     public let queueTimeout: Duration
-    private let state = Mutex(State())
-    private let threads: DispatchQueue
+    private let shared = Shared()
     private let timers = DispatchQueue(label: "imagecached.transform.timers")
-    /// Runs a job; injected by tests of the queue (the default is libvips).
-    private let run: @Sendable (Job) -> Result<TransformedImage, TransformFailure>
 
+    /// `run`: what a worker does with a job; injected by tests of the queue (the default is libvips).
     public init(workers: Int, queueLimit: Int, queueTimeout: Duration,
                 run: @escaping @Sendable (Job) -> Result<TransformedImage, TransformFailure> = { Transformer.run($0.source, $0.spec) }) {
         self.workers = max(1, workers)
         self.queueLimit = max(0, queueLimit)
         self.queueTimeout = queueTimeout
-        self.run = run
-        threads = DispatchQueue(label: "imagecached.transform", attributes: .concurrent)
+        for index in 0..<self.workers {
+            let shared = shared
+            let thread = Thread { TransformPool.work(shared, run: run) }
+            thread.name = "icd.transform.\(index)"
+            thread.start()
+        }
+    }
+
+    deinit {
+        shared.condition.lock()
+        shared.stopped = true
+        shared.condition.broadcast()
+        shared.condition.unlock()
     }
 
     /// Jobs running now.
-    public var running: Int { state.withLock { $0.busy } }
+    public var running: Int { locked { $0.busy } }
     /// Jobs waiting for a worker.
-    public var queued: Int { state.withLock { $0.waiting.count } }
+    public var queued: Int { locked { $0.waiting.count } }
+
+    private func locked<T>(_ body: (Shared) -> T) -> T {
+        shared.condition.lock()
+        defer { shared.condition.unlock() }
+        return body(shared)
+    }
 
     /// The CPUs this process may use: its affinity mask (Cpus_allowed in /proc/self/status), lowered by a cgroup v2
     /// CPU quota (cpu.max) when one is set; at least 1.
@@ -84,53 +103,50 @@ public final class TransformPool: Sendable {
         return max(1, count)
     }
 
-    /// Starts `job` now, queues it, or refuses it (503, at once).
+    /// Hands `job` to a free worker, queues it, or refuses it (503, at once).
     public func submit(_ job: Job) {
-        enum Step { case start, queued(UInt64), full }
-        let step: Step = state.withLock { state in
-            if state.busy < workers {
-                state.busy += 1
-                return .start
-            }
-            guard state.waiting.count < queueLimit else { return .full }
-            state.nextID += 1
-            state.waiting.append(Waiting(id: state.nextID, job: job))
-            return .queued(state.nextID)
+        let id: UInt64? = locked { shared in
+            // Free workers take from the queue at once; past them, `queueLimit` jobs may wait.
+            guard shared.waiting.count < workers - shared.busy + queueLimit else { return nil }
+            shared.nextID += 1
+            shared.waiting.append(Shared.Waiting(id: shared.nextID, job: job))
+            shared.condition.signal()
+            return shared.nextID
         }
-        switch step {
-        case .start:
-            start(job)
-        case let .queued(id):
-            timers.asyncAfter(deadline: .now() + queueTimeout.inSeconds) { [self] in expire(id) }
-        case .full:
+        guard let id else {
             job.completion(.failure(TransformFailure(status: 503, reason: "the transform queue is full (transform-queue: \(queueLimit) waiting, \(workers) workers busy)", label: "queue_full")), 0)
+            return
         }
+        timers.asyncAfter(deadline: .now() + queueTimeout.inSeconds) { [weak self] in self?.expire(id) }
     }
 
     private func expire(_ id: UInt64) {
-        let expired: Job? = state.withLock { state in
-            guard let index = state.waiting.firstIndex(where: { $0.id == id }) else { return nil }
-            return state.waiting.remove(at: index).job
+        let expired: Job? = locked { shared in
+            guard let index = shared.waiting.firstIndex(where: { $0.id == id }) else { return nil }
+            return shared.waiting.remove(at: index).job
         }
         expired?.completion(.failure(TransformFailure(status: 503, reason: "the transform waited longer than transform-queue-timeout (\(queueTimeout.inSeconds)s) for a worker", label: "queue_timeout")), 0)
     }
 
-    private func start(_ job: Job) {
-        threads.async { [self] in
-            var next: Job? = job
-            while let current = next {
-                let started = ContinuousClock.now
-                let result = run(current)
-                let elapsed = ContinuousClock.now - started
-                current.completion(result, Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18)
-                next = state.withLock { state in
-                    if state.waiting.isEmpty {
-                        state.busy -= 1
-                        return nil
-                    }
-                    return state.waiting.removeFirst().job
-                }
+    /// A worker thread: takes the oldest waiting job, runs it, reports it; ends when the pool goes.
+    private static func work(_ shared: Shared, run: @Sendable (Job) -> Result<TransformedImage, TransformFailure>) {
+        while true {
+            shared.condition.lock()
+            while shared.waiting.isEmpty && !shared.stopped { shared.condition.wait() }
+            if shared.stopped {
+                shared.condition.unlock()
+                return
             }
+            let job = shared.waiting.removeFirst().job
+            shared.busy += 1
+            shared.condition.unlock()
+            let started = ContinuousClock.now
+            let result = run(job)
+            let elapsed = ContinuousClock.now - started
+            job.completion(result, elapsed.inSeconds)
+            shared.condition.lock()
+            shared.busy -= 1
+            shared.condition.unlock()
         }
     }
 }

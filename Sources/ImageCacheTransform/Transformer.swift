@@ -159,7 +159,9 @@ public enum Transformer {
             }
         }
         let swaps = options.autoRotate && (5...8).contains(orientation)
-        var width = swaps ? frameHeight : frameWidth, height = swaps ? frameWidth : frameHeight
+        // Sizes are planned in the final orientation (imgproxy's rule): the EXIF rotation, then `rotate`.
+        let quarterTurn = options.rotate == 90 || options.rotate == 270
+        var width = swaps != quarterTurn ? frameHeight : frameWidth, height = swaps != quarterTurn ? frameWidth : frameHeight
 
         // 2. Pixels: crop and trim need the whole decoded source; otherwise shrink-on-load straight to the scaled size.
         var image: VipsImage
@@ -169,6 +171,7 @@ public enum Transformer {
             // transform-max-megapixels).
             image = try VipsImage.load(raw, allPages: false, random: true).toSRGB()
             if options.autoRotate { image = try image.autorot() }
+            if options.rotate != 0 { image = try image.rotate(options.rotate) }
             if let crop = options.crop {
                 let cw = crop.width == 0 ? width : (crop.width < 1 ? Int((crop.width * Double(width)).rounded()) : Int(crop.width))
                 let ch = crop.height == 0 ? height : (crop.height < 1 ? Int((crop.height * Double(height)).rounded()) : Int(crop.height))
@@ -215,23 +218,28 @@ public enum Transformer {
                 plan.window = nil
             } else if let window = plan.window, window.smart {
                 // libvips scales to cover the window and cuts the most interesting part: shrink-on-load and a smart
-                // crop in one pass.
-                image = try VipsImage.thumbnail(raw, width: window.width, height: window.height, crop: 2,
+                // crop in one pass (in the source's orientation: the window turned back by `rotate`).
+                image = try VipsImage.thumbnail(raw, width: quarterTurn ? window.height : window.width,
+                                                height: quarterTurn ? window.width : window.height, crop: 2,
                                                 allPages: false, autoRotate: options.autoRotate)
                 plan.window = nil
             } else {
-                image = try VipsImage.thumbnail(raw, width: plan.scaledWidth, height: plan.scaledHeight, crop: 0,
+                image = try VipsImage.thumbnail(raw, width: quarterTurn ? plan.scaledHeight : plan.scaledWidth,
+                                                height: quarterTurn ? plan.scaledWidth : plan.scaledHeight, crop: 0,
                                                 allPages: animate, autoRotate: options.autoRotate)
             }
             image = try image.toSRGB()
+            // Turned now, so that the window, the gravity and the canvas are those of the final orientation. A
+            // quarter turn reads the image by columns: it is evaluated into memory first (the scaled size, bounded
+            // by transform-max-dimension).
+            if options.rotate != 0 { image = try (quarterTurn ? image.copyMemory() : image).rotate(options.rotate) }
         }
 
-        // 3. The window, then the per-pixel options, then the canvas.
+        // 3. The window, then the per-pixel options, then the canvas (rotate was applied with the pixels).
         if let window = plan.window {
             image = window.smart ? try image.smartcrop(width: window.width, height: window.height)
                 : try image.extract(left: window.left, top: window.top, width: window.width, height: window.height)
         }
-        if options.rotate != 0 { image = try image.rotate(options.rotate) }
         if options.blur > 0 { image = try image.blur(options.blur) }
         if options.sharpen > 0 { image = try image.sharpen(options.sharpen) }
         if image.hasAlpha, !output.hasAlpha || options.background != nil {

@@ -41,6 +41,8 @@ final class VipsImage: @unchecked Sendable {
     var orientation: Int { Int(icv_orientation(pointer)) }
     var loader: String { String(cString: icv_loader(pointer)) }
 
+    /// The image evaluated into memory (random access from here on).
+    func copyMemory() throws(VipsError) -> VipsImage { try .wrap(icv_copy_memory(pointer), "copy_memory") }
     func autorot() throws(VipsError) -> VipsImage { try .wrap(icv_autorot(pointer), "autorot") }
     func extract(left: Int, top: Int, width: Int, height: Int) throws(VipsError) -> VipsImage {
         try .wrap(icv_extract_area(pointer, Int32(left), Int32(top), Int32(width), Int32(height)), "extract_area")
@@ -61,7 +63,7 @@ final class VipsImage: @unchecked Sendable {
 
     /// Cuts the same window out of every frame of an animation (`pageHeight` each) and stacks them again.
     func cropFrames(pageHeight: Int, left: Int, top: Int, width: Int, height: Int) throws(VipsError) -> VipsImage {
-        let whole = try VipsImage.wrap(icv_copy_memory(pointer), "copy_memory")
+        let whole = try copyMemory()
         var frames: [VipsImage] = []
         for page in 0..<max(1, whole.height / max(1, pageHeight)) {
             frames.append(try whole.extract(left: left, top: page * pageHeight + top, width: width, height: height))

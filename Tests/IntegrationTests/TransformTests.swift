@@ -89,6 +89,12 @@ struct TransformTests {
         ("t:10", "bordered.png", Decoded(format: "png", width: 100, height: 80, frames: 1)),
         ("pd:10:20", "bordered.png", Decoded(format: "png", width: 340, height: 320, frames: 1)),
         ("rot:90", "photo.jpg", Decoded(format: "jpeg", width: 427, height: 640, frames: 1)),
+        // Sizes are those of the final orientation (imgproxy's rule).
+        ("rs:fill:300:200/rot:90", "photo.jpg", Decoded(format: "jpeg", width: 300, height: 200, frames: 1)),
+        ("w:100/rot:270", "photo.jpg", Decoded(format: "jpeg", width: 100, height: 150, frames: 1)),
+        ("rs:fill:60:90/g:sm/rot:90", "photo.jpg", Decoded(format: "jpeg", width: 60, height: 90, frames: 1)),
+        ("c:100:50/rot:90", "photo.jpg", Decoded(format: "jpeg", width: 100, height: 50, frames: 1)),
+        ("w:60/rot:180", "rotated.jpg", Decoded(format: "jpeg", width: 60, height: 90, frames: 1)),
         ("w:100", "rotated.jpg", Decoded(format: "jpeg", width: 100, height: 150, frames: 1)),
         ("ar:0/w:150", "rotated.jpg", Decoded(format: "jpeg", width: 150, height: 100, frames: 1)),
         ("bl:3/sh:1/q:40/w:64", "photo.jpg", Decoded(format: "jpeg", width: 64, height: 43, frames: 1)),
@@ -101,7 +107,7 @@ struct TransformTests {
         ("w:60", "anim.gif", Decoded(format: "gif", width: 60, height: 40, frames: 3)),
         ("rs:fill:40:40", "anim.gif@webp", Decoded(format: "webp", width: 40, height: 40, frames: 3)),
         ("w:60/f:png", "anim.gif", Decoded(format: "png", width: 60, height: 40, frames: 1)),
-        ("w:60/rot:90", "anim.gif", Decoded(format: "gif", width: 40, height: 60, frames: 1)),
+        ("w:60/rot:90", "anim.gif", Decoded(format: "gif", width: 60, height: 90, frames: 1)),
     ])
     func options(options: String, source: String, expected: Decoded) async throws {
         let harness = try ProxyHarness()
