@@ -41,6 +41,13 @@ struct OriginRoute: Sendable {
         baseHasQuery = path.contains("?")
     }
 
+    /// The route with the longest prefix that matches `path` (the first of equals); nil: none.
+    static func longest(matching path: Substring, in routes: [OriginRoute]) -> OriginRoute? {
+        var best: OriginRoute?
+        for route in routes where route.matches(path) && route.prefix.count > (best?.prefix.count ?? -1) { best = route }
+        return best
+    }
+
     /// "/img" matches "/img", "/img/a.jpg" and "/img?x", not "/images"; "" matches everything.
     func matches(_ path: Substring) -> Bool {
         prefix.isEmpty || path == prefix || path.hasPrefix(prefix + "/")
@@ -152,12 +159,7 @@ extension Route {
             // The signed text is the path as the client sent it (imgproxy signs the raw path).
             return transforms.resolve(raw.dropFirst(transforms.prefix.utf8.count + 1), origins: origins)
         }
-        // The longest matching prefix (the first of equals).
-        var best: OriginRoute?
-        for route in origins where route.matches(path) && route.prefix.count > (best?.prefix.count ?? -1) {
-            best = route
-        }
-        guard let mapping = best else {
+        guard let mapping = OriginRoute.longest(matching: path, in: origins) else {
             // With no origin, "/" serves the camo path form too: /<digest>/<encoded URL>.
             if origins.isEmpty, URLSigning.looksSigned(path.dropFirst()) {
                 return signedPath(path.dropFirst(), signing: signing)

@@ -66,9 +66,7 @@ struct TransformRouting: Sendable {
         if source.hasPrefix("/") {
             let normal = UpstreamURL.isNormalPathAndQuery(source) ? source : UpstreamURL.normalisedOriginForm(source)
             let mark = normal.firstIndex(of: "?") ?? normal.endIndex
-            var best: OriginRoute?
-            for route in origins where route.matches(normal[..<mark]) && route.prefix.count > (best?.prefix.count ?? -1) { best = route }
-            guard let best else {
+            guard let best = OriginRoute.longest(matching: normal[..<mark], in: origins) else {
                 return .error(status: 400, reason: "the relative source \(source.prefix(200)) is under no configured origin (--origin)")
             }
             do {
