@@ -296,7 +296,8 @@ def cold_phase(name, proc, port, jobs, url, clients, time_limit, stats=None):
                  "statuses": dict(collections.Counter(r["status"] for r in results.values())),
                  "cache_status": dict(collections.Counter(status_label(r["cache_status"])
                                                           for r in results.values() if r.get("cache_status"))),
-                 "types": dict(collections.Counter(r["type"] for r in ok))}
+                 "types": dict(collections.Counter(r["type"] for r in ok)),
+                 "cores_busy": cpu / wall if wall else 0}
         if stats:
             stats1 = get_json(port, "/_imagecached/stats")
             entry["stats_delta"] = transform_delta(stats0, stats1)
@@ -309,8 +310,31 @@ def cold_phase(name, proc, port, jobs, url, clients, time_limit, stats=None):
     wall = sum(e["wall_s"] for e in out.values())
     cpu = sum(e["cpu_s"] for e in out.values())
     out["all"] = {"ok": total_ok, "requests": sum(e["requests"] for e in out.values()), "wall_s": wall, "cpu_s": cpu,
-                  "tps": total_ok / wall if wall else 0, "cpu_ms_per": cpu * 1000 / max(1, total_ok)}
+                  "tps": total_ok / wall if wall else 0, "cpu_ms_per": cpu * 1000 / max(1, total_ok),
+                  "cores_busy": cpu / wall if wall else 0}
     return out
+
+
+def thread_affinity(pid):
+    """{"thread name cpus=LIST": count} over the process's threads (/proc/<pid>/task/*/status Cpus_allowed_list):
+    shows whether the transform threads inherited an event loop's CPU pin."""
+    out = collections.Counter()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                comm = f.read().strip()
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                cpus = next(line.split()[1] for line in f if line.startswith("Cpus_allowed_list"))
+        except (OSError, StopIteration):
+            continue
+        out[f"{comm} cpus={cpus}"] += 1
+    return dict(out)
+
+
+def prime_imagecached(port, manifest):
+    files = [x["file"] for x in manifest["files"]]
+    _, primed = run_requests(port, [f"/transform/insecure/rs:fit:64:0/f:jpeg/plain{src_path(f)}" for f in files], 2, 300)
+    return dict(collections.Counter(r["status"] for r in primed.values()))
 
 
 def transform_delta(a, b):
@@ -560,6 +584,10 @@ def flood(args, manifest, origin_port, port):
         sampler.stop()
         stats1 = get_json(port, "/_imagecached/stats")
         peak = max(v for _, v in sampler.samples)
+        trace = {}
+        for t, v in sampler.samples:
+            second = max(0, int(t - t0))
+            trace[second] = max(trace.get(second, 0), v)
         after = sampler.samples[-1][1]
         biggest = max(x["bytes"] for x in large)
         decode = max(x["width"] * x["height"] * 3 for x in large)   # one full 8-bit RGB decode
@@ -567,7 +595,8 @@ def flood(args, manifest, origin_port, port):
         return {"clients": clients, "seconds": wall, "workers": workers, "queue": queue, "memory_limit": memory,
                 "sources": [f"{x['file']} {x['width']}x{x['height']} {x['bytes']} B" for x in large],
                 "counts": dict(counts), "first_wave": dict(first_wave), "idle_rss": idle, "peak_rss": peak,
-                "after_rss": after, "samples": len(sampler.samples), "largest_source": biggest, "decode": decode,
+                "after_rss": after, "samples": len(sampler.samples),
+                "rss_max_by_second_mib": [round(trace[k] / MIB) for k in sorted(trace)], "largest_source": biggest, "decode": decode,
                 "bound": bound, "stats_delta": transform_delta(stats0, stats1),
                 "flags": f"--memory-limit 64MiB --transform-workers {workers} --transform-queue {queue}"}
     finally:
@@ -590,15 +619,20 @@ def report(res):
 
     rows.append("| measure | " + " | ".join(["imagecached", "thumbor", "vipsthumbnail (floor)", "ratio"]) + " |")
     rows.append("|---|---|---|---|---|")
+    icu = res["ic_cold_unpinned"]
+    nan = float("nan")
+    for label, cold in (("", ic), (", imagecached with --server-cpu-affinity off", icu)):
+        for fmt in FORMATS + ["all"]:
+            t = th[fmt]["tps"] if th else nan
+            tc = th[fmt]["cores_busy"] if th else nan
+            ratio = cold[fmt]["tps"] / t if th else nan
+            rows.append(f"| cold transforms/s, {fmt}{label} | {cold[fmt]['tps']:.2f} ({cold[fmt]['cores_busy']:.2f} cores busy) | "
+                        f"{t:.2f} ({tc:.2f} cores) | | {ratio:.2f}x thumbor |")
     for fmt in FORMATS + ["all"]:
-        t = th[fmt]["tps"] if th else float("nan")
-        ratio = ic[fmt]["tps"] / t if th else float("nan")
-        rows.append(f"| cold transforms/s, {fmt} | {ic[fmt]['tps']:.2f} | {t:.2f} | | {ratio:.2f}x thumbor |")
-    for fmt in FORMATS + ["all"]:
-        t = th[fmt]["cpu_ms_per"] if th else float("nan")
+        t = th[fmt]["cpu_ms_per"] if th else nan
         floor = vp[fmt]["net_ms"]
-        rows.append(f"| CPU ms per transform, {fmt} | {ic[fmt]['cpu_ms_per']:.1f} | {t:.1f} | {floor:.1f} "
-                    f"(gross {vp[fmt]['gross_ms']:.1f}) | {ic[fmt]['cpu_ms_per'] / floor:.2f}x vips net, "
+        rows.append(f"| CPU ms per transform, {fmt} | {ic[fmt]['cpu_ms_per']:.1f} (unpinned {icu[fmt]['cpu_ms_per']:.1f}) | "
+                    f"{t:.1f} | {floor:.1f} (gross {vp[fmt]['gross_ms']:.1f}) | {ic[fmt]['cpu_ms_per'] / floor:.2f}x vips net, "
                     f"{ic[fmt]['cpu_ms_per'] / vp[fmt]['gross_ms']:.2f}x gross |")
     for fmt in FORMATS:
         t = th[fmt]["mean_bytes"] / 1000 if th else float("nan")
@@ -606,7 +640,6 @@ def report(res):
                     f"{vp[fmt]['mean_bytes'] / 1000:.1f} | |")
     wv, wp, v1, p1 = warm["variants"], warm["plain"], warm["variant_one"], warm["plain_one"]
     tw = res.get("thumbor_warm") or {}
-    nan = float("nan")
     rows.append(f"| warm req/s, all variant URLs (imagecached: / the same bytes as plain files) | {wv['rps']:.0f} / "
                 f"{wp['rps']:.0f} | {tw.get('rps', nan):.0f} | | {wv['rps'] / wp['rps']:.3f} variants/plain |")
     rows.append(f"| warm req/s, one variant URL of the median size / its plain copy | {v1['rps']:.0f} / {p1['rps']:.0f} | "
@@ -624,7 +657,9 @@ def report(res):
     if th:
         r = ic["all"]["tps"] / th["all"]["tps"]
         bar("cold transforms/s >= 1.5x thumbor's", f"{r:.2f}x ({ic['all']['tps']:.2f} vs {th['all']['tps']:.2f}/s)",
-            ">= 1.5x", r >= 1.5, "per format: " + ", ".join(f"{f} {ic[f]['tps'] / th[f]['tps']:.2f}x" for f in FORMATS))
+            ">= 1.5x", r >= 1.5, "per format: " + ", ".join(f"{f} {ic[f]['tps'] / th[f]['tps']:.2f}x" for f in FORMATS)
+            + f"; with --server-cpu-affinity off {icu['all']['tps'] / th['all']['tps']:.2f}x (" + ", ".join(
+                f"{f} {icu[f]['tps'] / th[f]['tps']:.2f}x" for f in FORMATS) + ")")
     else:
         bars.append(("cold transforms/s >= 1.5x thumbor's", "no thumbor", ">= 1.5x", "not measured", res["thumbor_note"]))
     r = ic["all"]["cpu_ms_per"] / vp["all"]["net_ms"]
@@ -704,10 +739,10 @@ def main():
 
         # a. cold: prime the sources (a 64 px variant that is no job), then the jobs, a format at a time
         files = [x["file"] for x in manifest["files"]]
-        _, primed = run_requests(ports["ic"], [f"/transform/insecure/rs:fit:64:0/f:jpeg/plain{src_path(f)}" for f in files], 2, 300)
-        res["ic_prime"] = dict(collections.Counter(r["status"] for r in primed.values()))
+        res["ic_prime"] = prime_imagecached(ports["ic"], manifest)
         origin0 = bench.origin_stats(ports["origin"])
         res["ic_cold"] = cold_phase("imagecached", procs["ic"], ports["ic"], jobs, ic_url, args.clients, 600, stats=True)
+        res["ic_threads"] = thread_affinity(procs["ic"].popen.pid)
         origin1 = bench.origin_stats(ports["origin"])
         res["ic_cold_origin_requests"] = bench.origin_total(origin1) - bench.origin_total(origin0)
         bodies = {}
@@ -750,6 +785,22 @@ def main():
         res["warm_transforms_during"] = transform_delta(stats0, get_json(ports["ic"], "/_imagecached/stats"))
         res["warm_origin_requests"] = bench.origin_total(bench.origin_stats(ports["origin"])) - bench.origin_total(origin0)
         res["ic_rss_after"] = procs["ic"].memory()[0]
+        procs["ic"].stop()
+        del procs["ic"]
+
+        # a'. the same cold run with the event loops unpinned (--server-cpu-affinity off): threads made by a pinned
+        # loop inherit its CPU, and the transform threads may be among them
+        bench.make_dirs(f"{WORK}/ic-unpinned-cache")
+        procs["ic"] = bench.Proc("imagecached-unpinned", imagecached_argv(
+            args.binary, ports["ic"], ports["origin"], f"{WORK}/ic-unpinned-cache", *ic_flags, "--server-cpu-affinity", "off"),
+            ports["ic"], f"{WORK}/imagecached-unpinned.log")
+        wait_http(ports["ic"], "/_imagecached/stats")
+        res["ic_unpinned_prime"] = prime_imagecached(ports["ic"], manifest)
+        res["ic_cold_unpinned"] = cold_phase("imagecached --server-cpu-affinity off", procs["ic"], ports["ic"], jobs, ic_url,
+                                             args.clients, 600, stats=True)
+        for fmt in FORMATS:
+            res["ic_cold_unpinned"][fmt].pop("bodies")
+        res["ic_unpinned_threads"] = thread_affinity(procs["ic"].popen.pid)
         procs["ic"].stop()
         del procs["ic"]
 
@@ -838,6 +889,9 @@ def write_results(args, res, table, bars, notes):
 - Cold: each source primed first (imagecached {res['ic_prime']}, thumbor {res.get('thumbor_prime')}); origin requests
   during the cold runs: imagecached {res['ic_cold_origin_requests']}, thumbor {res.get('thumbor_cold_origin_requests')}.
   {res['jobs']} jobs: 16 sources x widths {WIDTHS} x {FORMATS}, {args.clients} clients, one format after another.
+- Unpinned: the same cold run again on a fresh daemon with `--server-cpu-affinity off` (primed {res['ic_unpinned_prime']}).
+  The daemon's threads after each cold run (name, allowed CPUs: count): default {res['ic_threads']}; unpinned
+  {res['ic_unpinned_threads']}.
 - Warm: wrk 2 threads, 64 connections, {args.duration} s, {args.runs} runs in turns (median), `bench/lua/rotate.lua`.
   Anchor: the {res['jobs']} variant bodies written to `bench/corpus/transform/mirror/`,
   served by bench/origin.py, fetched through imagecached twice, then the same wrk over
@@ -853,6 +907,7 @@ def write_results(args, res, table, bars, notes):
   {fmt_bytes(fl['idle_rss'])}, peak {fmt_bytes(fl['peak_rss'])}, at the end {fmt_bytes(fl['after_rss'])}.
   Bound = idle + (2 + 4) x {fmt_bytes(fl['largest_source'])} (largest source) + 2 x {fmt_bytes(fl['decode'])} (one
   full RGB decode per worker) + 64 MiB (memory tier) = {fmt_bytes(fl['bound'])}. Transforms: {fl['stats_delta']}.
+  RSS, the highest sample of each second from the clients' start (MiB): {fl['rss_max_by_second_mib']}.
 
 ## Raw
 

@@ -306,13 +306,7 @@ extension ConfigKey {
                 }
                 presets[parts[0]] = parts[1].split(separator: "/").map(String.init)
             }
-            for (name, segments) in presets {
-                do throws(TransformOptions.Failure) {
-                    _ = try TransformOptions.parse(segments.map { Substring($0) }, presets: presets)
-                } catch {
-                    throw ConfigError(key: value.source, reason: "preset \(name): \(error.reason)")
-                }
-            }
+            // Checked once every key is read (Configuration.validate: against transform-max-dimension).
             configuration.transform.presets = presets
         },
         key("transform-only-presets", "true|false", "false", "transform URLs may name presets only (pr:NAME); other options get 400", isSwitch: true) {
@@ -334,12 +328,25 @@ extension ConfigKey {
             }
             configuration.transform.limits.maxPixels = Int(megapixels * 1_000_000)
         },
+        key("transform-max-result-megapixels", "N", "16", "largest result, width x height in millions of pixels (an animation's frames together); 422 past it") { configuration, value throws(ConfigError) in
+            let text = try value.scalar()
+            guard let megapixels = Double(text), megapixels > 0, megapixels <= 1_000 else {
+                throw ConfigError(key: value.source, reason: "'\(text)' is not a number of megapixels in (0, 1000]")
+            }
+            configuration.transform.limits.maxResultPixels = Int(megapixels * 1_000_000)
+        },
         key("transform-max-source-bytes", "SIZE", "32MiB", "largest source a transform reads; 413 past it") { configuration, value throws(ConfigError) in
             configuration.transform.maxSourceBytes = try value.size(atLeast: 1024, shown: "1KiB")
         },
-        key("transform-max-frames", "N", "100", "most frames of an animation kept animated; 422 past it") { $0.transform.limits.maxFrames = try $1.integer(min: 1) },
-        key("transform-max-dimension", "N", "8192", "largest width or height of a result (and of any size option); 422 past it") {
-            $0.transform.limits.maxDimension = try $1.integer(min: 16)
+        key("transform-max-frames", "N", "100", "most frames of an animation kept animated (at most 10000); 422 past it") { configuration, value throws(ConfigError) in
+            let frames = try value.integer(min: 1)
+            guard frames <= 10_000 else { throw ConfigError(key: value.source, reason: "at most 10000") }
+            configuration.transform.limits.maxFrames = frames
+        },
+        key("transform-max-dimension", "N", "8192", "largest width or height of a result and of any size option (16 to 65500); 422 past it") { configuration, value throws(ConfigError) in
+            let pixels = try value.integer(min: 16)
+            guard pixels <= 65_500 else { throw ConfigError(key: value.source, reason: "at most 65500 (libvips's limit for one side)") }
+            configuration.transform.limits.maxDimension = pixels
         },
         key("transform-allow-svg", "true|false", "false", "transform SVG sources (rendered by librsvg); off: 422", isSwitch: true,
             restart: .field(\.transform.limits.allowSVG)) { $0.transform.limits.allowSVG = try $1.boolean() },

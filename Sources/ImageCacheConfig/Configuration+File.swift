@@ -6,6 +6,7 @@
 
 internal import ImageCacheHTTP
 internal import Foundation
+internal import ImageCacheTransform
 internal import Yams
 
 /// One setting from one source, before validation.
@@ -178,6 +179,14 @@ extension Configuration {
     public func validate() throws(ConfigError) {
         if let limit = memoryObjectLimitBytes, limit > memoryLimitBytes {
             throw ConfigError(key: "memory-object-limit", reason: "\(limit) bytes is more than memory-limit (\(memoryLimitBytes) bytes)")
+        }
+        for (name, segments) in transform.presets.sorted(by: { $0.key < $1.key }) {
+            do throws(TransformOptions.Failure) {
+                _ = try TransformOptions.parse(segments.map { Substring($0) }, presets: transform.presets,
+                                               maxDimension: transform.limits.maxDimension)
+            } catch {
+                throw ConfigError(key: "transform-presets", reason: "preset \(name): \(error.reason)")
+            }
         }
         if transform.enabled && transform.normalisedPrefix.isEmpty && !origins.isEmpty {
             throw ConfigError(key: "transform-prefix", reason: "/ is the transform prefix only when no origin is configured (the origins own the paths)")

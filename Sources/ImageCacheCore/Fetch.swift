@@ -55,6 +55,8 @@ struct FetchSettings {
     let rules: FetchMachine.Rules
     let inFlightLimitBytes: Int
     let writeBufferBytes: Int
+    /// Forward and fetch modes follow redirects unless `allowed-sources` is set (a redirect could leave the list).
+    let followsRedirects: Bool
 
     init(_ settings: ProxySettings, writesToDisk: Bool) {
         let configuration = settings.configuration
@@ -68,6 +70,7 @@ struct FetchSettings {
             freshnessPolicy: settings.freshnessPolicy)
         inFlightLimitBytes = configuration.inFlightLimitBytes
         writeBufferBytes = configuration.server.writeBufferBytes
+        followsRedirects = configuration.allowedSources.isEmpty
     }
 }
 
@@ -317,7 +320,7 @@ final class Fetch: @unchecked Sendable {
         var headers = machine.leader.upstreamHeaders(via: context.via)
         for field in conditional { headers.set(field.name, field.value) }
         var request = UpstreamRequest(
-            url: key.url.string, method: "GET", followsRedirects: machine.leader.mode != .reverse, headers: headers,
+            url: key.url.string, method: "GET", followsRedirects: machine.leader.mode != .reverse && settings.followsRedirects, headers: headers,
             trusted: machine.leader.trusted,
             maxBodyBytes: settings.rules.maxObjectSizeBytes, deliveryWindow: settings.writeBufferBytes)
         // Reverse mode forwards a configured origin's 103 Early Hints (RFC 9110 15.2).

@@ -73,12 +73,15 @@ extension Proxy {
 
     /// Cache-path sinks that leave the connection's loop are wrapped to count their outcome and bytes.
     func countingSink(_ sink: any ResponseSink, request: ClientRequest) -> any ResponseSink {
-        MetricsSink(wrapping: sink, metrics: metrics, isHead: request.isHead)
+        // A transform's source request: its client is the transform, which is counted itself.
+        if request.isInternal { return sink }
+        return MetricsSink(wrapping: sink, metrics: metrics, isHead: request.isHead)
     }
 
     /// A hit answered on the connection's loop: counted here, with no wrapper on the hot path. `bodyBytes`: the body
     /// bytes sent (0 for a 304 or a 416).
     func countHit(_ entry: CacheEntry, request: ClientRequest, outcome: ServedOutcome, bodyBytes: Int) {
+        if request.isInternal { return }
         metrics.served(outcome)
         if !request.isHead, bodyBytes > 0 { metrics.servedBytes(outcome, bodyBytes) }
     }

@@ -96,25 +96,24 @@ final class Renditions: @unchecked Sendable {
     var count: Int { jobs.count }
 
     /// A client whose rendition is missing or stale (`stale`: the stored one, if any).
-    func dispatch(_ request: ClientRequest, key: CacheKey, sink: any ResponseSink, reason: CacheOutcome.Forward, stale: CacheEntry?) {
+    func dispatch(_ request: ClientRequest, rendition: RenditionRequest, key: CacheKey, sink: any ResponseSink,
+                  stale: CacheEntry?) {
         dispatchPrecondition(condition: .onQueue(context.queue))
         if let unavailable {
             sink.fail(status: 503, reason: unavailable)
             return
         }
-        if reason != .bypass {
-            if let job = jobs[key] {
-                job.waiters.append((request, sink, true))
-                context.events?(.waiterAttached(key: key, waiters: job.waiters.count))
+        if let job = jobs[key] {
+            job.waiters.append((request, sink, true))
+            context.events?(.waiterAttached(key: key, waiters: job.waiters.count))
+            return
+        }
+        // A rendition may have landed between the lookup and now.
+        if let entry = context.store.peekInMemory(key, requestFields: HTTPHeaders()).entry {
+            let time = context.now()
+            if case let .serve(.fresh(ttl)) = CacheDecision.decide(stored: entry, request: request.cacheControl, now: time) {
+                StoredResponse.send(entry, to: sink, request: request, outcome: .hit(ttl: ttl), now: time)
                 return
-            }
-            // A rendition may have landed between the lookup and now.
-            if let entry = context.store.peekInMemory(key, requestFields: HTTPHeaders()).entry {
-                let time = context.now()
-                if case let .serve(.fresh(ttl)) = CacheDecision.decide(stored: entry, request: request.cacheControl, now: time) {
-                    StoredResponse.send(entry, to: sink, request: request, outcome: .hit(ttl: ttl), now: time)
-                    return
-                }
             }
         }
         guard active < pool.workers + pool.queueLimit else {
@@ -124,21 +123,22 @@ final class Renditions: @unchecked Sendable {
             sink.fail(status: 503, reason: reason)
             return
         }
-        let job = RenditionJob(key: key, leader: request, stale: stale, stores: reason != .bypass,
-                               settings: settings.current.configuration.transform, freshness: settings.current.freshnessPolicy)
+        // A client's no-store: the result is not stored (RFC 9111 5.2.1.5); it is still shared with whoever joins.
+        let job = RenditionJob(key: key, leader: request, rendition: rendition, stale: stale, stores: !request.cacheControl.noStore,
+                               settings: settings.current.configuration, freshness: settings.current.freshnessPolicy)
         job.waiters.append((request, sink, false))
-        if job.stores { jobs[key] = job }
+        jobs[key] = job
         active += 1
         context.events?(.waiterAttached(key: key, waiters: 1))
         startSource(job)
     }
 
     /// stale-while-revalidate for a rendition: the job runs with no client waiting.
-    func refreshInBackground(_ stale: CacheEntry, request: ClientRequest, key: CacheKey) {
+    func refreshInBackground(_ stale: CacheEntry, request: ClientRequest, rendition: RenditionRequest, key: CacheKey) {
         dispatchPrecondition(condition: .onQueue(context.queue))
         guard jobs[key] == nil, unavailable == nil, active < pool.workers + pool.queueLimit else { return }
-        let job = RenditionJob(key: key, leader: request, stale: stale, stores: true,
-                               settings: settings.current.configuration.transform, freshness: settings.current.freshnessPolicy)
+        let job = RenditionJob(key: key, leader: request, rendition: rendition, stale: stale, stores: true,
+                               settings: settings.current.configuration, freshness: settings.current.freshnessPolicy)
         jobs[key] = job
         active += 1
         startSource(job)
@@ -148,12 +148,14 @@ final class Renditions: @unchecked Sendable {
         let source = job.leader.url
         var headers = HTTPHeaders()
         headers.add("Host", source.authority)
-        for name in ["Cache-Control", "Pragma"] {
-            for value in job.leader.head.headers.values(name) { headers.add(name, value) }
-        }
+        // The client's revalidation wishes reach the source (no-cache, max-age); its no-store concerns the rendition.
+        let directives = job.leader.head.headers.values("Cache-Control").flatMap { $0.split(separator: ",") }
+            .map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty && $0.lowercased() != "no-store" }
+        if !directives.isEmpty { headers.add("Cache-Control", directives.joined(separator: ", ")) }
+        for value in job.leader.head.headers.values("Pragma") { headers.add("Pragma", value) }
         let head = HTTPRequestHead(method: "GET", target: source.pathAndQuery, headers: headers)
         let sourceRequest = ClientRequest(head: head, url: source, mode: job.leader.mode, trusted: job.leader.trusted,
-                                          client: job.leader.client, fields: job.leader.fields)
+                                          client: job.leader.client, fields: job.leader.fields, isInternal: true)
         let queue = context.queue
         let collector = SourceCollector(limit: job.settings.maxSourceBytes) { [self] result in
             queue.async { self.sourceArrived(job, result) }
@@ -167,11 +169,13 @@ final class Renditions: @unchecked Sendable {
         let source: SourceCollector.Source
         switch result {
         case let .failure(failure):
+            if failure.status >= 500, serveStale(job) { return }
             return finish(job, failing: failure.status, failure.reason, label: failure.label)
         case let .success(arrived):
             source = arrived
         }
         guard source.head.status == 200 || source.head.status == 203 else {
+            if source.head.status >= 500, serveStale(job) { return }
             let status = (source.head.status == 404 || source.head.status == 410) ? 404 : 502
             return finish(job, failing: status, "the source answered \(source.head.status)", label: "source_\(source.head.status)")
         }
@@ -182,11 +186,12 @@ final class Renditions: @unchecked Sendable {
             let entry = job.entry(body: stale.body, mediaType: stale.head.headers["Content-Type"] ?? "application/octet-stream",
                                   source: source.head, etag: etag, now: context.now())
             if job.stores, entry.isStorable { context.store.refresh(entry.entry, bodyInFile: false) }
+            if !entry.isShareable { return answer(job, entry.entry, forwardStatus: 304, shareable: false) }
             context.metrics.transformed(format: entry.format, result: "refreshed", seconds: 0, bytesIn: 0, bytesOut: 0)
             return answer(job, entry.entry, forwardStatus: 304)
         }
-        let format = job.leader.rendition!.choice.format
-        let spec = TransformSpec(options: job.leader.rendition!.target.options, format: format, limits: job.settings.limits,
+        let format = job.rendition.choice.format
+        let spec = TransformSpec(options: job.rendition.target.options, format: format, limits: job.settings.limits,
                                  defaultQuality: job.settings.quality, avifEffort: job.settings.avifEffort,
                                  webpEffort: job.settings.webpEffort)
         let queue = context.queue
@@ -201,7 +206,7 @@ final class Renditions: @unchecked Sendable {
         dispatchPrecondition(condition: .onQueue(context.queue))
         switch result {
         case let .failure(failure):
-            context.metrics.transformed(format: job.leader.rendition!.choice.format?.rawValue ?? "-", result: failure.label,
+            context.metrics.transformed(format: job.rendition.choice.format?.rawValue ?? "-", result: failure.label,
                                         seconds: seconds, bytesIn: source.body.count, bytesOut: 0)
             finish(job, failing: failure.status, failure.reason, label: failure.label, counted: true)
         case let .success(image):
@@ -211,14 +216,48 @@ final class Renditions: @unchecked Sendable {
                                  etag: etag ?? RenditionJob.etag(sourceValidator: "\(UInt64.random(in: 0...UInt64.max))", rendition: job.key.rendition),
                                  now: context.now())
             if job.stores && made.isStorable { context.store.store(made.entry) }
+            if !made.isShareable {
+                context.logger.debug("transformed \(job.key.url.string.prefix(300)) [\(job.key.rendition)]: not shareable (the source is private or no-store)")
+                return answer(job, made.entry, forwardStatus: nil, shareable: false)
+            }
             context.logger.debug("transformed \(job.key.url.string.prefix(300)) [\(job.key.rendition)] -> \(image.width)x\(image.height) \(image.format.rawValue) \(image.bytes.count) bytes in \(Int(seconds * 1000)) ms")
             answer(job, made.entry, forwardStatus: nil)
         }
     }
 
-    private func answer(_ job: RenditionJob, _ entry: CacheEntry, forwardStatus: Int?) {
+    /// The source failed (5xx, unreachable): a stale rendition in hand is served when stale-if-error allows it
+    /// (CacheDecision.afterOriginFailure, as for any stored response).
+    private func serveStale(_ job: RenditionJob) -> Bool {
+        guard let stale = job.stale else { return false }
         let time = context.now()
-        for (request, sink, collapsed) in job.waiters {
+        guard let decision = CacheDecision.afterOriginFailure(stored: stale, request: job.leader.cacheControl,
+                                                              offlineSeconds: job.configuration.staleIfErrorSeconds, now: time),
+              let outcome = decision.servedOutcome(tier: nil) else { return false }
+        for (request, sink, _) in job.waiters {
+            StoredResponse.send(stale, to: sink, request: request, outcome: outcome, now: time)
+        }
+        done(job)
+        return true
+    }
+
+    private func answer(_ job: RenditionJob, _ entry: CacheEntry, forwardStatus: Int?, shareable: Bool = true) {
+        let time = context.now()
+        var waiters = job.waiters
+        if !shareable {
+            // A private or no-store source: its rendition is the leader's alone; the others ask again, each for
+            // themselves (Storability.isShareable, as for a fetch).
+            let others = waiters.dropFirst()
+            waiters = Array(waiters.prefix(1))
+            job.waiters = waiters
+            done(job)
+            for (request, sink, _) in others { dispatch(request, rendition: job.rendition, key: job.key, sink: sink, stale: nil) }
+            for (request, sink, _) in waiters {
+                StoredResponse.send(entry, to: sink, request: request,
+                                    outcome: CacheOutcome(forward: .miss, forwardStatus: forwardStatus, detail: "transformed"), now: time)
+            }
+            return
+        }
+        for (request, sink, collapsed) in waiters {
             let outcome = CacheOutcome(forward: job.stale == nil ? .miss : .stale, forwardStatus: forwardStatus,
                                        stored: job.stores, collapsed: collapsed,
                                        detail: forwardStatus == 304 ? "refreshed" : "transformed")
@@ -229,7 +268,7 @@ final class Renditions: @unchecked Sendable {
 
     private func finish(_ job: RenditionJob, failing status: Int, _ reason: String, label: String, counted: Bool = false) {
         if !counted {
-            context.metrics.transformed(format: job.leader.rendition!.choice.format?.rawValue ?? "-", result: label,
+            context.metrics.transformed(format: job.rendition.choice.format?.rawValue ?? "-", result: label,
                                         seconds: 0, bytesIn: 0, bytesOut: 0)
         }
         context.logger.notice("\(status) transform \(job.leader.head.target.prefix(300)): \(reason)")
@@ -239,7 +278,7 @@ final class Renditions: @unchecked Sendable {
     }
 
     private func done(_ job: RenditionJob) {
-        if job.stores, jobs[job.key] === job { jobs[job.key] = nil }
+        if jobs[job.key] === job { jobs[job.key] = nil }
         active -= 1
         context.events?(.fetchFinished(key: job.key))
     }
@@ -249,20 +288,24 @@ final class Renditions: @unchecked Sendable {
 final class RenditionJob: @unchecked Sendable {
     let key: CacheKey
     let leader: ClientRequest
+    let rendition: RenditionRequest
     let stale: CacheEntry?
     /// False for a request that may not share or store (the client's no-store): made for it alone.
     let stores: Bool
-    let settings: TransformConfiguration
+    /// The configuration the job started with (its transform settings, stale-if-error).
+    let configuration: Configuration
+    var settings: TransformConfiguration { configuration.transform }
     let freshness: FreshnessPolicy
     var waiters: [(ClientRequest, any ResponseSink, Bool)] = []
 
-    init(key: CacheKey, leader: ClientRequest, stale: CacheEntry?, stores: Bool, settings: TransformConfiguration,
-         freshness: FreshnessPolicy) {
+    init(key: CacheKey, leader: ClientRequest, rendition: RenditionRequest, stale: CacheEntry?, stores: Bool,
+         settings: Configuration, freshness: FreshnessPolicy) {
         self.key = key
         self.leader = leader
+        self.rendition = rendition
         self.stale = stale
         self.stores = stores
-        self.settings = settings
+        configuration = settings
         self.freshness = freshness
     }
 
@@ -273,22 +316,26 @@ final class RenditionJob: @unchecked Sendable {
 
     /// The stored response of a rendition: the image, with the source's freshness fields.
     func entry(body: [UInt8], mediaType: String, source: HTTPResponseHead, etag: String, now: Date)
-        -> (entry: CacheEntry, isStorable: Bool, format: String) {
+        -> (entry: CacheEntry, isStorable: Bool, isShareable: Bool, format: String) {
         var headers = HTTPHeaders()
         headers.add("Content-Type", mediaType)
-        for name in ["Cache-Control", "Expires", "Date", "Age", "Last-Modified"] {
+        // The source's freshness, its targeted cache-control fields included (RFC 9213: they govern it here too).
+        for name in ["Cache-Control", "Expires", "Date", "Age", "Last-Modified"] + freshness.targetedFields {
             for value in source.headers.values(name) { headers.add(name, value) }
         }
         if !headers.contains("Date") { headers.add("Date", HTTPDate.format(now)) }
         headers.add("ETag", etag)
-        if leader.rendition?.choice.variesOnAccept == true { headers.add("Vary", "Accept") }
+        if rendition.choice.variesOnAccept { headers.add("Vary", "Accept") }
         headers.add("X-Content-Type-Options", "nosniff")
         let head = HTTPResponseHead(status: 200, headers: headers)
         let entry = CacheEntry(key: key, head: head, body: body, requestTime: now, responseTime: now, vary: nil, policy: freshness)
-        let control = entry.cacheControl
-        let storable = !control.noStore && !control.isPrivate
+        // The store's own rules (Storability), for the rendition's head as stored, with the source request's method.
+        let request = HTTPRequestHead(method: "GET", target: key.url.pathAndQuery, headers: HTTPHeaders())
+        let storable = Storability.decide(request: request, requestCacheControl: CacheControl(HTTPHeaders()), response: head,
+                                          responseCacheControl: entry.cacheControl) == .store
+        let shareable = Storability.isShareable(head, cacheControl: entry.cacheControl)
         let format = mediaType.hasPrefix("image/") ? String(mediaType.dropFirst(6)) : mediaType
-        return (entry, storable, format)
+        return (entry, storable, shareable, format)
     }
 }
 
@@ -358,7 +405,7 @@ final class SourceCollector: ResponseSink, @unchecked Sendable {
         if head.status >= 400 || head.status < 200 {
             let text = String(decoding: body.prefix(300), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
             // The cache refused the source's type: an SVG is a transform limit (422 naming it), others a bad source.
-            if head.status == 502 && text.contains("image/svg+xml") {
+            if head.status == 502 && text.hasPrefix("upstream sent image/svg+xml") {
                 return finish(.failure(Failure(status: 422, reason: "SVG sources are refused (transform-allow-svg, and allow-svg for the source itself, are off)", label: "svg")))
             }
             if head.status != 404 && head.status != 410 {

@@ -262,8 +262,8 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
             countHit(stored, request: request, outcome: outcome.served, bodyBytes: bodyBytes)
             if decision.revalidatesInBackground {
                 let bodyInFile = file != nil
-                if request.rendition != nil {
-                    queue.async { self.renditions.refreshInBackground(stored, request: request, key: key) }
+                if let rendition = request.rendition {
+                    queue.async { self.renditions.refreshInBackground(stored, request: request, rendition: rendition, key: key) }
                 } else {
                     queue.async { self.coalescer.revalidateInBackground(stored, bodyInFile: bodyInFile, request: request, key: key) }
                 }
@@ -272,8 +272,8 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
             refuse(sink, status: status, reason: reason, request: request.head, client: request.client)
         case let .forward(reason, _):
             let sink = countingSink(sink, request: request)
-            if request.rendition != nil {
-                queue.async { self.renditions.dispatch(request, key: key, sink: sink, reason: reason, stale: stored) }
+            if let rendition = request.rendition {
+                queue.async { self.renditions.dispatch(request, rendition: rendition, key: key, sink: sink, stale: stored) }
                 return
             }
             queue.async { self.coalescer.dispatch(request, key: key, sink: sink, reason: reason, disk: probe) }
@@ -318,10 +318,13 @@ struct ClientRequest: Sendable {
     let fields: RequestFieldPolicy
     /// A transform URL's rendition of `url` (nil: the URL itself).
     let rendition: RenditionRequest?
+    /// The daemon's own request for a transform's source: answered like any other, counted in no client metric.
+    let isInternal: Bool
     init(head: HTTPRequestHead, url: UpstreamURL, mode: Route.Mode, trusted: Bool, client: ClientInfo,
-         fields: RequestFieldPolicy = .defaults, rendition: RenditionRequest? = nil) {
+         fields: RequestFieldPolicy = .defaults, rendition: RenditionRequest? = nil, isInternal: Bool = false) {
         self.head = head
         self.rendition = rendition
+        self.isInternal = isInternal
         self.fields = fields
         self.url = url
         self.mode = mode
@@ -343,9 +346,11 @@ struct ClientRequest: Sendable {
     /// The decision made before any lookup: a request the cache may not answer or share (credentials, the client's
     /// no-store) is forwarded alone (`CacheDecision.beforeLookup`).
     var decisionBeforeLookup: CacheDecision? {
-        // A rendition's source is fetched without the client's fields: its Authorization reaches no one.
-        CacheDecision.beforeLookup(requestCacheControl: cacheControl,
-                                   hasAuthorization: rendition == nil && head.headers.contains("Authorization"))
+        // A rendition is looked up and shared whatever the request carries: its source is fetched without the
+        // client's fields (its Authorization reaches no one), and a no-store only keeps the result from being stored
+        // (RenditionJob.stores).
+        if rendition != nil { return nil }
+        return CacheDecision.beforeLookup(requestCacheControl: cacheControl, hasAuthorization: head.headers.contains("Authorization"))
     }
 
     /// The end-to-end request fields sent upstream (`forwardedHeaders`) and Via with this daemon's `via`

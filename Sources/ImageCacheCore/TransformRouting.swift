@@ -3,7 +3,9 @@
 //
 // SOURCES
 //   An absolute http(s) URL is fetched as fetch mode fetches it (untrusted: the private-network guard applies, and
-//   `allowed-sources` when set), unless it lies under a configured origin (then as that origin: trusted).
+//   `allowed-sources` when set, with redirects not followed then), unless it lies under a configured origin (then as
+//   that origin: trusted). When the daemon requires signatures (`require-signature`) and has no transform key, such
+//   a URL is refused (403): unsigned transforms of any URL would make it an open image proxy.
 //   A relative source ("/path", "path" or "local:///path") is a path under the configured origins, resolved as a
 //   reverse-mode request for it would be; without a matching origin it is refused (400).
 
@@ -31,6 +33,8 @@ struct TransformRouting: Sendable {
     let onlyPresets: Bool
     let maxDimension: Int
     let allowedSources: AllowedSources
+    /// `require-signature` in force: without transform keys, only sources under configured origins are served.
+    let signaturesRequired: Bool
 
     init(_ configuration: Configuration) {
         prefix = configuration.transform.normalisedPrefix
@@ -39,6 +43,7 @@ struct TransformRouting: Sendable {
         onlyPresets = configuration.transform.onlyPresets
         maxDimension = configuration.transform.limits.maxDimension
         allowedSources = AllowedSources(configuration.allowedSources)
+        signaturesRequired = configuration.signaturesRequired
     }
 
     /// `rest`: the raw target after the prefix and its "/" ("<signature>/<options>/plain/<source>").
@@ -84,6 +89,10 @@ struct TransformRouting: Sendable {
         }
         if origins.contains(where: { PrefetchRun.isUnder($0, url) }) {
             return .transform(TransformTarget(source: url, mode: .reverse, trusted: true, options: options, optionsText: optionsText))
+        }
+        // Unsigned transforms of any URL would make a daemon that requires signed fetch URLs an open image proxy.
+        if signaturesRequired && signing.isInsecure {
+            return .error(status: 403, reason: "this daemon requires signed URLs (require-signature) and has no transform key: only sources under its configured origins are transformed (set transform-keys and transform-salts, or IMGPROXY_KEY and IMGPROXY_SALT)")
         }
         if let refusal = allowedSources.refusal(url) { return .error(status: 403, reason: refusal) }
         return .transform(TransformTarget(source: url, mode: .fetch, trusted: false, options: options, optionsText: optionsText))

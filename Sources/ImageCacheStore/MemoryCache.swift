@@ -204,9 +204,10 @@ public final class MemoryCache: Sendable {
     @discardableResult
     public func removeRenditions(of url: UpstreamURL) -> Int {
         let released = state.withLock { state -> [CacheEntry] in
+            // Counted even when none is held: a disk read of one that began before must not promote it afterwards.
+            state.removals += 1
             guard let texts = state.renditions[url] else { return [] }
             let keys = texts.map { CacheKey(url, rendition: $0) }
-            state.removals += 1
             var released: [CacheEntry] = []
             for key in keys { while let first = state.map[key] { released.append(state.release(first)) } }
             return released

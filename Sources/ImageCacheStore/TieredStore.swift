@@ -157,14 +157,16 @@ public final class TieredStore: Sendable {
 }
 
 /// A rendition's entity tag: a hash of its source's validator (ETag, else Last-Modified) and its text, so that a
-/// changed source gives another tag (strong: the rendition's bytes are a function of both).
+/// changed source gives another tag. Strong only when the source's ETag is strong (its bytes are then a function of
+/// both); weak for a weak ETag or a Last-Modified (one-second resolution), so If-Range never joins two versions.
 package enum RenditionTag {
     package static func etag(sourceValidator: String, rendition: String) -> String {
+        let strong = sourceValidator.hasPrefix("\"")
         let digest = SHA256.hash(data: Array((sourceValidator + "\n" + rendition).utf8))
         let hex = digest.prefix(12).map { byte -> String in
             let digits = Array("0123456789abcdef")
             return String([digits[Int(byte >> 4)], digits[Int(byte & 0xF)]])
         }
-        return "\"" + hex.joined() + "\""
+        return (strong ? "" : "W/") + "\"" + hex.joined() + "\""
     }
 }

@@ -8,7 +8,11 @@
 //   transform-max-frames       100   frames of an animation kept animated (a still output takes the first frame)
 //   transform-max-dimension    8192  width or height of the result (padding and extend included) and of any size
 //                                    option
-//   transform-timeout          10s   one job's processing, decoding and encoding included
+//   transform-max-result-megapixels 16  width x height of the result (an animation's frames together); the scaled
+//                                    image before its window is cut counts against transform-max-megapixels
+//   transform-timeout          10s   one job from its start: every libvips evaluation of the job is killed once it
+//                                    has passed (the encoders' own last pass runs to its end: its input is bounded
+//                                    by transform-max-result-megapixels)
 //   transform-max-source-bytes 32MiB source bytes (checked as they arrive, Proxy+Transform.swift)
 //   transform-allow-svg        off   SVG sources (libvips's SVG loader is blocked unless on)
 // Damaged, truncated or mislabelled files fail in libvips's loader (fail_on=error) and are answered 422; nothing
@@ -47,13 +51,16 @@ public struct TransformSpec: Sendable {
 
 public struct TransformLimits: Sendable, Equatable {
     public var maxPixels: Int
+    /// Width x height of a result (an animation's frames together).
+    public var maxResultPixels: Int
     public var maxFrames: Int
     public var maxDimension: Int
     public var timeoutSeconds: Double
     /// SVG sources are read (libvips's SVG loader must be allowed too: VipsRuntime.start).
     public var allowSVG: Bool
-    public init(maxPixels: Int = 50_000_000, maxFrames: Int = 100, maxDimension: Int = 8192, timeoutSeconds: Double = 10,
-                allowSVG: Bool = false) {
+    public init(maxPixels: Int = 50_000_000, maxResultPixels: Int = 16_000_000, maxFrames: Int = 100, maxDimension: Int = 8192,
+                timeoutSeconds: Double = 10, allowSVG: Bool = false) {
+        self.maxResultPixels = maxResultPixels
         self.allowSVG = allowSVG
         self.maxPixels = maxPixels
         self.maxFrames = maxFrames
@@ -92,16 +99,18 @@ public enum Transformer {
         if looksLikeSVG(source) && !spec.limits.allowSVG {
             return .failure(TransformFailure(status: 422, reason: "SVG sources are refused (transform-allow-svg is off)", label: "svg"))
         }
+        // Started now: the time limit covers the whole job. Every image of the job keeps it alive.
+        let deadline = Deadline(seconds: spec.limits.timeoutSeconds)
         return source.withUnsafeBytes { raw -> Result<TransformedImage, TransformFailure> in
             guard raw.count > 0 else {
                 return .failure(TransformFailure(status: 422, reason: "the source is empty", label: "unreadable"))
             }
             do {
-                return .success(try transform(raw, spec))
+                return .success(try transform(raw, spec, deadline))
             } catch let failure as TransformFailure {
                 return .failure(failure)
             } catch let error as VipsError {
-                if error.message.contains("time limit") {
+                if deadline.passed {
                     return .failure(TransformFailure(status: 422, reason: "the transform took longer than transform-timeout (\(number(spec.limits.timeoutSeconds))s)", label: "timeout"))
                 }
                 return .failure(TransformFailure(status: 422, reason: "the source could not be transformed: \(error)", label: "failed"))
@@ -127,13 +136,13 @@ public enum Transformer {
         return nil
     }
 
-    private static func transform(_ raw: UnsafeRawBufferPointer, _ spec: TransformSpec) throws -> TransformedImage {
+    private static func transform(_ raw: UnsafeRawBufferPointer, _ spec: TransformSpec, _ deadline: Deadline) throws -> TransformedImage {
         let options = spec.options
         let limits = spec.limits
         // 1. The header only: formats and limits before any pixel is decoded.
         let probe: VipsImage
         do {
-            probe = try VipsImage.load(raw, allPages: false)
+            probe = try VipsImage.load(raw, deadline: deadline)
         } catch {
             throw TransformFailure(status: 422, reason: "the source is not an image this daemon reads (\(error.message.isEmpty ? "unknown format" : error.message))", label: "unreadable")
         }
@@ -169,7 +178,7 @@ public enum Transformer {
         if options.crop != nil || options.trim != nil {
             // Random access: crop by attention and trim read the image before cutting it (decoded whole, within
             // transform-max-megapixels).
-            image = try VipsImage.load(raw, allPages: false, random: true).toSRGB()
+            image = try VipsImage.load(raw, random: true, deadline: deadline).toSRGB()
             if options.autoRotate { image = try image.autorot() }
             if options.rotate != 0 { image = try image.rotate(options.rotate) }
             if let crop = options.crop {
@@ -201,18 +210,18 @@ public enum Transformer {
                 }
             }
             plan = ResizePlan.make(width: width, height: height, options: options)
-            try checkResult(plan, options, limits)
+            try checkResult(plan, options, limits, frames: animate ? frames : 1)
             if plan.scaledWidth != width || plan.scaledHeight != height {
                 image = try image.resize(Double(plan.scaledWidth) / Double(width), Double(plan.scaledHeight) / Double(height))
             }
         } else {
             plan = ResizePlan.make(width: width, height: height, options: options)
-            try checkResult(plan, options, limits)
+            try checkResult(plan, options, limits, frames: animate ? frames : 1)
             if let window = plan.window, animate {
                 // Every frame scaled (shrink-on-load), then the same window cut out of each (centre: attention is
                 // not judged across frames).
                 let scaled = try VipsImage.thumbnail(raw, width: plan.scaledWidth, height: plan.scaledHeight, crop: 0,
-                                                     allPages: true, autoRotate: options.autoRotate)
+                                                     allPages: true, autoRotate: options.autoRotate, deadline: deadline)
                 let (left, top) = ResizePlan.place(window.width, window.height, in: plan.scaledWidth, plan.scaledHeight, gravity: .centre)
                 image = try scaled.cropFrames(pageHeight: scaled.pageHeight, left: left, top: top, width: window.width, height: window.height)
                 plan.window = nil
@@ -221,12 +230,12 @@ public enum Transformer {
                 // crop in one pass (in the source's orientation: the window turned back by `rotate`).
                 image = try VipsImage.thumbnail(raw, width: quarterTurn ? window.height : window.width,
                                                 height: quarterTurn ? window.width : window.height, crop: 2,
-                                                allPages: false, autoRotate: options.autoRotate)
+                                                allPages: false, autoRotate: options.autoRotate, deadline: deadline)
                 plan.window = nil
             } else {
                 image = try VipsImage.thumbnail(raw, width: quarterTurn ? plan.scaledHeight : plan.scaledWidth,
                                                 height: quarterTurn ? plan.scaledWidth : plan.scaledHeight, crop: 0,
-                                                allPages: animate, autoRotate: options.autoRotate)
+                                                allPages: animate, autoRotate: options.autoRotate, deadline: deadline)
             }
             image = try image.toSRGB()
             // Turned now, so that the window, the gravity and the canvas are those of the final orientation. A
@@ -270,18 +279,27 @@ public enum Transformer {
         // 4. Encode (decoding happens here: the time limit covers it).
         let effort = output == .avif ? spec.avifEffort : spec.webpEffort
         let bytes = try image.save(output, quality: options.quality(for: output, defaults: spec.defaultQuality),
-                                   strip: options.stripMetadata, effort: effort, seconds: limits.timeoutSeconds)
+                                   strip: options.stripMetadata, effort: effort)
         let outFrames = animate ? image.pages : 1
         return TransformedImage(bytes: bytes, format: output, width: image.width,
                                 height: animate ? image.pageHeight : image.height, frames: outFrames)
     }
 
-    private static func checkResult(_ plan: ResizePlan, _ options: TransformOptions, _ limits: TransformLimits) throws(TransformFailure) {
+    /// The result's size (padding and extend included) within transform-max-dimension and
+    /// transform-max-result-megapixels, and the scaled image (before its window is cut) within
+    /// transform-max-megapixels, an animation's frames counted: what is held in memory is bounded by the limits, never
+    /// by the options alone.
+    private static func checkResult(_ plan: ResizePlan, _ options: TransformOptions, _ limits: TransformLimits, frames: Int) throws(TransformFailure) {
         let padding = options.targetPadding
         let width = plan.resultWidth + padding[1] + padding[3], height = plan.resultHeight + padding[0] + padding[2]
-        if width > limits.maxDimension || height > limits.maxDimension || plan.scaledWidth > limits.maxDimension * 4
-            || plan.scaledHeight > limits.maxDimension * 4 {
+        if width > limits.maxDimension || height > limits.maxDimension {
             throw TransformFailure(status: 422, reason: "the result would be \(width)x\(height), over transform-max-dimension (\(limits.maxDimension))", label: "dimension")
+        }
+        if width * height * frames > limits.maxResultPixels {
+            throw TransformFailure(status: 422, reason: "the result would be \(width)x\(height)\(frames > 1 ? " x \(frames) frames" : "") (\(megapixels(width * height * frames)) MP), over transform-max-result-megapixels (\(megapixels(limits.maxResultPixels)))", label: "result_megapixels")
+        }
+        if plan.scaledWidth * plan.scaledHeight * frames > limits.maxPixels {
+            throw TransformFailure(status: 422, reason: "the scaled image would be \(plan.scaledWidth)x\(plan.scaledHeight)\(frames > 1 ? " x \(frames) frames" : "") (\(megapixels(plan.scaledWidth * plan.scaledHeight * frames)) MP) before its window is cut, over transform-max-megapixels (\(megapixels(limits.maxPixels)))", label: "megapixels")
         }
     }
 

@@ -1,5 +1,6 @@
-// libvips behind Swift types: one owner per image (`VipsImage` unrefs it when it goes), errors as thrown values.
-// The only code that calls the C shim (CVipsShim); everything else in the transform layer sees these types.
+// libvips behind Swift types: one owner per image (`VipsImage` unrefs it when it goes), errors as thrown values, and
+// every image of a job watched by the job's `Deadline` (its evaluation is killed once the deadline passes: decoding,
+// smart crop, trim, copies and encoding alike). The only code that calls the C shim (CVipsShim).
 
 internal import CVipsShim
 internal import Foundation
@@ -12,7 +13,7 @@ struct VipsError: Error, CustomStringConvertible {
     var description: String { message.isEmpty ? "\(operation) failed" : "\(operation): \(message)" }
 
     /// The text libvips collected since the last take (its buffer is process-wide: under concurrent failures a
-    /// message may name another job's file; the status and the limit checks never depend on it).
+    /// message may name another job's file; statuses and labels never depend on it).
     static func take(_ operation: String) -> VipsError {
         let raw = icv_error_take()
         defer { icv_free(raw) }
@@ -21,15 +22,33 @@ struct VipsError: Error, CustomStringConvertible {
     }
 }
 
-/// One libvips image, owned: released when this goes.
+/// A job's time limit, shared by every image of the job; freed when the last of them goes.
+final class Deadline: @unchecked Sendable {
+    let pointer: OpaquePointer
+    init(seconds: Double) { pointer = icv_deadline_new(seconds > 0 ? seconds : 1e9) }
+    deinit { icv_deadline_free(pointer) }
+    var passed: Bool { icv_deadline_passed(pointer) != 0 }
+}
+
+/// One libvips image, owned: released when this goes. It keeps its job's deadline alive.
 final class VipsImage: @unchecked Sendable {
     let pointer: OpaquePointer
-    init(_ pointer: OpaquePointer) { self.pointer = pointer }
+    let deadline: Deadline
+
+    private init(_ pointer: OpaquePointer, deadline: Deadline) {
+        self.pointer = pointer
+        self.deadline = deadline
+        icv_watch(pointer, deadline.pointer)
+    }
     deinit { icv_unref(pointer) }
 
-    static func wrap(_ pointer: OpaquePointer?, _ operation: String) throws(VipsError) -> VipsImage {
+    private static func wrap(_ pointer: OpaquePointer?, _ operation: String, _ deadline: Deadline) throws(VipsError) -> VipsImage {
         guard let pointer else { throw VipsError.take(operation) }
-        return VipsImage(pointer)
+        return VipsImage(pointer, deadline: deadline)
+    }
+
+    private func derive(_ pointer: OpaquePointer?, _ operation: String) throws(VipsError) -> VipsImage {
+        try VipsImage.wrap(pointer, operation, deadline)
     }
 
     var width: Int { Int(icv_width(pointer)) }
@@ -40,26 +59,39 @@ final class VipsImage: @unchecked Sendable {
     var pageHeight: Int { Int(icv_page_height(pointer)) }
     var orientation: Int { Int(icv_orientation(pointer)) }
     var loader: String { String(cString: icv_loader(pointer)) }
+    /// libvips's nickname of the interpretation: "srgb", "b-w", "cmyk", "rgb16", "grey16", "lab", ...
+    var interpretation: String { String(cString: icv_interpretation(pointer)) }
+    var isUchar: Bool { icv_is_uchar(pointer) != 0 }
 
     /// The image evaluated into memory (random access from here on).
-    func copyMemory() throws(VipsError) -> VipsImage { try .wrap(icv_copy_memory(pointer), "copy_memory") }
-    func autorot() throws(VipsError) -> VipsImage { try .wrap(icv_autorot(pointer), "autorot") }
+    func copyMemory() throws(VipsError) -> VipsImage { try derive(icv_copy_memory(pointer), "copy_memory") }
+    func autorot() throws(VipsError) -> VipsImage { try derive(icv_autorot(pointer), "autorot") }
     func extract(left: Int, top: Int, width: Int, height: Int) throws(VipsError) -> VipsImage {
-        try .wrap(icv_extract_area(pointer, Int32(left), Int32(top), Int32(width), Int32(height)), "extract_area")
+        try derive(icv_extract_area(pointer, Int32(left), Int32(top), Int32(width), Int32(height)), "extract_area")
     }
     func smartcrop(width: Int, height: Int) throws(VipsError) -> VipsImage {
-        try .wrap(icv_smartcrop(pointer, Int32(width), Int32(height)), "smartcrop")
+        try derive(icv_smartcrop(pointer, Int32(width), Int32(height)), "smartcrop")
     }
-    func resize(_ h: Double, _ v: Double) throws(VipsError) -> VipsImage { try .wrap(icv_resize(pointer, h, v), "resize") }
-    func rotate(_ degrees: Int) throws(VipsError) -> VipsImage { try .wrap(icv_rot(pointer, Int32(degrees)), "rot") }
-    func blur(_ sigma: Double) throws(VipsError) -> VipsImage { try .wrap(icv_gaussblur(pointer, sigma), "gaussblur") }
-    func sharpen(_ sigma: Double) throws(VipsError) -> VipsImage { try .wrap(icv_sharpen(pointer, sigma), "sharpen") }
+    func resize(_ h: Double, _ v: Double) throws(VipsError) -> VipsImage { try derive(icv_resize(pointer, h, v), "resize") }
+    /// Turns clockwise by 90, 180 or 270 degrees.
+    func rotate(_ degrees: Int) throws(VipsError) -> VipsImage { try derive(icv_rot(pointer, Int32(degrees / 90)), "rot") }
+    func blur(_ sigma: Double) throws(VipsError) -> VipsImage { try derive(icv_gaussblur(pointer, sigma), "gaussblur") }
+    func sharpen(_ sigma: Double) throws(VipsError) -> VipsImage { try derive(icv_sharpen(pointer, sigma), "sharpen") }
     func embed(x: Int, y: Int, width: Int, height: Int, background: [Double]) throws(VipsError) -> VipsImage {
-        try .wrap(icv_embed(pointer, Int32(x), Int32(y), Int32(width), Int32(height), background, Int32(background.count)), "embed")
+        try derive(icv_embed(pointer, Int32(x), Int32(y), Int32(width), Int32(height), background, Int32(background.count)), "embed")
     }
-    func flatten(_ rgb: [Double]) throws(VipsError) -> VipsImage { try .wrap(icv_flatten(pointer, rgb), "flatten") }
-    func addAlpha() throws(VipsError) -> VipsImage { try .wrap(icv_add_alpha(pointer), "addalpha") }
-    func toSRGB() throws(VipsError) -> VipsImage { try .wrap(icv_to_srgb(pointer), "colourspace") }
+    func flatten(_ rgb: [Double]) throws(VipsError) -> VipsImage { try derive(icv_flatten(pointer, rgb), "flatten") }
+    func addAlpha() throws(VipsError) -> VipsImage { try derive(icv_add_alpha(pointer), "addalpha") }
+
+    /// 8-bit sRGB, or 8-bit grey for a grey source (CMYK, 16-bit, LAB, ... converted); the image itself when it is
+    /// one already.
+    func toSRGB() throws(VipsError) -> VipsImage {
+        let kind = interpretation
+        if (kind == "srgb" || kind == "b-w") && isUchar { return self }
+        var image = try derive(icv_colourspace(pointer, kind == "b-w" || kind == "grey16" ? 1 : 0), "colourspace")
+        if !image.isUchar { image = try image.derive(icv_cast_uchar(image.pointer), "cast") }
+        return image
+    }
 
     /// Cuts the same window out of every frame of an animation (`pageHeight` each) and stacks them again.
     func cropFrames(pageHeight: Int, left: Int, top: Int, width: Int, height: Int) throws(VipsError) -> VipsImage {
@@ -72,7 +104,7 @@ final class VipsImage: @unchecked Sendable {
         let joined = pointers.withUnsafeBufferPointer { buffer in
             icv_join_frames(UnsafeRawPointer(buffer.baseAddress!).assumingMemoryBound(to: OpaquePointer.self), Int32(frames.count), Int32(height))
         }
-        return try .wrap(joined, "arrayjoin")
+        return try derive(joined, "arrayjoin")
     }
 
     /// The band values of one pixel.
@@ -92,19 +124,22 @@ final class VipsImage: @unchecked Sendable {
         return (Int(l), Int(t), Int(w), Int(h))
     }
 
-    /// Encodes; evaluation (decoding included: the pipeline is lazy) is killed past `seconds`.
-    func save(_ format: ImageOutputFormat, quality: Int, strip: Bool, effort: Int, seconds: Double) throws(VipsError) -> [UInt8] {
+    /// Encodes (decoding happens here too: the pipeline is lazy; the deadline applies to the evaluation, not to the
+    /// encoder's own last pass, which libaom and libwebp run uninterrupted on the pixels they were given).
+    func save(_ format: ImageOutputFormat, quality: Int, strip: Bool, effort: Int) throws(VipsError) -> [UInt8] {
         var out: UnsafeMutableRawPointer?
         var length = 0
+        let q = Int32(quality), s: Int32 = strip ? 1 : 0, e = Int32(effort)
         let code: Int32
         switch format {
-        case .jpeg: code = 0
-        case .png: code = 1
-        case .webp: code = 2
-        case .avif: code = 3
-        case .gif: code = 4
+        case .jpeg: code = icv_jpegsave(pointer, q, s, &out, &length)
+        case .png: code = icv_pngsave(pointer, s, &out, &length)
+        case .webp: code = icv_webpsave(pointer, q, s, e, &out, &length)
+        case .avif: code = icv_avifsave(pointer, q, s, e, &out, &length)
+        case .gif: code = icv_gifsave(pointer, s, &out, &length)
         }
-        guard icv_save(pointer, code, Int32(quality), strip ? 1 : 0, Int32(effort), seconds, &out, &length) == 0, let out else {
+        guard code == 0, let out else {
+            icv_free(out)
             throw VipsError.take("decoding, processing or \(format.rawValue) encoding")
         }
         defer { icv_free(out) }
@@ -112,34 +147,46 @@ final class VipsImage: @unchecked Sendable {
     }
 
     /// An image over `bytes`' memory, header read only; the caller keeps the memory alive while the image lives.
-    static func load(_ bytes: UnsafeRawBufferPointer, allPages: Bool, random: Bool = false) throws(VipsError) -> VipsImage {
-        try .wrap(icv_load_buffer(bytes.baseAddress!, bytes.count, allPages ? -1 : 1, 1, random ? 1 : 0), "load")
+    /// `allPages` only for the multi-frame loaders (GIF, WebP).
+    static func load(_ bytes: UnsafeRawBufferPointer, allPages: Bool = false, random: Bool = false, deadline: Deadline) throws(VipsError) -> VipsImage {
+        let pointer = allPages ? icv_load_buffer_pages(bytes.baseAddress!, bytes.count, -1, 1, random ? 1 : 0)
+            : icv_load_buffer(bytes.baseAddress!, bytes.count, 1, random ? 1 : 0)
+        return try wrap(pointer, "load", deadline)
     }
 
     /// Decode with shrink-on-load to exactly `width` x `height` (crop 0), or to cover it and cut the centre (1) or
-    /// the most interesting window (2).
+    /// the most interesting window (2). `allPages` only for the multi-frame loaders.
     static func thumbnail(_ bytes: UnsafeRawBufferPointer, width: Int, height: Int, crop: Int32, allPages: Bool,
-                          autoRotate: Bool) throws(VipsError) -> VipsImage {
-        try .wrap(icv_thumbnail_buffer(bytes.baseAddress!, bytes.count, Int32(width), Int32(height), crop,
-                                       allPages ? -1 : 1, autoRotate ? 0 : 1, 1), "thumbnail")
+                          autoRotate: Bool, deadline: Deadline) throws(VipsError) -> VipsImage {
+        let options = allPages ? "fail_on=error,n=-1" : "fail_on=error"
+        return try wrap(icv_thumbnail_buffer(bytes.baseAddress!, bytes.count, Int32(width), Int32(height), crop == 0 ? 1 : 0,
+                                             crop, autoRotate ? 0 : 1, options), "thumbnail", deadline)
     }
 }
 
 /// libvips, started once per process.
 public enum VipsRuntime {
-    private static let started = Mutex<String?>(nil)
+    private static let started = Mutex<Bool>(false)
 
-    /// Starts libvips (operation cache off, untrusted loaders blocked, `threadsPerImage` threads per image); SVG
-    /// stays blocked unless `allowSVG`. Later calls change nothing but the SVG switch. Throws with libvips's reason.
+    /// The loaders hostile bytes may reach: every other libvips loader is blocked (ImageMagick, PDF, JPEG 2000,
+    /// JPEG XL, FITS, OpenEXR, CSV, matrix, raw, vips, ...), so a source is never parsed by code the daemon does not
+    /// need. SVG (librsvg) only with `transform-allow-svg`.
+    static let allowedLoaders = ["VipsForeignLoadJpeg", "VipsForeignLoadPng", "VipsForeignLoadWebp", "VipsForeignLoadNsgif",
+                                 "VipsForeignLoadHeif", "VipsForeignLoadTiff"]
+
+    /// Starts libvips (operation cache off, `threadsPerImage` threads per image, loaders limited as above). Later
+    /// calls change nothing but the SVG switch. Throws with libvips's reason.
     public static func start(threadsPerImage: Int, allowSVG: Bool) throws {
         try started.withLock { state throws in
-            if state == nil {
+            if !state {
                 guard icv_init(CommandLine.arguments.first ?? "imagecached", Int32(threadsPerImage)) == 0 else {
                     throw VipsError.take("libvips start")
                 }
-                state = "started"
+                icv_block_untrusted(1)
+                _ = icv_block_operation("VipsForeignLoad", 1)
+                for loader in allowedLoaders { _ = icv_block_operation(loader, 0) }
+                state = true
             }
-            // Untrusted loaders (ImageMagick, PDF, SVG, ...) are blocked by vips_block_untrusted_set; SVG may come back.
             _ = icv_block_operation("VipsForeignLoadSvg", allowSVG ? 0 : 1)
         }
     }

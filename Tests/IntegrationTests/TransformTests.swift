@@ -42,7 +42,7 @@ struct Decoded: Equatable, CustomStringConvertible {
     /// libvips reads the header; the magic bytes must agree with the loader.
     static func read(_ bytes: [UInt8]) -> Decoded? {
         bytes.withUnsafeBytes { raw -> Decoded? in
-            guard raw.count > 0, let image = try? VipsImage.load(raw, allPages: false) else { return nil }
+            guard raw.count > 0, let image = try? VipsImage.load(raw, deadline: Deadline(seconds: 60)) else { return nil }
             let loader = image.loader
             let format = loader.hasPrefix("jpeg") ? "jpeg" : loader.hasPrefix("png") ? "png" : loader.hasPrefix("webp") ? "webp"
                 : loader.hasPrefix("gif") ? "gif" : loader.hasPrefix("heif") ? "avif" : loader
@@ -127,13 +127,13 @@ struct TransformTests {
         // The corner of alpha.png is transparent: with bg:ff0000 and PNG output it is red and opaque.
         let flat = try await harness.get(Self.path("bg:ff0000/w:200", "alpha.png@png"))
         try flat.body.withUnsafeBytes { raw in
-            let image = try VipsImage.load(raw, allPages: false, random: true)
+            let image = try VipsImage.load(raw, random: true, deadline: Deadline(seconds: 60))
             #expect(!image.hasAlpha)
             #expect(try image.pixel(x: 0, y: 0).prefix(3) == [255, 0, 0])
         }
         let clear = try await harness.get(Self.path("w:200", "alpha.png@png"))
         try clear.body.withUnsafeBytes { raw in
-            let image = try VipsImage.load(raw, allPages: false, random: true)
+            let image = try VipsImage.load(raw, random: true, deadline: Deadline(seconds: 60))
             #expect(image.hasAlpha)
             #expect(try image.pixel(x: 0, y: 0).last == 0)
         }
@@ -545,5 +545,103 @@ struct TransformTests {
             configuration.origins = [OriginMapping(prefix: "/", url: "http://127.0.0.1:1")]
             try configuration.validate()
         }
+    }
+
+    @Test("after review: require-signature without a transform key refuses unsigned transforms of outside URLs; result and scaled sizes are bounded; no redirects under allowed-sources")
+    func hardening() async throws {
+        let required = try ProxyHarness { $0.requireSignature = true }
+        ImageFiles.serve(required, "photo.jpg")
+        let outside = try await required.get(Self.path("w:10", "http://203.0.113.9/a.jpg"))
+        #expect(outside.status == 403 && outside.text.contains("require-signature"), "\(outside.text)")
+        #expect(try await required.get(Self.path("w:10", "photo.jpg")).status == 200)
+
+        let bounded = try ProxyHarness { $0.transform.limits.maxPixels = 1_000_000 }
+        ImageFiles.serve(bounded, "photo.jpg")
+        let scaled = try await bounded.get(Self.path("rs:fill:2000:100:1", "photo.jpg"))
+        #expect(scaled.status == 422 && scaled.text.contains("the scaled image would be 2000x1334"), "\(scaled.text)")
+        let result = try await bounded.get(Self.path("rs:fit:8000:8000:1", "photo.jpg"))
+        #expect(result.status == 422, "\(result.text)")
+        let big = try ProxyHarness()
+        ImageFiles.serve(big, "photo.jpg")
+        let over = try await big.get(Self.path("rs:fit:8000:8000:1", "photo.jpg"))
+        #expect(over.status == 422 && over.text.contains("over transform-max-result-megapixels (16)"), "\(over.text)")
+
+        let listed = try ProxyHarness { $0.origins = [] }
+        listed.origin.route("/redir") { _ in Reply.redirect(to: "/photo.jpg") }
+        ImageFiles.serve(listed, "photo.jpg")
+        try listed.restart { $0.allowedSources = [listed.origin.baseURL + "/"] }
+        let redirected = try await listed.get(Self.path("w:10", listed.origin.baseURL + "/redir"))
+        #expect(redirected.status != 200 && listed.origin.requestCount("/photo.jpg") == 0, "\(redirected.status) \(redirected.text)")
+        #expect(try await listed.get(Self.path("w:10", listed.origin.baseURL + "/photo.jpg")).status == 200)
+    }
+
+    @Test("after review: a weak validator gives a weak ETag; a client's no-store is served from the cache but stores nothing; one request is counted once")
+    func semantics() async throws {
+        let harness = try ProxyHarness()
+        let photo = ImageFiles.bytes("photo.jpg")
+        harness.origin.route("/dated.jpg") { _ in
+            Reply(status: 200, headers: [("Content-Type", "image/jpeg"), ("Cache-Control", "max-age=600"),
+                                         ("Last-Modified", "Tue, 01 Sep 2026 10:00:00 GMT")], body: photo)
+        }
+        ImageFiles.serve(harness, "photo.jpg")
+        let dated = try await harness.get(Self.path("w:10", "dated.jpg"))
+        #expect(dated.header("ETag")?.hasPrefix("W/\"") == true)
+        let strong = try await harness.get(Self.path("w:10", "photo.jpg"))
+        #expect(strong.header("ETag")?.hasPrefix("\"") == true)
+        let stats = try await Self.stats(harness)
+        #expect(stats.requests["miss"] == 2 && stats.requests.values.reduce(0, +) == 2, "\(stats.requests)")
+
+        let hit = try await harness.get(Self.path("w:10", "photo.jpg"), headers: [("Cache-Control", "no-store")])
+        #expect(hit.header("X-Cache") == "HIT")
+        let unstored = try await harness.get(Self.path("w:11", "photo.jpg"), headers: [("Cache-Control", "no-store")])
+        #expect(unstored.status == 200 && unstored.header("X-Cache") == "MISS")
+        #expect(try await harness.get(Self.path("w:11", "photo.jpg")).header("X-Cache") == "MISS")
+        #expect(harness.origin.requestCount("/photo.jpg") == 1)
+    }
+
+    @Test("after review: a stale rendition is served when its source cannot be had and stale-if-error allows it")
+    func staleIfError() async throws {
+        let harness = try ProxyHarness { $0.diskLimitBytes = 0 }
+        let failing = Mutex(false)
+        let photo = ImageFiles.bytes("photo.jpg")
+        harness.origin.route("/flaky.jpg") { _ in
+            if failing.withLock({ $0 }) { return Reply(status: 503, headers: [("Content-Type", "text/plain")], body: Array("down".utf8)) }
+            return Reply(status: 200, headers: [("Content-Type", "image/jpeg"), ("Cache-Control", "max-age=10, stale-if-error=600"),
+                                                ("ETag", "\"f\"")], body: photo)
+        }
+        let target = Self.path("w:40", "flaky.jpg")
+        let made = try await harness.get(target)
+        #expect(made.status == 200)
+        harness.clock.advance(30)
+        failing.withLock { $0 = true }
+        // The source itself is gone from the cache (evicted), the origin fails: the stale rendition is the answer.
+        _ = harness.daemon.proxy.memory.remove(CacheKey(try UpstreamURL.parse(harness.origin.baseURL + "/flaky.jpg")))
+        let stale = try await harness.get(target)
+        #expect(stale.status == 200 && stale.body == made.body && stale.header("Cache-Status")?.contains("stale-if-error") == true,
+                "\(stale.status) \(stale.header("Cache-Status") ?? "")")
+    }
+
+    @Test("after review: a private source's rendition is not handed to the clients that joined; each gets its own")
+    func privateSource() async throws {
+        let harness = try ProxyHarness()
+        let gate = Gate()
+        let photo = ImageFiles.bytes("photo.jpg")
+        harness.origin.route("/mine.jpg") { _ in
+            var reply = Reply(status: 200, headers: [("Content-Type", "image/jpeg"), ("Cache-Control", "private, max-age=60")], body: photo)
+            reply.gateBeforeHead = gate
+            return reply
+        }
+        harness.waiters.expect(3)
+        var connections: [TestConnection] = []
+        for _ in 0..<3 {
+            let connection = try harness.connect()
+            try connection.request(Self.path("w:30", "mine.jpg"))
+            connections.append(connection)
+        }
+        #expect(await harness.waiters.wait())
+        gate.open()
+        let responses = try await readAll(connections)
+        #expect(responses.allSatisfy { $0.status == 200 && $0.header("X-Cache") != "COALESCED" }, "\(responses.map { $0.header("X-Cache") ?? "-" })")
+        #expect(harness.origin.requestCount("/mine.jpg") == 3)
     }
 }

@@ -1,7 +1,9 @@
 // Typed wrappers for the libvips calls imagecached makes (libvips's API is variadic: optional arguments as
-// name/value pairs ending in NULL, which Swift does not import). Each function is one call with its options fixed;
-// all decisions (geometry, limits, formats) are made in Swift under ImageCacheTransform/. libvips's own types stay
-// behind this header: Swift sees an opaque image and plain C values, never glib.
+// name/value pairs ending in NULL, which Swift does not import). Each function is one libvips call with its options
+// fixed; every decision (which loader options, which colourspace, which format, geometry, limits) is made in Swift
+// under ImageCacheTransform/. libvips's own types stay behind this header: Swift sees an opaque image and plain C
+// values, never glib. The one piece of C that is more than a call is the deadline: libvips reports evaluation
+// progress through a GObject signal, whose handler must be C.
 #ifndef CVIPS_SHIM_PUBLIC_H
 #define CVIPS_SHIM_PUBLIC_H
 
@@ -9,70 +11,86 @@
 #include <stdint.h>
 
 typedef struct _VipsImage icv_image;
+typedef struct icv_deadline icv_deadline;
 
-/// Starts libvips once per process: operation cache off, untrusted loaders blocked, `concurrency` threads per image.
-/// 0 on success.
+/// VIPS_INIT, then: operation cache off, `concurrency` threads per image, leak checks off, libvips's warnings
+/// (repeats of its errors) not printed. 0 on success.
 int icv_init(const char *_Nonnull argv0, int concurrency);
-/// Blocks (1) or allows (0) an operation class and its subclasses, e.g. "VipsForeignLoadSvg". 0 on success.
+/// vips_block_untrusted_set.
+void icv_block_untrusted(int blocked);
+/// vips_operation_block_set: blocks (1) or allows (0) an operation class and its subclasses; -1 if unknown.
 int icv_block_operation(const char *_Nonnull name, int blocked);
-/// The error text libvips collected (its buffer is process-wide), cleared; free with icv_free. Never NULL.
+/// vips_error_buffer_copy: the error text collected (process-wide), cleared; free with icv_free. Never NULL.
 char *_Nonnull icv_error_take(void);
 void icv_free(void *_Nullable p);
 void icv_unref(icv_image *_Nonnull image);
 
-/// An image over `data` (which must outlive it); reads the header only, pixels are decoded when needed.
-/// `pages`: 1 for the first frame, -1 for all. `fail`: refuse damaged or truncated files. `random`: random access
-/// (decoded whole into memory when first read: what smartcrop and find_trim need), else sequential. NULL on error.
-icv_image *_Nullable icv_load_buffer(const void *_Nonnull data, size_t length, int pages, int fail, int random);
+/// vips_image_new_from_buffer over `data` (which must outlive the image); reads the header only. `fail`:
+/// fail_on=error (damaged or truncated files refused); `random`: random access, else sequential. NULL on error.
+icv_image *_Nullable icv_load_buffer(const void *_Nonnull data, size_t length, int fail, int random);
+/// The same with the loader's "n" (frames; -1 all), for multi-frame loaders only (GIF, WebP).
+icv_image *_Nullable icv_load_buffer_pages(const void *_Nonnull data, size_t length, int pages, int fail, int random);
 int icv_width(icv_image *_Nonnull image);
 int icv_height(icv_image *_Nonnull image);
 int icv_bands(icv_image *_Nonnull image);
 int icv_has_alpha(icv_image *_Nonnull image);
 int icv_n_pages(icv_image *_Nonnull image);
-/// The height of one frame (the whole height for a single frame).
 int icv_page_height(icv_image *_Nonnull image);
-/// EXIF orientation 1-8 (1 when absent).
 int icv_orientation(icv_image *_Nonnull image);
 /// The loader's nickname ("jpegload_buffer", ...); "" when unknown. Valid while the image lives.
 const char *_Nonnull icv_loader(icv_image *_Nonnull image);
+/// vips_image_get_interpretation's name ("srgb", "b-w", "cmyk", "rgb16", "grey16", ...), from libvips's own enum
+/// nicknames.
+const char *_Nonnull icv_interpretation(icv_image *_Nonnull image);
+/// Whether the band format is 8-bit unsigned.
+int icv_is_uchar(icv_image *_Nonnull image);
 
-/// vips_thumbnail_buffer: decode with shrink-on-load, resize to exactly width x height (size force), auto-rotated
-/// unless `no_rotate`; `crop`: 0 none, 1 centre, 2 attention (smart); `pages` as icv_load_buffer.
-icv_image *_Nullable icv_thumbnail_buffer(const void *_Nonnull data, size_t length, int width, int height, int crop,
-                                          int pages, int no_rotate, int fail);
+/// vips_thumbnail_buffer: width x height with size `force` (0: both, i.e. cover when `crop`), crop 0 none,
+/// 1 centre, 2 attention; `options`: the loader's option string; auto-rotated unless `no_rotate`.
+icv_image *_Nullable icv_thumbnail_buffer(const void *_Nonnull data, size_t length, int width, int height, int force,
+                                          int crop, int no_rotate, const char *_Nonnull options);
 icv_image *_Nullable icv_autorot(icv_image *_Nonnull in);
+icv_image *_Nullable icv_copy_memory(icv_image *_Nonnull in);
 icv_image *_Nullable icv_extract_area(icv_image *_Nonnull in, int left, int top, int width, int height);
+/// vips_smartcrop with the attention strategy.
 icv_image *_Nullable icv_smartcrop(icv_image *_Nonnull in, int width, int height);
 icv_image *_Nullable icv_resize(icv_image *_Nonnull in, double hscale, double vscale);
-/// Rotates by 90, 180 or 270 degrees clockwise.
-icv_image *_Nullable icv_rot(icv_image *_Nonnull in, int degrees);
+/// vips_rot by 90 (1), 180 (2) or 270 (3) degrees clockwise.
+icv_image *_Nullable icv_rot(icv_image *_Nonnull in, int quarters);
 icv_image *_Nullable icv_gaussblur(icv_image *_Nonnull in, double sigma);
 icv_image *_Nullable icv_sharpen(icv_image *_Nonnull in, double sigma);
-/// Places `in` at (x, y) on a width x height canvas of `background` (n values: one per band).
+/// vips_embed with extend=background.
 icv_image *_Nullable icv_embed(icv_image *_Nonnull in, int x, int y, int width, int height,
                                const double *_Nonnull background, int n);
-/// Removes the alpha band over `background` (three values, RGB).
+/// vips_flatten onto `background` (three values).
 icv_image *_Nullable icv_flatten(icv_image *_Nonnull in, const double *_Nonnull background);
-/// Adds an opaque alpha band.
 icv_image *_Nullable icv_add_alpha(icv_image *_Nonnull in);
-/// Converts to 8-bit sRGB (CMYK, 16-bit, LAB, ...); a grey or sRGB 8-bit image comes back as it is (a new ref).
-icv_image *_Nullable icv_to_srgb(icv_image *_Nonnull in);
-/// The box of what differs from the background by more than `threshold` (vips_find_trim). 0 on success.
+/// vips_colourspace to sRGB (0) or B_W (1).
+icv_image *_Nullable icv_colourspace(icv_image *_Nonnull in, int grey);
+/// vips_cast to 8-bit unsigned.
+icv_image *_Nullable icv_cast_uchar(icv_image *_Nonnull in);
+/// vips_arrayjoin of `n` frames, one above the other, then page-height set to `page_height`.
+icv_image *_Nullable icv_join_frames(icv_image *_Nonnull const *_Nonnull frames, int n, int page_height);
+/// vips_find_trim. 0 on success.
 int icv_find_trim(icv_image *_Nonnull in, double threshold, const double *_Nonnull background, int n,
                   int *_Nonnull left, int *_Nonnull top, int *_Nonnull width, int *_Nonnull height);
-
-/// Stacks `n` frames of equal size into one animation image (vertically, page-height set to `page_height`).
-icv_image *_Nullable icv_join_frames(icv_image *_Nonnull const *_Nonnull frames, int n, int page_height);
-/// The image evaluated into memory (so that several regions of it can be read, once).
-icv_image *_Nullable icv_copy_memory(icv_image *_Nonnull in);
-
-/// The band values of the pixel at (x, y), at most `capacity` of them; how many, or -1 on error.
+/// vips_getpoint: at most `capacity` band values; how many, or -1.
 int icv_getpoint(icv_image *_Nonnull in, int x, int y, double *_Nonnull values, int capacity);
 
-/// Encodes `in`: `format` 0 jpeg, 1 png, 2 webp, 3 avif, 4 gif. `quality` 1-100; `strip` drops metadata; `effort`
-/// the encoder's effort (avif 0-9, webp 0-6; ignored by the others). Evaluation is killed once `seconds` have
-/// passed (0: no limit). On success *out holds the bytes (free with icv_free) and 0 is returned.
-int icv_save(icv_image *_Nonnull in, int format, int quality, int strip, int effort, double seconds,
-             void *_Nullable *_Nonnull out, size_t *_Nonnull length);
+/// The savers (to a buffer; free *out with icv_free). 0 on success.
+int icv_jpegsave(icv_image *_Nonnull in, int quality, int strip, void *_Nullable *_Nonnull out, size_t *_Nonnull length);
+int icv_pngsave(icv_image *_Nonnull in, int strip, void *_Nullable *_Nonnull out, size_t *_Nonnull length);
+int icv_webpsave(icv_image *_Nonnull in, int quality, int strip, int effort, void *_Nullable *_Nonnull out, size_t *_Nonnull length);
+/// heifsave with compression AV1 (AVIF).
+int icv_avifsave(icv_image *_Nonnull in, int quality, int strip, int effort, void *_Nullable *_Nonnull out, size_t *_Nonnull length);
+int icv_gifsave(icv_image *_Nonnull in, int strip, void *_Nullable *_Nonnull out, size_t *_Nonnull length);
+
+/// A point in time `seconds` from now (monotonic clock); free with icv_deadline_free once no watched image lives.
+icv_deadline *_Nonnull icv_deadline_new(double seconds);
+void icv_deadline_free(icv_deadline *_Nullable deadline);
+/// 1 once the deadline has passed.
+int icv_deadline_passed(const icv_deadline *_Nonnull deadline);
+/// Reports `image`'s evaluation progress to a handler that kills the evaluation once `deadline` has passed.
+void icv_watch(icv_image *_Nonnull image, icv_deadline *_Nonnull deadline);
 
 #endif
