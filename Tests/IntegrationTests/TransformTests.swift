@@ -644,4 +644,15 @@ struct TransformTests {
         #expect(responses.allSatisfy { $0.status == 200 && $0.header("X-Cache") != "COALESCED" }, "\(responses.map { $0.header("X-Cache") ?? "-" })")
         #expect(harness.origin.requestCount("/mine.jpg") == 3)
     }
+
+    @Test("libvips loaders other than JPEG, PNG, WebP, GIF, HEIF and TIFF never see a source (a PPM is refused even when the cache takes any type)")
+    func blockedLoaders() async throws {
+        let harness = try ProxyHarness { $0.contentTypes = ["*/*"] }
+        harness.origin.route("/p.ppm") { _ in
+            Reply(status: 200, headers: [("Content-Type", "image/x-portable-pixmap"), ("Cache-Control", "max-age=60")],
+                  body: Array("P6\n2 2\n255\n".utf8) + [UInt8](repeating: 200, count: 12))
+        }
+        let refused = try await harness.get(Self.path("w:10/f:png", "p.ppm"))
+        #expect(refused.status == 422 && refused.text.contains("not an image this daemon reads"), "\(refused.text)")
+    }
 }
