@@ -16,8 +16,10 @@ Jobs: each source to widths 320, 480, 640 and 800 (height follows) as JPEG (q 80
 192 distinct variants, imagecached's defaults (WebP effort 4, AVIF effort 2, JPEG optimize_coding, metadata stripped).
 
   a. imagecached cold: each source primed first (a 64 px JPEG variant that is not a job: the source is then in the
-     cache, so the runs time transforms, not origin fetches), then every job once, 2 clients (2 cores), one format
-     at a time: transforms/s, and the daemon's CPU (utime+stime, /proc/<pid>/stat) per transform.
+     cache, so the runs time transforms, not origin fetches), then every job once, 2 clients (2 cores, a new
+     connection per request), one format at a time: transforms/s, and the daemon's CPU (utime+stime,
+     /proc/<pid>/stat) per transform. Again on a fresh daemon with --server-cpu-affinity off (threads that a pinned
+     event loop starts inherit its CPU; the threads' allowed CPUs are recorded after each run).
   b. imagecached warm: wrk (2 threads, 64 connections, --duration s, --runs runs, turns) over the 192 variant URLs,
      against the anchor: the same 192 bodies put on the origin as plain files and served through the reverse proxy
      (and one file of the median variant size alone). Bar: warm variants within 10% of the plain files' requests/s.
@@ -208,9 +210,9 @@ def thumbor_url(origin_port, file, width, fmt):
 
 # ---------------------------------------------------------------- clients
 
-def run_requests(port, paths, clients, time_limit, keep=False, timeout=120):
-    """GETs each path once with `clients` keep-alive connections pulling from one queue; stops taking new paths after
-    `time_limit` s. Returns (wall seconds, {path: result})."""
+def run_requests(port, paths, clients, time_limit, keep=False, timeout=120, reuse=True):
+    """GETs each path once with `clients` clients pulling from one queue, over keep-alive connections (`reuse`) or a
+    new connection per request; stops taking new paths after `time_limit` s. Returns (wall seconds, {path: result})."""
     todo = collections.deque(paths)
     lock = threading.Lock()
     results = {}
@@ -227,7 +229,7 @@ def run_requests(port, paths, clients, time_limit, keep=False, timeout=120):
                 conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
             t0 = time.time()
             try:
-                conn.request("GET", path)
+                conn.request("GET", path, headers={} if reuse else {"Connection": "close"})
                 resp = conn.getresponse()
                 body = resp.read()
             except (OSError, http.client.HTTPException) as error:
@@ -241,7 +243,7 @@ def run_requests(port, paths, clients, time_limit, keep=False, timeout=120):
             if keep:
                 r["body"] = body
             results[path] = r
-            if resp.getheader("Connection", "").lower() == "close":
+            if not reuse or resp.getheader("Connection", "").lower() == "close":
                 conn.close()
                 conn = None
         if conn is not None:
@@ -285,7 +287,9 @@ def cold_phase(name, proc, port, jobs, url, clients, time_limit, stats=None):
         paths = [url(file, width, fmt) for file, width, f in jobs if f == fmt]
         stats0 = get_json(port, "/_imagecached/stats") if stats else None
         cpu0 = proc.cpu_seconds()
-        wall, results = run_requests(port, paths, clients, time_limit, keep=True)
+        # a new connection per request: a pre-forked server (thumbor --processes 2) then spreads requests over its
+        # processes by accept; with keep-alive both clients may stay on one process (one core)
+        wall, results = run_requests(port, paths, clients, time_limit, keep=True, reuse=False)
         cpu = proc.cpu_seconds() - cpu0
         ok = [r for r in results.values() if r["status"] == 200]
         entry = {"requests": len(paths), "answered": len(results), "ok": len(ok), "wall_s": wall, "cpu_s": cpu,
@@ -888,7 +892,9 @@ def write_results(args, res, table, bars, notes):
   once per process for "net"; "gross" leaves it in (spread over the 16 images of the process).
 - Cold: each source primed first (imagecached {res['ic_prime']}, thumbor {res.get('thumbor_prime')}); origin requests
   during the cold runs: imagecached {res['ic_cold_origin_requests']}, thumbor {res.get('thumbor_cold_origin_requests')}.
-  {res['jobs']} jobs: 16 sources x widths {WIDTHS} x {FORMATS}, {args.clients} clients, one format after another.
+  {res['jobs']} jobs: 16 sources x widths {WIDTHS} x {FORMATS}, {args.clients} clients, a new connection per request
+  (`Connection: close`: with keep-alive both clients can stay on one of thumbor's two processes, as happened in a
+  trial run, JPEG at 1.0 core), one format after another.
 - Unpinned: the same cold run again on a fresh daemon with `--server-cpu-affinity off` (primed {res['ic_unpinned_prime']}).
   The daemon's threads after each cold run (name, allowed CPUs: count): default {res['ic_threads']}; unpinned
   {res['ic_unpinned_threads']}.

@@ -57,7 +57,7 @@ final class RenditionRequest: Sendable {
     init(_ target: TransformTarget, accept: String?, settings: TransformConfiguration) {
         self.target = target
         choice = FormatNegotiation.choose(target.options.format, accept: accept, autoAVIF: settings.autoAVIF, autoWebP: settings.autoWebP)
-        text = target.options.canonical + "/f:" + choice.keyClass + (choice.variesOnAccept ? ":v" : "")
+        text = target.canonical + "/f:" + choice.keyClass + (choice.variesOnAccept ? ":v" : "")
     }
 }
 

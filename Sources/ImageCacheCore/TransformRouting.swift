@@ -13,6 +13,7 @@ internal import ImageCacheHTTP
 internal import ImageCacheConfig
 internal import ImageCacheTransform
 internal import Foundation
+internal import Synchronization
 
 /// A verified transform request: where the source is and what to do to it.
 struct TransformTarget: Equatable, Sendable {
@@ -22,6 +23,34 @@ struct TransformTarget: Equatable, Sendable {
     let options: TransformOptions
     /// The options as the URL gave them (for the access log).
     let optionsText: String
+    /// `options.canonical`, made once.
+    let canonical: String
+
+    init(source: UpstreamURL, mode: Route.Mode, trusted: Bool, options: TransformOptions, optionsText: String) {
+        self.source = source
+        self.mode = mode
+        self.trusted = trusted
+        self.options = options
+        self.optionsText = optionsText
+        canonical = options.canonical
+    }
+}
+
+/// Transform targets already resolved, by the raw text after the prefix: a warm rendition is asked for by the same
+/// URL again and again, and its signature, options and source need checking once per settings version (a reload
+/// makes new settings, with an empty memo). Bounded: emptied when it reaches `limit`. Only successes are kept.
+final class TransformRouteMemo: Sendable {
+    static let limit = 4096
+    private let targets = Mutex<[Substring: TransformTarget]>([:])
+
+    func target(_ rest: Substring) -> TransformTarget? { targets.withLock { $0[rest] } }
+
+    func keep(_ rest: Substring, _ target: TransformTarget) {
+        targets.withLock { targets in
+            if targets.count >= Self.limit { targets.removeAll(keepingCapacity: true) }
+            targets[rest] = target
+        }
+    }
 }
 
 /// What routing needs of the transform settings. Immutable, built with ProxySettings.
@@ -35,6 +64,7 @@ struct TransformRouting: Sendable {
     let allowedSources: AllowedSources
     /// `require-signature` in force: without transform keys, only sources under configured origins are served.
     let signaturesRequired: Bool
+    let memo = TransformRouteMemo()
 
     init(_ configuration: Configuration) {
         prefix = configuration.transform.normalisedPrefix
@@ -48,6 +78,13 @@ struct TransformRouting: Sendable {
 
     /// `rest`: the raw target after the prefix and its "/" ("<signature>/<options>/plain/<source>").
     func resolve(_ rest: Substring, origins: [OriginRoute]) -> Route {
+        if let target = memo.target(rest) { return .transform(target) }
+        let route = resolveUncached(rest, origins: origins)
+        if case let .transform(target) = route { memo.keep(rest, target) }
+        return route
+    }
+
+    private func resolveUncached(_ rest: Substring, origins: [OriginRoute]) -> Route {
         let path: TransformPath
         do {
             path = try TransformPath.parse(rest)
