@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Image transforms: imagecached against thumbor and vipsthumbnail's own CPU, one run, the same machine.
 
-    python3 bench/transform.py [--binary PATH] [--duration 10] [--runs 3] [--no-thumbor] [--out FILE]
+    python3 bench/transform.py [--binary PATH] [--note TEXT] [--duration 10] [--runs 5] [--no-thumbor] [--quick]
+                               [--out FILE]
 
 Installs what is missing: vipsthumbnail and wrk from Debian (`apt-get install -y libvips-tools wrk`), Pillow from PyPI
 (the corpus), thumbor from PyPI into its own virtualenv (`python3 -m venv /tmp/imagecached-bench-thumbor-venv` then
@@ -22,17 +23,21 @@ Jobs: each source to widths 320, 480, 640 and 800 (height follows) as JPEG (q 80
      event loop starts inherit its CPU; the threads' allowed CPUs are recorded after each run).
   b. imagecached warm: wrk (2 threads, 64 connections, --duration s, --runs runs, turns) over the 192 variant URLs,
      against the anchor: the same 192 bodies put on the origin as plain files and served through the reverse proxy
-     (and one file of the median variant size alone). Bar: warm variants within 10% of the plain files' requests/s.
+     (and one variant URL of the median size against its plain copy alone). Bar: warm variants within 10% of the
+     plain files' requests/s, as the median of each run's ratio (pairs measured side by side cancel the drift).
   c. thumbor 7 (Pillow engine, 2 processes, file storage for sources, file result storage with
      RESULT_STORAGE_STORES_UNSAFE) primed and run the same way, cold and warm; CPU of its process tree.
-     Warm requests must come from result storage: no result file is written or rewritten during the warm run and
-     its CPU per request is checked against the cold one.
+     Warm requests must come from result storage: the results file counts the result files written or rewritten
+     during the warm run (0), and its CPU per request stands beside the cold one.
   d. vipsthumbnail (VIPS_CONCURRENCY=1, one thread per image as the daemon's workers) for every job, from the local
-     file: user+sys from getrusage(RUSAGE_CHILDREN) deltas; the process start (libvips init, measured on a 64x48
-     image) is reported and taken off for the floor.
+     files, one process per format and width with its 16 sources: user+sys from getrusage(RUSAGE_CHILDREN) deltas;
+     the process start (exec, libvips init and its modules: a 64x48 image, median of 20) is taken off for the floor.
   e. Memory: a daemon with --transform-workers 2 --transform-queue 4 --memory-limit 64MiB, 40 clients, each with its
      own 12 MP source (distinct URLs /_o/v=N/...), asking new variants for --flood-seconds; VmRSS sampled every 50 ms.
      The bound: idle RSS + (workers + queue) x the largest source + workers x one full decode + the memory tier.
+
+Each cold and warm measurement also records the rest of the machine's CPU meanwhile (/proc/stat busy time less the
+server's and this script's own), so that another job on the machine shows.
 
 Bars: cold transforms/s >= 1.5x thumbor's; CPU per image <= 1.3x vipsthumbnail's; warm variants >= 0.9x the plain
 files' requests/s; peak RSS under the bound. Prints the table and writes bench/results/<date>-transforms.md.
@@ -286,11 +291,14 @@ def cold_phase(name, proc, port, jobs, url, clients, time_limit, stats=None):
     for fmt in FORMATS:
         paths = [url(file, width, fmt) for file, width, f in jobs if f == fmt]
         stats0 = get_json(port, "/_imagecached/stats") if stats else None
-        cpu0 = proc.cpu_seconds()
+        cpu0, busy0, self0 = proc.cpu_seconds(), machine_busy_seconds(), own_cpu_seconds()
         # a new connection per request: a pre-forked server (thumbor --processes 2) then spreads requests over its
         # processes by accept; with keep-alive both clients may stay on one process (one core)
         wall, results = run_requests(port, paths, clients, time_limit, keep=True, reuse=False)
         cpu = proc.cpu_seconds() - cpu0
+        # what the rest of the machine used meanwhile (not the server, not these clients): another job on the
+        # machine shows here
+        others = (machine_busy_seconds() - busy0) - cpu - (own_cpu_seconds() - self0)
         ok = [r for r in results.values() if r["status"] == 200]
         entry = {"requests": len(paths), "answered": len(results), "ok": len(ok), "wall_s": wall, "cpu_s": cpu,
                  "tps": len(ok) / wall if wall else 0, "cpu_ms_per": cpu * 1000 / max(1, len(ok)),
@@ -301,7 +309,7 @@ def cold_phase(name, proc, port, jobs, url, clients, time_limit, stats=None):
                  "cache_status": dict(collections.Counter(status_label(r["cache_status"])
                                                           for r in results.values() if r.get("cache_status"))),
                  "types": dict(collections.Counter(r["type"] for r in ok)),
-                 "cores_busy": cpu / wall if wall else 0}
+                 "cores_busy": cpu / wall if wall else 0, "other_cores": others / wall if wall else 0}
         if stats:
             stats1 = get_json(port, "/_imagecached/stats")
             entry["stats_delta"] = transform_delta(stats0, stats1)
@@ -309,7 +317,8 @@ def cold_phase(name, proc, port, jobs, url, clients, time_limit, stats=None):
         out[fmt] = entry
         print(f"{name} cold {fmt:4}: {len(ok)}/{len(paths)} in {wall:5.1f} s = {entry['tps']:5.2f}/s, "
               f"CPU {entry['cpu_ms_per']:6.1f} ms per transform, {entry['mean_bytes'] / 1000:5.1f} KB mean, "
-              f"statuses {entry['statuses']}", flush=True)
+              f"statuses {entry['statuses']}, {entry['cores_busy']:.2f} cores busy, others {entry['other_cores']:.2f}",
+              flush=True)
     total_ok = sum(e["ok"] for e in out.values())
     wall = sum(e["wall_s"] for e in out.values())
     cpu = sum(e["cpu_s"] for e in out.values())
@@ -317,6 +326,19 @@ def cold_phase(name, proc, port, jobs, url, clients, time_limit, stats=None):
                   "tps": total_ok / wall if wall else 0, "cpu_ms_per": cpu * 1000 / max(1, total_ok),
                   "cores_busy": cpu / wall if wall else 0}
     return out
+
+
+def machine_busy_seconds():
+    """CPU seconds all CPUs spent not idle since boot (/proc/stat: all but idle and iowait)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:8]]
+    return (sum(fields) - fields[3] - fields[4]) / bench.CLK_TCK
+
+
+def own_cpu_seconds():
+    """This process's CPU (the client threads) and its children's (wrk, vipsthumbnail)."""
+    me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
 
 
 def thread_affinity(pid):
@@ -374,9 +396,11 @@ def first_pass_check(port, paths, header):
 
 
 def warm_wrk(proc, port, paths, duration, label):
-    cpu0 = proc.cpu_seconds()
+    cpu0, busy0, self0, t0 = proc.cpu_seconds(), machine_busy_seconds(), own_cpu_seconds(), time.time()
     r = bench.wrk(port, paths, duration, 64, label)
-    r["cpu_us_per_req"] = (proc.cpu_seconds() - cpu0) * 1e6 / max(1, r["requests"])
+    cpu = proc.cpu_seconds() - cpu0
+    r["cpu_us_per_req"] = cpu * 1e6 / max(1, r["requests"])
+    r["other_cores"] = ((machine_busy_seconds() - busy0) - cpu - (own_cpu_seconds() - self0)) / (time.time() - t0)
     r["p50_ms"], r["p99_ms"] = r["p50_us"] / 1000, r["p99_us"] / 1000
     return r
 
@@ -595,7 +619,11 @@ def flood(args, manifest, origin_port, port):
         after = sampler.samples[-1][1]
         biggest = max(x["bytes"] for x in large)
         decode = max(x["width"] * x["height"] * 3 for x in large)   # one full 8-bit RGB decode
-        bound = idle + (workers + queue) * biggest + workers * decode + memory
+        # The documented bound (README, Image transforms): each admitted job's source up to twice while it arrives
+        # (the fetch's copy kept to store it, the job's own), the bodies waiting for the disk tier within
+        # in-flight-limit (64 MiB by default), one full decode per worker, the memory tier.
+        inflight = 64 * MIB
+        bound = idle + (workers + queue) * 2 * biggest + inflight + workers * decode + memory
         return {"clients": clients, "seconds": wall, "workers": workers, "queue": queue, "memory_limit": memory,
                 "sources": [f"{x['file']} {x['width']}x{x['height']} {x['bytes']} B" for x in large],
                 "counts": dict(counts), "first_wave": dict(first_wave), "idle_rss": idle, "peak_rss": peak,
@@ -644,16 +672,24 @@ def report(res):
                     f"{vp[fmt]['mean_bytes'] / 1000:.1f} | |")
     wv, wp, v1, p1 = warm["variants"], warm["plain"], warm["variant_one"], warm["plain_one"]
     tw = res.get("thumbor_warm") or {}
-    rows.append(f"| warm req/s, all variant URLs (imagecached: / the same bytes as plain files) | {wv['rps']:.0f} / "
-                f"{wp['rps']:.0f} | {tw.get('rps', nan):.0f} | | {wv['rps'] / wp['rps']:.3f} variants/plain |")
+    pair = res["warm_paired"]
+    rows.append(f"| warm req/s, all variant URLs (imagecached: / the same bytes as plain files), medians | {wv['rps']:.0f} / "
+                f"{wp['rps']:.0f} | {tw.get('rps', nan):.0f} | | {pair['variants/plain']:.3f} variants/plain, paired by run "
+                f"({wv['rps'] / wp['rps']:.3f} of the medians) |")
     rows.append(f"| warm req/s, one variant URL of the median size / its plain copy | {v1['rps']:.0f} / {p1['rps']:.0f} | "
-                f"| | {v1['rps'] / p1['rps']:.3f} variant/plain |")
+                f"| | {pair['variant_one/plain_one']:.3f} paired ({v1['rps'] / p1['rps']:.3f} of the medians) |")
     rows.append(f"| warm p50 / p99 ms, all variant URLs | {wv['p50_ms']:.2f} / {wv['p99_ms']:.2f} (plain {wp['p50_ms']:.2f} / "
                 f"{wp['p99_ms']:.2f}) | {tw.get('p50_ms', nan):.2f} / {tw.get('p99_ms', nan):.2f} | | |")
     rows.append(f"| warm CPU us per request, all variant URLs | {wv['cpu_us_per_req']:.1f} (plain {wp['cpu_us_per_req']:.1f}) | "
                 f"{tw.get('cpu_us_per_req', nan):.0f} | | |")
     rows.append(f"| warm wrk errors (variants / plain / one / one plain) | {wv['errors']:.0f} / {wp['errors']:.0f} / "
                 f"{v1['errors']:.0f} / {p1['errors']:.0f} | {tw.get('errors', nan):.0f} | | |")
+    def others(cold):
+        return statistics.mean(cold[f]["other_cores"] for f in FORMATS) if cold else nan
+    rows.append(f"| the rest of the machine's CPU, cold runs (cores; another job shows here) | {others(ic):.2f} (unpinned "
+                f"{others(icu):.2f}) | {others(th):.2f} | | |")
+    rows.append(f"| the rest of the machine's CPU, warm runs (cores) | {wv['other_cores']:.2f} / {wp['other_cores']:.2f} | "
+                f"{tw.get('other_cores', nan):.2f} | | |")
     rows.append(f"| flood: peak RSS / bound | {fmt_bytes(fl['peak_rss'])} / {fmt_bytes(fl['bound'])} | | | "
                 f"{fl['peak_rss'] / fl['bound']:.2f} of the bound |")
     rows.append(f"| flood: answers (all / first wave) | {fl['counts']} / {fl['first_wave']} | | | |")
@@ -670,10 +706,11 @@ def report(res):
     bar("CPU per image <= 1.3x vipsthumbnail's", f"{r:.2f}x ({ic['all']['cpu_ms_per']:.1f} vs {vp['all']['net_ms']:.1f} ms net; "
         f"{ic['all']['cpu_ms_per'] / vp['all']['gross_ms']:.2f}x of {vp['all']['gross_ms']:.1f} ms gross)", "<= 1.3x", r <= 1.3,
         "per format (net): " + ", ".join(f"{f} {ic[f]['cpu_ms_per'] / vp[f]['net_ms']:.2f}x" for f in FORMATS))
-    r = wv["rps"] / wp["rps"]
-    bar("warm variants >= 0.9x plain cached files' req/s", f"{r:.3f} ({wv['rps']:.0f} vs {wp['rps']:.0f})", ">= 0.9",
-        r >= 0.9 and not (wv["errors"] or wp["errors"]),
-        f"one URL each (the median-size variant and its plain copy): {v1['rps'] / p1['rps']:.3f}")
+    r = pair["variants/plain"]
+    bar("warm variants >= 0.9x plain cached files' req/s", f"{r:.3f} (median of the runs' ratios; medians {wv['rps']:.0f} vs "
+        f"{wp['rps']:.0f}: {wv['rps'] / wp['rps']:.3f})", ">= 0.9", r >= 0.9 and not (wv["errors"] or wp["errors"]),
+        f"each run: {pair['per_run_variants/plain']}; CPU per request variants/plain {pair['cpu variants/plain']:.2f}x; "
+        f"one URL each (the median-size variant and its plain copy): {pair['variant_one/plain_one']:.3f}")
     bar("flood: peak RSS under the bound", f"{fmt_bytes(fl['peak_rss'])} of {fmt_bytes(fl['bound'])}", "<= bound",
         fl["peak_rss"] <= fl["bound"], f"{fl['counts'].get(503, 0)} answers 503")
     table = "\n".join(rows)
@@ -704,11 +741,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--binary", default=os.path.join(REPO, ".build/release/imagecached"))
     parser.add_argument("--duration", type=int, default=10, help="seconds of each wrk run")
-    parser.add_argument("--runs", type=int, default=3, help="wrk runs per warm target (median)")
+    parser.add_argument("--runs", type=int, default=5, help="wrk runs per warm target (median)")
     parser.add_argument("--clients", type=int, default=2, help="concurrent clients in the cold runs")
     parser.add_argument("--flood-seconds", type=int, default=15)
     parser.add_argument("--base-port", type=int, default=18300)
     parser.add_argument("--no-thumbor", action="store_true")
+    parser.add_argument("--note", default="", help="what the binary is (e.g. the commit it was built from), for the results")
     parser.add_argument("--quick", action="store_true",
                         help="a look, not a result: the 1-2 MP sources only, one wrk run of 3 s, a 5 s flood")
     parser.add_argument("--out", default=os.path.join(bench.RESULTS, f"{datetime.date.today().isoformat()}-transforms.md"))
@@ -728,7 +766,7 @@ def main():
     bench.make_dirs(bench.WORK, WORK, f"{WORK}/ic-cache", f"{WORK}/thumbor", f"{WORK}/thumbor/storage",
                     f"{WORK}/thumbor/result")
     shutil.rmtree(MIRROR, ignore_errors=True)
-    res = {"machine": machine_notes(), "binary": args.binary, "thumbor_note": thumbor_note,
+    res = {"machine": machine_notes(), "binary": args.binary, "note": args.note, "thumbor_note": thumbor_note,
            "corpus": manifest["files"], "jobs": len(jobs), "started": datetime.datetime.now().isoformat(timespec="seconds")}
     ic_flags = ["--memory-limit", "1GiB"]
     res["ic_flags"] = " ".join(ic_flags)
@@ -781,11 +819,21 @@ def main():
                 r = warm_wrk(procs["ic"], ports["ic"], paths, args.duration, f"tx-{name}")
                 runs[name].append(r)
                 print(f"imagecached warm run {run + 1} {name:11}: {r['rps']:8.0f} req/s  p50 {r['p50_ms']:6.2f}  "
-                      f"p99 {r['p99_ms']:6.2f} ms  CPU {r['cpu_us_per_req']:5.1f} us/req  errors {r['errors']}", flush=True)
+                      f"p99 {r['p99_ms']:6.2f} ms  CPU {r['cpu_us_per_req']:5.1f} us/req  errors {r['errors']}  "
+                      f"others {r['other_cores']:.2f} cores", flush=True)
         res["warm_runs"] = runs
         res["warm"] = {name: {k: statistics.median(r[k] for r in rs) for k in
-                              ("rps", "p50_ms", "p99_ms", "cpu_us_per_req", "mbps", "errors", "idle_pct", "wrk_cpu_us_per_req")}
+                              ("rps", "p50_ms", "p99_ms", "cpu_us_per_req", "mbps", "errors", "idle_pct", "wrk_cpu_us_per_req",
+                               "other_cores")}
                        for name, rs in runs.items()}
+        # each run's variants against the plain files measured next to them: a paired ratio cancels the drift of a
+        # shared machine between runs (seen here: +-15% from one 10 s run to the next for the same URLs)
+        res["warm_paired"] = {
+            "variants/plain": statistics.median(v["rps"] / p["rps"] for v, p in zip(runs["variants"], runs["plain"])),
+            "variant_one/plain_one": statistics.median(v["rps"] / p["rps"] for v, p in zip(runs["variant_one"], runs["plain_one"])),
+            "cpu variants/plain": statistics.median(v["cpu_us_per_req"] / p["cpu_us_per_req"]
+                                                    for v, p in zip(runs["variants"], runs["plain"])),
+            "per_run_variants/plain": [round(v["rps"] / p["rps"], 3) for v, p in zip(runs["variants"], runs["plain"])]}
         res["warm_transforms_during"] = transform_delta(stats0, get_json(ports["ic"], "/_imagecached/stats"))
         res["warm_origin_requests"] = bench.origin_total(bench.origin_stats(ports["origin"])) - bench.origin_total(origin0)
         res["ic_rss_after"] = procs["ic"].memory()[0]
@@ -877,7 +925,7 @@ def write_results(args, res, table, bars, notes):
 ## Settings
 
 - Machine: {res['machine']}. Every server, wrk and the Python clients share the 2 cores.
-- imagecached: `{res['binary']}`, `{' '.join(imagecached_argv(res['binary'], 'PORT', 'ORIGIN', 'DIR', *res['ic_flags'].split())[len(bench.unprivileged()):])}`
+- imagecached: `{res['binary']}` {res['note']}, `{' '.join(imagecached_argv(res['binary'], 'PORT', 'ORIGIN', 'DIR', *res['ic_flags'].split())[len(bench.unprivileged()):])}`
   (transform-workers default: one per CPU, 2; transform-queue 64; JPEG Q 80 optimize_coding, WebP Q 79 effort 4,
   AVIF Q 63 effort 2); as `nobody`. URLs `/transform/insecure/rs:fit:W:0/q:Q/f:FORMAT/plain/transform/src/FILE`.
 - thumbor: {res['thumbor_note']}; `thumbor -p PORT -i 127.0.0.1 -c thumbor.conf --processes 2 -l error` as `nobody`,
@@ -898,7 +946,8 @@ def write_results(args, res, table, bars, notes):
 - Unpinned: the same cold run again on a fresh daemon with `--server-cpu-affinity off` (primed {res['ic_unpinned_prime']}).
   The daemon's threads after each cold run (name, allowed CPUs: count): default {res['ic_threads']}; unpinned
   {res['ic_unpinned_threads']}.
-- Warm: wrk 2 threads, 64 connections, {args.duration} s, {args.runs} runs in turns (median), `bench/lua/rotate.lua`.
+- Warm: wrk 2 threads, 64 connections, {args.duration} s, {args.runs} runs in turns (the order flips each run),
+  `bench/lua/rotate.lua`; the bar takes the median of each run's variants/plain ratio (the two measured side by side).
   Anchor: the {res['jobs']} variant bodies written to `bench/corpus/transform/mirror/`,
   served by bench/origin.py, fetched through imagecached twice, then the same wrk over
   `/_o/v=plain/transform/mirror/vNNN.*` (mean {res['warm_check']['variant_bytes_mean'] / 1000:.1f} KB); "one plain

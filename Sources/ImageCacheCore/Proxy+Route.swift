@@ -153,7 +153,8 @@ extension Route {
         if second == UInt8(ascii: "_"), path == "/_imagecached" || path.hasPrefix("/_imagecached/") {
             return .admin(path: String(path), query: splitQuery(raw).query)
         }
-        if let transforms, path.utf8.count > transforms.prefix.utf8.count, path.hasPrefix(transforms.prefix),
+        // Compared as bytes (String.hasPrefix compares by Unicode equivalence: a cost every reverse request paid).
+        if let transforms, path.utf8.count > transforms.prefix.utf8.count, path.utf8.starts(with: transforms.prefix.utf8),
            path.utf8.dropFirst(transforms.prefix.utf8.count).first == UInt8(ascii: "/"),
            !(transforms.prefix.isEmpty && URLSigning.looksSigned(path.dropFirst())) {
             // The signed text is the path as the client sent it (imgproxy signs the raw path).
