@@ -20,6 +20,27 @@ enum ImageFiles {
     }
     static let types = ["jpg": "image/jpeg", "png": "image/png", "gif": "image/gif", "svg": "image/svg+xml"]
 
+    /// Serves `body` as a JPEG at `path` with `cacheControl`, holding the head until `gate` opens.
+    static func serveGated(_ harness: ProxyHarness, _ path: String, _ body: [UInt8], cacheControl: String = "max-age=600",
+                           etag: String? = nil, gate: Gate) {
+        harness.origin.route(path) { _ in
+            var headers = [("Content-Type", "image/jpeg"), ("Cache-Control", cacheControl)]
+            if let etag { headers.append(("ETag", etag)) }
+            var reply = Reply(status: 200, headers: headers, body: body)
+            reply.gateBeforeHead = gate
+            return reply
+        }
+    }
+
+    /// Sends each target on a new connection, one request each.
+    static func connect(_ harness: ProxyHarness, _ targets: [String]) throws -> [TestConnection] {
+        try targets.map { target in
+            let connection = try harness.connect()
+            try connection.request(target)
+            return connection
+        }
+    }
+
     /// Serves `name` at "/<name>" with a long freshness and an ETag (or `etag`).
     static func serve(_ harness: ProxyHarness, _ name: String, maxAge: Int = 600, etag: String? = nil) {
         let body = bytes(name)
@@ -223,19 +244,10 @@ struct TransformTests {
         let harness = try ProxyHarness()
         let gate = Gate()
         let body = ImageFiles.bytes("photo.jpg")
-        harness.origin.route("/photo.jpg") { _ in
-            var reply = Reply(status: 200, headers: [("Content-Type", "image/jpeg"), ("Cache-Control", "max-age=600"), ("ETag", "\"p\"")], body: body)
-            reply.gateBeforeHead = gate
-            return reply
-        }
+        ImageFiles.serveGated(harness, "/photo.jpg", body, etag: "\"p\"", gate: gate)
         harness.waiters.expect(20)
         let target = Self.path("rs:fill:120:120", "photo.jpg")
-        var connections: [TestConnection] = []
-        for _ in 0..<20 {
-            let connection = try harness.connect()
-            try connection.request(target)
-            connections.append(connection)
-        }
+        let connections = try ImageFiles.connect(harness, Array(repeating: target, count: 20))
         #expect(await harness.waiters.wait())
         gate.open()
         var bodies: Set<[UInt8]> = []
@@ -252,18 +264,9 @@ struct TransformTests {
 
         // Three new variants of a new source: the source's own fetch collects the three jobs.
         let second = Gate()
-        harness.origin.route("/other.jpg") { _ in
-            var reply = Reply(status: 200, headers: [("Content-Type", "image/jpeg"), ("Cache-Control", "max-age=600")], body: body)
-            reply.gateBeforeHead = second
-            return reply
-        }
+        ImageFiles.serveGated(harness, "/other.jpg", body, gate: second)
         harness.waiters.expect(3)
-        var variants: [TestConnection] = []
-        for options in ["w:10", "w:20", "w:30"] {
-            let connection = try harness.connect()
-            try connection.request(Self.path(options, "other.jpg"))
-            variants.append(connection)
-        }
+        let variants = try ImageFiles.connect(harness, ["w:10", "w:20", "w:30"].map { Self.path($0, "other.jpg") })
         #expect(await harness.waiters.wait())
         second.open()
         let widths = try await readAll(variants).map { Decoded.read($0.body)?.width ?? 0 }
@@ -426,11 +429,7 @@ struct TransformTests {
         }
         let gate = Gate()
         let body = ImageFiles.bytes("photo.jpg")
-        harness.origin.route("/slow.jpg") { _ in
-            var reply = Reply(status: 200, headers: [("Content-Type", "image/jpeg"), ("Cache-Control", "max-age=600")], body: body)
-            reply.gateBeforeHead = gate
-            return reply
-        }
+        ImageFiles.serveGated(harness, "/slow.jpg", body, gate: gate)
         ImageFiles.serve(harness, "photo.jpg")
         harness.waiters.expect(1)
         let held = try harness.connect()
@@ -626,18 +625,9 @@ struct TransformTests {
         let harness = try ProxyHarness()
         let gate = Gate()
         let photo = ImageFiles.bytes("photo.jpg")
-        harness.origin.route("/mine.jpg") { _ in
-            var reply = Reply(status: 200, headers: [("Content-Type", "image/jpeg"), ("Cache-Control", "private, max-age=60")], body: photo)
-            reply.gateBeforeHead = gate
-            return reply
-        }
+        ImageFiles.serveGated(harness, "/mine.jpg", photo, cacheControl: "private, max-age=60", gate: gate)
         harness.waiters.expect(3)
-        var connections: [TestConnection] = []
-        for _ in 0..<3 {
-            let connection = try harness.connect()
-            try connection.request(Self.path("w:30", "mine.jpg"))
-            connections.append(connection)
-        }
+        let connections = try ImageFiles.connect(harness, Array(repeating: Self.path("w:30", "mine.jpg"), count: 3))
         #expect(await harness.waiters.wait())
         gate.open()
         let responses = try await readAll(connections)
