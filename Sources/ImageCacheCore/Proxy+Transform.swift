@@ -48,16 +48,27 @@ internal import Logging
 /// What a rendition request adds to a client request. A class: a client request (passed along the hit path) holds
 /// one reference, nil for every request that is not a transform.
 final class RenditionRequest: Sendable {
-    let target: TransformTarget
+    let options: TransformOptions
     /// The output format (nil: the source's) and whether it was negotiated from Accept.
     let choice: FormatNegotiation.Choice
     /// The key's rendition text.
     let text: String
+    /// The key it is stored under.
+    let key: CacheKey
 
-    init(_ target: TransformTarget, accept: String?, settings: TransformConfiguration) {
-        self.target = target
-        choice = FormatNegotiation.choose(target.options.format, accept: accept, autoAVIF: settings.autoAVIF, autoWebP: settings.autoWebP)
-        text = target.canonical + "/f:" + choice.keyClass + (choice.variesOnAccept ? ":v" : "")
+    init(source: UpstreamURL, options: TransformOptions, canonical: String, choice: FormatNegotiation.Choice) {
+        self.options = options
+        self.choice = choice
+        text = canonical + "/f:" + choice.keyClass + (choice.variesOnAccept ? ":v" : "")
+        key = CacheKey(source, rendition: text)
+    }
+
+    /// The rendition a request asks for: the target's own when its format is fixed, else negotiated from Accept.
+    static func of(_ target: TransformTarget, accept: String?, settings: TransformConfiguration) -> RenditionRequest {
+        if let fixed = target.fixed { return fixed }
+        return RenditionRequest(source: target.source, options: target.options, canonical: target.canonical,
+                                choice: FormatNegotiation.choose(target.options.format, accept: accept,
+                                                                 autoAVIF: settings.autoAVIF, autoWebP: settings.autoWebP))
     }
 }
 
@@ -65,8 +76,8 @@ extension Proxy {
     /// A transform URL: served as its rendition's key (see the top).
     func serveTransform(_ target: TransformTarget, head: HTTPRequestHead, client: ClientInfo, sink: any ResponseSink,
                         settings: ProxySettings) {
-        let rendition = RenditionRequest(target, accept: head.headers["Accept"], settings: settings.configuration.transform)
-        (sink as? AccessLogSink)?.describe(transform: rendition.text)
+        let rendition = RenditionRequest.of(target, accept: head.headers["Accept"], settings: settings.configuration.transform)
+        if settings.configuration.accessLog { (sink as? AccessLogSink)?.describe(transform: rendition.text) }
         let request = ClientRequest(head: head, url: target.source, mode: target.mode, trusted: target.trusted, client: client,
                                     fields: settings.requestFields, rendition: rendition)
         serve(request, sink: sink)
@@ -191,7 +202,7 @@ final class Renditions: @unchecked Sendable {
             return answer(job, entry.entry, forwardStatus: 304)
         }
         let format = job.rendition.choice.format
-        let spec = TransformSpec(options: job.rendition.target.options, format: format, limits: job.settings.limits,
+        let spec = TransformSpec(options: job.rendition.options, format: format, limits: job.settings.limits,
                                  defaultQuality: job.settings.quality, avifEffort: job.settings.avifEffort,
                                  webpEffort: job.settings.webpEffort)
         let queue = context.queue

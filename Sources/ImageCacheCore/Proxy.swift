@@ -341,7 +341,7 @@ struct ClientRequest: Sendable {
     var isHead: Bool { head.method == "HEAD" }
 
     /// The key it is stored under: its URL's, or its rendition's.
-    var key: CacheKey { rendition.map { CacheKey(url, rendition: $0.text) } ?? CacheKey(url) }
+    var key: CacheKey { rendition?.key ?? CacheKey(url) }
 
     /// The decision made before any lookup: a request the cache may not answer or share (credentials, the client's
     /// no-store) is forwarded alone (`CacheDecision.beforeLookup`).

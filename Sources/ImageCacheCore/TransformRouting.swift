@@ -15,8 +15,9 @@ internal import ImageCacheTransform
 internal import Foundation
 internal import Synchronization
 
-/// A verified transform request: where the source is and what to do to it.
-struct TransformTarget: Equatable, Sendable {
+/// A verified transform request: where the source is and what to do to it. Immutable; a class, so that the memo
+/// hands out one reference per request, not a copy of every option.
+final class TransformTarget: Equatable, Sendable {
     let source: UpstreamURL
     let mode: Route.Mode
     let trusted: Bool
@@ -25,14 +26,30 @@ struct TransformTarget: Equatable, Sendable {
     let optionsText: String
     /// `options.canonical`, made once.
     let canonical: String
+    /// The rendition when its format does not depend on the request (explicit, or the source's without automatic
+    /// WebP/AVIF): made once, key included; nil when Accept decides.
+    let fixed: RenditionRequest?
 
-    init(source: UpstreamURL, mode: Route.Mode, trusted: Bool, options: TransformOptions, optionsText: String) {
+    init(source: UpstreamURL, mode: Route.Mode, trusted: Bool, options: TransformOptions, optionsText: String,
+         autoAVIF: Bool = false, autoWebP: Bool = false) {
         self.source = source
         self.mode = mode
         self.trusted = trusted
         self.options = options
         self.optionsText = optionsText
         canonical = options.canonical
+        let varies: Bool
+        switch options.format {
+        case .explicit: varies = false
+        case .auto: varies = true
+        case .source: varies = autoAVIF || autoWebP
+        }
+        fixed = varies ? nil : RenditionRequest(source: source, options: options, canonical: canonical,
+                                                 choice: FormatNegotiation.choose(options.format, accept: nil, autoAVIF: false, autoWebP: false))
+    }
+
+    static func == (a: TransformTarget, b: TransformTarget) -> Bool {
+        a.source == b.source && a.mode == b.mode && a.trusted == b.trusted && a.options == b.options
     }
 }
 
@@ -64,6 +81,8 @@ struct TransformRouting: Sendable {
     let allowedSources: AllowedSources
     /// `require-signature` in force: without transform keys, only sources under configured origins are served.
     let signaturesRequired: Bool
+    let autoAVIF: Bool
+    let autoWebP: Bool
     let memo = TransformRouteMemo()
 
     init(_ configuration: Configuration) {
@@ -74,6 +93,8 @@ struct TransformRouting: Sendable {
         maxDimension = configuration.transform.limits.maxDimension
         allowedSources = AllowedSources(configuration.allowedSources)
         signaturesRequired = configuration.signaturesRequired
+        autoAVIF = configuration.transform.autoAVIF
+        autoWebP = configuration.transform.autoWebP
     }
 
     /// `rest`: the raw target after the prefix and its "/" ("<signature>/<options>/plain/<source>").
@@ -113,7 +134,8 @@ struct TransformRouting: Sendable {
             }
             do {
                 let url = try best.upstreamURL(for: normal)
-                return .transform(TransformTarget(source: url, mode: .reverse, trusted: true, options: options, optionsText: optionsText))
+                return .transform(TransformTarget(source: url, mode: .reverse, trusted: true, options: options, optionsText: optionsText,
+                                              autoAVIF: autoAVIF, autoWebP: autoWebP))
             } catch {
                 return .error(status: 400, reason: "bad source path: \(error.reason)")
             }
@@ -125,14 +147,16 @@ struct TransformRouting: Sendable {
             return .error(status: 400, reason: "bad source URL: \(error.reason)")
         }
         if origins.contains(where: { PrefetchRun.isUnder($0, url) }) {
-            return .transform(TransformTarget(source: url, mode: .reverse, trusted: true, options: options, optionsText: optionsText))
+            return .transform(TransformTarget(source: url, mode: .reverse, trusted: true, options: options, optionsText: optionsText,
+                                              autoAVIF: autoAVIF, autoWebP: autoWebP))
         }
         // Unsigned transforms of any URL would make a daemon that requires signed fetch URLs an open image proxy.
         if signaturesRequired && signing.isInsecure {
             return .error(status: 403, reason: "this daemon requires signed URLs (require-signature) and has no transform key: only sources under its configured origins are transformed (set transform-keys and transform-salts, or IMGPROXY_KEY and IMGPROXY_SALT)")
         }
         if let refusal = allowedSources.refusal(url) { return .error(status: 403, reason: refusal) }
-        return .transform(TransformTarget(source: url, mode: .fetch, trusted: false, options: options, optionsText: optionsText))
+        return .transform(TransformTarget(source: url, mode: .fetch, trusted: false, options: options, optionsText: optionsText,
+                                              autoAVIF: autoAVIF, autoWebP: autoWebP))
     }
 }
 
