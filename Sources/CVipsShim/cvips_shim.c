@@ -86,6 +86,13 @@ icv_image *icv_extract_area(icv_image *in, int left, int top, int width, int hei
 icv_image *icv_smartcrop(icv_image *in, int width, int height) {
     ICV_ONE(vips_smartcrop(in, &out, width, height, "interesting", VIPS_INTERESTING_ATTENTION, NULL));
 }
+int icv_attention(icv_image *in, int width, int height, int *x, int *y) {
+    VipsImage *out = NULL;
+    if (vips_smartcrop(in, &out, width, height, "interesting", VIPS_INTERESTING_ATTENTION, "attention_x", x,
+                       "attention_y", y, NULL) != 0) return -1;
+    g_object_unref(out);
+    return 0;
+}
 icv_image *icv_resize(icv_image *in, double hscale, double vscale) { ICV_ONE(vips_resize(in, &out, hscale, "vscale", vscale, NULL)); }
 icv_image *icv_rot(icv_image *in, int quarters) {
     VipsAngle angle = quarters == 1 ? VIPS_ANGLE_D90 : quarters == 2 ? VIPS_ANGLE_D180 : quarters == 3 ? VIPS_ANGLE_D270 : VIPS_ANGLE_D0;

@@ -19,8 +19,9 @@
 // partial is ever encoded.
 //
 // Animated sources (GIF, WebP) stay animated when the output format animates (GIF, WebP) and the options are ones
-// that apply frame by frame: resizing (fit, force, fill and fill-down with centre or smart gravity; an animation's
-// window is always cut at the centre), blur, sharpen, quality, format. Any other option (crop, trim, rotate, padding, extend, another gravity) makes a still of the
+// that apply frame by frame: resizing (fit, force, fill and fill-down with centre or smart gravity; for smart, the
+// window libvips's attention strategy finds on the first frame is cut from every frame), blur, sharpen, quality,
+// format. Any other option (crop, trim, rotate, padding, extend, another gravity) makes a still of the
 // first frame; so does a still output format.
 
 internal import Foundation
@@ -218,11 +219,17 @@ public enum Transformer {
             plan = ResizePlan.make(width: width, height: height, options: options)
             try checkResult(plan, options, limits, frames: animate ? frames : 1)
             if let window = plan.window, animate {
-                // Every frame scaled (shrink-on-load), then the same window cut out of each (centre: attention is
-                // not judged across frames).
+                // Every frame scaled (shrink-on-load), then the same window cut out of each: at the plan's gravity,
+                // or for smart where libvips's attention strategy centres it on the first frame.
                 let scaled = try VipsImage.thumbnail(raw, width: plan.scaledWidth, height: plan.scaledHeight, crop: 0,
                                                      allPages: true, autoRotate: options.autoRotate, deadline: deadline)
-                let (left, top) = ResizePlan.place(window.width, window.height, in: plan.scaledWidth, plan.scaledHeight, gravity: .centre)
+                var (left, top) = (window.left, window.top)
+                if window.smart {
+                    let first = try scaled.copyMemory().extract(left: 0, top: 0, width: plan.scaledWidth, height: scaled.pageHeight)
+                    let centre = try first.attention(width: window.width, height: window.height)
+                    left = min(max(0, centre.x - window.width / 2), plan.scaledWidth - window.width)
+                    top = min(max(0, centre.y - window.height / 2), scaled.pageHeight - window.height)
+                }
                 image = try scaled.cropFrames(pageHeight: scaled.pageHeight, left: left, top: top, width: window.width, height: window.height)
                 plan.window = nil
             } else if let window = plan.window, window.smart {

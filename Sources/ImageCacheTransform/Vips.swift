@@ -72,6 +72,12 @@ final class VipsImage: @unchecked Sendable {
     func smartcrop(width: Int, height: Int) throws(VipsError) -> VipsImage {
         try derive(icv_smartcrop(pointer, Int32(width), Int32(height)), "smartcrop")
     }
+    /// Where libvips's attention strategy centres a `width` x `height` window (vips_smartcrop's attention point).
+    func attention(width: Int, height: Int) throws(VipsError) -> (x: Int, y: Int) {
+        var x: Int32 = 0, y: Int32 = 0
+        guard icv_attention(pointer, Int32(width), Int32(height), &x, &y) == 0 else { throw VipsError.take("smartcrop") }
+        return (Int(x), Int(y))
+    }
     func resize(_ h: Double, _ v: Double) throws(VipsError) -> VipsImage { try derive(icv_resize(pointer, h, v), "resize") }
     /// Turns clockwise by 90, 180 or 270 degrees.
     func rotate(_ degrees: Int) throws(VipsError) -> VipsImage { try derive(icv_rot(pointer, Int32(degrees / 90)), "rot") }

@@ -645,4 +645,30 @@ struct TransformTests {
         let refused = try await harness.get(Self.path("w:10/f:png", "p.ppm"))
         #expect(refused.status == 422 && refused.text.contains("not an image this daemon reads"), "\(refused.text)")
     }
+
+    @Test("an animation's smart fill cuts, from every frame, the window libvips's attention finds on the first; a centre fill does not")
+    func animatedSmartCrop() async throws {
+        // anim-right.gif: 3 frames of 200x100 grey with a red and yellow checked patch at x 150-196.
+        let harness = try ProxyHarness()
+        ImageFiles.serve(harness, "anim-right.gif")
+        func yellowPixels(_ body: [UInt8]) throws -> Int {
+            try body.withUnsafeBytes { raw in
+                let image = try VipsImage.load(raw, random: true, deadline: Deadline(seconds: 60))
+                var count = 0
+                for x in stride(from: 0, to: image.width, by: 1) {
+                    for y in stride(from: 0, to: image.pageHeight, by: 4) {
+                        let p = try image.pixel(x: x, y: y)
+                        if p[0] > 200 && p[1] > 200 && p[2] < 80 { count += 1 }
+                    }
+                }
+                return count
+            }
+        }
+        let smart = try await harness.get(Self.path("rs:fill:50:100/g:sm", "anim-right.gif"))
+        #expect(Decoded.read(smart.body) == Decoded(format: "gif", width: 50, height: 100, frames: 3))
+        #expect(try yellowPixels(smart.body) > 20)
+        let centre = try await harness.get(Self.path("rs:fill:50:100", "anim-right.gif"))
+        #expect(Decoded.read(centre.body) == Decoded(format: "gif", width: 50, height: 100, frames: 3))
+        #expect(try yellowPixels(centre.body) == 0)
+    }
 }

@@ -54,6 +54,8 @@ icv_image *_Nullable icv_copy_memory(icv_image *_Nonnull in);
 icv_image *_Nullable icv_extract_area(icv_image *_Nonnull in, int left, int top, int width, int height);
 /// vips_smartcrop with the attention strategy.
 icv_image *_Nullable icv_smartcrop(icv_image *_Nonnull in, int width, int height);
+/// vips_smartcrop with the attention strategy, reporting the attention centre it found. 0 on success.
+int icv_attention(icv_image *_Nonnull in, int width, int height, int *_Nonnull x, int *_Nonnull y);
 icv_image *_Nullable icv_resize(icv_image *_Nonnull in, double hscale, double vscale);
 /// vips_rot by 90 (1), 180 (2) or 270 (3) degrees clockwise.
 icv_image *_Nullable icv_rot(icv_image *_Nonnull in, int quarters);
