@@ -292,6 +292,8 @@ final class Fetch: @unchecked Sendable {
             _ = context.store.promote(entry, removalsSeen: removalsSeen)
         case let .remove(variant):
             if let variant { context.store.remove(key, variant: variant) } else { context.store.remove(key) }
+        case .removeRenditions:
+            context.store.removeRenditions(of: key)
         case let .redispatchToVariants(waiters, head):
             hand(waiters) { $0.redispatchToVariants($1, of: head, key: self.key) }
         case let .redispatchAlone(waiters):

@@ -147,6 +147,9 @@ struct FetchMachine {
         case promote(CacheEntry, removalsSeen: UInt64)
         /// Remove one stored variant of the URL (outdated), or every variant (`nil`: the resource is gone).
         case remove(variant: String?)
+        /// The URL's stored copy was replaced by another version (its validator changed): the renditions made from
+        /// the old one (transforms) go, in both tiers.
+        case removeRenditions
         /// Send these waiters to a fetch of the variant `head`'s Vary selects for each.
         case redispatchToVariants([Waiter], of: HTTPResponseHead)
         /// Send these waiters upstream on their own.
@@ -726,6 +729,12 @@ struct FetchMachine {
         } else if let revalidating = response.revalidating {
             // The stored variant is outdated and the new response is not kept.
             actions.append(.remove(variant: revalidating.entry.variantID))
+        }
+        // A revalidation answered with another version: what was made from the old one is outdated too, on disk as in
+        // memory (TieredStore.sourceStored judges only the renditions memory holds).
+        if let old = response.revalidating?.entry, response.head.status == 200 || response.head.status == 203,
+           (old.etag ?? old.lastModified) != (response.head.headers["ETag"] ?? response.head.headers["Last-Modified"]) {
+            actions.append(.removeRenditions)
         }
         if case let .dontStore(why) = response.storeDecision {
             actions.append(.log(.debug, "not stored \(key): \(why)"))

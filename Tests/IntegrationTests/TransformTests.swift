@@ -671,4 +671,31 @@ struct TransformTests {
         #expect(Decoded.read(centre.body) == Decoded(format: "gif", width: 50, height: 100, frames: 3))
         #expect(try yellowPixels(centre.body) == 0)
     }
+
+    @Test("a source revalidated into another version drops its renditions from disk too (one held only on disk is not served after)")
+    func diskRenditionsOfChangedSource() async throws {
+        let harness = try ProxyHarness()
+        let version = Mutex("\"a\"")
+        let photo = ImageFiles.bytes("photo.jpg"), rotated = ImageFiles.bytes("rotated.jpg")
+        harness.origin.route("/v.jpg") { request in
+            let current = version.withLock { $0 }
+            if request.header("If-None-Match") == current { return Reply(status: 304, headers: [("ETag", current)]) }
+            return Reply(status: 200, headers: [("Content-Type", "image/jpeg"), ("Cache-Control", "max-age=600"), ("ETag", current)],
+                         body: current == "\"a\"" ? photo : rotated)
+        }
+        let target = Self.path("w:50", "v.jpg")
+        let first = try await harness.get(target)
+        #expect(Decoded.read(first.body)?.height == 33)
+        await harness.flushDisk()
+        // The rendition now lives on disk only.
+        let source = try UpstreamURL.parse(harness.origin.baseURL + "/v.jpg")
+        #expect(harness.daemon.proxy.memory.removeRenditions(of: source) == 1)
+        version.withLock { $0 = "\"b\"" }
+        let reloaded = try await harness.get("/v.jpg", headers: [("Cache-Control", "no-cache")])
+        #expect(reloaded.status == 200 && reloaded.header("ETag") == "\"b\"")
+        await harness.flushDisk()
+        let again = try await harness.get(target)
+        #expect(Decoded.read(again.body)?.height == 75 && again.header("Cache-Status")?.contains("detail=transformed") == true,
+                "\(again.header("Cache-Status") ?? "")")
+    }
 }

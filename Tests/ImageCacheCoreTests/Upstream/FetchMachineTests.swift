@@ -79,6 +79,7 @@ struct FetchMachineTests {
             case .keepInMemory: "keep in memory"
             case .promote: "promote"
             case let .remove(variant): variant.map { "remove variant \"\($0)\"" } ?? "remove all"
+            case .removeRenditions: "remove renditions"
             case let .redispatchToVariants(waiters, _): "to variants \(waiters.map(\.id))"
             case let .redispatchAlone(waiters): "alone \(waiters.map(\.id))"
             case let .passUpstream(waiters): "pass upstream \(waiters.map(\.id))"
@@ -143,6 +144,22 @@ struct FetchMachineTests {
         // The new 200 replaces the copy.
         _ = machine.receiveHead(Self.head(), url: Self.url, redirects: [], now: Self.t0)
         #expect(Self.lines(machine.receiveBody(Self.png, now: Self.t0)) == ["store 100", "whole 200 EXPIRED 100 to 1", "closed", "finish"])
+    }
+
+    @Test("a revalidation answered with another version removes the renditions made from the old one; the same version keeps them")
+    func changedVersionDropsRenditions() {
+        var v2 = Self.machine(revalidating: Self.stored(age: 120), reason: .stale)
+        _ = v2.start()
+        var actions = v2.receiveHead(HTTPResponseHead(status: 200, headers: HTTPHeaders([
+            ("Content-Type", "image/png"), ("Cache-Control", "max-age=60"), ("ETag", "\"v2\""), ("Content-Length", String(Self.png.count)),
+        ])), url: Self.url, redirects: [], now: Self.t0)
+        actions += v2.receiveBody(Self.png, now: Self.t0)
+        #expect(Self.lines(actions).contains("remove renditions"))
+        var same = Self.machine(revalidating: Self.stored(age: 120), reason: .stale)
+        _ = same.start()
+        var kept = same.receiveHead(Self.head(), url: Self.url, redirects: [], now: Self.t0)
+        kept += same.receiveBody(Self.png, now: Self.t0)
+        #expect(!Self.lines(kept).contains("remove renditions") && Self.lines(kept).contains("store 100"))
     }
 
     @Test("a response that may not be shared goes to its leader only; the collapsed clients go upstream alone")
