@@ -91,7 +91,7 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
             logger.error("\(unavailable!)")
         }
         renditions = Renditions(
-            pool: TransformPool(workers: transform.workers > 0 ? transform.workers : TransformPool.usableCPUs(),
+            pool: TransformPool(workers: transform.workers > 0 ? transform.workers : Proxy.defaultTransformWorkers(),
                                 queueLimit: transform.queueLimit, queueTimeout: .milliseconds(Int(transform.queueTimeoutSeconds * 1000))),
             context: context, settings: settingsCell, unavailable: unavailable)
         renditions.fetchSource = { [weak self] request, sink in self?.serve(request, sink: sink) }
@@ -278,6 +278,19 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
             }
             queue.async { self.coalescer.dispatch(request, key: key, sink: sink, reason: reason, disk: probe) }
         }
+    }
+
+    /// `transform-workers` 0: one per CPU this process may use: its affinity mask (as the event loops count them),
+    /// lowered by a cgroup v2 CPU quota (cpu.max) when one is set; at least 1.
+    static func defaultTransformWorkers() -> Int {
+        var count = allowedCPUCount() ?? ProcessInfo.processInfo.activeProcessorCount
+        if let quota = try? String(contentsOfFile: "/sys/fs/cgroup/cpu.max", encoding: .utf8) {
+            let parts = quota.split(separator: " ").map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
+            if parts.count == 2, let limit = Double(parts[0]), let period = Double(parts[1]), period > 0 {
+                count = min(count, Int((limit / period).rounded(.up)))
+            }
+        }
+        return max(1, count)
     }
 
     /// A clear error: status, one-line reason in the body and the log.

@@ -284,3 +284,7 @@ final class EventLoop: SinkExecutor, @unchecked Sendable {
         }
     }
 }
+
+/// How many CPUs this process may run on (its affinity mask, as the listener counts its loops); nil if the mask
+/// cannot be read.
+package func allowedCPUCount() -> Int? { EventLoop.allowedCPUs()?.count }

@@ -163,10 +163,6 @@ package enum RenditionTag {
     package static func etag(sourceValidator: String, rendition: String) -> String {
         let strong = sourceValidator.hasPrefix("\"")
         let digest = SHA256.hash(data: Array((sourceValidator + "\n" + rendition).utf8))
-        let hex = digest.prefix(12).map { byte -> String in
-            let digits = Array("0123456789abcdef")
-            return String([digits[Int(byte >> 4)], digits[Int(byte & 0xF)]])
-        }
-        return (strong ? "" : "W/") + "\"" + hex.joined() + "\""
+        return (strong ? "" : "W/") + "\"" + URLSigning.hexEncode(Array(digest.prefix(12))) + "\""
     }
 }

@@ -22,6 +22,7 @@
 //   negotiated from Accept) and added by the caller as a format class.
 
 internal import Foundation
+internal import ImageCacheHTTP
 
 /// Where a crop or a fill takes its window from.
 public enum Gravity: Sendable, Equatable {
@@ -369,9 +370,8 @@ public struct TransformOptions: Sendable, Equatable {
     }
 
     static func hexColour(_ text: String) -> [Double]? {
-        let utf8 = Array(text.utf8)
-        guard utf8.count == 6, let value = UInt32(text, radix: 16) else { return nil }
-        return [Double((value >> 16) & 0xFF), Double((value >> 8) & 0xFF), Double(value & 0xFF)]
+        guard let bytes = URLSigning.hexDecode(Substring(text)), bytes.count == 3 else { return nil }
+        return bytes.map(Double.init)
     }
 
     // MARK: - Canonical form

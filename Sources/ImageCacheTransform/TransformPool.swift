@@ -6,7 +6,7 @@
 //        │                                             transform-queue-timeout
 //        └ queue full ──> 503 at once ("the transform queue is full")
 //
-// Workers: `transform-workers` (default: the CPUs this process may use, sched_getaffinity), each job one libvips
+// Workers: `transform-workers` (default: the CPUs this process may use, Proxy.defaultTransformWorkers), each job one libvips
 // thread (VipsRuntime.start's threadsPerImage), so at most that many images are decoded at once and the memory they
 // take is bounded by workers x the largest image the limits admit.
 //
@@ -82,25 +82,6 @@ public final class TransformPool: Sendable {
         shared.condition.lock()
         defer { shared.condition.unlock() }
         return body(shared)
-    }
-
-    /// The CPUs this process may use: its affinity mask (Cpus_allowed in /proc/self/status), lowered by a cgroup v2
-    /// CPU quota (cpu.max) when one is set; at least 1.
-    public static func usableCPUs() -> Int {
-        var count = ProcessInfo.processInfo.activeProcessorCount
-        if let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
-           let line = status.split(separator: "\n").first(where: { $0.hasPrefix("Cpus_allowed:") }) {
-            let mask = line.dropFirst("Cpus_allowed:".count).filter { $0.isHexDigit }
-            let allowed = mask.reduce(0) { $0 + (Int(String($1), radix: 16) ?? 0).nonzeroBitCount }
-            if allowed > 0 { count = min(count, allowed) }
-        }
-        if let quota = try? String(contentsOfFile: "/sys/fs/cgroup/cpu.max", encoding: .utf8) {
-            let parts = quota.split(separator: " ").map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
-            if parts.count == 2, let limit = Double(parts[0]), let period = Double(parts[1]), period > 0 {
-                count = min(count, Int((limit / period).rounded(.up)))
-            }
-        }
-        return max(1, count)
     }
 
     /// Hands `job` to a free worker, queues it, or refuses it (503, at once).

@@ -97,9 +97,6 @@ public struct TransformFailure: Error, Sendable, Equatable, CustomStringConverti
 public enum Transformer {
     /// Runs one transform. Never throws: every failure is a `TransformFailure`.
     public static func run(_ source: [UInt8], _ spec: TransformSpec) -> Result<TransformedImage, TransformFailure> {
-        if looksLikeSVG(source) && !spec.limits.allowSVG {
-            return .failure(TransformFailure(status: 422, reason: "SVG sources are refused (transform-allow-svg is off)", label: "svg"))
-        }
         // Started now: the time limit covers the whole job. Every image of the job keeps it alive.
         let deadline = Deadline(seconds: spec.limits.timeoutSeconds)
         return source.withUnsafeBytes { raw -> Result<TransformedImage, TransformFailure> in
@@ -119,11 +116,6 @@ public enum Transformer {
                 return .failure(TransformFailure(status: 500, reason: "transform failed: \(error)", label: "failed"))
             }
         }
-    }
-
-    static func looksLikeSVG(_ bytes: [UInt8]) -> Bool {
-        let head = String(decoding: bytes.prefix(1024), as: UTF8.self).lowercased()
-        return head.contains("<svg") || (head.trimmingCharacters(in: .whitespacesAndNewlines).hasPrefix("<?xml") && !head.contains("<!doctype html"))
     }
 
     /// The source formats read, by libvips loader name prefix; anything else is refused.

@@ -128,8 +128,7 @@ struct Sign: ParsableCommand {
         }
         let source: String
         if base64 {
-            source = Data(url.utf8).base64EncodedString().replacingOccurrences(of: "+", with: "-")
-                .replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+            source = URLSigning.base64URLEncode(Array(url.utf8))
         } else {
             let kept = CharacterSet(charactersIn: "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~:/")
             source = "plain/" + (url.addingPercentEncoding(withAllowedCharacters: kept) ?? url)

@@ -698,4 +698,13 @@ struct TransformTests {
         #expect(Decoded.read(again.body)?.height == 75 && again.header("Cache-Status")?.contains("detail=transformed") == true,
                 "\(again.header("Cache-Status") ?? "")")
     }
+
+    @Test("an SVG the cache may store (allow-svg) is still no transform source without transform-allow-svg: 422 naming it")
+    func svgWithAllowSVG() async throws {
+        let harness = try ProxyHarness { $0.allowSVG = true }
+        ImageFiles.serve(harness, "image.svg")
+        #expect(try await harness.get("/image.svg").status == 200)
+        let refused = try await harness.get(Self.path("w:10/f:png", "image.svg"))
+        #expect(refused.status == 422 && refused.text.contains("SVG sources are refused (transform-allow-svg is off)"), "\(refused.text)")
+    }
 }
