@@ -272,6 +272,45 @@ public struct DaemonStats: Sendable, Codable, Equatable {
     public var reloadFailures = 0
     /// Image transforms (absent in documents from daemons without them).
     public var transforms: Transforms?
+    /// The fetches and transforms in flight now, the most waited-on first (at most `ProxyMetrics.inFlightListLimit`).
+    public var inFlightFetches: [InFlightFetch]?
+    /// The last errors, newest first (at most `ProxyMetrics.recentErrorLimit`).
+    public var recentErrors: [ErrorRecord]?
+
+    /// One fetch (from the origin, or the disk) or transform in flight.
+    public struct InFlightFetch: Sendable, Codable, Equatable {
+        /// The URL fetched (a transform: its source URL and canonical options).
+        public var url: String
+        /// "fetch" or "transform".
+        public var kind: String
+        /// Clients waiting on it (more than one: coalesced).
+        public var waiters: Int
+        /// Body bytes received so far (a fetch).
+        public var receivedBytes: Int
+        /// Seconds since it started.
+        public var seconds: Double
+        public init(url: String, kind: String, waiters: Int, receivedBytes: Int, seconds: Double) {
+            self.url = url
+            self.kind = kind
+            self.waiters = waiters
+            self.receivedBytes = receivedBytes
+            self.seconds = seconds
+        }
+    }
+
+    /// One error, as counted in `errors` and logged.
+    public struct ErrorRecord: Sendable, Codable, Equatable {
+        /// When, seconds since 1970 (the daemon's wall clock).
+        public var time: Double
+        /// The kind it is counted under in `errors` ("refused_404", "upstream_timeout", ...).
+        public var kind: String
+        /// The status answered, when a client was answered with one.
+        public var status: Int?
+        /// The one-line reason (as in the response body and the log), at most 300 characters.
+        public var reason: String
+        /// The request target or URL it concerned, at most 300 characters.
+        public var target: String
+    }
 
     public struct Transforms: Sendable, Codable, Equatable {
         /// Transforms ended, by output format ("-" when none was chosen) then result ("ok" or the failure's label).
