@@ -435,6 +435,23 @@ extension ConfigKey {
             }
             configuration.adminToken = try Configuration.adminToken(String(decoding: data, as: UTF8.self), source: value.source)
         },
+        key("status-refresh", "DURATION", "2s", "how often the status page at /_imagecached/ polls for new numbers; 0: no live updates") { configuration, value throws(ConfigError) in
+            let seconds = try value.seconds(allowingZero: true)
+            guard seconds == 0 || (seconds >= 0.25 && seconds <= 3600) else {
+                throw ConfigError(key: value.source, reason: "\(seconds)s is not 0 or between 250ms and 1h")
+            }
+            configuration.statusRefreshSeconds = seconds
+        },
+        key("status-history-interval", "DURATION", "10s", "time between two samples of the history the status page draws (/_imagecached/stats/history)",
+            restart: .field(\.historyIntervalSeconds)) { configuration, value throws(ConfigError) in
+            let seconds = try value.seconds()
+            guard seconds >= 1 && seconds <= 3600 else {
+                throw ConfigError(key: value.source, reason: "\(seconds)s is not between 1s and 1h")
+            }
+            configuration.historyIntervalSeconds = seconds
+        },
+        key("status-history-length", "DURATION", "1h", "how far back that history reaches (length / interval samples, at most 2880)",
+            restart: .field(\.historyLengthSeconds)) { $0.historyLengthSeconds = try $1.seconds() },
         key("signing-keys", "LIST", "none", "keys that verify signed fetch URLs (hex:..., base64:..., text:...), at least 16 bytes each; the first signs",
             exposure: .notAsFlag) { configuration, value throws(ConfigError) in
             try value.notAFlag("signing keys are")

@@ -191,6 +191,9 @@ extension Configuration {
         if transform.enabled && transform.normalisedPrefix.isEmpty && !origins.isEmpty {
             throw ConfigError(key: "transform-prefix", reason: "/ is the transform prefix only when no origin is configured (the origins own the paths)")
         }
+        if historyCapacity < 1 || historyCapacity > 2880 {
+            throw ConfigError(key: "status-history-length", reason: "\(Int(historyLengthSeconds))s at an interval of \(Int(historyIntervalSeconds))s is \(historyCapacity) samples: keep it between 1 and 2880 (raise status-history-interval for a longer history)")
+        }
         let prefixes = origins.map(\.prefix)
         if Set(prefixes).count != prefixes.count {
             throw ConfigError(key: "origins", reason: "two origins have the same prefix")

@@ -87,6 +87,17 @@ public struct Configuration: Sendable, Equatable {
     /// holding it): when set, every admin request but `/_imagecached/health` needs `Authorization: Bearer <token>`.
     /// At least 16 characters. Default none.
     public var adminToken: String?
+    /// `status-refresh`: how often the status page (/_imagecached/) polls the daemon for new numbers while it is open;
+    /// 0: no live updates (the figures are as of the page's load). Default 2 s.
+    public var statusRefreshSeconds: Double = 2
+    /// `status-history-interval`: time between two samples of the history the status page draws and
+    /// /_imagecached/stats/history serves. Default 10 s.
+    public var historyIntervalSeconds: Double = 10
+    /// `status-history-length`: how far back that history reaches; it holds length / interval samples (at most
+    /// 2880). Default 1 h (360 samples).
+    public var historyLengthSeconds: Double = 3600
+    /// Samples the history keeps.
+    public var historyCapacity: Int { Int((historyLengthSeconds / historyIntervalSeconds).rounded(.down)) }
     /// `signing-keys` (file or environment only, never a flag) or `signing-keys-file` (one key per line): the keys
     /// that verify signed fetch URLs, raw bytes, in order (the first signs). Each at least 16 bytes. Default none.
     public var signingKeys: [[UInt8]] = []

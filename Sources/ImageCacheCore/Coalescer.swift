@@ -44,6 +44,12 @@ final class Coalescer {
         return fetches.count
     }
 
+    /// The fetches taking new waiters, as the stats document lists them.
+    var inFlight: [DaemonStats.InFlightFetch] {
+        dispatchPrecondition(condition: .onQueue(context.queue))
+        return fetches.values.map(\.summary)
+    }
+
     /// Joins the fetch in flight for `key`, or starts one. `probe` is the disk tier's answer when the caller already
     /// asked it (a new fetch then starts from that answer instead of asking again).
     func dispatch(_ request: ClientRequest, key: CacheKey, sink: any ResponseSink, reason: CacheOutcome.Forward,

@@ -110,6 +110,8 @@ final class Fetch: @unchecked Sendable {
     private var transferStatus: Int?
     private var transferBytes = 0
     private var attachedCount = 0
+    /// When the fetch began (for the status page's list of fetches in flight).
+    private let begun = ContinuousClock.now
 
     init(_ machine: FetchMachine, settings: FetchSettings, context: FetchContext, coalescer: Coalescer) {
         self.machine = machine
@@ -123,6 +125,13 @@ final class Fetch: @unchecked Sendable {
     private var queue: DispatchQueue { context.queue }
     /// Still taking new waiters.
     var joinable: Bool { machine.joinable }
+
+    /// What the stats document lists for it: the URL, the clients waiting, the body bytes received, its age.
+    var summary: DaemonStats.InFlightFetch {
+        dispatchPrecondition(condition: .onQueue(queue))
+        return DaemonStats.InFlightFetch(url: key.description, kind: "fetch", waiters: clients.count, receivedBytes: transferBytes,
+                                         seconds: (ContinuousClock.now - begun).inSeconds)
+    }
 
     // MARK: events from the coalescer
 
@@ -312,8 +321,8 @@ final class Fetch: @unchecked Sendable {
             finish()
         case let .log(level, message):
             context.logger.log(level: level, "\(message)")
-        case let .countError(kind):
-            context.metrics.error(kind)
+        case let .countError(kind, status, reason):
+            context.metrics.error(kind, status: status, reason: reason, target: key.url.string)
         }
     }
 
@@ -378,7 +387,7 @@ final class Fetch: @unchecked Sendable {
         let handed = waiters.compactMap { waiter in clients.removeValue(forKey: waiter.id).map { (waiter, $0.sink) } }
         guard let coalescer else {
             for (_, sink) in handed {
-                context.metrics.error("stopping")
+                context.metrics.error("stopping", status: 503, reason: "the daemon is stopping", target: key.url.string)
                 deliver(to: sink) { sink.fail(status: 503, reason: "the daemon is stopping") }
             }
             return

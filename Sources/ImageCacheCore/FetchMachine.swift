@@ -163,7 +163,8 @@ struct FetchMachine {
         case closeToNewcomers
         case finish
         case log(Logger.Level, String)
-        case countError(String)
+        /// An error to count under `kind` and list with its reason (and the status a client got, if one did).
+        case countError(kind: String, status: Int?, reason: String)
     }
 
     let key: CacheKey
@@ -473,7 +474,10 @@ struct FetchMachine {
                 return refuseAll(status: status, reason: "upstream answered \(head.status) \(head.reason)",
                                  kind: "upstream_status_\(head.status / 100)xx")
             }
-            if head.status >= 400 { actions.append(.countError("upstream_status_\(head.status / 100)xx")) }
+            if head.status >= 400 {
+                actions.append(.countError(kind: "upstream_status_\(head.status / 100)xx", status: head.status,
+                                           reason: "upstream answered \(head.status) \(head.reason) (passed on)"))
+            }
             head.markErrorPage()
         }
         let responseCacheControl = rules.freshnessPolicy.cacheControl(head.headers, trusted: leader.trusted)
@@ -842,7 +846,7 @@ struct FetchMachine {
     /// Answers every waiter with an error status (the head has not gone out) and stops the transfer.
     private mutating func refuseAll(status: Int, reason: String, kind: String = "content_refused") {
         actions.append(.log(.notice, "\(status) \(key): \(reason)"))
-        actions.append(.countError(kind))
+        actions.append(.countError(kind: kind, status: status, reason: reason))
         if !waiters.isEmpty { actions.append(.fail(waiters.map(\.id), status: status, reason: reason)) }
         actions.append(.cancelTransfer)
         finish()
@@ -853,7 +857,7 @@ struct FetchMachine {
     /// a closed connection).
     private mutating func fail(_ error: UpstreamError, now: Date) {
         if case .cancelled = error {} else {
-            actions.append(.countError("upstream_" + error.kind))
+            actions.append(.countError(kind: "upstream_" + error.kind, status: error.httpStatus, reason: error.description))
             if serveStaleIfError(because: error.description, now: now) { return }
         }
         actions.append(.log(.warning, "\(error.httpStatus) \(key): \(error)"))

@@ -7,7 +7,8 @@
 //                             is told the response's outcome and sees its body (MetricsSink).
 //   upstream*, fetchWaiters   bumped by Fetch on the proxy queue, still through atomics (no lock, no hop).
 //   errors, hosts             string-keyed, rare (errors) or slow-path only (hosts: one update per upstream transfer):
-//                             each behind its own Mutex.
+//                             each behind its own Mutex. Each error is also kept with its reason in `recentErrors`,
+//                             a ring of the last `recentErrorLimit` (its own Mutex; the status page lists them).
 //   gauges                    memory and disk bytes, entries, evictions: read from the tiers when rendering.
 // Nothing here is read on a request path; rendering reads every atomic once (a snapshot that may straddle a request).
 //
@@ -100,8 +101,16 @@ public final class ProxyMetrics: Sendable {
     static let transformSecondsBounds: [Double] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
     /// Hosts kept for "top hosts"; beyond this, new hosts are counted under "(other)".
     static let hostLimit = 1000
+    /// Errors kept with their reasons (the newest; older ones are only counted).
+    static let recentErrorLimit = 20
+    /// Fetches and transforms listed in the stats document's `inFlightFetches` (the most waited-on).
+    static let inFlightListLimit = 20
+    /// Characters of an error's reason and target kept.
+    static let errorTextLimit = 300
 
-    let started = Date()
+    /// The daemon's wall clock (injected by tests), for the time of an error.
+    let now: @Sendable () -> Date
+    let started: Date
     private let requests = ServedOutcome.allCases.map { _ in Counter() }
     private let servedBytes = ServedOutcome.allCases.map { _ in Counter() }
     let upstreamSeconds = Histogram(bounds: ProxyMetrics.upstreamSecondsBounds)
@@ -115,6 +124,8 @@ public final class ProxyMetrics: Sendable {
     let inFlightBytes = Atomic<Int>(0)
     private let upstreamResults = Mutex<[String: Int]>([:])
     private let errors = Mutex<[String: Int]>([:])
+    /// The last `recentErrorLimit` errors, oldest first.
+    private let recentErrors = Mutex<[DaemonStats.ErrorRecord]>([])
     private let hosts = Mutex<[String: HostStats]>([:])
     let prefetched = Counter()
     /// Transforms ended, by "format result" (result "ok" or the failure's label); their durations; bytes in and out.
@@ -125,7 +136,10 @@ public final class ProxyMetrics: Sendable {
     package let reloads = Counter()
     package let reloadFailures = Counter()
 
-    public init() {}
+    public init(now: @escaping @Sendable () -> Date = { Date() }) {
+        self.now = now
+        started = now()
+    }
 
     private static let outcomeIndex: [ServedOutcome: Int] = Dictionary(
         uniqueKeysWithValues: ServedOutcome.allCases.enumerated().map { ($1, $0) })
@@ -159,18 +173,31 @@ public final class ProxyMetrics: Sendable {
         transformBytesOut.add(bytesOut)
     }
 
-    func error(_ kind: String) {
+    /// An error: counted under `kind`, and kept with its reason (the one-line text the client and the log got), the
+    /// status answered (nil: no client was answered with it) and the request target or URL it concerned.
+    func error(_ kind: String, status: Int?, reason: String, target: String) {
         errors.withLock { $0[kind, default: 0] += 1 }
+        let record = DaemonStats.ErrorRecord(time: now().timeIntervalSince1970, kind: kind, status: status,
+                                             reason: String(reason.prefix(Self.errorTextLimit)),
+                                             target: String(target.prefix(Self.errorTextLimit)))
+        recentErrors.withLock { records in
+            if records.count == Self.recentErrorLimit { records.removeFirst() }
+            records.append(record)
+        }
     }
 
     // MARK: - Snapshot
 
     /// Everything counted, plus the tiers' gauges: the /_imagecached/stats document.
     package func snapshot(memory: MemoryCache, memoryLimitBytes: Int, disk: DiskCache?, fetchesInFlight: Int, topHosts: Int = 10,
-                          transformQueue: (workers: Int, running: Int, queued: Int) = (0, 0, 0)) -> DaemonStats {
+                          transformQueue: (workers: Int, running: Int, queued: Int) = (0, 0, 0),
+                          inFlight: [DaemonStats.InFlightFetch] = []) -> DaemonStats {
         var stats = DaemonStats()
         stats.version = imagecachedVersion
-        stats.uptimeSeconds = Date().timeIntervalSince(started)
+        stats.uptimeSeconds = now().timeIntervalSince(started)
+        stats.inFlightFetches = Array(inFlight.sorted { ($0.waiters, $0.seconds, $1.url) > ($1.waiters, $1.seconds, $0.url) }
+            .prefix(Self.inFlightListLimit))
+        stats.recentErrors = recentErrors.withLock { $0.reversed() }
         for (index, outcome) in ServedOutcome.allCases.enumerated() {
             stats.requests[outcome.rawValue] = requests[index].current
             stats.servedBytes[outcome.rawValue] = servedBytes[index].current

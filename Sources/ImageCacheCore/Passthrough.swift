@@ -198,7 +198,10 @@ final class Passthrough: @unchecked Sendable {
                 invalidated = true
                 return invalidate(stale, then: head)
             }
-            if head.status >= 400 { context.metrics.error("upstream_status_\(head.status / 100)xx") }
+            if head.status >= 400 {
+                context.metrics.error("upstream_status_\(head.status / 100)xx", status: head.status,
+                                      reason: "upstream answered \(head.status) \(head.reason) (passed on)", target: url.string)
+            }
             let outcome = CacheOutcome(forward: reason, forwardStatus: head.status)
             sink.note(outcome)
             let length = head.headers["Content-Length"].flatMap { Int($0.trimmingOWS()) }
@@ -217,7 +220,10 @@ final class Passthrough: @unchecked Sendable {
         case let .failed(error):
             finish(result: error.kind)
             // (A transfer the daemon cancelled, at shut-down: the client still gets its answer.)
-            if error != .cancelled { context.metrics.error("upstream_" + error.kind) }
+            if error != .cancelled {
+                context.metrics.error("upstream_" + error.kind, status: headSent ? nil : error.httpStatus, reason: error.description,
+                                      target: url.string)
+            }
             context.logger.warning("\(error.httpStatus) \(request.method) \(url.string): \(error)")
             if headSent { sink.abort() } else { sink.fail(status: error.httpStatus, reason: error.description) }
         }

@@ -5,9 +5,12 @@
 //      fine). Any other name is how a web page reaches a loopback service by DNS rebinding             else 403
 //   3. not cross-site: no `Sec-Fetch-Site: cross-site | same-site`, and an `Origin`, if sent, is this very
 //      host and port (`Origin: null` is refused)                                                           else 403
-//   4. with `admin-token` set, `Authorization: Bearer <token>` (compared in constant time); health excepted  else 401
+//   4. with `admin-token` set, `Authorization: Bearer <token>`, or Basic with the token as the password (what a
+//      browser sends for the status page: the 401 offers Basic), compared in constant time; health excepted  else 401
 //   5. state-changing requests need what a page cannot send without a CORS preflight (which is never granted):
 //      DELETE is such a method; POST /prefetch takes its list as `Content-Type: text/uri-list`            else 415
+//   GET    /_imagecached/ (and /status)      the status page (Proxy+Status.swift)
+//   GET    /_imagecached/stats/history       the time series it draws, as JSON (StatsHistory.swift)
 //   GET    /_imagecached/health              200 "ok" while the daemon serves
 //   GET    /_imagecached/metrics             Prometheus text (Metrics.swift)
 //   GET    /_imagecached/stats               the same counters as JSON (DaemonStats), read by `imagecached stats`
@@ -41,16 +44,32 @@ enum AdminGuard {
             return (403, "cross-site admin requests are refused (Origin: \(origin.prefix(100)))", [:])
         }
         if let token = configuration.adminToken, path != "/_imagecached/health" {
-            let presented = request.headers["Authorization"].flatMap { value -> Substring? in
-                let parts = value.split(separator: " ", maxSplits: 1)
-                return parts.count == 2 && parts[0].lowercased() == "bearer" ? parts[1].trimmingOWS() : nil
-            }
-            guard let presented, URLSigning.constantTimeEqual(Array(presented.utf8), Array(token.utf8)) else {
-                return (401, "this daemon needs its admin token: Authorization: Bearer <admin-token>",
-                        ["WWW-Authenticate": "Bearer realm=\"imagecached\""])
+            guard let presented = request.headers["Authorization"].flatMap(presentedToken),
+                  URLSigning.constantTimeEqual(presented, Array(token.utf8)) else {
+                var headers = HTTPHeaders()
+                headers.add("WWW-Authenticate", "Basic realm=\"imagecached\", charset=\"UTF-8\"")
+                headers.add("WWW-Authenticate", "Bearer realm=\"imagecached\"")
+                return (401, "this daemon needs its admin token: Authorization: Bearer <admin-token> (or Basic, with the token as the password)",
+                        headers)
             }
         }
         return nil
+    }
+
+    /// The token an Authorization field presents: `Bearer <token>`, or `Basic base64(<any user>:<token>)`.
+    static func presentedToken(_ value: String) -> [UInt8]? {
+        let parts = value.split(separator: " ", maxSplits: 1)
+        guard parts.count == 2 else { return nil }
+        let credentials = parts[1].trimmingOWS()
+        switch parts[0].lowercased() {
+        case "bearer":
+            return Array(credentials.utf8)
+        case "basic":
+            guard let decoded = Data(base64Encoded: String(credentials)), let colon = decoded.firstIndex(of: UInt8(ascii: ":")) else { return nil }
+            return Array(decoded[decoded.index(after: colon)...])
+        default:
+            return nil
+        }
     }
 
     /// The Host's name part is an IP literal, `localhost`, or one of `adminHosts`.
@@ -87,10 +106,7 @@ extension Proxy {
             let asJSON = path.hasSuffix("/stats")
             // The in-flight count belongs to the proxy queue: render there (no sync from this queue).
             queue.async { [self] in
-                let pool = renditions.pool
-                let stats = metrics.snapshot(memory: memory, memoryLimitBytes: memory.limitBytes, disk: disk,
-                                             fetchesInFlight: coalescer.count + renditions.count,
-                                             transformQueue: (pool.workers, pool.running, pool.queued))
+                let stats = statsSnapshot()
                 var headers = HTTPHeaders()
                 headers.add("Cache-Control", "no-store")
                 let body: [UInt8]
@@ -102,6 +118,23 @@ extension Proxy {
                     body = Array(stats.prometheusText.utf8)
                 }
                 sink.respond(HTTPResponseHead(status: 200, headers: headers), body: body)
+            }
+        case "/_imagecached/", "/_imagecached/status", "/_imagecached", "/_imagecached/stats/history":
+            guard request.method == "GET" || request.method == "HEAD" else {
+                refuse(sink, status: 405, reason: "use GET", request: request, client: client, headers: ["Allow": "GET, HEAD"])
+                return
+            }
+            if path == "/_imagecached" {
+                var headers = Self.noStoreHeaders(contentType: "text/plain; charset=utf-8")
+                headers.add("Location", "/_imagecached/")
+                sink.respond(HTTPResponseHead(status: 301, headers: headers), body: Array("the status page is at /_imagecached/\n".utf8))
+            } else if path == "/_imagecached/stats/history" {
+                switch Self.historySince(query) {
+                case let .success(since): serveHistory(since: since, sink: sink)
+                case let .failure(error): refuse(sink, status: 400, reason: error.reason, request: request, client: client)
+                }
+            } else {
+                serveStatusPage(request, sink: sink, settings: settings)
             }
         case "/_imagecached/prefetch":
             guard request.method == "POST" else {
@@ -148,7 +181,7 @@ extension Proxy {
             if let failure {
                 logger.error("purge failed: \(failure)")
                 metrics.served(.error)
-                metrics.error("purge_failed")
+                metrics.error("purge_failed", status: 500, reason: "purge failed: \(failure)", target: request.target)
                 sink.fail(status: 500, reason: "purge failed: \(failure)")
                 return
             }

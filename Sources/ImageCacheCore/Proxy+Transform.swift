@@ -106,6 +106,14 @@ final class Renditions: @unchecked Sendable {
 
     var count: Int { jobs.count }
 
+    /// The renditions being made, as the stats document lists them.
+    var inFlight: [DaemonStats.InFlightFetch] {
+        jobs.values.map { job in
+            DaemonStats.InFlightFetch(url: job.key.description, kind: "transform", waiters: job.waiters.count, receivedBytes: 0,
+                                      seconds: (ContinuousClock.now - job.begun).inSeconds)
+        }
+    }
+
     /// A client whose rendition is missing or stale (`stale`: the stored one, if any).
     func dispatch(_ request: ClientRequest, rendition: RenditionRequest, key: CacheKey, sink: any ResponseSink,
                   stale: CacheEntry?) {
@@ -288,7 +296,7 @@ final class Renditions: @unchecked Sendable {
                                         seconds: 0, bytesIn: 0, bytesOut: 0)
         }
         context.logger.notice("\(status) transform \(job.leader.head.target.prefix(300)): \(reason)")
-        context.metrics.error("transform_\(label)")
+        context.metrics.error("transform_\(label)", status: status, reason: reason, target: job.leader.head.target)
         for (_, sink, _) in job.waiters { sink.fail(status: status, reason: reason) }
         done(job)
     }
@@ -313,6 +321,8 @@ final class RenditionJob: @unchecked Sendable {
     var settings: TransformConfiguration { configuration.transform }
     let freshness: FreshnessPolicy
     var waiters: [(ClientRequest, any ResponseSink, Bool)] = []
+    /// When the job began (for the list of work in flight).
+    let begun = ContinuousClock.now
 
     init(key: CacheKey, leader: ClientRequest, rendition: RenditionRequest, stale: CacheEntry?, stores: Bool,
          settings: Configuration, freshness: FreshnessPolicy) {

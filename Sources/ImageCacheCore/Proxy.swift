@@ -49,7 +49,7 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
     /// The settings in force (configuration, content policy, origin routes); replaced whole by `apply` (reload).
     let settingsCell: SettingsCell
     /// Counters for /_imagecached/metrics and /stats (atomics).
-    public let metrics = ProxyMetrics()
+    public let metrics: ProxyMetrics
     /// Both tiers, behind the rules that span them (TieredStore.swift).
     public let store: TieredStore
     public var memory: MemoryCache { store.memory }
@@ -62,6 +62,8 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
     let coalescer: Coalescer
     /// The renditions being made (Proxy+Transform.swift). Confined to `queue`; its pool runs the transforms.
     let renditions: Renditions
+    /// The time series the status page draws (StatsHistory.swift, Proxy+Status.swift). Confined to `queue`.
+    var history: StatsHistory
     /// Transform workers (for the start line and stats).
     public var transformWorkers: Int { renditions.pool.workers }
 
@@ -69,6 +71,9 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
                 now: @escaping @Sendable () -> Date = { Date() }, events: (@Sendable (ProxyEvent) -> Void)? = nil,
                 loopGuard: LoopGuard = LoopGuard()) {
         settingsCell = SettingsCell(ProxySettings(configuration))
+        metrics = ProxyMetrics(now: now)
+        history = StatsHistory(interval: configuration.historyIntervalSeconds,
+                               capacity: min(max(configuration.historyCapacity, 1), StatsHistory.maximumCapacity), start: now())
         self.loopGuard = loopGuard
         self.events = events
         self.origin = origin
@@ -299,7 +304,7 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
         logger.notice("\(status) \(request.method) \(request.target.prefix(500)) from \(client.address): \(reason)")
         // A counting sink (MetricsSink, the proxy queue's) counts the answer itself: counted once either way.
         if !(sink is MetricsSink) { metrics.served(.error) }
-        metrics.error("refused_\(status)")
+        metrics.error("refused_\(status)", status: status, reason: reason, target: request.target)
         sink.fail(status: status, reason: reason, headers: headers)
     }
 

@@ -42,10 +42,14 @@ public final class Daemon: @unchecked Sendable {
     let notifier = SystemdNotifier()
     private let stopping = Atomic<Bool>(false)
     private var timers: [any DispatchSourceTimer] = []
+    /// Records a sample of the status page's history every status-history-interval (off: the caller records them,
+    /// as the in-process tests do with `proxy.recordHistorySample`).
+    private let samplesHistory: Bool
 
     public init(configuration: Configuration, logger: Logger, now: @escaping @Sendable () -> Date = { Date() },
-                events: (@Sendable (ProxyEvent) -> Void)? = nil) throws {
+                events: (@Sendable (ProxyEvent) -> Void)? = nil, samplesHistory: Bool = true) throws {
         self.configuration = configuration
+        self.samplesHistory = samplesHistory
         self.logger = logger
         let loopGuard = LoopGuard()
         self.loopGuard = loopGuard
@@ -105,6 +109,14 @@ public final class Daemon: @unchecked Sendable {
             modes.append("reverse proxy (" + configuration.origins.map { "\($0.prefix) -> \($0.url)" }.joined(separator: ", ") + ")")
         }
         logger.info("imagecached \(imagecachedVersion) listening on \(listening); modes: \(modes.joined(separator: ", ")); memory limit \(configuration.memoryLimitBytes) bytes; disk \(configuration.diskLimitBytes > 0 ? "\(configuration.cacheDirectory) limit \(configuration.diskLimitBytes) bytes" : "off"); private networks \(configuration.allowPrivateNetworks ? "allowed" : "refused"); signed fetch URLs \(configuration.signaturesRequired ? "required" : "optional") (\(configuration.signingKeys.count) key(s))")
+        if samplesHistory {
+            let history = DispatchSource.makeTimerSource(queue: DispatchQueue(label: "imagecached.history"))
+            let interval = proxy.historyInterval
+            history.schedule(deadline: .now() + interval, repeating: interval, leeway: .milliseconds(100))
+            history.setEventHandler { [proxy] in proxy.recordHistorySample() }
+            history.resume()
+            timers.append(history)
+        }
         let transform = configuration.transform
         if transform.enabled {
             let prefix = transform.normalisedPrefix.isEmpty ? "/" : transform.normalisedPrefix + "/"

@@ -410,7 +410,9 @@ struct HardeningTests {
         let client = try await offPool { try AdminClient.send("GET", "/_imagecached/stats", to: address, token: token) }
         // Then
         #expect(missing.status == 401)
-        #expect(missing.header("WWW-Authenticate") == "Bearer realm=\"imagecached\"")
+        // Both challenges: Bearer for scripts, Basic so that a browser asks for the token (the status page)
+        #expect(missing.headers.filter { $0.0 == "WWW-Authenticate" }.map(\.1)
+                == ["Basic realm=\"imagecached\", charset=\"UTF-8\"", "Bearer realm=\"imagecached\""])
         #expect(wrong.status == 401)
         #expect(right.status == 200)
         #expect(health.status == 200)

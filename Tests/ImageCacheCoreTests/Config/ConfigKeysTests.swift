@@ -46,7 +46,7 @@ struct ConfigKeysTests {
             "transform-quality", "transform-avif-effort", "transform-webp-effort",
             "negative-ttl", "forward-request-fields",
             "drop-request-fields", "pass-trace", "complete-abandoned-fetches", "log-level", "access-log", "admin-allow", "admin-hosts", "admin-token", "admin-token-file",
-            "signing-keys", "signing-keys-file", "require-signature", "in-flight-limit", "shutdown-timeout",
+            "status-refresh", "status-history-interval", "status-history-length", "signing-keys", "signing-keys-file", "require-signature", "in-flight-limit", "shutdown-timeout",
             "server.max-request-line", "server.max-header-bytes", "server.max-header-count",
             "server.max-request-body", "server.write-buffer", "server.header-timeout", "server.body-timeout",
             "server.idle-timeout", "server.write-timeout", "server.max-connections", "server.cpu-affinity",

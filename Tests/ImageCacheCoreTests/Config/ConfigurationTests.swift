@@ -105,6 +105,31 @@ struct ConfigurationTests {
         #expect(defaults.restartOnlyChanges(to: environment) == ["server.write-buffer: 262144 -> 32768"])
     }
 
+    @Test("status-refresh (2 s; 0 or 250 ms to 1 h) and the history (10 s x 1 h; 1 to 2880 samples, restart only) at their edges")
+    func statusPageLimits() throws {
+        let defaults = try Configuration.load(file: nil, environment: [:], flags: [])
+        #expect(defaults.statusRefreshSeconds == 2 && defaults.historyIntervalSeconds == 10 && defaults.historyCapacity == 360)
+        func load(_ environment: [String: String]) throws -> Configuration {
+            try Configuration.load(file: nil, environment: environment, flags: [])
+        }
+        #expect(try load(["IMAGECACHED_STATUS_REFRESH": "0"]).statusRefreshSeconds == 0)
+        #expect(try load(["IMAGECACHED_STATUS_REFRESH": "250ms"]).statusRefreshSeconds == 0.25)
+        #expect(try load(["IMAGECACHED_STATUS_REFRESH": "1h"]).statusRefreshSeconds == 3600)
+        #expect { try load(["IMAGECACHED_STATUS_REFRESH": "200ms"]) } throws: { "\($0)".contains("STATUS_REFRESH") }
+        #expect { try load(["IMAGECACHED_STATUS_REFRESH": "61m"]) } throws: { "\($0)".contains("STATUS_REFRESH") }
+        // 8 h at 10 s is the largest ring; one interval more is refused, naming the key and the count
+        let largest = try load(["IMAGECACHED_STATUS_HISTORY_LENGTH": "8h"])
+        #expect(largest.historyCapacity == 2880)
+        #expect { try load(["IMAGECACHED_STATUS_HISTORY_LENGTH": "28810s"]) }
+            throws: { "\($0)".contains("status-history-length") && "\($0)".contains("2881 samples") }
+        #expect(try load(["IMAGECACHED_STATUS_HISTORY_INTERVAL": "1m", "IMAGECACHED_STATUS_HISTORY_LENGTH": "1d"]).historyCapacity == 1440)
+        #expect(try load(["IMAGECACHED_STATUS_HISTORY_INTERVAL": "1s", "IMAGECACHED_STATUS_HISTORY_LENGTH": "1s"]).historyCapacity == 1)
+        #expect { try load(["IMAGECACHED_STATUS_HISTORY_INTERVAL": "1m", "IMAGECACHED_STATUS_HISTORY_LENGTH": "30s"]) }
+            throws: { "\($0)".contains("0 samples") }
+        #expect { try load(["IMAGECACHED_STATUS_HISTORY_INTERVAL": "500ms"]) } throws: { "\($0)".contains("STATUS_HISTORY_INTERVAL") }
+        #expect(defaults.restartOnlyChanges(to: largest) == ["status-history-length: 3600.0 -> 28800.0"])
+    }
+
     @Test("max-variants: 16 by default, 1 at least (0 refused with the key named), restart only")
     func maxVariants() throws {
         let defaults = try Configuration.load(file: nil, environment: [:], flags: [])

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import Synchronization
 @testable import ImageCacheConfig
 @testable import ImageCacheStore
 @testable import ImageCacheCore
@@ -86,6 +87,28 @@ struct OpsTests {
         #expect(SystemdNotifier.watchdogInterval(environment: [:]) == nil)
     }
 
+    @Test("the last 20 errors are kept with their reasons, newest first, texts cut at 300 characters; every one is counted")
+    func recentErrors() {
+        // Given a clock the test moves
+        let clock = Mutex(Date(timeIntervalSince1970: 1_800_000_000))
+        let metrics = ProxyMetrics(now: { clock.withLock { $0 } })
+        // When 21 errors happen, one second apart, the last with a long reason
+        for index in 1...21 {
+            clock.withLock { $0 = $0.addingTimeInterval(1) }
+            let reason = index == 21 ? String(repeating: "r", count: 400) : "reason \(index)"
+            metrics.error(index == 21 ? "upstream_timeout" : "refused_404", status: index == 21 ? nil : 404, reason: reason,
+                          target: "/image/\(index).png")
+        }
+        let stats = metrics.snapshot(memory: MemoryCache(limitBytes: 1000, objectLimitBytes: 100), memoryLimitBytes: 1000, disk: nil, fetchesInFlight: 0)
+        // Then
+        let records = stats.recentErrors ?? []
+        #expect(records.count == ProxyMetrics.recentErrorLimit && records.count == 20)
+        #expect(records.first?.kind == "upstream_timeout" && records.first?.status == nil && records.first?.reason.count == 300)
+        #expect(records.first?.time == 1_800_000_021)
+        #expect(records.last?.reason == "reason 2" && records.last?.target == "/image/2.png" && records.last?.status == 404)
+        #expect(stats.errors == ["refused_404": 20, "upstream_timeout": 1])
+    }
+
     @Test("histograms are cumulative and the Prometheus text carries every family")
     func prometheusText() {
         // Given
@@ -96,7 +119,7 @@ struct OpsTests {
         metrics.fetchWaiters.observe(1)
         metrics.fetchWaiters.observe(4)
         metrics.upstreamFinished(host: "cdn.example", result: "ok", seconds: 0.2, bytes: 10)
-        metrics.error("refused_403")
+        metrics.error("refused_403", status: 403, reason: "no", target: "/x")
         // When
         let stats = metrics.snapshot(memory: MemoryCache(limitBytes: 1000, objectLimitBytes: 100), memoryLimitBytes: 1000, disk: nil, fetchesInFlight: 0)
         let text = stats.prometheusText

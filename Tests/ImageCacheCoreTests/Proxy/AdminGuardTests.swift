@@ -1,3 +1,4 @@
+import Foundation
 import Testing
 @testable import ImageCacheHTTP
 @testable import ImageCacheConfig
@@ -52,6 +53,13 @@ struct AdminGuardTests {
         #expect(Self.verdict(["Host": "127.0.0.1", "Authorization": "Bearer 0123456789abcdef0"], set) == 401)
         #expect(Self.verdict(["Host": "127.0.0.1", "Authorization": "Basic 0123456789abcdef"], set) == 401)
         #expect(Self.verdict(["Host": "127.0.0.1"], path: "/_imagecached/health", set) == nil)
+        // Basic, as a browser sends it for the status page: any user, the token as the password
+        let basic = { (credentials: String) -> HTTPHeaders in ["Host": "127.0.0.1", "Authorization": "Basic " + Data(credentials.utf8).base64EncodedString()] }
+        #expect(Self.verdict(basic("admin:0123456789abcdef"), path: "/_imagecached/", set) == nil)
+        #expect(Self.verdict(basic(":0123456789abcdef"), set) == nil)
+        #expect(Self.verdict(basic("admin:0123456789abcde"), set) == 401)
+        #expect(Self.verdict(basic("0123456789abcdef"), set) == 401)
+        #expect(Self.verdict(basic("0123456789abcdef:x"), set) == 401)
         #expect(URLSigning.constantTimeEqual(Array("abc".utf8), Array("abc".utf8)))
         #expect(!URLSigning.constantTimeEqual(Array("abc".utf8), Array("abd".utf8)))
         #expect(!URLSigning.constantTimeEqual(Array("abc".utf8), Array("ab".utf8)))

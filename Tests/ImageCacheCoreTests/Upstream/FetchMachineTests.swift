@@ -87,7 +87,7 @@ struct FetchMachineTests {
             case .closeToNewcomers: "closed"
             case .finish: "finish"
             case .log: nil
-            case let .countError(kind): "error \(kind)"
+            case let .countError(kind, _, _): "error \(kind)"
             }
         }
     }

@@ -126,10 +126,11 @@ final class ProxyHarness {
 
     private static func makeDaemon(_ configuration: Configuration, logger: Logger, clock: TestClock, waiters: WaiterBarrier,
                                    pauses: PauseBarrier) throws -> Daemon {
+        // The history is sampled by the tests themselves (proxy.recordHistorySample), not by a timer.
         try Daemon(configuration: configuration, logger: logger, now: { clock.now() }, events: { event in
             waiters.observe(event)
             pauses.observe(event)
-        })
+        }, samplesHistory: false)
     }
 
     /// Stops the daemon (its disk writes flushed) and starts a new one on the same cache directory: memory is empty,

@@ -1,0 +1,90 @@
+// The status page and the history behind it (Proxy+Admin.swift's rules decide who may ask):
+//   GET /_imagecached/ and /_imagecached/status   the page (StatusPage.swift): figures rendered here, charts drawn by its
+//                                                 own script, which polls the two JSON documents every status-refresh
+//   GET /_imagecached                             301 to /_imagecached/
+//   GET /_imagecached/stats/history[?since=T]     the history (StatsHistory.swift): samples ending after T (seconds
+//                                                 since 1970), every one without it, and the interval in progress
+// The history is the proxy queue's: a sample is recorded there (`recordHistorySample`, from the Daemon's timer every
+// status-history-interval), and the documents are read there; encoding and rendering happen off it (they are pure
+// functions of the values read).
+
+internal import ImageCacheHTTP
+internal import ImageCacheServer
+internal import ImageCacheStore
+internal import ImageCacheConfig
+internal import ImageCacheTransform
+internal import Dispatch
+public import Foundation
+
+extension Proxy {
+    /// The stats document. On the proxy queue: the fetches in flight are its.
+    func statsSnapshot() -> DaemonStats {
+        dispatchPrecondition(condition: .onQueue(queue))
+        let pool = renditions.pool
+        return metrics.snapshot(memory: memory, memoryLimitBytes: memory.limitBytes, disk: disk,
+                                fetchesInFlight: coalescer.count + renditions.count,
+                                transformQueue: (pool.workers, pool.running, pool.queued),
+                                inFlight: coalescer.inFlight + renditions.inFlight)
+    }
+
+    /// Records one sample of the history: what happened since the last one. The Daemon calls it every
+    /// `status-history-interval`; `done` runs on the proxy queue once it is recorded.
+    public func recordHistorySample(done: (@Sendable () -> Void)? = nil) {
+        queue.async { [self] in
+            history.record(statsSnapshot(), at: now())
+            done?()
+        }
+    }
+
+    /// The seconds between the history's samples (the Daemon's timer period).
+    public var historyInterval: Double { history.interval }
+
+    func serveStatusPage(_ request: HTTPRequestHead, sink: any ResponseSink, settings: ProxySettings) {
+        let refresh = Int((settings.configuration.statusRefreshSeconds * 1000).rounded())
+        queue.async { [self] in
+            let stats = statsSnapshot()
+            let document = history.document(since: nil, stats: stats, at: now())
+            DispatchQueue.global(qos: .utility).async {
+                var headers = Self.noStoreHeaders(contentType: "text/html; charset=utf-8")
+                headers.add("Content-Security-Policy", StatusPage.contentSecurityPolicy)
+                headers.add("X-Frame-Options", "DENY")
+                headers.add("Referrer-Policy", "no-referrer")
+                headers.add("Cross-Origin-Opener-Policy", "same-origin")
+                sink.respond(HTTPResponseHead(status: 200, headers: headers),
+                             body: StatusPage.render(stats: stats, history: document, refreshMilliseconds: refresh))
+            }
+        }
+    }
+
+    func serveHistory(since: Double?, sink: any ResponseSink) {
+        queue.async { [self] in
+            let document = history.document(since: since, stats: statsSnapshot(), at: now())
+            DispatchQueue.global(qos: .utility).async {
+                sink.respond(HTTPResponseHead(status: 200, headers: Self.noStoreHeaders(contentType: "application/json")),
+                             body: document.json())
+            }
+        }
+    }
+
+    /// `?since=<seconds since 1970>`: nil for no query; throws the reason for anything else.
+    static func historySince(_ query: String?) -> Result<Double?, HistoryQueryError> {
+        guard let query, !query.isEmpty else { return .success(nil) }
+        let names = query.split(separator: "&").map { $0.split(separator: "=", maxSplits: 1).first.map(String.init) ?? "" }
+        guard names == ["since"], let text = Route.queryParameter("since", in: query), let since = Double(text), since.isFinite else {
+            return .failure(HistoryQueryError(reason: "use /_imagecached/stats/history, or ?since=<seconds since 1970> for the samples after then"))
+        }
+        return .success(since)
+    }
+
+    struct HistoryQueryError: Error {
+        let reason: String
+    }
+
+    static func noStoreHeaders(contentType: String) -> HTTPHeaders {
+        var headers = HTTPHeaders()
+        headers.add("Content-Type", contentType)
+        headers.add("Cache-Control", "no-store")
+        headers.add("X-Content-Type-Options", "nosniff")
+        return headers
+    }
+}

@@ -1,0 +1,97 @@
+// The status page in a real browser: Debian's chromium, headless, against the in-process daemon on 127.0.0.1.
+// Chromium runs with virtual time (--virtual-time-budget): the page's timers fire as fast as the page allows, and
+// the budget stops while a fetch is pending, so "after the first refresh" is an event the DOM records
+// (data-refreshes), not a wait. Chromium is installed by scripts/install-deps --test; without it this suite fails
+// and says so.
+
+import Foundation
+import Testing
+@testable import ImageCacheConfig
+@testable import ImageCacheCore
+@testable import ImageCacheOps
+
+@Suite("Status page in headless Chromium", .timeLimit(.minutes(2)))
+struct BrowserTests {
+    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+    /// Where the screenshot goes: $IMAGECACHED_TEST_OUTPUT, else .build/test-output.
+    static var outputDirectory: URL {
+        if let directory = ProcessInfo.processInfo.environment["IMAGECACHED_TEST_OUTPUT"] { return URL(fileURLWithPath: directory) }
+        return root.appendingPathComponent(".build/test-output")
+    }
+
+    struct ChromiumMissing: Error, CustomStringConvertible {
+        var description: String { "chromium is not installed: run scripts/install-deps --test (apt-get install chromium)" }
+    }
+
+    /// Runs headless Chromium with `arguments` on `url`; its standard output and error once it exits.
+    static func chromium(_ arguments: [String], url: String) async throws -> (output: String, errors: String) {
+        guard let binary = ["/usr/bin/chromium", "/usr/bin/chromium-browser"].first(where: { FileManager.default.isExecutableFile(atPath: $0) })
+        else { throw ChromiumMissing() }
+        let profile = NSTemporaryDirectory() + "imagecached-chromium-" + UUID().uuidString
+        defer { try? FileManager.default.removeItem(atPath: profile) }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: binary)
+        // Nothing but the daemon on 127.0.0.1: no proxy, no background or component traffic.
+        process.arguments = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--user-data-dir=" + profile,
+                             "--no-first-run", "--no-default-browser-check", "--no-proxy-server", "--disable-background-networking",
+                             "--disable-component-update", "--disable-sync", "--disable-extensions", "--disable-domain-reliability",
+                             "--no-pings", "--hide-scrollbars", "--enable-logging=stderr", "--v=0", "--timeout=60000"] + arguments + [url]
+        let output = Pipe(), errors = Pipe()
+        process.standardOutput = output
+        process.standardError = errors
+        try process.run()
+        return try await offPool {
+            // Read both pipes to their end (a full pipe would stall the browser), then reap it.
+            let group = DispatchGroup()
+            nonisolated(unsafe) var errorData = Data()
+            DispatchQueue.global().async(group: group) { errorData = errors.fileHandleForReading.readDataToEndOfFile() }
+            let outputData = output.fileHandleForReading.readDataToEndOfFile()
+            group.wait()
+            process.waitUntilExit()
+            return (String(decoding: outputData, as: UTF8.self), String(decoding: errorData, as: UTF8.self))
+        }
+    }
+
+    @Test("headless Chromium loads the page: after its first refresh the charts are drawn, the figures equal /stats, no script error or console message; a screenshot is saved")
+    func pageInChromium() async throws {
+        // Given a daemon with traffic spread over six history samples
+        let harness = try ProxyHarness { $0.negativeTTLSeconds = 0 }
+        try await StatusPageTests.scriptedTraffic(harness)
+        harness.origin.route("/b.png") { _ in OperationsTests.image() }
+        for round in 1...6 {
+            for _ in 0..<round { _ = try await harness.get("/b.png") }
+            harness.clock.advance(10)
+            await StatusPageTests.sample(harness)
+        }
+        await harness.flushDisk()
+        let url = "http://127.0.0.1:\(harness.port)/_imagecached/"
+        // When Chromium loads the page and lets its timers run (refresh every 2 s, five times over in virtual time)
+        let (dom, log) = try await Self.chromium(["--virtual-time-budget=10000", "--dump-dom"], url: url)
+        let stats = try await OperationsTests.stats(harness)
+        // Then it refreshed from the JSON endpoints at least once, without a script error
+        let refreshes = dom.firstMatch(of: try Regex(#"data-refreshes="(\d+)""#))?.output[1].substring.flatMap { Int($0) } ?? 0
+        #expect(refreshes >= 1, "the page never refreshed: \(dom.prefix(2000))")
+        let scriptErrors = dom.firstMatch(of: try Regex(#"<pre id="script-errors"[^>]*>([^<]*)</pre>"#))?.output[1].substring
+        #expect(scriptErrors == "", "script errors: \(scriptErrors ?? "no #script-errors element")")
+        let console = log.split(separator: "\n").filter { $0.contains(":CONSOLE") }
+        #expect(console.isEmpty, "console messages: \(console)")
+        // ... its charts are drawn from the six samples
+        for chart in ["chart-hit-ratio", "chart-requests", "chart-bytes"] {
+            let drawn = dom.firstMatch(of: try Regex(#"<svg[^>]*id="\#(chart)"[\s\S]*?</svg>"#)).map { String(dom[$0.range]) } ?? ""
+            #expect(drawn.contains("<path") || drawn.contains("<polyline"), "\(chart) has no line or area: \(drawn.prefix(500))")
+        }
+        // ... and its figures, as its script set them, are those of /stats
+        #expect(StatusPageTests.mismatches(page: StatusPageTests.figures(dom), stats: stats) == [])
+        // When a screenshot is taken (light and dark)
+        try FileManager.default.createDirectory(at: Self.outputDirectory, withIntermediateDirectories: true)
+        for (name, scheme) in [("status-page.png", []), ("status-page-dark.png", ["--force-dark-mode", "--blink-settings=preferredColorScheme=0"])] {
+            let file = Self.outputDirectory.appendingPathComponent(name)
+            try? FileManager.default.removeItem(at: file)
+            _ = try await Self.chromium(["--virtual-time-budget=5000", "--window-size=1280,2200", "--screenshot=" + file.path] + scheme, url: url)
+            // Then it is a PNG of the page
+            let png = try Data(contentsOf: file)
+            #expect(png.starts(with: [0x89, 0x50, 0x4E, 0x47]) && png.count > 20_000, "\(file.path): \(png.count) bytes")
+        }
+    }
+}
