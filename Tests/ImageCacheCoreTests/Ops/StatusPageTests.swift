@@ -1,0 +1,203 @@
+// StatusPageTests: the status page's HTML, read as a browser and an attacker would: the figures' exact values, the
+// escaping of what clients and origins control, the absence of anything loaded from elsewhere, and the
+// Content-Security-Policy's hashes against the inline script and style actually rendered.
+
+import Foundation
+import Testing
+@testable import ImageCacheHTTP
+@testable import ImageCacheCore
+
+@Suite("StatusPage", .timeLimit(.minutes(1)))
+struct StatusPageTests {
+    static let hostile = "</script><img src=x onerror=alert(1)>"
+
+    /// A daemon's stats with every optional part present: a disk tier, transforms, in-flight fetches and errors.
+    /// `scheme` prefixes the in-flight URL: a URL shown as text is data, not a reference, but the scan for references
+    /// cannot tell them apart.
+    static func stats(text: String = "plain", scheme: String = "https://") -> DaemonStats {
+        var stats = DaemonStats()
+        stats.version = "1.4.0"
+        stats.uptimeSeconds = 93784.25
+        stats.requests = ["hit": 9000, "disk_hit": 500, "stale": 20, "miss": 400, "coalesced": 60, "revalidated": 15,
+                          "expired": 3, "bypass": 2, "pass": 1, "error": 7]
+        stats.servedBytes = ["hit": 900_000_000, "disk_hit": 50_000_000, "stale": 2_000_000, "miss": 40_000_000,
+                             "coalesced": 6_000_000, "revalidated": 1_500_000, "error": 1_000]
+        stats.upstream.transfers = ["ok": 410, "upstream_timeout": 5]
+        stats.upstream.bytes = 48_000_000
+        stats.upstream.inFlight = 3
+        stats.coalescing.waitersPerFetch = .init(buckets: [.init(le: 1, count: 400), .init(le: .infinity, count: 420)], count: 420, sum: 480.4)
+        stats.memory = .init(bytes: 200 << 20, entries: 1234, limitBytes: 256 << 20, evictions: 77)
+        stats.disk = .init(bytes: 3 << 30, entries: 40_000, limitBytes: 10 << 30, evictions: 12, expired: 4)
+        stats.errors = ["upstream_timeout": 5, "refused_404": 2]
+        stats.topHosts = [HostStats(host: "images.\(text).example", transfers: 300, bytes: 30_000_000),
+                          HostStats(host: "cdn.example.org", transfers: 115, bytes: 18_000_000)]
+        var transforms = DaemonStats.Transforms()
+        transforms.results = ["webp": ["ok": 30, "too_large": 1], "avif": ["ok": 9]]
+        transforms.seconds = .init(buckets: [.init(le: 0.05, count: 39), .init(le: .infinity, count: 39)], count: 39, sum: 1.3)
+        stats.transforms = transforms
+        stats.inFlightFetches = [.init(url: "\(scheme)origin.example/\(text).jpg", kind: "fetch", waiters: 4, receivedBytes: 65_536, seconds: 1.25)]
+        stats.recentErrors = [.init(time: 1_764_150_000.5, kind: "upstream_\(text)", status: 504, reason: "origin timed out: \(text)",
+                                    target: "/fetch?url=\(text)")]
+        return stats
+    }
+
+    static func history(samples count: Int = 3) -> HistoryDocument {
+        let samples = (0..<count).map { index in
+            var sample = HistorySample(t: 1_764_150_000 + Double(index) * 10, seconds: 10)
+            sample.requests = ["hit": 90 + index, "miss": 10]
+            sample.servedBytes = ["hit": 900_000, "miss": 100_000]
+            sample.upstreamBytes = 100_000
+            return sample
+        }
+        return HistoryDocument(interval: 10, capacity: 360, now: 1_764_150_034, outcomes: ServedOutcome.allCases.map(\.rawValue),
+                               fromCache: ServedOutcome.allCases.filter(\.fromCache).map(\.rawValue), samples: samples,
+                               current: HistorySample(t: 1_764_150_034, seconds: 4))
+    }
+
+    static func render(_ stats: DaemonStats, refresh: Int = 2000) -> String {
+        String(decoding: StatusPage.render(stats: stats, history: history(), refreshMilliseconds: refresh), as: UTF8.self)
+    }
+
+    /// The text between `open` and the next `close`, for each occurrence.
+    static func contents(of html: String, between open: String, and close: String) -> [String] {
+        html.components(separatedBy: open).dropFirst().compactMap { $0.components(separatedBy: close).first }
+    }
+
+    @Test("every figure's data-value is the DaemonStats value it is named after")
+    func figureValues() throws {
+        // Given stats with a disk tier and transforms
+        let stats = Self.stats()
+        // When the page is rendered
+        let html = Self.render(stats)
+        // Then each data-stat carries exactly the number computed from the document, and no other name appears
+        let pattern = try Regex(#"data-stat="([^"]+)" data-unit="[a-z]+" data-value="([^"]+)""#)
+        var found: [String: String] = [:]
+        for match in html.matches(of: pattern) {
+            let name = String(try #require(match.output[1].substring))
+            #expect(found[name] == nil, "\(name) appears twice")
+            found[name] = String(try #require(match.output[2].substring))
+        }
+        let served = stats.servedBytes.values.reduce(0, +)
+        var expected: [String: String] = [
+            "requests.total": "10008", "hitRatio": String(describing: stats.hitRatio),
+            "byteHitRatio": String(describing: Double(stats.bytesServedFromCache) / Double(served)),
+            "servedBytes.total": String(served), "servedBytes.fromCache": String(stats.bytesServedFromCache),
+            "upstream.bytes": "48000000", "upstream.transfers": "415", "upstream.inFlight": "3",
+            "coalescing.fetches": "420", "coalescing.waiters": "480", "coalescing.saved": "60",
+            "memory.bytes": String(200 << 20), "memory.entries": "1234", "memory.limitBytes": String(256 << 20), "memory.evictions": "77",
+            "disk.bytes": String(3 << 30), "disk.entries": "40000", "disk.limitBytes": String(10 << 30), "disk.evictions": "12",
+            "errors.total": "7", "transforms.total": "40", "transforms.meanMilliseconds": "33", "uptimeSeconds": "93784.25",
+        ]
+        for outcome in ServedOutcome.allCases { expected["requests.\(outcome.rawValue)"] = String(stats.requests[outcome.rawValue]!) }
+        #expect(found == expected)
+        #expect(stats.hitRatio == 9535.0 / 10008.0)
+    }
+
+    @Test("figures are formatted for people: bytes in binary units, counts grouped, ratios as percent")
+    func figureText() {
+        // Given / When
+        let html = Self.render(Self.stats())
+        // Then
+        #expect(html.contains(#"data-value="268435456">256.0 MiB</span>"#))
+        #expect(html.contains(#"data-value="3221225472">3.0 GiB</span>"#))
+        #expect(html.contains(#"data-stat="requests.total" data-unit="count" data-value="10008">10,008</span>"#))
+        #expect(html.contains(#">95.3%</span>"#))
+        #expect(html.contains(#"data-value="93784.25">1d 2h</span>"#))
+        #expect(StatusPage.Format.bytes(1023) == "1,023 B" && StatusPage.Format.bytes(1536) == "1.5 KiB")
+    }
+
+    @Test("a URL, host, kind or reason carrying markup appears only escaped, in the tables and in the embedded JSON")
+    func hostileText() throws {
+        // Given stats whose client- and origin-controlled strings close the script element and add an image
+        let stats = Self.stats(text: Self.hostile)
+        // When
+        let html = Self.render(stats)
+        // Then the raw text is nowhere; the tables hold it HTML-escaped and the JSON \u-escaped
+        #expect(!html.contains(Self.hostile))
+        #expect(!html.contains("<img"))
+        #expect(html.contains("&lt;/script&gt;&lt;img src=x onerror=alert(1)&gt;"))
+        #expect(html.contains(#"\u003c/script\u003e\u003cimg src=x onerror=alert(1)\u003e"#))
+        #expect(html.components(separatedBy: "</script>").count == 3, "only the data and code elements close")
+        // and the embedded JSON still decodes to the very stats and history rendered
+        let json = try #require(Self.contents(of: html, between: #"<script type="application/json" id="initial-data">"#, and: "</script>").first)
+        struct Embedded: Decodable { var stats: DaemonStats; var history: HistoryDocument }
+        let decoder = JSONDecoder()
+        decoder.nonConformingFloatDecodingStrategy = .convertFromString(positiveInfinity: "+Inf", negativeInfinity: "-Inf", nan: "NaN")
+        let embedded = try decoder.decode(Embedded.self, from: Data(json.utf8))
+        #expect(embedded.stats == stats)
+        #expect(embedded.history == Self.history())
+    }
+
+    @Test("the page references nothing outside itself")
+    func noExternalReferences() {
+        // Given stats whose texts hold no URL (a URL in a table is text, but a scan cannot tell)
+        // When
+        let html = Self.render(Self.stats(scheme: "")).lowercased()
+            .replacingOccurrences(of: "http://www.w3.org/2000/svg", with: "")
+        // Then
+        for needle in ["src=", "href=", "url(", "@import", "<link", "http://", "https://"] {
+            #expect(!html.contains(needle), "found \(needle)")
+        }
+    }
+
+    @Test("the Content-Security-Policy allows exactly the inline script and style rendered, by SHA-256")
+    func contentSecurityPolicy() throws {
+        // Given
+        let html = Self.render(Self.stats())
+        // When the inline code is read back out of the document
+        let scripts = Self.contents(of: html, between: "<script>", and: "</script>")
+        let styles = Self.contents(of: html, between: "<style>", and: "</style>")
+        #expect(scripts.count == 1 && styles.count == 1)
+        let script = try #require(scripts.first), style = try #require(styles.first)
+        // Then the policy names their hashes, and nothing else may run or load
+        let policy = StatusPage.contentSecurityPolicy
+        #expect(policy.contains("script-src 'sha256-\(ContentHash.sha256Base64(script))';"))
+        #expect(policy.contains("style-src 'sha256-\(ContentHash.sha256Base64(style))';"))
+        for directive in ["default-src 'none'", "img-src data:", "connect-src 'self'", "base-uri 'none'", "form-action 'none'",
+                          "frame-ancestors 'none'"] {
+            #expect(policy.contains(directive))
+        }
+        #expect(!policy.contains("unsafe"))
+        // and the hash is standard base64 of SHA-256 (a known answer: FIPS 180-2's "abc")
+        #expect(ContentHash.sha256Base64("abc") == "ungWv48Bz+pBQUDeXa4iI7ADYaOWF3qctBD/YfIAFa0=")
+    }
+
+    @Test("no element carries a style attribute, which the policy would block")
+    func noStyleAttributes() throws {
+        // Given / When
+        let html = Self.render(Self.stats())
+        // Then
+        #expect(html.firstMatch(of: try Regex(#"<[^>]*\sstyle\s*="#)) == nil)
+    }
+
+    @Test("the page carries its ids, refresh period, error box and noscript text for the script and the browser tests")
+    func structure() {
+        // Given / When
+        let html = Self.render(Self.stats(), refresh: 1500)
+        // Then
+        for id in ["chart-hit-ratio", "chart-requests", "chart-bytes", "gauge-memory", "gauge-disk", "in-flight", "top-hosts",
+                   "recent-errors", "transforms", "chart-transform-latency", "initial-data", "live-toggle", "live-state",
+                   "last-refresh", "connection"] {
+            #expect(html.contains("id=\"\(id)\""), "missing #\(id)")
+        }
+        #expect(html.contains(#"<html lang="en" data-refresh-ms="1500""#))
+        #expect(html.contains(#"<pre id="script-errors" hidden></pre>"#))
+        #expect(html.contains("Charts need JavaScript; the figures are as of this page's load."))
+    }
+
+    @Test("without a disk tier, transforms, fetches or errors, their parts are left out or say they are empty")
+    func optionalParts() {
+        // Given a daemon with a memory tier only and nothing going on
+        var stats = DaemonStats()
+        stats.memory = .init(bytes: 0, entries: 0, limitBytes: 1 << 20, evictions: 0)
+        // When
+        let html = Self.render(stats, refresh: 0)
+        // Then
+        #expect(!html.contains("id=\"gauge-disk\"") && !html.contains("data-stat=\"disk."))
+        #expect(!html.contains("id=\"transforms\"") && !html.contains("id=\"chart-transform-latency\"") && !html.contains("data-stat=\"transforms."))
+        #expect(html.contains("Nothing in flight.") && html.contains("No errors since start.") && html.contains("No upstream transfers yet."))
+        #expect(html.contains(#"data-stat="hitRatio" data-unit="ratio" data-value="0.0">0.0%</span>"#))
+        #expect(html.contains(#"data-stat="byteHitRatio" data-unit="ratio" data-value="0.0">"#))
+        #expect(html.contains(#"data-refresh-ms="0""#))
+    }
+}
