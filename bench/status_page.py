@@ -71,10 +71,12 @@ def main():
         wait_for(f"http://127.0.0.1:{origin_port}/small/t000.jpg")
         children.append(subprocess.Popen([args.binary, "--listen", f"127.0.0.1:{port}", "--origin", f"http://127.0.0.1:{origin_port}",
                                           "--cache-dir", cache, "--transforms", "--status-history-interval", "2s",
-                                          "--status-history-length", "10m", "--log-level", "warning"]))
+                                          "--status-history-length", f"{args.seconds + 30}s", "--log-level", "warning"]))
         base = f"http://127.0.0.1:{port}"
         wait_for(base + "/_imagecached/health")
-        small = [f"/small/t{i:03d}.jpg" for i in range(0, 240, 3)]
+        corpus = os.path.join(HERE, "corpus")
+        small = ["/small/" + name for name in sorted(os.listdir(os.path.join(corpus, "small")))][::3]
+        photos = ["/photos/" + name for name in sorted(os.listdir(os.path.join(corpus, "photos")))]
         rng = random.Random(7)
         phase_length = args.seconds / 6
 
@@ -106,16 +108,16 @@ def main():
         version = 0
         while time.time() < stop:
             version += 1
-            burst(f"/_o/delay=400,v={version}/photos/p{version % 24:02d}.jpg")
+            burst(f"/_o/delay=400,v={version}" + photos[version % len(photos)])
             get(base, rng.choice(small[:40]))
         print("phase 4: a failing origin path and refusals", flush=True)
-        play(phase_length, lambda: rng.choice(small[:40] + ["/missing/x.jpg", "/_o/delay=50,maxage=0/small/t001.jpg"]))
+        play(phase_length, lambda: rng.choice(small[:40] + ["/missing/x.jpg", "/_o/delay=50,maxage=0" + small[1]]))
         print("phase 5: transforms", flush=True)
         formats = ["webp", "avif", "jpeg"]
-        play(phase_length, lambda: f"/transform/insecure/rs:fit:{rng.choice([160, 320, 480])}:0/plain/local:///"
-             f"photos/p{rng.randrange(24):02d}.jpg@{rng.choice(formats)}", threads=3)
+        play(phase_length, lambda: f"/transform/insecure/rs:fit:{rng.choice([160, 320, 480])}:0/plain/local://"
+             f"{rng.choice(photos)}@{rng.choice(formats)}", threads=3)
         print("phase 6: short-lived entries (revalidated) and hits", flush=True)
-        play(phase_length, lambda: rng.choice(small[:40] + [f"/_o/maxage=1/small/t{i:03d}.jpg" for i in range(5)]))
+        play(phase_length, lambda: rng.choice(small[:40] + ["/_o/maxage=1" + path for path in small[:5]]))
         os.makedirs(args.out, exist_ok=True)
         chromium = shutil.which("chromium") or shutil.which("chromium-browser")
         if not chromium:

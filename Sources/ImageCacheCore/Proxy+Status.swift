@@ -36,9 +36,6 @@ extension Proxy {
         }
     }
 
-    /// The seconds between the history's samples (the Daemon's timer period).
-    public var historyInterval: Double { history.interval }
-
     func serveStatusPage(_ request: HTTPRequestHead, sink: any ResponseSink, settings: ProxySettings) {
         let refresh = Int((settings.configuration.statusRefreshSeconds * 1000).rounded())
         queue.async { [self] in

@@ -44,6 +44,8 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
     let events: (@Sendable (ProxyEvent) -> Void)?
     /// This daemon's Via token (sent upstream; a request carrying it looped back: 508).
     let loopGuard: LoopGuard
+    /// Seconds between two samples of the status page's history (the Daemon's timer period).
+    public let historyInterval: Double
 
     // MARK: shared, guarded by its own lock
     /// The settings in force (configuration, content policy, origin routes); replaced whole by `apply` (reload).
@@ -72,7 +74,8 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
                 loopGuard: LoopGuard = LoopGuard()) {
         settingsCell = SettingsCell(ProxySettings(configuration))
         metrics = ProxyMetrics(now: now)
-        history = StatsHistory(interval: configuration.historyIntervalSeconds,
+        historyInterval = configuration.historyIntervalSeconds
+        history = StatsHistory(interval: historyInterval,
                                capacity: min(max(configuration.historyCapacity, 1), StatsHistory.maximumCapacity), start: now())
         self.loopGuard = loopGuard
         self.events = events

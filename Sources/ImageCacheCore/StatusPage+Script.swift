@@ -90,8 +90,8 @@ extension StatusPage {
     }
   };
   const formatRate = (value) => {
-    if (value >= 1e6) return tenths(value / 1e6) + "M/s";
-    if (value >= 1e3) return tenths(value / 1e3) + "k/s";
+    if (value >= 1e6) return Number((value / 1e6).toFixed(2)) + "M/s";
+    if (value >= 1e3) return Number((value / 1e3).toFixed(2)) + "k/s";
     if (value > 0 && value < 10) return Number(value.toFixed(2)) + "/s";
     return Math.round(value) + "/s";
   };
@@ -295,7 +295,7 @@ extension StatusPage {
   };
   const perSecond = (value, point) => (point.seconds > 0 ? value / point.seconds : null);
 
-  // series: [{ className, values: [number | null per point] }]; options: { stacked, yMax, minTop, format }.
+  // series: [{ className, values: [number | null per point] }]; options: { stacked, yMax, minTop, binary, format }.
   const drawChart = (id, list, series, options) => {
     const svg = document.getElementById(id);
     if (!svg) return;
@@ -307,18 +307,22 @@ extension StatusPage {
     const end = history.now, start = end - history.capacity * history.interval;
     const plotWidth = W - PAD.left - PAD.right, plotHeight = H - PAD.top - PAD.bottom;
     const x = (t) => (PAD.left + (t - start) / (end - start) * plotWidth).toFixed(1);
-    let top = options.yMax;
+    // Grid lines at round values (1, 2, 2.5 or 5 times a power of ten; of 1024s for bytes), three to five of them.
+    let top = options.yMax, step = top / 4;
     if (top === undefined) {
       let most = 0;
       list.forEach((_, index) => {
         if (options.stacked) most = Math.max(most, series.reduce((sum, s) => sum + (s.values[index] || 0), 0));
         else for (const s of series) if (s.values[index] != null) most = Math.max(most, s.values[index]);
       });
-      top = niceCeil(Math.max(most, options.minTop || 0));
+      const highest = Math.max(most, options.minTop || 0);
+      const unit = options.binary && highest >= 1024 ? Math.pow(1024, Math.floor(Math.log(highest) / Math.log(1024))) : 1;
+      step = niceCeil(highest / unit / 4) * unit;
+      top = Math.max(step, Math.ceil(highest / step - 1e-9) * step);
     }
     const y = (value) => (PAD.top + plotHeight - value / top * plotHeight).toFixed(1);
-    for (let index = 0; index <= 4; index += 1) {
-      const value = top * index / 4;
+    for (let index = 0; index * step <= top * (1 + 1e-9); index += 1) {
+      const value = index * step;
       svg.append(svgElement("line", { class: "grid-line", x1: PAD.left, x2: W - PAD.right, y1: y(value), y2: y(value) }));
       if (list.length > 0) svg.append(svgElement("text", { x: PAD.left - 6, y: Number(y(value)) + 4, "text-anchor": "end" }, options.format(value)));
     }
@@ -387,7 +391,7 @@ extension StatusPage {
     drawChart("chart-bytes", list, [
       { className: "c0", values: list.map((point) => perSecond(sumOf(point.servedBytes, history.fromCache), point)) },
       { className: "c3", values: list.map((point) => perSecond(point.upstreamBytes, point)) },
-    ], { minTop: 1024, format: (value) => formatBytes(value) + "/s" });
+    ], { minTop: 1024, binary: true, format: (value) => formatBytes(value) + "/s" });
     drawChart("chart-transform-latency", list, [
       { className: "c5", values: list.map((point) => point.transformMeanMilliseconds ?? null) },
       { className: "c9", values: list.map((point) => point.transformP95Milliseconds ?? null) },

@@ -66,6 +66,32 @@ struct StatusPageTests {
         }
     }
 
+    /// What in `html` would make a browser load something: an element that loads, an attribute that names a resource,
+    /// or a url()/@import/absolute URL in the inline style or script. Text (the URLs the tables show) is not looked at:
+    /// only tags, and the contents of <style> and <script> elements that run.
+    static func externalReferences(_ html: String) -> [String] {
+        var found: [String] = []
+        let tag = try! Regex(#"<([a-zA-Z][a-zA-Z0-9-]*)([^>]*)>"#)
+        let loading = ["link", "img", "iframe", "object", "embed", "base", "frame", "audio", "video", "source", "track", "image", "use", "form"]
+        let attribute = try! Regex(#"(?i)\s(src|href|xlink:href|srcset|action|formaction|poster|background|data|ping)\s*="#)
+        for match in html.matches(of: tag) {
+            let name = String(match.output[1].substring ?? "").lowercased()
+            if loading.contains(name) { found.append("<\(name)>") }
+            if let attributes = match.output[2].substring, let bad = attributes.firstMatch(of: attribute) {
+                found.append("<\(name)> \(attributes[bad.range])")
+            }
+            if name == "meta", match.output[2].substring?.lowercased().contains("http-equiv") == true { found.append("<meta http-equiv>") }
+        }
+        let code = try! Regex(#"<(style|script)>([\s\S]*?)</\1>"#)
+        for match in html.matches(of: code) {
+            let text = String(match.output[2].substring ?? "").lowercased().replacingOccurrences(of: "http://www.w3.org/2000/svg", with: "")
+            for needle in ["url(", "@import", "http://", "https://", "//cdn", "import("] where text.contains(needle) {
+                found.append("\(needle) in <\(match.output[1].substring ?? "")>")
+            }
+        }
+        return found
+    }
+
     /// Misses, hits, four coalesced clients, an origin 404 and a refused request.
     static func scriptedTraffic(_ harness: ProxyHarness) async throws {
         harness.origin.route("/a.png") { _ in OperationsTests.image() }
@@ -122,7 +148,11 @@ struct StatusPageTests {
             #expect(policy.contains(directive), "CSP lacks \(directive): \(policy)")
         }
         // ... naming the errors with their reasons
-        #expect(page.text.contains("the url parameter"))
+        #expect(page.text.contains("bad url parameter: "))
+        // ... and loading nothing from anywhere (the URLs its tables show are text)
+        #expect(page.text.contains("/missing.png"))
+        #expect(Self.externalReferences(page.text) == [])
+        #expect(Self.externalReferences("<p>x</p><img src=x><a href='//e'>") == ["<img>", "<img>  src=", "<a>  href="])   // the scan can fail
     }
 
     @Test("the history holds what happened between samples at the clock's times; ?since keeps the later ones; the interval in progress is current")
