@@ -270,7 +270,7 @@ extension StatusPage {
   // MARK: Charts
 
   // Charts are drawn in CSS pixels (the viewBox is the element's width), so that their text keeps its size on a phone.
-  const PAD = { left: 62, right: 14, top: 12, bottom: 26 };
+  const PAD = { left: 72, right: 14, top: 12, bottom: 26 };
   const niceCeil = (value) => {
     if (!(value > 0)) return 1;
     const power = Math.pow(10, Math.floor(Math.log10(value)));
@@ -391,7 +391,7 @@ extension StatusPage {
     drawChart("chart-bytes", list, [
       { className: "c0", values: list.map((point) => perSecond(sumOf(point.servedBytes, history.fromCache), point)) },
       { className: "c3", values: list.map((point) => perSecond(point.upstreamBytes, point)) },
-    ], { minTop: 1024, binary: true, format: (value) => formatBytes(value) + "/s" });
+    ], { minTop: 1024, binary: true, format: (value) => formatBytes(value).replace(/\.0 /, " ") + "/s" });
     drawChart("chart-transform-latency", list, [
       { className: "c5", values: list.map((point) => point.transformMeanMilliseconds ?? null) },
       { className: "c9", values: list.map((point) => point.transformP95Milliseconds ?? null) },

@@ -53,9 +53,26 @@ public enum StatsReport {
                 line("", "\(format): " + results.sorted { $0.value > $1.value }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))
             }
         }
+        for (index, fetch) in (stats.inFlightFetches ?? []).prefix(5).enumerated() {
+            line(index == 0 ? "in flight" : "", "\(printable(fetch.url, 120)): \(fetch.kind), \(fetch.waiters) waiting, " +
+                 "\(bytes(fetch.receivedBytes)) received, \(duration(fetch.seconds))")
+        }
         let errors = stats.errors.sorted { $0.value > $1.value }.map { "\($0.key) \($0.value)" }
         line("errors", errors.isEmpty ? "none" : errors.joined(separator: ", "))
+        for (index, error) in (stats.recentErrors ?? []).prefix(5).enumerated() {
+            let time = Date(timeIntervalSince1970: error.time).formatted(.iso8601.time(includingFractionalSeconds: false))
+            line(index == 0 ? "last errors" : "", "\(time) \(error.status.map(String.init) ?? "-") \(error.kind): " +
+                 "\(printable(error.reason, 160)) (\(printable(error.target, 120)))")
+        }
         return out
+    }
+
+    /// `text` cut to `limit` characters, with every control character shown as "?": URLs and reasons come from
+    /// clients and origins, and an escape sequence must not reach the operator's terminal.
+    static func printable(_ text: String, _ limit: Int) -> String {
+        String(String.UnicodeScalarView(text.unicodeScalars.prefix(limit).map { scalar in
+            scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value) ? "?" : scalar
+        }))
     }
 
     public static func bytes(_ count: Int) -> String {

@@ -87,6 +87,22 @@ struct OpsTests {
         #expect(SystemdNotifier.watchdogInterval(environment: [:]) == nil)
     }
 
+    @Test("imagecached stats lists the fetches in flight and the last errors, with control characters from clients shown as ?")
+    func statsReportLists() {
+        // Given a stats document with a fetch in flight and an error whose texts carry a terminal escape sequence
+        var stats = DaemonStats()
+        stats.inFlightFetches = [.init(url: "http://cdn.example/a.jpg", kind: "fetch", waiters: 3, receivedBytes: 2048, seconds: 1.5)]
+        stats.recentErrors = [.init(time: 1_800_000_000, kind: "refused_400", status: 400,
+                                    reason: "bad url parameter: \u{1B}]0;owned\u{07}", target: "/fetch?url=\u{1B}[2J")]
+        // When
+        let report = StatsReport.text(stats)
+        // Then
+        #expect(report.contains("in flight     http://cdn.example/a.jpg: fetch, 3 waiting, 2.0 KiB received"))
+        #expect(report.contains("last errors   "))
+        #expect(report.contains("400 refused_400: bad url parameter: ?]0;owned? (/fetch?url=?[2J)"))
+        #expect(!report.unicodeScalars.contains { $0.value == 0x1B || $0.value == 0x07 })
+    }
+
     @Test("the last 20 errors are kept with their reasons, newest first, texts cut at 300 characters; every one is counted")
     func recentErrors() {
         // Given a clock the test moves
