@@ -423,7 +423,7 @@ extension ConfigKey {
             }
             configuration.adminHosts = hosts
         },
-        key("admin-token", "TEXT", "none", "when set, admin requests (health excepted) need Authorization: Bearer <token>; at least 16 characters",
+        key("admin-token", "TEXT", "none", "when set, admin requests (health excepted) need Authorization: Bearer <token> (or Basic with the token as password); at least 16 characters",
             exposure: .notAsFlag) { configuration, value throws(ConfigError) in
             try value.notAFlag("the admin token is")
             configuration.adminToken = try Configuration.adminToken(try value.scalar(), source: value.source)

@@ -192,7 +192,7 @@ extension Configuration {
             throw ConfigError(key: "transform-prefix", reason: "/ is the transform prefix only when no origin is configured (the origins own the paths)")
         }
         if historyCapacity < 1 || historyCapacity > 2880 {
-            throw ConfigError(key: "status-history-length", reason: "\(Int(historyLengthSeconds))s at an interval of \(Int(historyIntervalSeconds))s is \(historyCapacity) samples: keep it between 1 and 2880 (raise status-history-interval for a longer history)")
+            throw ConfigError(key: "status-history-length", reason: "\(String(format: "%g", historyLengthSeconds))s at an interval of \(String(format: "%g", historyIntervalSeconds))s is \(historyCapacity) samples: keep it between 1 and 2880 (raise status-history-interval for a longer history)")
         }
         let prefixes = origins.map(\.prefix)
         if Set(prefixes).count != prefixes.count {

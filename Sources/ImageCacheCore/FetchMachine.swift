@@ -846,7 +846,8 @@ struct FetchMachine {
     /// Answers every waiter with an error status (the head has not gone out) and stops the transfer.
     private mutating func refuseAll(status: Int, reason: String, kind: String = "content_refused") {
         actions.append(.log(.notice, "\(status) \(key): \(reason)"))
-        actions.append(.countError(kind: kind, status: status, reason: reason))
+        // (the status a client got: none when no one waits, as for a revalidation in the background)
+        actions.append(.countError(kind: kind, status: waiters.isEmpty ? nil : status, reason: reason))
         if !waiters.isEmpty { actions.append(.fail(waiters.map(\.id), status: status, reason: reason)) }
         actions.append(.cancelTransfer)
         finish()
@@ -856,9 +857,14 @@ struct FetchMachine {
     /// stale-if-error may serve the copy being revalidated; else each waiter gets the error (or, with its head out,
     /// a closed connection).
     private mutating func fail(_ error: UpstreamError, now: Date) {
-        if case .cancelled = error {} else {
-            actions.append(.countError(kind: "upstream_" + error.kind, status: error.httpStatus, reason: error.description))
-            if serveStaleIfError(because: error.description, now: now) { return }
+        let counted: Bool
+        if case .cancelled = error { counted = false } else { counted = true }
+        let first = actions.count
+        if counted, serveStaleIfError(because: error.description, now: now) {
+            // (counted before what it caused, as when no stale copy is served)
+            actions.insert(.countError(kind: "upstream_" + error.kind, status: nil,
+                                       reason: error.description + " (the stored copy was served: stale-if-error)"), at: first)
+            return
         }
         actions.append(.log(.warning, "\(error.httpStatus) \(key): \(error)"))
         if case .tooLarge = error, leader.mode == .reverse {
@@ -871,6 +877,11 @@ struct FetchMachine {
         }
         let headSent = waiters.filter(\.sentHead).map(\.id)
         let notYet = waiters.filter { !$0.sentHead }.map(\.id)
+        // The status the clients got: none when every one had its head already (their connections are cut).
+        if counted {
+            actions.append(.countError(kind: "upstream_" + error.kind, status: notYet.isEmpty ? nil : error.httpStatus,
+                                       reason: error.description))
+        }
         if !headSent.isEmpty { actions.append(.abort(headSent)) }
         if !notYet.isEmpty { actions.append(.fail(notYet, status: error.httpStatus, reason: error.description)) }
         actions.append(.cancelTransfer)

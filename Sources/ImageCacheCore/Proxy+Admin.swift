@@ -106,17 +106,11 @@ extension Proxy {
             let asJSON = path.hasSuffix("/stats")
             // The in-flight count belongs to the proxy queue: render there (no sync from this queue).
             queue.async { [self] in
+                if asJSON { events?(.statsRead) }
                 let stats = statsSnapshot()
-                var headers = HTTPHeaders()
-                headers.add("Cache-Control", "no-store")
-                let body: [UInt8]
-                if asJSON {
-                    headers.add("Content-Type", "application/json")
-                    body = stats.json()
-                } else {
-                    headers.add("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-                    body = Array(stats.prometheusText.utf8)
-                }
+                // (URLs and reasons from clients and origins are in it: never sniffed as HTML)
+                let headers = Self.noStoreHeaders(contentType: asJSON ? "application/json" : "text/plain; version=0.0.4; charset=utf-8")
+                let body = asJSON ? stats.json() : Array(stats.prometheusText.utf8)
                 sink.respond(HTTPResponseHead(status: 200, headers: headers), body: body)
             }
         case "/_imagecached/", "/_imagecached/status", "/_imagecached", "/_imagecached/stats/history":
@@ -126,7 +120,8 @@ extension Proxy {
             }
             if path == "/_imagecached" {
                 var headers = Self.noStoreHeaders(contentType: "text/plain; charset=utf-8")
-                headers.add("Location", "/_imagecached/")
+                // Relative: behind a proxy that mounts the daemon under a prefix, it stays under it.
+                headers.add("Location", "_imagecached/")
                 sink.respond(HTTPResponseHead(status: 301, headers: headers), body: Array("the status page is at /_imagecached/\n".utf8))
             } else if path == "/_imagecached/stats/history" {
                 switch Self.historySince(query) {
@@ -134,7 +129,7 @@ extension Proxy {
                 case let .failure(error): refuse(sink, status: 400, reason: error.reason, request: request, client: client)
                 }
             } else {
-                serveStatusPage(request, sink: sink, settings: settings)
+                serveStatusPage(sink: sink, settings: settings)
             }
         case "/_imagecached/prefetch":
             guard request.method == "POST" else {

@@ -4,8 +4,8 @@
 //   GET /_imagecached                             301 to /_imagecached/
 //   GET /_imagecached/stats/history[?since=T]     the history (StatsHistory.swift): samples ending after T (seconds
 //                                                 since 1970), every one without it, and the interval in progress
-// The history is the proxy queue's: a sample is recorded there (`recordHistorySample`, from the Daemon's timer every
-// status-history-interval), and the documents are read there; encoding and rendering happen off it (they are pure
+// The history is the proxy queue's: a sample is recorded there (`sampleHistory`, from the Daemon's timer on that
+// queue every status-history-interval), and the documents are read there; encoding and rendering happen off it (they are pure
 // functions of the values read).
 
 internal import ImageCacheHTTP
@@ -27,16 +27,22 @@ extension Proxy {
                                 inFlight: coalescer.inFlight + renditions.inFlight)
     }
 
-    /// Records one sample of the history: what happened since the last one. The Daemon calls it every
-    /// `status-history-interval`; `done` runs on the proxy queue once it is recorded.
+    /// Records one sample of the history: what happened since the last one. On the proxy queue, where the Daemon's
+    /// timer runs it every `status-history-interval`.
+    package func sampleHistory() {
+        dispatchPrecondition(condition: .onQueue(queue))
+        history.record(statsSnapshot(), at: now())
+    }
+
+    /// `sampleHistory` from any thread (the tests stand in for the timer with it); `done` runs once it is recorded.
     public func recordHistorySample(done: (@Sendable () -> Void)? = nil) {
         queue.async { [self] in
-            history.record(statsSnapshot(), at: now())
+            sampleHistory()
             done?()
         }
     }
 
-    func serveStatusPage(_ request: HTTPRequestHead, sink: any ResponseSink, settings: ProxySettings) {
+    func serveStatusPage(sink: any ResponseSink, settings: ProxySettings) {
         let refresh = Int((settings.configuration.statusRefreshSeconds * 1000).rounded())
         queue.async { [self] in
             let stats = statsSnapshot()
@@ -63,7 +69,7 @@ extension Proxy {
         }
     }
 
-    /// `?since=<seconds since 1970>`: nil for no query; throws the reason for anything else.
+    /// `?since=<seconds since 1970>`: nil for no query; the reason for anything else.
     static func historySince(_ query: String?) -> Result<Double?, HistoryQueryError> {
         guard let query, !query.isEmpty else { return .success(nil) }
         let names = query.split(separator: "&").map { $0.split(separator: "=", maxSplits: 1).first.map(String.init) ?? "" }
@@ -73,8 +79,9 @@ extension Proxy {
         return .success(since)
     }
 
-    struct HistoryQueryError: Error {
+    struct HistoryQueryError: Error, CustomStringConvertible {
         let reason: String
+        var description: String { reason }
     }
 
     static func noStoreHeaders(contentType: String) -> HTTPHeaders {

@@ -108,7 +108,8 @@ final class Renditions: @unchecked Sendable {
 
     /// The renditions being made, as the stats document lists them.
     var inFlight: [DaemonStats.InFlightFetch] {
-        jobs.values.map { job in
+        dispatchPrecondition(condition: .onQueue(context.queue))
+        return jobs.values.map { job in
             DaemonStats.InFlightFetch(url: job.key.description, kind: "transform", waiters: job.waiters.count, receivedBytes: 0,
                                       seconds: (ContinuousClock.now - job.begun).inSeconds)
         }

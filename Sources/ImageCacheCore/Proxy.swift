@@ -325,6 +325,9 @@ public enum ProxyEvent: Sendable, Equatable {
     case fetchFinished(key: CacheKey)
     /// The fetch for `key` paused its upstream transfer: a client was behind and the in-flight budget full.
     case transferPaused(key: CacheKey)
+    /// /_imagecached/stats is about to be read (a test changes a counter here, to tell the status page's figures as
+    /// its script computes them from those rendered with the page).
+    case statsRead
 }
 
 /// A request headed for the cache, with what was parsed from it once.

@@ -28,7 +28,8 @@ public struct HistorySample: Sendable, Codable, Equatable {
     public var servedBytes: [String: Int] = [:]
     /// Body bytes received from origins.
     public var upstreamBytes = 0
-    /// Upstream transfers ended, and how many of those failed (result other than ok).
+    /// Upstream transfers ended, and how many of those failed (an error kind: not ok, not_modified, cancelled or
+    /// restarted).
     public var upstreamTransfers = 0
     public var upstreamFailures = 0
     /// Fetches ended, and the clients they served (more clients than fetches: coalescing saved the difference).
@@ -76,7 +77,7 @@ public struct HistorySample: Sendable, Codable, Equatable {
         sample.upstreamBytes = delta(to.upstream.bytes, from.upstream.bytes)
         let transfers = deltas(to.upstream.transfers, from.upstream.transfers)
         sample.upstreamTransfers = transfers.values.reduce(0, +)
-        sample.upstreamFailures = transfers.filter { $0.key != "ok" }.values.reduce(0, +)
+        sample.upstreamFailures = transfers.filter { !Self.transferResultsThatAreNotFailures.contains($0.key) }.values.reduce(0, +)
         sample.fetches = delta(to.coalescing.fetches, from.coalescing.fetches)
         sample.waiters = delta(to.coalescing.waiters, from.coalescing.waiters)
         sample.errors = deltas(to.errors, from.errors).values.reduce(0, +)
@@ -108,6 +109,9 @@ public struct HistorySample: Sendable, Codable, Equatable {
         }
         return sample
     }
+
+    /// The results of upstream transfers that ended without an error (Fetch, Passthrough).
+    static let transferResultsThatAreNotFailures: Set<String> = ["ok", "not_modified", "cancelled", "restarted"]
 
     /// The upper bound of the bucket holding the `fraction` quantile of the `count` observations made between two
     /// snapshots of one histogram (+Inf: above every bound, reported as the largest bound).

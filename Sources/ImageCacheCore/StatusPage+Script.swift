@@ -286,11 +286,21 @@ extension StatusPage {
     for (let t = Math.ceil((start + east) / step) * step - east; t <= end; t += step) ticks.push(t);
     return { ticks, seconds: step < 60 };
   };
-  // The samples to draw: the recorded ones, then the interval in progress as the rightmost, partial point.
+  // The samples to draw: the recorded ones inside the window, a break (a point with no values) wherever samples are
+  // missing (the daemon was down, or the page paused across a restart), then the interval in progress as the
+  // rightmost point once it is half an interval long (a rate over a few milliseconds would spike the scale).
   const points = () => {
     const history = state.history;
-    const list = history.samples.slice();
-    if (history.current && history.current.seconds > 0) list.push(history.current);
+    const start = history.now - history.capacity * history.interval;
+    const list = [];
+    let previous = null;
+    for (const sample of history.samples) {
+      if (sample.t <= start) continue;
+      if (previous !== null && sample.t - previous > 1.5 * history.interval) list.push({ t: previous + history.interval, seconds: 0 });
+      list.push(sample);
+      previous = sample.t;
+    }
+    if (history.current && history.current.seconds >= history.interval / 2) list.push(history.current);
     return list;
   };
   const perSecond = (value, point) => (point.seconds > 0 ? value / point.seconds : null);
@@ -447,7 +457,12 @@ extension StatusPage {
   // MARK: Polling
 
   const fetchJSON = async (path) => {
-    const response = await fetch(path, { cache: "no-store", credentials: "same-origin" });
+    // Relative to the page, without credentials a user may have typed into its URL (admin:TOKEN@ before the host):
+    // fetch refuses a URL that carries them; the browser sends the ones it was given with the request anyway.
+    const url = new URL(path, location.href);
+    url.username = "";
+    url.password = "";
+    const response = await fetch(url, { cache: "no-store", credentials: "same-origin" });
     if (!response.ok) throw new Error(path.split("?")[0] + " answered HTTP " + response.status);
     return response.json();
   };
@@ -459,6 +474,8 @@ extension StatusPage {
       fetchJSON("stats"),
       fetchJSON(since === null ? "stats/history" : "stats/history?since=" + encodeURIComponent(String(since))),
     ]);
+    // The daemon's clock went back (or it restarted with a clock behind): start again from its whole history.
+    if (since !== null && history.now < since) return { stats, history: await fetchJSON("stats/history") };
     const merged = known.concat(history.samples.filter((sample) => since === null || sample.t > since));
     history.samples = merged.slice(Math.max(0, merged.length - history.capacity));
     return { stats, history };

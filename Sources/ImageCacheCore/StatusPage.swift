@@ -248,6 +248,7 @@ extension StatusPage {
                 <meta name="viewport" content="width=device-width, initial-scale=1">
                 <meta name="color-scheme" content="light dark">
                 <title>imagecached status</title>
+                <link rel="icon" href="data:,">
                 <style>\(StatusPage.style)</style>
                 </head>
                 <body>

@@ -110,10 +110,11 @@ public final class Daemon: @unchecked Sendable {
         }
         logger.info("imagecached \(imagecachedVersion) listening on \(listening); modes: \(modes.joined(separator: ", ")); memory limit \(configuration.memoryLimitBytes) bytes; disk \(configuration.diskLimitBytes > 0 ? "\(configuration.cacheDirectory) limit \(configuration.diskLimitBytes) bytes" : "off"); private networks \(configuration.allowPrivateNetworks ? "allowed" : "refused"); signed fetch URLs \(configuration.signaturesRequired ? "required" : "optional") (\(configuration.signingKeys.count) key(s))")
         if samplesHistory {
-            let history = DispatchSource.makeTimerSource(queue: DispatchQueue(label: "imagecached.history"))
+            // On the proxy queue, which owns the history.
+            let history = DispatchSource.makeTimerSource(queue: proxy.queue)
             let interval = proxy.historyInterval
             history.schedule(deadline: .now() + interval, repeating: interval, leeway: .milliseconds(100))
-            history.setEventHandler { [proxy] in proxy.recordHistorySample() }
+            history.setEventHandler { [proxy] in proxy.sampleHistory() }
             history.resume()
             timers.append(history)
         }

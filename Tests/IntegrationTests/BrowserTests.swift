@@ -5,6 +5,7 @@
 // and says so.
 
 import Foundation
+import Synchronization
 import Testing
 @testable import ImageCacheConfig
 @testable import ImageCacheCore
@@ -65,6 +66,14 @@ struct BrowserTests {
             await StatusPageTests.sample(harness)
         }
         await harness.flushDisk()
+        // ... whose counters change when the page's script first reads /stats: from then on, the figures the page was
+        // rendered with are wrong by one error, and only the script's own figures can equal /stats
+        let metrics = harness.daemon.proxy.metrics
+        let changed = Mutex(false)
+        harness.statsReads.onRead = {
+            guard changed.withLock({ let first = !$0; $0 = true; return first }) else { return }
+            metrics.error("refused_418", status: 418, reason: "counted between the page's load and its first refresh", target: "/test")
+        }
         let url = "http://127.0.0.1:\(harness.port)/_imagecached/"
         // When Chromium loads the page and lets its timers run (refresh every 2 s, five times over in virtual time)
         let (dom, log) = try await Self.chromium(["--virtual-time-budget=10000", "--dump-dom"], url: url)
@@ -81,8 +90,11 @@ struct BrowserTests {
             let drawn = dom.firstMatch(of: try Regex(#"<svg[^>]*id="\#(chart)"[\s\S]*?</svg>"#)).map { String(dom[$0.range]) } ?? ""
             #expect(drawn.contains("<path") || drawn.contains("<polyline"), "\(chart) has no line or area: \(drawn.prefix(500))")
         }
-        // ... and its figures, as its script set them, are those of /stats
+        // ... and its figures, as its script set them, are those of /stats (and not those it was rendered with)
+        #expect(changed.withLock { $0 })
         #expect(StatusPageTests.mismatches(page: StatusPageTests.figures(dom), stats: stats) == [])
+        #expect(StatusPageTests.figures(dom)["errors.total"] == Double(stats.errors.values.reduce(0, +)))
+        #expect(dom.contains("counted between the page"))   // the errors table, as the script rebuilt it
         // When a screenshot is taken (light and dark)
         try FileManager.default.createDirectory(at: Self.outputDirectory, withIntermediateDirectories: true)
         for (name, scheme) in [("status-page.png", []), ("status-page-dark.png", ["--force-dark-mode", "--blink-settings=preferredColorScheme=0"])] {

@@ -103,6 +103,22 @@ struct OpsTests {
         #expect(!report.unicodeScalars.contains { $0.value == 0x1B || $0.value == 0x07 })
     }
 
+    @Test("the stats document lists at most 20 fetches in flight, the most waited-on first, then the oldest")
+    func inFlightList() {
+        // Given 25 fetches in flight, with 1 to 25 waiters, two with the most
+        var fetches = (1...25).map { DaemonStats.InFlightFetch(url: "http://o/\($0)", kind: "fetch", waiters: $0, receivedBytes: 0, seconds: 1) }
+        fetches.append(.init(url: "http://o/old", kind: "transform", waiters: 25, receivedBytes: 0, seconds: 9))
+        // When
+        let stats = ProxyMetrics().snapshot(memory: MemoryCache(limitBytes: 1000, objectLimitBytes: 100), memoryLimitBytes: 1000, disk: nil,
+                                            fetchesInFlight: fetches.count, inFlight: fetches.shuffled())
+        // Then
+        let listed = stats.inFlightFetches ?? []
+        #expect(listed.count == ProxyMetrics.inFlightListLimit && listed.count == 20)
+        #expect(listed.prefix(3).map(\.url) == ["http://o/old", "http://o/25", "http://o/24"])
+        #expect(listed.last?.waiters == 7)
+        #expect(stats.upstream.inFlight == 26)
+    }
+
     @Test("the last 20 errors are kept with their reasons, newest first, texts cut at 300 characters; every one is counted")
     func recentErrors() {
         // Given a clock the test moves

@@ -81,6 +81,40 @@ struct StatsHistoryTests {
         #expect(sample.t == 1_800_000_010 && sample.seconds == 10)
     }
 
+    @Test("counters that went down (a reset) and a clock that went back give zeros, never negative counts or lengths")
+    func decreasingCountersAndClock() {
+        // Given counters after ten steps, then after five (as if they were reset), the second taken earlier
+        let sample = HistorySample.between(Self.counters(step: 10), Self.counters(step: 5), start: Self.start.addingTimeInterval(10),
+                                           end: Self.start)
+        // Then
+        #expect(sample.requests.isEmpty && sample.servedBytes.isEmpty)
+        #expect(sample.upstreamBytes == 0 && sample.upstreamTransfers == 0 && sample.memoryEvictions == 0)
+        #expect(sample.seconds == 0)
+        #expect(sample.memoryEntries == 5)   // a gauge is what it is at the end
+    }
+
+    @Test("upstream failures in a sample are the transfers that ended in an error, not revalidations, cancellations or restarts")
+    func upstreamFailures() {
+        var after = DaemonStats()
+        after.upstream.transfers = ["ok": 5, "not_modified": 4, "cancelled": 3, "restarted": 2, "timeout": 1, "connect": 1]
+        let sample = HistorySample.between(DaemonStats(), after, start: Self.start, end: Self.start.addingTimeInterval(10))
+        #expect(sample.upstreamTransfers == 16 && sample.upstreamFailures == 2)
+    }
+
+    @Test("?since takes a finite number of seconds; anything else is refused", arguments: [
+        (nil, .some(nil)), ("", .some(nil)), ("since=1800000000", .some(1_800_000_000)), ("since=1e3", .some(1000)),
+        ("since=", nil), ("since=nan", nil), ("since=inf", nil), ("since=soon", nil), ("from=1", nil), ("since=1&since=2", nil),
+        ("since=1&x=2", nil),
+    ] as [(String?, Double??)])
+    func sinceQuery(query: String?, expected: Double??) {
+        switch Proxy.historySince(query) {
+        case let .success(since): #expect(expected == .some(since), "\(query ?? "nil")")
+        case let .failure(error):
+            #expect(expected == nil, "\(query ?? "nil")")
+            #expect(error.description.contains("?since=<seconds since 1970>"))
+        }
+    }
+
     @Test("the document keeps the samples after ?since, and the interval in progress counts from the last sample to now")
     func documentSinceAndCurrent() {
         // Given three samples

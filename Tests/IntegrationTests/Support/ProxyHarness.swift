@@ -85,6 +85,18 @@ final class WaiterBarrier: Sendable {
     }
 }
 
+/// Runs a test's callback when /_imagecached/stats is about to be read (on the proxy queue, before its snapshot).
+final class StatsReadHook: Sendable {
+    private let callback = Mutex<(@Sendable () -> Void)?>(nil)
+    var onRead: (@Sendable () -> Void)? {
+        get { callback.withLock { $0 } }
+        set { callback.withLock { $0 = newValue } }
+    }
+    func observe(_ event: ProxyEvent) {
+        if case .statsRead = event { onRead?() }
+    }
+}
+
 final class ProxyHarness {
     let origin: TestOrigin
     /// The running daemon; `restart` replaces it with a new one on the same configuration and cache directory.
@@ -94,6 +106,7 @@ final class ProxyHarness {
     private let logger: Logger
     let waiters = WaiterBarrier()
     let pauses = PauseBarrier()
+    let statsReads = StatsReadHook()
     /// This harness's own disk tier directory, removed at the end.
     let cacheDirectory: String
     var port: Int { daemon.port }
@@ -120,16 +133,18 @@ final class ProxyHarness {
         }
         self.configuration = configuration
         self.logger = logger
-        daemon = try ProxyHarness.makeDaemon(configuration, logger: logger, clock: clock, waiters: waiters, pauses: pauses)
+        daemon = try ProxyHarness.makeDaemon(configuration, logger: logger, clock: clock, waiters: waiters, pauses: pauses,
+                                             statsReads: statsReads)
         try daemon.start()
     }
 
     private static func makeDaemon(_ configuration: Configuration, logger: Logger, clock: TestClock, waiters: WaiterBarrier,
-                                   pauses: PauseBarrier) throws -> Daemon {
+                                   pauses: PauseBarrier, statsReads: StatsReadHook) throws -> Daemon {
         // The history is sampled by the tests themselves (proxy.recordHistorySample), not by a timer.
         try Daemon(configuration: configuration, logger: logger, now: { clock.now() }, events: { event in
             waiters.observe(event)
             pauses.observe(event)
+            statsReads.observe(event)
         }, samplesHistory: false)
     }
 
@@ -139,7 +154,8 @@ final class ProxyHarness {
         daemon.stop()
         var configuration = configuration
         configure(&configuration)
-        daemon = try ProxyHarness.makeDaemon(configuration, logger: logger, clock: clock, waiters: waiters, pauses: pauses)
+        daemon = try ProxyHarness.makeDaemon(configuration, logger: logger, clock: clock, waiters: waiters, pauses: pauses,
+                                             statsReads: statsReads)
         try daemon.start()
     }
 
