@@ -77,14 +77,7 @@ struct OperationsTests {
         let first = try await harness.get("/a.png")
         let hits = [try await harness.get("/a.png"), try await harness.get("/a.png")]
         // ... four concurrent clients on /c.png (one leader, three coalesced) ...
-        harness.waiters.expect(4)
-        var connections: [TestConnection] = []
-        for _ in 0..<4 {
-            let connection = try harness.connect()
-            try connection.request("/c.png")
-            connections.append(connection)
-        }
-        #expect(await harness.waiters.wait(), "4 clients never waited on one fetch")
+        let connections = try await harness.waitingClients(4, on: "/c.png")
         gate.open()
         let coalesced = try await readAll(connections)
         // ... and a 404 from the origin

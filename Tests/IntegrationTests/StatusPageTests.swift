@@ -102,14 +102,7 @@ struct StatusPageTests {
         _ = try await harness.get("/a.png")
         _ = try await harness.get("/a.png")
         _ = try await harness.get("/a.png")
-        harness.waiters.expect(4)
-        var connections: [TestConnection] = []
-        for _ in 0..<4 {
-            let connection = try harness.connect()
-            try connection.request("/c.png")
-            connections.append(connection)
-        }
-        #expect(await harness.waiters.wait(), "4 clients never waited on one fetch")
+        let connections = try await harness.waitingClients(4, on: "/c.png")
         gate.open()
         let coalesced = try await readAll(connections)
         #expect(coalesced.filter { $0.header("X-Cache") == "COALESCED" }.count == 3)
@@ -224,14 +217,7 @@ struct StatusPageTests {
         let gate = Gate()
         harness.origin.route("/held.png") { _ in OperationsTests.image(gate: gate) }
         harness.origin.route("/broken.png") { _ in Reply(status: 503, headers: [("Content-Type", "text/plain")], body: Array("down".utf8)) }
-        harness.waiters.expect(3)
-        var connections: [TestConnection] = []
-        for _ in 0..<3 {
-            let connection = try harness.connect()
-            try connection.request("/held.png")
-            connections.append(connection)
-        }
-        #expect(await harness.waiters.wait())
+        let connections = try await harness.waitingClients(3, on: "/held.png")
         // When /stats is read while they wait, then after two errors
         let during = try await OperationsTests.stats(harness)
         gate.open()

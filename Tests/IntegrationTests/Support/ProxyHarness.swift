@@ -4,6 +4,7 @@
 import Foundation
 import Logging
 import Synchronization
+import Testing
 @testable import ImageCacheConfig
 @testable import ImageCacheServer
 @testable import ImageCacheStore
@@ -178,6 +179,20 @@ final class ProxyHarness {
     }
 
     func connect() throws -> TestConnection { try TestConnection(port: port) }
+
+    /// Sends `clients` requests for `target`, each on its own connection, and returns once the proxy reports them all
+    /// waiting on one fetch (the origin holds it, at a gate); read the answers with `readAll` after opening the gate.
+    func waitingClients(_ clients: Int, on target: String) async throws -> [TestConnection] {
+        waiters.expect(clients)
+        var connections: [TestConnection] = []
+        for _ in 0..<clients {
+            let connection = try connect()
+            try connection.request(target)
+            connections.append(connection)
+        }
+        #expect(await waiters.wait(), "\(clients) clients never waited on one fetch of \(target)")
+        return connections
+    }
 
     /// The fetch-mode target (/fetch?url=) for `path` on the origin.
     func fetchTarget(_ path: String) -> String {
