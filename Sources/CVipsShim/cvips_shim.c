@@ -44,6 +44,7 @@ icv_image *icv_load_buffer_pages(const void *data, size_t length, int pages, int
 int icv_width(icv_image *image) { return vips_image_get_width(image); }
 int icv_height(icv_image *image) { return vips_image_get_height(image); }
 int icv_bands(icv_image *image) { return vips_image_get_bands(image); }
+size_t icv_pixel_bytes(icv_image *image) { return VIPS_IMAGE_SIZEOF_IMAGE(image); }
 int icv_has_alpha(icv_image *image) { return vips_image_hasalpha(image) ? 1 : 0; }
 int icv_n_pages(icv_image *image) { return vips_image_get_n_pages(image); }
 int icv_page_height(icv_image *image) { return vips_image_get_page_height(image); }
@@ -94,6 +95,11 @@ int icv_attention(icv_image *in, int width, int height, int *x, int *y) {
     return 0;
 }
 icv_image *icv_resize(icv_image *in, double hscale, double vscale) { ICV_ONE(vips_resize(in, &out, hscale, "vscale", vscale, NULL)); }
+icv_image *icv_shrink(icv_image *in, double hshrink, double vshrink) { ICV_ONE(vips_shrink(in, &out, hshrink, vshrink, NULL)); }
+icv_image *icv_thumbnail_image(icv_image *in, int width, int height, int force, int crop, int no_rotate) {
+    ICV_ONE(vips_thumbnail_image(in, &out, width, "height", height, "size", force ? VIPS_SIZE_FORCE : VIPS_SIZE_BOTH,
+                                 "crop", interesting(crop), "no_rotate", no_rotate ? TRUE : FALSE, NULL));
+}
 icv_image *icv_rot(icv_image *in, int quarters) {
     VipsAngle angle = quarters == 1 ? VIPS_ANGLE_D90 : quarters == 2 ? VIPS_ANGLE_D180 : quarters == 3 ? VIPS_ANGLE_D270 : VIPS_ANGLE_D0;
     ICV_ONE(vips_rot(in, &out, angle, NULL));
@@ -184,4 +190,9 @@ static void icv_eval(VipsImage *image, VipsProgress *progress, void *user) {
 void icv_watch(icv_image *image, icv_deadline *deadline) {
     vips_image_set_progress(image, TRUE);
     g_signal_connect(image, "eval", G_CALLBACK(icv_eval), deadline);
+}
+
+void icv_unwatch(icv_image *image, icv_deadline *deadline) {
+    g_signal_handlers_disconnect_by_func(image, G_CALLBACK(icv_eval), deadline);
+    vips_image_set_progress(image, FALSE);
 }

@@ -39,6 +39,9 @@ public struct TransformConfiguration: Sendable, Equatable {
     /// `transform-avif-effort` (0-9, default 2) and `transform-webp-effort` (0-6, default 4): encoder effort.
     public var avifEffort = 2
     public var webpEffort = 4
+    /// `transform-pixel-cache`: bytes of decoded, shrunk source pixels kept for the next variant of a source
+    /// (PixelCache; opaque PNG sources); 0 keeps none. Default 64 MiB.
+    public var pixelCacheBytes = 64 << 20
 
     public init() {}
 
@@ -48,6 +51,7 @@ public struct TransformConfiguration: Sendable, Equatable {
             && a.queueTimeoutSeconds == b.queueTimeoutSeconds && a.limits == b.limits && a.maxSourceBytes == b.maxSourceBytes
             && a.autoWebP == b.autoWebP && a.autoAVIF == b.autoAVIF && a.quality == b.quality
             && a.avifEffort == b.avifEffort && a.webpEffort == b.webpEffort && a.signingFromIMGPROXY == b.signingFromIMGPROXY
+            && a.pixelCacheBytes == b.pixelCacheBytes
             && a.keyTexts == b.keyTexts && a.saltTexts == b.saltTexts
     }
 

@@ -191,6 +191,7 @@ public final class ProxyMetrics: Sendable {
     /// Everything counted, plus the tiers' gauges: the /_imagecached/stats document.
     package func snapshot(memory: MemoryCache, memoryLimitBytes: Int, disk: DiskCache?, fetchesInFlight: Int, topHosts: Int = 10,
                           transformQueue: (workers: Int, running: Int, queued: Int) = (0, 0, 0),
+                          pixelCache: DaemonStats.Transforms.PixelCacheStats? = nil,
                           inFlight: [DaemonStats.InFlightFetch] = []) -> DaemonStats {
         var stats = DaemonStats()
         stats.version = imagecachedVersion
@@ -232,6 +233,7 @@ public final class ProxyMetrics: Sendable {
         transforms.workers = transformQueue.workers
         transforms.running = transformQueue.running
         transforms.queued = transformQueue.queued
+        transforms.pixelCache = pixelCache
         stats.transforms = transforms
         stats.reloads = reloads.current
         stats.reloadFailures = reloadFailures.current
@@ -349,6 +351,17 @@ public struct DaemonStats: Sendable, Codable, Equatable {
         public var workers = 0
         public var running = 0
         public var queued = 0
+        /// The decoded levels of PNG sources kept for their next variants (`transform-pixel-cache`).
+        public var pixelCache: PixelCacheStats?
+        public struct PixelCacheStats: Sendable, Codable, Equatable {
+            public var bytes = 0
+            public var limitBytes = 0
+            public var entries = 0
+            /// Lookups that found a level (a decode saved), and those that did not.
+            public var hits = 0
+            public var misses = 0
+            public var evictions = 0
+        }
         public var total: Int { results.values.reduce(0) { $0 + $1.values.reduce(0, +) } }
         /// Mean time on a worker, milliseconds (nil before the first).
         public var meanMilliseconds: Int? { seconds.count == 0 ? nil : Int((seconds.sum / Double(seconds.count) * 1000).rounded()) }
@@ -469,6 +482,15 @@ extension DaemonStats {
             sample("transform_running", [], Double(transforms.running))
             family("transform_queue_depth", "gauge", "Transforms waiting for a worker.")
             sample("transform_queue_depth", [], Double(transforms.queued))
+            if let cache = transforms.pixelCache {
+                family("transform_pixel_cache_bytes", "gauge", "Bytes of decoded PNG source levels kept for their next variants.")
+                sample("transform_pixel_cache_bytes", [], Double(cache.bytes))
+                family("transform_pixel_cache_lookups_total", "counter", "Lookups of a source level: hit (a decode saved) or miss.")
+                sample("transform_pixel_cache_lookups_total", [("result", "hit")], Double(cache.hits))
+                sample("transform_pixel_cache_lookups_total", [("result", "miss")], Double(cache.misses))
+                family("transform_pixel_cache_evictions_total", "counter", "Source levels evicted to stay within transform-pixel-cache.")
+                sample("transform_pixel_cache_evictions_total", [], Double(cache.evictions))
+            }
         }
         family("uptime_seconds", "gauge", "Seconds since the daemon started.")
         sample("uptime_seconds", [], uptimeSeconds)

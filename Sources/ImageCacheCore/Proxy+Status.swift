@@ -21,9 +21,12 @@ extension Proxy {
     func statsSnapshot() -> DaemonStats {
         dispatchPrecondition(condition: .onQueue(queue))
         let pool = renditions.pool
+        let cache = renditions.pixelCache.stats
         return metrics.snapshot(memory: memory, memoryLimitBytes: memory.limitBytes, disk: disk,
                                 fetchesInFlight: coalescer.count + renditions.count,
                                 transformQueue: (pool.workers, pool.running, pool.queued),
+                                pixelCache: .init(bytes: cache.bytes, limitBytes: renditions.pixelCache.limitBytes, entries: cache.entries,
+                                                  hits: cache.hits, misses: cache.misses, evictions: cache.evictions),
                                 inFlight: coalescer.inFlight + renditions.inFlight)
     }
 

@@ -90,6 +90,8 @@ final class Renditions: @unchecked Sendable {
     /// Jobs holding a source or a worker (bounded: workers + queue).
     private(set) var active = 0
     let pool: TransformPool
+    /// Decoded levels of opaque PNG sources, shared by the workers (its own lock; PixelCache.swift).
+    let pixelCache: PixelCache
     let context: FetchContext
     private let settings: SettingsCell
     /// Serves the source request through the cache (Proxy.serve); set once by the proxy.
@@ -97,8 +99,9 @@ final class Renditions: @unchecked Sendable {
     /// libvips could not start: every transform gets 503 with this reason.
     let unavailable: String?
 
-    init(pool: TransformPool, context: FetchContext, settings: SettingsCell, unavailable: String?) {
+    init(pool: TransformPool, pixelCache: PixelCache, context: FetchContext, settings: SettingsCell, unavailable: String?) {
         self.pool = pool
+        self.pixelCache = pixelCache
         self.context = context
         self.settings = settings
         self.unavailable = unavailable
@@ -218,7 +221,7 @@ final class Renditions: @unchecked Sendable {
         let format = job.rendition.choice.format
         let spec = TransformSpec(options: job.rendition.options, format: format, limits: job.settings.limits,
                                  defaultQuality: job.settings.quality, avifEffort: job.settings.avifEffort,
-                                 webpEffort: job.settings.webpEffort)
+                                 webpEffort: job.settings.webpEffort, pixelCache: pixelCache.limitBytes > 0 ? pixelCache : nil)
         let queue = context.queue
         let body = source.body
         pool.submit(TransformPool.Job(source: body, spec: spec) { [self] result, seconds in

@@ -101,7 +101,7 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
         renditions = Renditions(
             pool: TransformPool(workers: transform.workers > 0 ? transform.workers : Proxy.defaultTransformWorkers(),
                                 queueLimit: transform.queueLimit, queueTimeout: .milliseconds(Int(transform.queueTimeoutSeconds * 1000))),
-            context: context, settings: settingsCell, unavailable: unavailable)
+            pixelCache: PixelCache(limitBytes: transform.pixelCacheBytes), context: context, settings: settingsCell, unavailable: unavailable)
         renditions.fetchSource = { [weak self] request, sink in self?.serve(request, sink: sink) }
     }
 

@@ -25,6 +25,7 @@
 // first frame; so does a still output format.
 
 internal import Foundation
+internal import ImageCacheHTTP
 
 /// What a transform needs besides the source: the options, the chosen output format, the limits and encoder settings.
 public struct TransformSpec: Sendable {
@@ -35,9 +36,14 @@ public struct TransformSpec: Sendable {
     public var defaultQuality: [ImageOutputFormat: Int]
     public var avifEffort: Int
     public var webpEffort: Int
+    /// Where the decoded levels of opaque PNG sources are kept for the next variant (PixelCache.swift); nil keeps none
+    /// (the results are the same bytes either way).
+    public var pixelCache: PixelCache?
 
     public init(options: TransformOptions, format: ImageOutputFormat?, limits: TransformLimits,
-                defaultQuality: [ImageOutputFormat: Int] = TransformSpec.imgproxyQuality, avifEffort: Int = 2, webpEffort: Int = 4) {
+                defaultQuality: [ImageOutputFormat: Int] = TransformSpec.imgproxyQuality, avifEffort: Int = 2, webpEffort: Int = 4,
+                pixelCache: PixelCache? = nil) {
+        self.pixelCache = pixelCache
         self.options = options
         self.format = format
         self.limits = limits
@@ -165,6 +171,31 @@ public enum Transformer {
         let quarterTurn = options.rotate == 90 || options.rotate == 270
         var width = swaps != quarterTurn ? frameHeight : frameWidth, height = swaps != quarterTurn ? frameWidth : frameHeight
 
+        // The source scaled to width x height (after auto-rotation), or to cover it and cut a window (crop 1 or 2):
+        // an opaque PNG made at least 4 times smaller goes through its level (PixelCache.swift: decoded once for all
+        // its variants), anything else through libvips's thumbnail with shrink-on-load.
+        func scaled(width: Int, height: Int, crop: Int32) throws -> VipsImage {
+            if probe.loader.hasPrefix("pngload"), !hasAlpha, !animate {
+                let (stored, storedHeight) = swaps ? (height, width) : (width, height)
+                var scaleX = Double(stored) / Double(frameWidth), scaleY = Double(storedHeight) / Double(frameHeight)
+                if crop != 0 { (scaleX, scaleY) = (max(scaleX, scaleY), max(scaleX, scaleY)) }
+                let k = PixelCache.level(sourceWidth: frameWidth, sourceHeight: frameHeight, scaleX: scaleX, scaleY: scaleY)
+                if k > 0 {
+                    let key = PixelCache.Key(digest: ContentHash.sha256Base64(bytes: raw), level: k)
+                    let level: VipsImage
+                    if let kept = spec.pixelCache?.lookup(key) {
+                        level = kept
+                    } else {
+                        level = try VipsImage.load(raw, deadline: deadline).shrink(by: 1 << k).shareable()
+                        spec.pixelCache?.insert(key, level)
+                    }
+                    return try level.thumbnail(width: width, height: height, crop: crop, autoRotate: options.autoRotate, deadline: deadline)
+                }
+            }
+            return try VipsImage.thumbnail(raw, width: width, height: height, crop: crop, allPages: animate && crop == 0,
+                                           autoRotate: options.autoRotate, deadline: deadline)
+        }
+
         // 2. Pixels: crop and trim need the whole decoded source; otherwise shrink-on-load straight to the scaled size.
         var image: VipsImage
         var plan: ResizePlan
@@ -227,14 +258,12 @@ public enum Transformer {
             } else if let window = plan.window, window.smart {
                 // libvips scales to cover the window and cuts the most interesting part: shrink-on-load and a smart
                 // crop in one pass (in the source's orientation: the window turned back by `rotate`).
-                image = try VipsImage.thumbnail(raw, width: quarterTurn ? window.height : window.width,
-                                                height: quarterTurn ? window.width : window.height, crop: 2,
-                                                allPages: false, autoRotate: options.autoRotate, deadline: deadline)
+                image = try scaled(width: quarterTurn ? window.height : window.width,
+                                   height: quarterTurn ? window.width : window.height, crop: 2)
                 plan.window = nil
             } else {
-                image = try VipsImage.thumbnail(raw, width: quarterTurn ? plan.scaledHeight : plan.scaledWidth,
-                                                height: quarterTurn ? plan.scaledWidth : plan.scaledHeight, crop: 0,
-                                                allPages: animate, autoRotate: options.autoRotate, deadline: deadline)
+                image = try scaled(width: quarterTurn ? plan.scaledHeight : plan.scaledWidth,
+                                   height: quarterTurn ? plan.scaledWidth : plan.scaledHeight, crop: 0)
             }
             image = try image.toSRGB()
             // Turned now, so that the window, the gravity and the canvas are those of the final orientation. A

@@ -79,6 +79,29 @@ final class VipsImage: @unchecked Sendable {
         return (Int(x), Int(y))
     }
     func resize(_ h: Double, _ v: Double) throws(VipsError) -> VipsImage { try derive(icv_resize(pointer, h, v), "resize") }
+    /// Box-averages `factor` x `factor` pixels into one.
+    func shrink(by factor: Int) throws(VipsError) -> VipsImage {
+        try derive(icv_shrink(pointer, Double(factor), Double(factor)), "shrink")
+    }
+
+    /// As `thumbnail(bytes...)`, from this image (a decoded level of a source), under `deadline`: the job's, which may
+    /// not be the one this image was made under.
+    func thumbnail(width: Int, height: Int, crop: Int32, autoRotate: Bool, deadline: Deadline) throws(VipsError) -> VipsImage {
+        try VipsImage.wrap(icv_thumbnail_image(pointer, Int32(width), Int32(height), crop == 0 ? 1 : 0, crop, autoRotate ? 0 : 1),
+                           "thumbnail", deadline)
+    }
+
+    /// This image, evaluated into memory, unwatched: to be shared by jobs (PixelCache). No deadline kills it (a job's
+    /// deadline that passes kills that job's images, never a shared one) and images made from it report their
+    /// progress to their own job's deadline only.
+    func shareable() throws(VipsError) -> VipsImage {
+        let memory = try copyMemory()
+        icv_unwatch(memory.pointer, memory.deadline.pointer)
+        return memory
+    }
+
+    /// Bytes of its pixels (a memory image's size).
+    var pixelBytes: Int { Int(icv_pixel_bytes(pointer)) }
     /// Turns clockwise by 90, 180 or 270 degrees.
     func rotate(_ degrees: Int) throws(VipsError) -> VipsImage { try derive(icv_rot(pointer, Int32(degrees / 90)), "rot") }
     func blur(_ sigma: Double) throws(VipsError) -> VipsImage { try derive(icv_gaussblur(pointer, sigma), "gaussblur") }

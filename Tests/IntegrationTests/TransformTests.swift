@@ -109,6 +109,10 @@ struct TransformTests {
         ("c:0.5:0.5/w:100", "photo.jpg", Decoded(format: "jpeg", width: 100, height: 67, frames: 1)),
         ("t:10", "bordered.png", Decoded(format: "png", width: 100, height: 80, frames: 1)),
         ("pd:10:20", "bordered.png", Decoded(format: "png", width: 340, height: 320, frames: 1)),
+        // An opaque PNG made 4 times smaller or more goes through a decoded level (PixelCache): fit, smart fill, force.
+        ("w:64", "bordered.png", Decoded(format: "png", width: 64, height: 64, frames: 1)),
+        ("rs:fill:40:30/g:sm", "bordered.png", Decoded(format: "png", width: 40, height: 30, frames: 1)),
+        ("rs:force:30:70/f:webp", "bordered.png", Decoded(format: "webp", width: 30, height: 70, frames: 1)),
         ("rot:90", "photo.jpg", Decoded(format: "jpeg", width: 427, height: 640, frames: 1)),
         // Sizes are those of the final orientation (imgproxy's rule).
         ("rs:fill:300:200/rot:90", "photo.jpg", Decoded(format: "jpeg", width: 300, height: 200, frames: 1)),
@@ -158,6 +162,44 @@ struct TransformTests {
             #expect(image.hasAlpha)
             #expect(try image.pixel(x: 0, y: 0).last == 0)
         }
+    }
+
+    @Test("the variants of an opaque PNG decode it once per level (transform-pixel-cache); the bytes are those made without the cache; alpha PNGs and JPEGs do not use it")
+    func pixelCache() async throws {
+        // Given a daemon with the pixel cache (64 MiB by default) and one without
+        let harness = try ProxyHarness()
+        let uncached = try ProxyHarness { $0.transform.pixelCacheBytes = 0 }
+        for daemon in [harness, uncached] {
+            for name in ["bordered.png", "alpha.png", "photo.jpg"] { ImageFiles.serve(daemon, name) }
+        }
+        // When three variants of the 300x300 PNG are made: 64 px (level 1: 150x150) in two formats, 32 px (level 2)
+        let targets = [Self.path("w:64/f:webp", "bordered.png"), Self.path("w:64/f:jpeg", "bordered.png"),
+                       Self.path("w:32/f:png", "bordered.png")]
+        var bodies: [[UInt8]] = []
+        for target in targets {
+            let response = try await harness.get(target)
+            #expect(response.status == 200, "\(target): \(response.text.prefix(200))")
+            bodies.append(response.body)
+        }
+        let cache = try #require(try await Self.stats(harness).transforms?.pixelCache)
+        // Then one decode per level, the second 64 px variant from the kept level
+        #expect(cache.misses == 2 && cache.hits == 1 && cache.entries == 2)
+        #expect(cache.bytes == 150 * 150 * 3 + 75 * 75 * 3 && cache.limitBytes == 64 << 20)
+        #expect(bodies.map { Decoded.read($0).map(\.description) } == ["webp 64x64", "jpeg 64x64", "png 32x32"])
+        // ... byte for byte what the daemon without the cache makes (a rendition's ETag holds either way)
+        for (target, body) in zip(targets, bodies) {
+            let again = try await uncached.get(target)
+            #expect(again.body == body, "\(target) differs without the pixel cache")
+        }
+        #expect(try await Self.stats(uncached).transforms?.pixelCache?.entries == 0)
+        // ... and a PNG with alpha or a JPEG source never looks it up
+        _ = try await harness.get(Self.path("w:32", "alpha.png"))
+        _ = try await harness.get(Self.path("w:32", "photo.jpg"))
+        let after = try #require(try await Self.stats(harness).transforms?.pixelCache)
+        #expect(after.hits + after.misses == 3)
+        let metrics = try await harness.get("/_imagecached/metrics")
+        #expect(metrics.text.contains("imagecached_transform_pixel_cache_lookups_total{result=\"hit\"} 1\n"))
+        #expect(metrics.text.contains("imagecached_transform_pixel_cache_bytes \(cache.bytes)\n"))
     }
 
     @Test("equivalent spellings (aliases, order, defaults, dpr) share one cached result: one source fetch, one transform")

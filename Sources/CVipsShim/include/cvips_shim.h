@@ -33,6 +33,8 @@ icv_image *_Nullable icv_load_buffer_pages(const void *_Nonnull data, size_t len
 int icv_width(icv_image *_Nonnull image);
 int icv_height(icv_image *_Nonnull image);
 int icv_bands(icv_image *_Nonnull image);
+/// Bytes of the pixels: width x height x bands x bytes per band.
+size_t icv_pixel_bytes(icv_image *_Nonnull image);
 int icv_has_alpha(icv_image *_Nonnull image);
 int icv_n_pages(icv_image *_Nonnull image);
 int icv_page_height(icv_image *_Nonnull image);
@@ -57,6 +59,10 @@ icv_image *_Nullable icv_smartcrop(icv_image *_Nonnull in, int width, int height
 /// vips_smartcrop with the attention strategy, reporting the attention centre it found. 0 on success.
 int icv_attention(icv_image *_Nonnull in, int width, int height, int *_Nonnull x, int *_Nonnull y);
 icv_image *_Nullable icv_resize(icv_image *_Nonnull in, double hscale, double vscale);
+/// vips_shrink: box-averages `hshrink` x `vshrink` pixels into one.
+icv_image *_Nullable icv_shrink(icv_image *_Nonnull in, double hshrink, double vshrink);
+/// vips_thumbnail_image: as icv_thumbnail_buffer, from an image (no shrink-on-load).
+icv_image *_Nullable icv_thumbnail_image(icv_image *_Nonnull in, int width, int height, int force, int crop, int no_rotate);
 /// vips_rot by 90 (1), 180 (2) or 270 (3) degrees clockwise.
 icv_image *_Nullable icv_rot(icv_image *_Nonnull in, int quarters);
 icv_image *_Nullable icv_gaussblur(icv_image *_Nonnull in, double sigma);
@@ -94,5 +100,7 @@ void icv_deadline_free(icv_deadline *_Nullable deadline);
 int icv_deadline_passed(const icv_deadline *_Nonnull deadline);
 /// Reports `image`'s evaluation progress to a handler that kills the evaluation once `deadline` has passed.
 void icv_watch(icv_image *_Nonnull image, icv_deadline *_Nonnull deadline);
+/// Undoes icv_watch: no progress signals from `image` (nor from the images made from it), no deadline.
+void icv_unwatch(icv_image *_Nonnull image, icv_deadline *_Nonnull deadline);
 
 #endif

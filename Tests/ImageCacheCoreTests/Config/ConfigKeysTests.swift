@@ -43,7 +43,7 @@ struct ConfigKeysTests {
             "transform-presets", "transform-only-presets", "transform-workers", "transform-queue", "transform-queue-timeout",
             "transform-timeout", "transform-max-megapixels", "transform-max-result-megapixels", "transform-max-source-bytes", "transform-max-frames",
             "transform-max-dimension", "transform-allow-svg", "transform-auto-webp", "transform-auto-avif",
-            "transform-quality", "transform-avif-effort", "transform-webp-effort",
+            "transform-quality", "transform-avif-effort", "transform-webp-effort", "transform-pixel-cache",
             "negative-ttl", "forward-request-fields",
             "drop-request-fields", "pass-trace", "complete-abandoned-fetches", "log-level", "access-log", "admin-allow", "admin-hosts", "admin-token", "admin-token-file",
             "status-refresh", "status-history-interval", "status-history-length", "signing-keys", "signing-keys-file", "require-signature", "in-flight-limit", "shutdown-timeout",

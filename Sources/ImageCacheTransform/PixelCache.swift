@@ -1,0 +1,115 @@
+// PixelCache: decoded pixels of recent sources, shrunk, shared by the transforms that make the variants of one source,
+// so that a source without shrink-on-load (PNG) is decoded once for its variants instead of once for each.
+//
+// The pipeline it serves (Transformer, "levels"): an opaque PNG source made smaller by at least 4 in both directions
+// is decoded, box-averaged by 2^k (the level: the largest k up to 4 that leaves at least twice the pixels the result
+// needs in each direction), kept in memory, and the result is resized from that level as libvips's thumbnail does
+// from a decoded source (vips_thumbnail_image). The level is a function of the source and the result's size alone:
+// the bytes of a result are the same whether its level came from here or was just made (PixelCache on or off), so a
+// rendition's entity tag stays true. JPEG (shrink-on-load in the decoder), WebP, GIF, HEIF/AVIF, PNG with alpha
+// (a box average of unpremultiplied pixels would fringe) and crops/trims keep their own paths.
+//
+// Data model (one Mutex): entries by key (the source's SHA-256 and the level: a digest an attacker cannot collide
+// with another source's), each with its image (in memory, unwatched: VipsImage.shareable) and its bytes, and a use
+// counter for least-recently-used eviction; the total held within `limitBytes` (`transform-pixel-cache`, 64 MiB;
+// 0 keeps nothing). An entry larger than the limit is not kept. Images are immutable once in memory: any number of
+// workers read one at a time.
+
+internal import Foundation
+internal import Synchronization
+
+public final class PixelCache: Sendable {
+    struct Key: Hashable {
+        /// SHA-256 of the source's bytes, base64.
+        let digest: String
+        let level: Int
+    }
+
+    private struct Entry {
+        let image: VipsImage
+        let bytes: Int
+        var used: UInt64
+    }
+
+    private struct State {
+        var entries: [Key: Entry] = [:]
+        var bytes = 0
+        var clock: UInt64 = 0
+        var hits = 0
+        var misses = 0
+        var evictions = 0
+    }
+
+    /// What the cache holds and has done, for /stats and the metrics.
+    public struct Stats: Sendable, Equatable {
+        public var bytes: Int
+        public var entries: Int
+        public var hits: Int
+        public var misses: Int
+        public var evictions: Int
+    }
+
+    public let limitBytes: Int
+    private let state = Mutex(State())
+
+    public init(limitBytes: Int) {
+        self.limitBytes = max(0, limitBytes)
+    }
+
+    /// The level kept for `key`, counted as a hit; nil (a miss) when there is none.
+    func lookup(_ key: Key) -> VipsImage? {
+        state.withLock { state in
+            state.clock += 1
+            guard var entry = state.entries[key] else {
+                state.misses += 1
+                return nil
+            }
+            state.hits += 1
+            entry.used = state.clock
+            state.entries[key] = entry
+            return entry.image
+        }
+    }
+
+    /// Keeps `image` (a shareable level) under `key`, evicting the least recently used entries to stay within the
+    /// limit; one larger than the limit is not kept.
+    func insert(_ key: Key, _ image: VipsImage) {
+        let bytes = image.pixelBytes
+        guard bytes <= limitBytes else { return }
+        // Dropped images are released after the lock (their pixels freed outside it).
+        var dropped: [VipsImage] = []
+        state.withLock { state in
+            state.clock += 1
+            if let old = state.entries.removeValue(forKey: key) {
+                state.bytes -= old.bytes
+                dropped.append(old.image)
+            }
+            while state.bytes + bytes > limitBytes, let oldest = state.entries.min(by: { $0.value.used < $1.value.used }) {
+                state.entries[oldest.key] = nil
+                state.bytes -= oldest.value.bytes
+                state.evictions += 1
+                dropped.append(oldest.value.image)
+            }
+            state.entries[key] = Entry(image: image, bytes: bytes, used: state.clock)
+            state.bytes += bytes
+        }
+        _ = dropped
+    }
+
+    public var stats: Stats {
+        state.withLock { Stats(bytes: $0.bytes, entries: $0.entries.count, hits: $0.hits, misses: $0.misses, evictions: $0.evictions) }
+    }
+
+    /// The level a result of `scaleX` x `scaleY` of the source is made from: the largest k up to 4 whose box average
+    /// (2^k x 2^k pixels into one) leaves at least twice the pixels the result needs in each direction; 0 (decode and
+    /// resize as they are) when even 2 would not.
+    static func level(sourceWidth: Int, sourceHeight: Int, scaleX: Double, scaleY: Double) -> Int {
+        var level = 0
+        for k in 1...4 {
+            let factor = Double(1 << k)
+            guard sourceWidth >> k >= 1, sourceHeight >> k >= 1, 2 * factor * scaleX <= 1, 2 * factor * scaleY <= 1 else { break }
+            level = k
+        }
+        return level
+    }
+}
