@@ -36,6 +36,11 @@ icv_image *icv_load_buffer(const void *data, size_t length, int fail, int random
     return vips_image_new_from_buffer(data, length, "", "access", access_of(random), "fail_on", fail_on(fail), NULL);
 }
 
+icv_image *icv_load_buffer_shrink(const void *data, size_t length, int shrink) {
+    return vips_image_new_from_buffer(data, length, "", "access", VIPS_ACCESS_SEQUENTIAL, "fail_on", fail_on(1),
+                                      "shrink", shrink, NULL);
+}
+
 icv_image *icv_load_buffer_pages(const void *data, size_t length, int pages, int fail, int random) {
     return vips_image_new_from_buffer(data, length, "", "access", access_of(random), "fail_on", fail_on(fail),
                                       "n", pages, NULL);

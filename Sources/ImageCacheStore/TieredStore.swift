@@ -159,10 +159,16 @@ public final class TieredStore: Sendable {
 /// A rendition's entity tag: a hash of its source's validator (ETag, else Last-Modified) and its text, so that a
 /// changed source gives another tag. Strong only when the source's ETag is strong (its bytes are then a function of
 /// both); weak for a weak ETag or a Last-Modified (one-second resolution), so If-Range never joins two versions.
+/// `pipeline` is in the hash too: it changes when the bytes made from one source and one text change (a new way of
+/// decoding or resizing), so that renditions stored by an earlier version are told apart from (and replaced by) the
+/// new ones instead of sharing their strong tag.
 package enum RenditionTag {
+    /// 2: sources decoded once per level for all their variants (PixelCache).
+    package static let pipeline = 2
+
     package static func etag(sourceValidator: String, rendition: String) -> String {
         let strong = sourceValidator.hasPrefix("\"")
-        let digest = SHA256.hash(data: Array((sourceValidator + "\n" + rendition).utf8))
+        let digest = SHA256.hash(data: Array(("pipeline \(pipeline)\n" + sourceValidator + "\n" + rendition).utf8))
         return (strong ? "" : "W/") + "\"" + URLSigning.hexEncode(Array(digest.prefix(12))) + "\""
     }
 }

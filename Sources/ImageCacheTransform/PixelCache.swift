@@ -1,13 +1,16 @@
 // PixelCache: decoded pixels of recent sources, shrunk, shared by the transforms that make the variants of one source,
-// so that a source without shrink-on-load (PNG) is decoded once for its variants instead of once for each.
+// so that a source is decoded once for its variants instead of once for each (decoding is most of a transform's work:
+// a PNG has no shrink-on-load, and a JPEG's entropy decoding costs the same at any scale).
 //
-// The pipeline it serves (Transformer, "levels"): an opaque PNG source made smaller by at least 4 in both directions
-// is decoded, box-averaged by 2^k (the level: the largest k up to 4 that leaves at least twice the pixels the result
-// needs in each direction), kept in memory, and the result is resized from that level as libvips's thumbnail does
-// from a decoded source (vips_thumbnail_image). The level is a function of the source and the result's size alone:
-// the bytes of a result are the same whether its level came from here or was just made (PixelCache on or off), so a
-// rendition's entity tag stays true. JPEG (shrink-on-load in the decoder), WebP, GIF, HEIF/AVIF, PNG with alpha
-// (a box average of unpremultiplied pixels would fringe) and crops/trims keep their own paths.
+// The pipeline it serves (Transformer, "levels"): a source made smaller by at least 4 in both directions is decoded
+// to its level k (the largest k that leaves at least twice the pixels the result needs in each direction: libvips's
+// own rule for JPEG shrink-on-load), kept in memory, and the result is resized from that level as libvips's thumbnail
+// does (vips_thumbnail_image). An opaque PNG's level is the decoded image box-averaged by 2^k (k up to 4); a JPEG's
+// is the decode libjpeg makes 2^k times smaller (k up to 3: shrink-on-load, what vips_thumbnail_buffer would decode).
+// The level is a function of the source and the result's size alone: the bytes of a result are the same whether its
+// level came from here or was just made (PixelCache on or off), so a rendition's entity tag stays true. WebP, GIF,
+// HEIF/AVIF, TIFF, PNG with alpha (a box average of unpremultiplied pixels would fringe), animations and crops/trims
+// keep their own paths.
 //
 // Data model (one Mutex): entries by key (the source's SHA-256 and the level: a digest an attacker cannot collide
 // with another source's), each with its image (in memory, unwatched: VipsImage.shareable) and its bytes, and a use
@@ -23,6 +26,14 @@ public final class PixelCache: Sendable {
         /// SHA-256 of the source's bytes, base64.
         let digest: String
         let level: Int
+    }
+
+    /// How a source's levels are made: decoded whole and box-averaged (PNG), or decoded smaller by the decoder
+    /// (JPEG's shrink-on-load: the factor libvips's thumbnail would choose, so each level is what that decode is).
+    enum Kind {
+        case boxAverage, shrinkOnLoad
+        /// The largest level: 16 for a box average, 8 for JPEG's decoder.
+        var maximumLevel: Int { self == .boxAverage ? 4 : 3 }
     }
 
     private struct Entry {
@@ -100,12 +111,13 @@ public final class PixelCache: Sendable {
         state.withLock { Stats(bytes: $0.bytes, entries: $0.entries.count, hits: $0.hits, misses: $0.misses, evictions: $0.evictions) }
     }
 
-    /// The level a result of `scaleX` x `scaleY` of the source is made from: the largest k up to 4 whose box average
-    /// (2^k x 2^k pixels into one) leaves at least twice the pixels the result needs in each direction; 0 (decode and
-    /// resize as they are) when even 2 would not.
-    static func level(sourceWidth: Int, sourceHeight: Int, scaleX: Double, scaleY: Double) -> Int {
+    /// The level a result of `scaleX` x `scaleY` of the source is made from: the largest k up to the kind's maximum
+    /// whose reduction (2^k x 2^k pixels into one) leaves at least twice the pixels the result needs in each direction
+    /// (libvips's own rule for JPEG shrink-on-load: "leave at least a factor of two for the final resize step"); 0
+    /// (decode and resize as they are) when even 2 would not.
+    static func level(sourceWidth: Int, sourceHeight: Int, scaleX: Double, scaleY: Double, kind: Kind = .boxAverage) -> Int {
         var level = 0
-        for k in 1...4 {
+        for k in 1...kind.maximumLevel {
             let factor = Double(1 << k)
             guard sourceWidth >> k >= 1, sourceHeight >> k >= 1, 2 * factor * scaleX <= 1, 2 * factor * scaleY <= 1 else { break }
             level = k

@@ -175,18 +175,23 @@ public enum Transformer {
         // an opaque PNG made at least 4 times smaller goes through its level (PixelCache.swift: decoded once for all
         // its variants), anything else through libvips's thumbnail with shrink-on-load.
         func scaled(width: Int, height: Int, crop: Int32) throws -> VipsImage {
-            if probe.loader.hasPrefix("pngload"), !hasAlpha, !animate {
+            let kind: PixelCache.Kind? = animate ? nil : probe.loader.hasPrefix("jpegload") ? .shrinkOnLoad
+                : probe.loader.hasPrefix("pngload") && !hasAlpha ? .boxAverage : nil
+            if let kind {
                 let (stored, storedHeight) = swaps ? (height, width) : (width, height)
                 var scaleX = Double(stored) / Double(frameWidth), scaleY = Double(storedHeight) / Double(frameHeight)
                 if crop != 0 { (scaleX, scaleY) = (max(scaleX, scaleY), max(scaleX, scaleY)) }
-                let k = PixelCache.level(sourceWidth: frameWidth, sourceHeight: frameHeight, scaleX: scaleX, scaleY: scaleY)
+                let k = PixelCache.level(sourceWidth: frameWidth, sourceHeight: frameHeight, scaleX: scaleX, scaleY: scaleY, kind: kind)
                 if k > 0 {
                     let key = PixelCache.Key(digest: ContentHash.sha256Base64(bytes: raw), level: k)
                     let level: VipsImage
                     if let kept = spec.pixelCache?.lookup(key) {
                         level = kept
                     } else {
-                        level = try VipsImage.load(raw, deadline: deadline).shrink(by: 1 << k).shareable()
+                        switch kind {
+                        case .boxAverage: level = try VipsImage.load(raw, deadline: deadline).shrink(by: 1 << k).shareable()
+                        case .shrinkOnLoad: level = try VipsImage.loadJPEG(raw, shrink: 1 << k, deadline: deadline).shareable()
+                        }
                         spec.pixelCache?.insert(key, level)
                     }
                     return try level.thumbnail(width: width, height: height, crop: crop, autoRotate: options.autoRotate, deadline: deadline)

@@ -183,6 +183,11 @@ final class VipsImage: @unchecked Sendable {
         return try wrap(pointer, "load", deadline)
     }
 
+    /// A JPEG decoded `factor` (2, 4 or 8) times smaller by the decoder itself (shrink-on-load).
+    static func loadJPEG(_ bytes: UnsafeRawBufferPointer, shrink factor: Int, deadline: Deadline) throws(VipsError) -> VipsImage {
+        try wrap(icv_load_buffer_shrink(bytes.baseAddress!, bytes.count, Int32(factor)), "jpegload", deadline)
+    }
+
     /// Decode with shrink-on-load to exactly `width` x `height` (crop 0), or to cover it and cut the centre (1) or
     /// the most interesting window (2). `allPages` only for the multi-frame loaders.
     static func thumbnail(_ bytes: UnsafeRawBufferPointer, width: Int, height: Int, crop: Int32, allPages: Bool,

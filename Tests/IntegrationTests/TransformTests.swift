@@ -164,7 +164,7 @@ struct TransformTests {
         }
     }
 
-    @Test("the variants of an opaque PNG decode it once per level (transform-pixel-cache); the bytes are those made without the cache; alpha PNGs and JPEGs do not use it")
+    @Test("the variants of an opaque PNG or a JPEG decode it once per level (transform-pixel-cache); the bytes are those made without the cache; a PNG with alpha does not use it")
     func pixelCache() async throws {
         // Given a daemon with the pixel cache (64 MiB by default) and one without
         let harness = try ProxyHarness()
@@ -172,9 +172,11 @@ struct TransformTests {
         for daemon in [harness, uncached] {
             for name in ["bordered.png", "alpha.png", "photo.jpg"] { ImageFiles.serve(daemon, name) }
         }
-        // When three variants of the 300x300 PNG are made: 64 px (level 1: 150x150) in two formats, 32 px (level 2)
+        // When three variants of the 300x300 PNG are made: 64 px (level 1: 150x150) in two formats, 32 px (level 2),
+        // and two of the 640x427 JPEG at 64 px (level 2: decoded 4 times smaller, 160x106)
         let targets = [Self.path("w:64/f:webp", "bordered.png"), Self.path("w:64/f:jpeg", "bordered.png"),
-                       Self.path("w:32/f:png", "bordered.png")]
+                       Self.path("w:32/f:png", "bordered.png"), Self.path("w:64/f:webp", "photo.jpg"),
+                       Self.path("w:64/f:png", "photo.jpg")]
         var bodies: [[UInt8]] = []
         for target in targets {
             let response = try await harness.get(target)
@@ -182,23 +184,23 @@ struct TransformTests {
             bodies.append(response.body)
         }
         let cache = try #require(try await Self.stats(harness).transforms?.pixelCache)
-        // Then one decode per level, the second 64 px variant from the kept level
-        #expect(cache.misses == 2 && cache.hits == 1 && cache.entries == 2)
-        #expect(cache.bytes == 150 * 150 * 3 + 75 * 75 * 3 && cache.limitBytes == 64 << 20)
-        #expect(bodies.map { Decoded.read($0).map(\.description) } == ["webp 64x64", "jpeg 64x64", "png 32x32"])
+        // Then one decode per level, each second variant of a level from the kept one
+        #expect(cache.misses == 3 && cache.hits == 2 && cache.entries == 3)
+        #expect(cache.bytes == 150 * 150 * 3 + 75 * 75 * 3 + 160 * 106 * 3 && cache.limitBytes == 64 << 20)
+        #expect(bodies.map { Decoded.read($0).map(\.description) } == ["webp 64x64", "jpeg 64x64", "png 32x32", "webp 64x43", "png 64x43"])
         // ... byte for byte what the daemon without the cache makes (a rendition's ETag holds either way)
         for (target, body) in zip(targets, bodies) {
             let again = try await uncached.get(target)
             #expect(again.body == body, "\(target) differs without the pixel cache")
         }
         #expect(try await Self.stats(uncached).transforms?.pixelCache?.entries == 0)
-        // ... and a PNG with alpha or a JPEG source never looks it up
+        // ... and a PNG with alpha never looks it up, nor does a result that needs the source's own pixels (a crop)
         _ = try await harness.get(Self.path("w:32", "alpha.png"))
-        _ = try await harness.get(Self.path("w:32", "photo.jpg"))
+        _ = try await harness.get(Self.path("c:300:200/w:32", "photo.jpg"))
         let after = try #require(try await Self.stats(harness).transforms?.pixelCache)
-        #expect(after.hits + after.misses == 3)
+        #expect(after.hits + after.misses == 5)
         let metrics = try await harness.get("/_imagecached/metrics")
-        #expect(metrics.text.contains("imagecached_transform_pixel_cache_lookups_total{result=\"hit\"} 1\n"))
+        #expect(metrics.text.contains("imagecached_transform_pixel_cache_lookups_total{result=\"hit\"} 2\n"))
         #expect(metrics.text.contains("imagecached_transform_pixel_cache_bytes \(cache.bytes)\n"))
     }
 

@@ -29,6 +29,8 @@ void icv_unref(icv_image *_Nonnull image);
 /// fail_on=error (damaged or truncated files refused); `random`: random access, else sequential. NULL on error.
 icv_image *_Nullable icv_load_buffer(const void *_Nonnull data, size_t length, int fail, int random);
 /// The same with the loader's "n" (frames; -1 all), for multi-frame loaders only (GIF, WebP).
+/// A JPEG's header over `data`, decoded `shrink` (2, 4 or 8) times smaller by the decoder (shrink-on-load).
+icv_image *_Nullable icv_load_buffer_shrink(const void *_Nonnull data, size_t length, int shrink);
 icv_image *_Nullable icv_load_buffer_pages(const void *_Nonnull data, size_t length, int pages, int fail, int random);
 int icv_width(icv_image *_Nonnull image);
 int icv_height(icv_image *_Nonnull image);
