@@ -622,9 +622,9 @@ def flood(args, manifest, origin_port, port):
         # The documented bound (README, Image transforms): each admitted job's source up to twice while it arrives
         # (the fetch's copy kept to store it, the job's own), the bodies waiting for the disk tier within
         # in-flight-limit (64 MiB by default), one full decode per worker, the memory tier, the decoded levels of PNG
-        # sources kept for their next variants (transform-pixel-cache, 64 MiB by default).
+        # and JPEG sources kept for their next variants (transform-pixel-cache, 128 MiB by default).
         inflight = 64 * MIB
-        pixel_cache = 64 * MIB
+        pixel_cache = 128 * MIB
         bound = idle + (workers + queue) * 2 * biggest + inflight + workers * decode + memory + pixel_cache
         return {"clients": clients, "seconds": wall, "workers": workers, "queue": queue, "memory_limit": memory,
                 "sources": [f"{x['file']} {x['width']}x{x['height']} {x['bytes']} B" for x in large],
@@ -964,7 +964,7 @@ def write_results(args, res, table, bars, notes):
   {fmt_bytes(fl['idle_rss'])}, peak {fmt_bytes(fl['peak_rss'])}, at the end {fmt_bytes(fl['after_rss'])}.
   Bound = idle + (2 + 4) x 2 x {fmt_bytes(fl['largest_source'])} (largest source, held twice while it arrives) +
   64 MiB (in-flight-limit) + 2 x {fmt_bytes(fl['decode'])} (one full RGB decode per worker) + 64 MiB (memory tier) +
-  64 MiB (transform-pixel-cache) = {fmt_bytes(fl['bound'])}. Transforms: {fl['stats_delta']}.
+  128 MiB (transform-pixel-cache) = {fmt_bytes(fl['bound'])}. Transforms: {fl['stats_delta']}.
   RSS, the highest sample of each second from the clients' start (MiB): {fl['rss_max_by_second_mib']}.
 
 ## Raw

@@ -40,8 +40,8 @@ public struct TransformConfiguration: Sendable, Equatable {
     public var avifEffort = 2
     public var webpEffort = 4
     /// `transform-pixel-cache`: bytes of decoded, shrunk source pixels kept for the next variant of a source
-    /// (PixelCache; opaque PNG sources); 0 keeps none. Default 64 MiB.
-    public var pixelCacheBytes = 64 << 20
+    /// (PixelCache: JPEG and opaque PNG sources); 0 keeps none. Default 128 MiB.
+    public var pixelCacheBytes = 128 << 20
 
     public init() {}
 

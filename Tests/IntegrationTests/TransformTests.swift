@@ -166,7 +166,7 @@ struct TransformTests {
 
     @Test("the variants of an opaque PNG or a JPEG decode it once per level (transform-pixel-cache); the bytes are those made without the cache; a PNG with alpha does not use it")
     func pixelCache() async throws {
-        // Given a daemon with the pixel cache (64 MiB by default) and one without
+        // Given a daemon with the pixel cache (128 MiB by default) and one without
         let harness = try ProxyHarness()
         let uncached = try ProxyHarness { $0.transform.pixelCacheBytes = 0 }
         for daemon in [harness, uncached] {
@@ -186,7 +186,7 @@ struct TransformTests {
         let cache = try #require(try await Self.stats(harness).transforms?.pixelCache)
         // Then one decode per level, each second variant of a level from the kept one
         #expect(cache.misses == 3 && cache.hits == 2 && cache.entries == 3)
-        #expect(cache.bytes == 150 * 150 * 3 + 75 * 75 * 3 + 160 * 106 * 3 && cache.limitBytes == 64 << 20)
+        #expect(cache.bytes == 150 * 150 * 3 + 75 * 75 * 3 + 160 * 106 * 3 && cache.limitBytes == 128 << 20)
         #expect(bodies.map { Decoded.read($0).map(\.description) } == ["webp 64x64", "jpeg 64x64", "png 32x32", "webp 64x43", "png 64x43"])
         // ... byte for byte what the daemon without the cache makes (a rendition's ETag holds either way)
         for (target, body) in zip(targets, bodies) {
