@@ -4,7 +4,8 @@
 //
 // The pipeline it serves (Transformer, "levels"): a source made smaller by at least 4 in both directions is decoded
 // to its level k (the largest k that leaves at least twice the pixels the result needs in each direction: libvips's
-// own rule for JPEG shrink-on-load), kept in memory, and the result is resized from that level as libvips's thumbnail
+// own rule for JPEG shrink-on-load; but none that leaves less than 1024 pixels on the longer side, so that one level
+// serves a page's usual sizes), kept in memory, and the result is resized from that level as libvips's thumbnail
 // does (vips_thumbnail_image). An opaque PNG's level is the decoded image box-averaged by 2^k (k up to 4); a JPEG's
 // is the decode libjpeg makes 2^k times smaller (k up to 3: shrink-on-load, what vips_thumbnail_buffer would decode).
 // The level is a function of the source and the result's size alone: the bytes of a result are the same whether its
@@ -122,6 +123,15 @@ public final class PixelCache: Sendable {
             guard sourceWidth >> k >= 1, sourceHeight >> k >= 1, 2 * factor * scaleX <= 1, 2 * factor * scaleY <= 1 else { break }
             level = k
         }
-        return level
+        return min(level, cap(longestSide: max(sourceWidth, sourceHeight), kind: kind))
+    }
+
+    /// The deepest level of a source: the one that keeps its longer side at 1024 pixels or more (1 at least), so that
+    /// one level serves all the sizes a page asks for (a 4000 px photo's 320 to 1000 px variants from its 2000 px
+    /// level: one decode, where the deepest levels each size allows would take two or three).
+    static func cap(longestSide: Int, kind: Kind) -> Int {
+        var cap = 1
+        while cap < kind.maximumLevel && longestSide >> (cap + 1) >= 1024 { cap += 1 }
+        return cap
     }
 }

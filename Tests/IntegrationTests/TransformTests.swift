@@ -113,6 +113,11 @@ struct TransformTests {
         ("w:64", "bordered.png", Decoded(format: "png", width: 64, height: 64, frames: 1)),
         ("rs:fill:40:30/g:sm", "bordered.png", Decoded(format: "png", width: 40, height: 30, frames: 1)),
         ("rs:force:30:70/f:webp", "bordered.png", Decoded(format: "webp", width: 30, height: 70, frames: 1)),
+        // ... and a JPEG through its level (decoded 2 times smaller), with its EXIF orientation and a turn
+        ("w:40", "rotated.jpg", Decoded(format: "jpeg", width: 40, height: 60, frames: 1)),
+        ("w:40/rot:90", "rotated.jpg", Decoded(format: "jpeg", width: 40, height: 27, frames: 1)),
+        ("ar:0/w:40", "rotated.jpg", Decoded(format: "jpeg", width: 40, height: 27, frames: 1)),
+        ("rs:fill:30:30/g:sm", "photo.jpg", Decoded(format: "jpeg", width: 30, height: 30, frames: 1)),
         ("rot:90", "photo.jpg", Decoded(format: "jpeg", width: 427, height: 640, frames: 1)),
         // Sizes are those of the final orientation (imgproxy's rule).
         ("rs:fill:300:200/rot:90", "photo.jpg", Decoded(format: "jpeg", width: 300, height: 200, frames: 1)),
@@ -172,8 +177,9 @@ struct TransformTests {
         for daemon in [harness, uncached] {
             for name in ["bordered.png", "alpha.png", "photo.jpg"] { ImageFiles.serve(daemon, name) }
         }
-        // When three variants of the 300x300 PNG are made: 64 px (level 1: 150x150) in two formats, 32 px (level 2),
-        // and two of the 640x427 JPEG at 64 px (level 2: decoded 4 times smaller, 160x106)
+        // When three variants of the 300x300 PNG are made, at 64 px in two formats and at 32 px (all from level 1,
+        // 150x150: a source this small has no deeper one), and two of the 640x427 JPEG at 64 px (level 1: decoded 2
+        // times smaller, 320x213)
         let targets = [Self.path("w:64/f:webp", "bordered.png"), Self.path("w:64/f:jpeg", "bordered.png"),
                        Self.path("w:32/f:png", "bordered.png"), Self.path("w:64/f:webp", "photo.jpg"),
                        Self.path("w:64/f:png", "photo.jpg")]
@@ -184,9 +190,9 @@ struct TransformTests {
             bodies.append(response.body)
         }
         let cache = try #require(try await Self.stats(harness).transforms?.pixelCache)
-        // Then one decode per level, each second variant of a level from the kept one
-        #expect(cache.misses == 3 && cache.hits == 2 && cache.entries == 3)
-        #expect(cache.bytes == 150 * 150 * 3 + 75 * 75 * 3 + 160 * 106 * 3 && cache.limitBytes == 128 << 20)
+        // Then one decode per source, every other variant from the kept level
+        #expect(cache.misses == 2 && cache.hits == 3 && cache.entries == 2)
+        #expect(cache.bytes == 150 * 150 * 3 + 320 * 213 * 3 && cache.limitBytes == 128 << 20)
         #expect(bodies.map { Decoded.read($0).map(\.description) } == ["webp 64x64", "jpeg 64x64", "png 32x32", "webp 64x43", "png 64x43"])
         // ... byte for byte what the daemon without the cache makes (a rendition's ETag holds either way)
         for (target, body) in zip(targets, bodies) {
@@ -200,7 +206,7 @@ struct TransformTests {
         let after = try #require(try await Self.stats(harness).transforms?.pixelCache)
         #expect(after.hits + after.misses == 5)
         let metrics = try await harness.get("/_imagecached/metrics")
-        #expect(metrics.text.contains("imagecached_transform_pixel_cache_lookups_total{result=\"hit\"} 2\n"))
+        #expect(metrics.text.contains("imagecached_transform_pixel_cache_lookups_total{result=\"hit\"} 3\n"))
         #expect(metrics.text.contains("imagecached_transform_pixel_cache_bytes \(cache.bytes)\n"))
     }
 

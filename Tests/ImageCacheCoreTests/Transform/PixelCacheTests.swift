@@ -16,13 +16,20 @@ struct PixelCacheTests {
         }
     }
 
-    @Test("the level: the largest box average up to 16 that leaves twice the pixels the result needs in each direction", arguments: [
+    @Test("the level: the largest reduction that leaves twice the pixels the result needs in each direction, none under 1024 px on the longer side (but 1)", arguments: [
         (300, 300, 0.5, 0.5, 0), (300, 300, 0.26, 0.26, 0), (300, 300, 0.25, 0.25, 1), (300, 300, 0.2133, 0.2133, 1),
-        (300, 300, 0.1067, 0.1067, 2), (4000, 3000, 0.08, 0.08, 2), (4000, 3000, 0.2, 0.2, 1), (4000, 3000, 0.001, 0.001, 4),
-        (300, 300, 0.1, 0.24, 1), (300, 300, 0.24, 0.1, 1), (1, 300, 0.01, 0.01, 0), (40, 40, 0.01, 0.01, 4),
+        (300, 300, 0.1067, 0.1067, 1), (4000, 3000, 0.08, 0.08, 1), (4000, 3000, 0.2, 0.2, 1), (4000, 3000, 0.001, 0.001, 1),
+        (8192, 6000, 0.02, 0.02, 3), (8192, 6000, 0.1, 0.1, 2), (4095, 100, 0.01, 0.01, 1), (4096, 100, 0.01, 0.01, 2),
+        (300, 300, 0.1, 0.24, 1), (300, 300, 0.24, 0.1, 1), (1, 300, 0.01, 0.01, 0), (40, 40, 0.01, 0.01, 1),
     ] as [(Int, Int, Double, Double, Int)])
     func level(width: Int, height: Int, scaleX: Double, scaleY: Double, expected: Int) {
         #expect(PixelCache.level(sourceWidth: width, sourceHeight: height, scaleX: scaleX, scaleY: scaleY) == expected)
+    }
+
+    @Test("a JPEG's levels stop at 8 (libjpeg's smallest scale), a box average's at 16")
+    func maximumLevels() {
+        #expect(PixelCache.level(sourceWidth: 40_000, sourceHeight: 30_000, scaleX: 0.001, scaleY: 0.001, kind: .shrinkOnLoad) == 3)
+        #expect(PixelCache.level(sourceWidth: 40_000, sourceHeight: 30_000, scaleX: 0.001, scaleY: 0.001, kind: .boxAverage) == 4)
     }
 
     @Test("entries are kept within the byte limit, the least recently used evicted first; one larger than the limit is not kept")
