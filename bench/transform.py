@@ -16,8 +16,9 @@ Corpus (seed fixed, Pillow, made once under bench/corpus/transform/, which is gi
 Jobs: each source to widths 320, 480, 640 and 800 (height follows) as JPEG (q 80), WebP (q 79) and AVIF (q 63):
 192 distinct variants, imagecached's defaults (WebP effort 4, AVIF effort 2, JPEG optimize_coding, metadata stripped).
 
-  a. imagecached cold: each source primed first (a 64 px JPEG variant that is not a job: the source is then in the
-     cache, so the runs time transforms, not origin fetches), then every job once, 2 clients (2 cores, a new
+  a. imagecached cold: each source primed first (a full-size JPEG variant that is not a job: the source is then in
+     the cache, so the runs time transforms, not origin fetches, and its pixel cache holds no level of it, so every
+     source is decoded in the runs), then every job once, 2 clients (2 cores, a new
      connection per request), one format at a time: transforms/s, and the daemon's CPU (utime+stime,
      /proc/<pid>/stat) per transform. Again on a fresh daemon with --server-cpu-affinity off (threads that a pinned
      event loop starts inherit its CPU; the threads' allowed CPUs are recorded after each run).
@@ -359,7 +360,9 @@ def thread_affinity(pid):
 
 def prime_imagecached(port, manifest):
     files = [x["file"] for x in manifest["files"]]
-    _, primed = run_requests(port, [f"/transform/insecure/rs:fit:64:0/f:jpeg/plain{src_path(f)}" for f in files], 2, 300)
+    # A full-size variant (no job; no resize): the source is then in the cache, and none of its decoded levels is in the
+    # pixel cache (a level is made only for a result at least 4 times smaller), so the cold runs decode every source.
+    _, primed = run_requests(port, [f"/transform/insecure/rs:fit:8192:0/f:jpeg/plain{src_path(f)}" for f in files], 2, 300)
     return dict(collections.Counter(r["status"] for r in primed.values()))
 
 
@@ -781,7 +784,7 @@ def main():
         wait_http(ports["ic"], "/_imagecached/stats")
         res["ic_stats_start"] = get_json(ports["ic"], "/_imagecached/stats").get("transforms")
 
-        # a. cold: prime the sources (a 64 px variant that is no job), then the jobs, a format at a time
+        # a. cold: prime the sources (a full-size variant that is no job), then the jobs, a format at a time
         files = [x["file"] for x in manifest["files"]]
         res["ic_prime"] = prime_imagecached(ports["ic"], manifest)
         origin0 = bench.origin_stats(ports["origin"])
