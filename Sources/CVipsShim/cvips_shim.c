@@ -50,6 +50,23 @@ int icv_width(icv_image *image) { return vips_image_get_width(image); }
 int icv_height(icv_image *image) { return vips_image_get_height(image); }
 int icv_bands(icv_image *image) { return vips_image_get_bands(image); }
 size_t icv_pixel_bytes(icv_image *image) { return VIPS_IMAGE_SIZEOF_IMAGE(image); }
+
+static void *icv_add_field_bytes(VipsImage *image, const char *name, GValue *value, void *total) {
+    (void)image;
+    (void)name;
+    size_t length = 0;
+    if (G_VALUE_HOLDS(value, VIPS_TYPE_BLOB)) vips_blob_get(g_value_get_boxed(value), &length);
+    else if (G_VALUE_HOLDS(value, VIPS_TYPE_REF_STRING)) vips_value_get_ref_string(value, &length);
+    else if (G_VALUE_HOLDS_STRING(value) && g_value_get_string(value)) length = strlen(g_value_get_string(value));
+    *(size_t *)total += length;
+    return NULL;
+}
+
+size_t icv_retained_bytes(icv_image *image) {
+    size_t total = VIPS_IMAGE_SIZEOF_IMAGE(image);
+    vips_image_map(image, icv_add_field_bytes, &total);
+    return total;
+}
 int icv_has_alpha(icv_image *image) { return vips_image_hasalpha(image) ? 1 : 0; }
 int icv_n_pages(icv_image *image) { return vips_image_get_n_pages(image); }
 int icv_page_height(icv_image *image) { return vips_image_get_page_height(image); }

@@ -15,8 +15,9 @@
 //
 // Data model (one Mutex): entries by key (the source's SHA-256 and the level: a digest an attacker cannot collide
 // with another source's), each with its image (in memory, unwatched: VipsImage.shareable) and its bytes, and a use
-// counter for least-recently-used eviction; the total held within `limitBytes` (`transform-pixel-cache`, 64 MiB;
-// 0 keeps nothing). An entry larger than the limit is not kept. Images are immutable once in memory: any number of
+// counter for least-recently-used eviction; the total held within `limitBytes` (`transform-pixel-cache`, 128 MiB;
+// 0 keeps nothing), each entry counted with its metadata (ICC, EXIF, XMP) and 16 KiB for its structures. An entry
+// larger than the limit is not kept. Images are immutable once in memory: any number of
 // workers read one at a time.
 
 internal import Foundation
@@ -83,10 +84,15 @@ public final class PixelCache: Sendable {
         }
     }
 
+    /// What an entry is counted as beyond its image's pixels and metadata: the image's and the entry's own
+    /// structures. It also bounds the entries (8192 in 128 MiB), whose eviction is a scan.
+    static let entryOverheadBytes = 16 << 10
+
     /// Keeps `image` (a shareable level) under `key`, evicting the least recently used entries to stay within the
-    /// limit; one larger than the limit is not kept.
+    /// limit; one larger than the limit is not kept. An entry counts its pixels, its metadata (a source's ICC
+    /// profile, EXIF, XMP: copied onto the level, and possibly megabytes on a few pixels) and `entryOverheadBytes`.
     func insert(_ key: Key, _ image: VipsImage) {
-        let bytes = image.pixelBytes
+        let bytes = image.retainedBytes + Self.entryOverheadBytes
         guard bytes <= limitBytes else { return }
         // Dropped images are released after the lock (their pixels freed outside it).
         var dropped: [VipsImage] = []
@@ -105,7 +111,7 @@ public final class PixelCache: Sendable {
             state.entries[key] = Entry(image: image, bytes: bytes, used: state.clock)
             state.bytes += bytes
         }
-        _ = dropped
+        withExtendedLifetime(dropped) {}   // released here, after the lock
     }
 
     public var stats: Stats {

@@ -95,13 +95,18 @@ final class VipsImage: @unchecked Sendable {
     /// deadline that passes kills that job's images, never a shared one) and images made from it report their
     /// progress to their own job's deadline only.
     func shareable() throws(VipsError) -> VipsImage {
+        // (vips_image_copy_memory hands back the same object for an image already in memory: it would still be
+        // watched by its job. Levels are made from a shrink or a decoder, never from a memory image.)
         let memory = try copyMemory()
+        precondition(memory.pointer != pointer, "a shareable level is made from an image not yet in memory")
         icv_unwatch(memory.pointer, memory.deadline.pointer)
         return memory
     }
 
     /// Bytes of its pixels (a memory image's size).
     var pixelBytes: Int { Int(icv_pixel_bytes(pointer)) }
+    /// Bytes of its pixels and of every metadata blob and string it carries (a source's ICC profile can be megabytes).
+    var retainedBytes: Int { Int(icv_retained_bytes(pointer)) }
     /// Turns clockwise by 90, 180 or 270 degrees.
     func rotate(_ degrees: Int) throws(VipsError) -> VipsImage { try derive(icv_rot(pointer, Int32(degrees / 90)), "rot") }
     func blur(_ sigma: Double) throws(VipsError) -> VipsImage { try derive(icv_gaussblur(pointer, sigma), "gaussblur") }

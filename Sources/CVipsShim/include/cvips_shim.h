@@ -37,6 +37,9 @@ int icv_height(icv_image *_Nonnull image);
 int icv_bands(icv_image *_Nonnull image);
 /// Bytes of the pixels: width x height x bands x bytes per band.
 size_t icv_pixel_bytes(icv_image *_Nonnull image);
+/// The pixels plus every metadata blob and string the image carries (ICC, EXIF, XMP, IPTC, PNG text): what a
+/// memory image keeps alive.
+size_t icv_retained_bytes(icv_image *_Nonnull image);
 int icv_has_alpha(icv_image *_Nonnull image);
 int icv_n_pages(icv_image *_Nonnull image);
 int icv_page_height(icv_image *_Nonnull image);

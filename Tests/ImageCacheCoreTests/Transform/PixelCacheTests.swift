@@ -34,22 +34,25 @@ struct PixelCacheTests {
 
     @Test("entries are kept within the byte limit, the least recently used evicted first; one larger than the limit is not kept")
     func eviction() throws {
-        // Given levels of 150x150 (67,500 bytes) and 75x75 (16,875 bytes), and a cache that holds 100,000 bytes
+        // Given levels of 150x150 (67,500 bytes of pixels) and 75x75 (16,875), each counted with its metadata and
+        // the entry's overhead, and a cache that holds two small ones and a big one, not three
         let big = try Self.level(1), small = try Self.level(2)
         #expect(big.pixelBytes == 67_500 && small.pixelBytes == 16_875)
-        let cache = PixelCache(limitBytes: 100_000)
-        let a = PixelCache.Key(digest: "a", level: 2), b = PixelCache.Key(digest: "b", level: 2), c = PixelCache.Key(digest: "c", level: 1)
+        let s = small.retainedBytes + PixelCache.entryOverheadBytes, b = big.retainedBytes + PixelCache.entryOverheadBytes
+        #expect(s >= 16_875 + 16_384 && b >= 67_500 + 16_384)
+        let cache = PixelCache(limitBytes: s + b + s / 2)
+        let a = PixelCache.Key(digest: "a", level: 2), bKey = PixelCache.Key(digest: "b", level: 2), c = PixelCache.Key(digest: "c", level: 1)
         // When two small ones go in, the first is used again, then a big one needs room
         cache.insert(a, small)
-        cache.insert(b, small)
+        cache.insert(bKey, small)
         #expect(cache.lookup(a) != nil)
         cache.insert(c, big)
         // Then the least recently used (b) went; the total stays within the limit
-        #expect(cache.lookup(b) == nil)
+        #expect(cache.lookup(bKey) == nil)
         #expect(cache.lookup(a) != nil && cache.lookup(c) != nil)
-        #expect(cache.stats == .init(bytes: 84_375, entries: 2, hits: 3, misses: 1, evictions: 1))
+        #expect(cache.stats == .init(bytes: s + b, entries: 2, hits: 3, misses: 1, evictions: 1))
         // ... exactly at the limit an entry is kept; one byte over, not at all
-        let exact = PixelCache(limitBytes: 67_500), under = PixelCache(limitBytes: 67_499)
+        let exact = PixelCache(limitBytes: b), under = PixelCache(limitBytes: b - 1)
         exact.insert(c, big)
         under.insert(c, big)
         #expect(exact.stats.entries == 1 && under.stats.entries == 0 && under.stats.bytes == 0)
@@ -57,5 +60,45 @@ struct PixelCacheTests {
         let off = PixelCache(limitBytes: 0)
         off.insert(a, small)
         #expect(off.lookup(a) == nil)
+    }
+
+    @Test("a job whose deadline has passed is killed alone: the shared level it read from serves the next job")
+    func deadlineIsTheJobs() throws {
+        // Given a shared level large enough that its evaluation reports progress (3000x3000), and a deadline that
+        // passed while it was made
+        let expired = Deadline(seconds: 0.000_001)
+        let level = try Self.level(0).embed(x: 0, y: 0, width: 3000, height: 3000, background: [255, 255, 255]).shareable()
+        #expect(expired.passed)
+        // When a job under that deadline resizes it, then a job under a live one
+        let killed = try? level.thumbnail(width: 1500, height: 1500, crop: 0, autoRotate: true, deadline: expired)
+            .save(.jpeg, quality: 80, strip: true, effort: 0)
+        let served = try level.thumbnail(width: 1500, height: 1500, crop: 0, autoRotate: true, deadline: Deadline(seconds: 10))
+            .save(.jpeg, quality: 80, strip: true, effort: 0)
+        // Then the first is killed and the second, from the same level, is whole
+        #expect(killed == nil)
+        let decoded = try served.withUnsafeBytes { raw in try VipsImage.load(raw, deadline: Deadline(seconds: 10)) }
+        #expect(decoded.width == 1500 && decoded.height == 1500)
+    }
+
+    @Test("a level counts the metadata it carries: a JPEG of a few pixels with a 240 KB ICC profile is counted at 240 KB, not at its pixels")
+    func metadataCounts() throws {
+        // Given the photo with four APP2 ICC_PROFILE segments of 60,000 bytes after its SOI marker
+        try VipsRuntime.start(threadsPerImage: 1, allowSVG: false)
+        let photo = try [UInt8](Data(contentsOf: Self.fixture.deletingLastPathComponent().appendingPathComponent("photo.jpg")))
+        var segments: [UInt8] = []
+        for sequence in 1...4 {
+            let payload = Array("ICC_PROFILE".utf8) + [0, UInt8(sequence), 4] + [UInt8](repeating: 0x41, count: 60_000)
+            let length = payload.count + 2
+            segments += [0xFF, 0xE2, UInt8(length >> 8), UInt8(length & 0xFF)] + payload
+        }
+        let bytes = Array(photo.prefix(2)) + segments + photo.dropFirst(2)
+        // When its smallest level is made and kept
+        let level = try bytes.withUnsafeBytes { raw in try VipsImage.loadJPEG(raw, shrink: 8, deadline: Deadline(seconds: 10)).shareable() }
+        let cache = PixelCache(limitBytes: 1 << 20)
+        cache.insert(PixelCache.Key(digest: "icc", level: 3), level)
+        // Then the profile is counted with the pixels
+        #expect(level.pixelBytes == 80 * 53 * 3)
+        #expect(level.retainedBytes >= 240_000 + 80 * 53 * 3)
+        #expect(cache.stats.bytes == level.retainedBytes + PixelCache.entryOverheadBytes)
     }
 }
