@@ -351,7 +351,7 @@ public struct DaemonStats: Sendable, Codable, Equatable {
         public var workers = 0
         public var running = 0
         public var queued = 0
-        /// The decoded levels of PNG sources kept for their next variants (`transform-pixel-cache`).
+        /// The decoded levels of JPEG and PNG sources kept for their next variants (`transform-pixel-cache`).
         public var pixelCache: PixelCacheStats?
         public struct PixelCacheStats: Sendable, Codable, Equatable {
             public var bytes = 0
@@ -483,7 +483,7 @@ extension DaemonStats {
             family("transform_queue_depth", "gauge", "Transforms waiting for a worker.")
             sample("transform_queue_depth", [], Double(transforms.queued))
             if let cache = transforms.pixelCache {
-                family("transform_pixel_cache_bytes", "gauge", "Bytes of decoded PNG source levels kept for their next variants.")
+                family("transform_pixel_cache_bytes", "gauge", "Bytes of decoded source levels (JPEG, opaque PNG) kept for their next variants.")
                 sample("transform_pixel_cache_bytes", [], Double(cache.bytes))
                 family("transform_pixel_cache_lookups_total", "counter", "Lookups of a source level: hit (a decode saved) or miss.")
                 sample("transform_pixel_cache_lookups_total", [("result", "hit")], Double(cache.hits))

@@ -36,7 +36,7 @@ public struct TransformSpec: Sendable {
     public var defaultQuality: [ImageOutputFormat: Int]
     public var avifEffort: Int
     public var webpEffort: Int
-    /// Where the decoded levels of opaque PNG sources are kept for the next variant (PixelCache.swift); nil keeps none
+    /// Where the decoded levels of JPEG and opaque PNG sources are kept for the next variant (PixelCache.swift); nil keeps none
     /// (the results are the same bytes either way).
     public var pixelCache: PixelCache?
 
@@ -172,8 +172,8 @@ public enum Transformer {
         var width = swaps != quarterTurn ? frameHeight : frameWidth, height = swaps != quarterTurn ? frameWidth : frameHeight
 
         // The source scaled to width x height (after auto-rotation), or to cover it and cut a window (crop 1 or 2):
-        // an opaque PNG made at least 4 times smaller goes through its level (PixelCache.swift: decoded once for all
-        // its variants), anything else through libvips's thumbnail with shrink-on-load.
+        // a JPEG or an opaque PNG made at least 4 times smaller goes through its level (PixelCache.swift: decoded once
+        // for all its variants), anything else through libvips's thumbnail with shrink-on-load.
         func scaled(width: Int, height: Int, crop: Int32) throws -> VipsImage {
             let kind: PixelCache.Kind? = animate ? nil : probe.loader.hasPrefix("jpegload") ? .shrinkOnLoad
                 : probe.loader.hasPrefix("pngload") && !hasAlpha ? .boxAverage : nil

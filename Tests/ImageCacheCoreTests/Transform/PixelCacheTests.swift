@@ -2,7 +2,7 @@ import Foundation
 import Testing
 @testable import ImageCacheTransform
 
-@Suite("PixelCache: decoded levels of PNG sources, least recently used out, within its bytes", .timeLimit(.minutes(1)))
+@Suite("PixelCache: decoded levels of JPEG and PNG sources, least recently used out, within its bytes", .timeLimit(.minutes(1)))
 struct PixelCacheTests {
     static let fixture = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent().appendingPathComponent("IntegrationTests/Fixtures/bordered.png")
