@@ -90,7 +90,7 @@ final class Renditions: @unchecked Sendable {
     /// Jobs holding a source or a worker (bounded: workers + queue).
     private(set) var active = 0
     let pool: TransformPool
-    /// Decoded levels of opaque PNG sources, shared by the workers (its own lock; PixelCache.swift).
+    /// Decoded levels of JPEG and opaque PNG sources, shared by the workers (its own lock; PixelCache.swift).
     let pixelCache: PixelCache
     let context: FetchContext
     private let settings: SettingsCell
