@@ -32,15 +32,6 @@ enum ImageFiles {
         }
     }
 
-    /// Sends each target on a new connection, one request each.
-    static func connect(_ harness: ProxyHarness, _ targets: [String]) throws -> [TestConnection] {
-        try targets.map { target in
-            let connection = try harness.connect()
-            try connection.request(target)
-            return connection
-        }
-    }
-
     /// Serves `name` at "/<name>" with a long freshness and an ETag (or `etag`).
     static func serve(_ harness: ProxyHarness, _ name: String, maxAge: Int = 600, etag: String? = nil) {
         let body = bytes(name)
@@ -296,10 +287,7 @@ struct TransformTests {
         let gate = Gate()
         let body = ImageFiles.bytes("photo.jpg")
         ImageFiles.serveGated(harness, "/photo.jpg", body, etag: "\"p\"", gate: gate)
-        harness.waiters.expect(20)
-        let target = Self.path("rs:fill:120:120", "photo.jpg")
-        let connections = try ImageFiles.connect(harness, Array(repeating: target, count: 20))
-        #expect(await harness.waiters.wait())
+        let connections = try await harness.waitingClients(20, on: Self.path("rs:fill:120:120", "photo.jpg"))
         gate.open()
         var bodies: Set<[UInt8]> = []
         var collapsed = 0
@@ -316,9 +304,7 @@ struct TransformTests {
         // Three new variants of a new source: the source's own fetch collects the three jobs.
         let second = Gate()
         ImageFiles.serveGated(harness, "/other.jpg", body, gate: second)
-        harness.waiters.expect(3)
-        let variants = try ImageFiles.connect(harness, ["w:10", "w:20", "w:30"].map { Self.path($0, "other.jpg") })
-        #expect(await harness.waiters.wait())
+        let variants = try await harness.waitingClients(on: ["w:10", "w:20", "w:30"].map { Self.path($0, "other.jpg") })
         second.open()
         let widths = try await readAll(variants).map { Decoded.read($0.body)?.width ?? 0 }
         #expect(widths == [10, 20, 30])
@@ -677,9 +663,7 @@ struct TransformTests {
         let gate = Gate()
         let photo = ImageFiles.bytes("photo.jpg")
         ImageFiles.serveGated(harness, "/mine.jpg", photo, cacheControl: "private, max-age=60", gate: gate)
-        harness.waiters.expect(3)
-        let connections = try ImageFiles.connect(harness, Array(repeating: Self.path("w:30", "mine.jpg"), count: 3))
-        #expect(await harness.waiters.wait())
+        let connections = try await harness.waitingClients(3, on: Self.path("w:30", "mine.jpg"))
         gate.open()
         let responses = try await readAll(connections)
         #expect(responses.allSatisfy { $0.status == 200 && $0.header("X-Cache") != "COALESCED" }, "\(responses.map { $0.header("X-Cache") ?? "-" })")

@@ -183,14 +183,19 @@ final class ProxyHarness {
     /// Sends `clients` requests for `target`, each on its own connection, and returns once the proxy reports them all
     /// waiting on one fetch (the origin holds it, at a gate); read the answers with `readAll` after opening the gate.
     func waitingClients(_ clients: Int, on target: String) async throws -> [TestConnection] {
-        waiters.expect(clients)
+        try await waitingClients(on: Array(repeating: target, count: clients))
+    }
+
+    /// As `waitingClients(_:on:)`, one client for each of `targets` (renditions of one source wait on its fetch).
+    func waitingClients(on targets: [String]) async throws -> [TestConnection] {
+        waiters.expect(targets.count)
         var connections: [TestConnection] = []
-        for _ in 0..<clients {
+        for target in targets {
             let connection = try connect()
             try connection.request(target)
             connections.append(connection)
         }
-        #expect(await waiters.wait(), "\(clients) clients never waited on one fetch of \(target)")
+        #expect(await waiters.wait(), "\(targets.count) clients never waited on one fetch of \(targets.first ?? "")")
         return connections
     }
 
