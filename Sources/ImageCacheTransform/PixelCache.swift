@@ -2,16 +2,24 @@
 // so that a source is decoded once for its variants instead of once for each (decoding is most of a transform's work:
 // a PNG has no shrink-on-load, and a JPEG's entropy decoding costs the same at any scale).
 //
-// The pipeline it serves (Transformer, "levels"): a source made smaller by at least 4 in both directions is decoded
-// to its level k (the largest k that leaves at least twice the pixels the result needs in each direction: libvips's
-// own rule for JPEG shrink-on-load; but none that leaves less than 1024 pixels on the longer side, so that one level
-// serves a page's usual sizes), kept in memory, and the result is resized from that level as libvips's thumbnail
-// does (vips_thumbnail_image). An opaque PNG's level is the decoded image box-averaged by 2^k (k up to 4); a JPEG's
-// is the decode libjpeg makes 2^k times smaller (k up to 3: shrink-on-load, what vips_thumbnail_buffer would decode).
-// The level is a function of the source and the result's size alone: the bytes of a result are the same whether its
-// level came from here or was just made (PixelCache on or off), so a rendition's entity tag stays true. WebP, GIF,
-// HEIF/AVIF, TIFF, PNG with alpha (a box average of unpremultiplied pixels would fringe), animations and crops/trims
-// keep their own paths.
+// The pipeline it serves (Transformer, "levels"), for JPEG and opaque PNG sources:
+//   - a source whose whole decode takes at most an eighth of the cache (`wholeSourceLimitBytes`: 16 MiB, a 5 MP
+//     RGB photo, at the default) is decoded once, whole, as its level 0; every variant is resized from it as
+//     libvips's thumbnail does (vips_thumbnail_image), an opaque PNG's made 4 times smaller or more from a box
+//     average of it (level k below). A page's variants of a small photo, which no level below would serve (a 1 MP
+//     source's 320 to 800 px sizes are not 4 times smaller), then cost one decode, not one each: a PNG's decode
+//     is most of a transform's work, having no shrink-on-load.
+//   - otherwise a source made smaller by at least 4 in both directions is decoded to its level k (the largest k that
+//     leaves at least twice the pixels the result needs in each direction: libvips's own rule for JPEG
+//     shrink-on-load; but none that leaves less than 1024 pixels on the longer side, so that one level serves a
+//     page's usual sizes), kept, and the result resized from it. An opaque PNG's level k is the decoded image
+//     box-averaged by 2^k (k up to 4); a JPEG's is the decode libjpeg makes 2^k times smaller (k up to 3:
+//     shrink-on-load, what vips_thumbnail_buffer would decode).
+// Each level is what libvips's thumbnail would decode for that result (level 0 and k=0: the whole image; a box
+// average of a decoded image is the same pixels however the image was decoded), so the bytes of a result are the
+// same whether its level came from here, was just made, or the cache is off and libvips's thumbnail made it: a
+// rendition's entity tag stays true. WebP, GIF, HEIF/AVIF, TIFF, PNG with alpha (a box average of unpremultiplied
+// pixels would fringe), animations and crops/trims keep their own paths.
 //
 // Data model (one Mutex): entries by key (the source's SHA-256 and the level: a digest an attacker cannot collide
 // with another source's), each with its image (in memory, unwatched: VipsImage.shareable) and its bytes, and a use
@@ -68,6 +76,10 @@ public final class PixelCache: Sendable {
     public init(limitBytes: Int) {
         self.limitBytes = max(0, limitBytes)
     }
+
+    /// The most a source's whole decode (its level 0) may take to be kept: an eighth of the cache, so that a page's
+    /// sources fit together and a worker never holds more than this of a whole decode for it.
+    public var wholeSourceLimitBytes: Int { limitBytes / 8 }
 
     /// The level kept for `key`, counted as a hit; nil (a miss) when there is none.
     func lookup(_ key: Key) -> VipsImage? {

@@ -172,8 +172,20 @@ public enum Transformer {
         var width = swaps != quarterTurn ? frameHeight : frameWidth, height = swaps != quarterTurn ? frameWidth : frameHeight
 
         // The source scaled to width x height (after auto-rotation), or to cover it and cut a window (crop 1 or 2):
-        // a JPEG or an opaque PNG made at least 4 times smaller goes through its level (PixelCache.swift: decoded once
-        // for all its variants), anything else through libvips's thumbnail with shrink-on-load.
+        // a JPEG or an opaque PNG goes through a decoded level kept for its other variants (PixelCache.swift): its
+        // whole decode when that fits the cache's whole-source share (an opaque PNG's deeper levels are then box
+        // averages of it), else the level a result at least 4 times smaller is made from; anything else through
+        // libvips's thumbnail with shrink-on-load. The bytes of a result never depend on which of these made it.
+        var digest: String?
+        func kept(_ level: Int, make: () throws -> VipsImage) throws -> VipsImage {
+            let name = digest ?? ContentHash.sha256Base64(bytes: raw)
+            digest = name
+            let key = PixelCache.Key(digest: name, level: level)
+            if let image = spec.pixelCache?.lookup(key) { return image }
+            let image = try make()
+            spec.pixelCache?.insert(key, image)
+            return image
+        }
         func scaled(width: Int, height: Int, crop: Int32) throws -> VipsImage {
             let kind: PixelCache.Kind? = animate ? nil : probe.loader.hasPrefix("jpegload") ? .shrinkOnLoad
                 : probe.loader.hasPrefix("pngload") && !hasAlpha ? .boxAverage : nil
@@ -182,17 +194,18 @@ public enum Transformer {
                 var scaleX = Double(stored) / Double(frameWidth), scaleY = Double(storedHeight) / Double(frameHeight)
                 if crop != 0 { (scaleX, scaleY) = (max(scaleX, scaleY), max(scaleX, scaleY)) }
                 let k = PixelCache.level(sourceWidth: frameWidth, sourceHeight: frameHeight, scaleX: scaleX, scaleY: scaleY, kind: kind)
+                let whole = spec.pixelCache.map { probe.pixelBytes <= $0.wholeSourceLimitBytes } ?? false
+                if whole, k == 0 || kind == .boxAverage {
+                    let decoded = try kept(0) { try VipsImage.load(raw, deadline: deadline).shareable() }
+                    let level = k == 0 ? decoded : try decoded.shrink(by: 1 << k, deadline: deadline)
+                    return try level.thumbnail(width: width, height: height, crop: crop, autoRotate: options.autoRotate, deadline: deadline)
+                }
                 if k > 0 {
-                    let key = PixelCache.Key(digest: ContentHash.sha256Base64(bytes: raw), level: k)
-                    let level: VipsImage
-                    if let kept = spec.pixelCache?.lookup(key) {
-                        level = kept
-                    } else {
+                    let level = try kept(k) {
                         switch kind {
-                        case .boxAverage: level = try VipsImage.load(raw, deadline: deadline).shrink(by: 1 << k).shareable()
-                        case .shrinkOnLoad: level = try VipsImage.loadJPEG(raw, shrink: 1 << k, deadline: deadline).shareable()
+                        case .boxAverage: try VipsImage.load(raw, deadline: deadline).shrink(by: 1 << k).shareable()
+                        case .shrinkOnLoad: try VipsImage.loadJPEG(raw, shrink: 1 << k, deadline: deadline).shareable()
                         }
-                        spec.pixelCache?.insert(key, level)
                     }
                     return try level.thumbnail(width: width, height: height, crop: crop, autoRotate: options.autoRotate, deadline: deadline)
                 }

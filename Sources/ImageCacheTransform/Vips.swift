@@ -79,9 +79,10 @@ final class VipsImage: @unchecked Sendable {
         return (Int(x), Int(y))
     }
     func resize(_ h: Double, _ v: Double) throws(VipsError) -> VipsImage { try derive(icv_resize(pointer, h, v), "resize") }
-    /// Box-averages `factor` x `factor` pixels into one.
-    func shrink(by factor: Int) throws(VipsError) -> VipsImage {
-        try derive(icv_shrink(pointer, Double(factor), Double(factor)), "shrink")
+    /// Box-averages `factor` x `factor` pixels into one; the result is watched by `deadline` (a job's, when this is
+    /// a shared level) or else by this image's.
+    func shrink(by factor: Int, deadline: Deadline? = nil) throws(VipsError) -> VipsImage {
+        try VipsImage.wrap(icv_shrink(pointer, Double(factor), Double(factor)), "shrink", deadline ?? self.deadline)
     }
 
     /// As `thumbnail(bytes...)`, from this image (a decoded level of a source), under `deadline`: the job's, which may

@@ -162,18 +162,20 @@ struct TransformTests {
 
     @Test("the variants of an opaque PNG or a JPEG decode it once per level (transform-pixel-cache); the bytes are those made without the cache; a PNG with alpha does not use it")
     func pixelCache() async throws {
-        // Given a daemon with the pixel cache (128 MiB by default) and one without
+        // Given a daemon with the pixel cache (128 MiB by default: sources of up to 16 MiB decoded are kept whole) and
+        // one without
         let harness = try ProxyHarness()
         let uncached = try ProxyHarness { $0.transform.pixelCacheBytes = 0 }
         for daemon in [harness, uncached] {
-            for name in ["bordered.png", "alpha.png", "photo.jpg"] { ImageFiles.serve(daemon, name) }
+            for name in ["bordered.png", "alpha.png", "photo.jpg", "rotated.jpg"] { ImageFiles.serve(daemon, name) }
         }
-        // When three variants of the 300x300 PNG are made, at 64 px in two formats and at 32 px (all from level 1,
-        // 150x150: a source this small has no deeper one), and two of the 640x427 JPEG at 64 px (level 1: decoded 2
-        // times smaller, 320x213)
+        // When four variants of the 300x300 PNG are made (64 px in two formats, 32 px: box averages of its whole
+        // decode; 200 px: from the whole decode itself), two of the 640x427 JPEG at 64 px (level 1: decoded 2 times
+        // smaller by libjpeg, 320x213, which no whole decode gives) and two at 320 and 400 px (its whole decode)
         let targets = [Self.path("w:64/f:webp", "bordered.png"), Self.path("w:64/f:jpeg", "bordered.png"),
-                       Self.path("w:32/f:png", "bordered.png"), Self.path("w:64/f:webp", "photo.jpg"),
-                       Self.path("w:64/f:png", "photo.jpg")]
+                       Self.path("w:32/f:png", "bordered.png"), Self.path("w:200/f:png", "bordered.png"),
+                       Self.path("w:64/f:webp", "photo.jpg"), Self.path("w:64/f:png", "photo.jpg"),
+                       Self.path("w:320/f:webp", "photo.jpg"), Self.path("w:400", "photo.jpg")]
         var bodies: [[UInt8]] = []
         for target in targets {
             let response = try await harness.get(target)
@@ -181,25 +183,55 @@ struct TransformTests {
             bodies.append(response.body)
         }
         let cache = try #require(try await Self.stats(harness).transforms?.pixelCache)
-        // Then one decode per source, every other variant from the kept level
-        #expect(cache.misses == 2 && cache.hits == 3 && cache.entries == 2)
+        // Then one decode per source and level, every other variant from the kept one
+        #expect(cache.misses == 3 && cache.hits == 5 && cache.entries == 3)
         // (each counted with its metadata, a few fields here, and the entry's overhead)
-        let pixels = 150 * 150 * 3 + 320 * 213 * 3 + 2 * PixelCache.entryOverheadBytes
+        let pixels = 300 * 300 * 3 + 320 * 213 * 3 + 640 * 427 * 3 + 3 * PixelCache.entryOverheadBytes
         #expect(cache.bytes >= pixels && cache.bytes < pixels + 8192 && cache.limitBytes == 128 << 20)
-        #expect(bodies.map { Decoded.read($0).map(\.description) } == ["webp 64x64", "jpeg 64x64", "png 32x32", "webp 64x43", "png 64x43"])
-        // ... byte for byte what the daemon without the cache makes (a rendition's ETag holds either way)
+        #expect(bodies.map { Decoded.read($0).map(\.description) } == ["webp 64x64", "jpeg 64x64", "png 32x32", "png 200x200",
+                                                                      "webp 64x43", "png 64x43", "webp 320x214", "jpeg 400x267"])
+        // ... byte for byte what the daemon without the cache makes (a rendition's ETag holds either way): there the
+        // PNG's small variants come from a box average of its streamed decode and the large ones from libvips's
+        // thumbnail
         for (target, body) in zip(targets, bodies) {
             let again = try await uncached.get(target)
             #expect(again.body == body, "\(target) differs without the pixel cache")
         }
+        // ... also for a JPEG turned by its EXIF orientation, made from its whole decode
+        let turned = try await harness.get(Self.path("w:100", "rotated.jpg"))
+        #expect(Decoded.read(turned.body)?.description == "jpeg 100x150")
+        #expect(try await uncached.get(Self.path("w:100", "rotated.jpg")).body == turned.body)
         // ... and a PNG with alpha never looks it up, nor does a result that needs the source's own pixels (a crop)
         _ = try await harness.get(Self.path("w:32", "alpha.png"))
         _ = try await harness.get(Self.path("c:300:200/w:32", "photo.jpg"))
         let after = try #require(try await Self.stats(harness).transforms?.pixelCache)
-        #expect(after.hits + after.misses == 5)
+        #expect(after.hits + after.misses == 9 && after.entries == 4)
         let metrics = try await harness.get("/_imagecached/metrics")
-        #expect(metrics.text.contains("imagecached_transform_pixel_cache_lookups_total{result=\"hit\"} 3\n"))
-        #expect(metrics.text.contains("imagecached_transform_pixel_cache_bytes \(cache.bytes)\n"))
+        #expect(metrics.text.contains("imagecached_transform_pixel_cache_lookups_total{result=\"hit\"} 5\n"))
+        #expect(metrics.text.contains("imagecached_transform_pixel_cache_bytes \(after.bytes)\n"))
+    }
+
+    @Test("a source is kept whole when its decode takes an eighth of transform-pixel-cache, not a byte more", arguments: [0, 1])
+    func pixelCacheWholeSourceEdge(over: Int) async throws {
+        // Given a pixel cache 8 times the 300x300 PNG's decode (270,000 bytes), or 8 bytes less (an eighth: one byte less)
+        let harness = try ProxyHarness { $0.transform.pixelCacheBytes = 8 * 270_000 - 8 * over }
+        ImageFiles.serve(harness, "bordered.png")
+        // When a 64 px and a 200 px variant are made
+        for options in ["w:64", "w:200"] {
+            let response = try await harness.get(Self.path(options, "bordered.png"))
+            #expect(response.status == 200, "\(response.text.prefix(200))")
+        }
+        let cache = try #require(try await Self.stats(harness).transforms?.pixelCache)
+        if over == 0 {
+            // Then at the edge its whole decode is kept and serves both
+            #expect(cache.entries == 1 && cache.misses == 1 && cache.hits == 1)
+            #expect(cache.bytes >= 270_000 + PixelCache.entryOverheadBytes && cache.bytes < 270_000 + PixelCache.entryOverheadBytes + 8192)
+        } else {
+            // ... and past it only its level 1 (150x150) is, for the 64 px variant; the 200 px one is libvips's
+            // thumbnail of the source, not looked up
+            #expect(cache.entries == 1 && cache.misses == 1 && cache.hits == 0)
+            #expect(cache.bytes >= 67_500 + PixelCache.entryOverheadBytes && cache.bytes < 67_500 + PixelCache.entryOverheadBytes + 8192)
+        }
     }
 
     @Test("equivalent spellings (aliases, order, defaults, dpr) share one cached result: one source fetch, one transform")
