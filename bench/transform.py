@@ -790,6 +790,8 @@ def main():
         origin0 = bench.origin_stats(ports["origin"])
         res["ic_cold"] = cold_phase("imagecached", procs["ic"], ports["ic"], jobs, ic_url, args.clients, 600, stats=True)
         res["ic_threads"] = thread_affinity(procs["ic"].popen.pid)
+        # the decoded levels the cold runs kept (and whether the cache had to evict: then levels were made again)
+        res["ic_pixel_cache"] = get_json(ports["ic"], "/_imagecached/stats").get("transforms", {}).get("pixelCache")
         origin1 = bench.origin_stats(ports["origin"])
         res["ic_cold_origin_requests"] = bench.origin_total(origin1) - bench.origin_total(origin0)
         bodies = {}
@@ -947,7 +949,8 @@ def write_results(args, res, table, bars, notes):
   during the cold runs: imagecached {res['ic_cold_origin_requests']}, thumbor {res.get('thumbor_cold_origin_requests')}.
   {res['jobs']} jobs: 16 sources x widths {WIDTHS} x {FORMATS}, {args.clients} clients, a new connection per request
   (`Connection: close`: with keep-alive both clients can stay on one of thumbor's two processes, as happened in a
-  trial run, JPEG at 1.0 core), one format after another.
+  trial run, JPEG at 1.0 core), one format after another. imagecached's pixel cache after the cold runs:
+  {res.get('ic_pixel_cache')}.
 - Unpinned: the same cold run again on a fresh daemon with `--server-cpu-affinity off` (primed {res['ic_unpinned_prime']}).
   The daemon's threads after each cold run (name, allowed CPUs: count): default {res['ic_threads']}; unpinned
   {res['ic_unpinned_threads']}.
