@@ -26,8 +26,11 @@
 // counter for least-recently-used eviction; the total held within `limitBytes` (`transform-pixel-cache`, 128 MiB;
 // 0 keeps nothing), each entry counted with its metadata (ICC, EXIF, XMP) and 16 KiB for its structures. An entry
 // larger than the limit is not kept. Images are immutable once in memory: any number of
-// workers read one at a time.
+// workers read one at a time. Levels being made, by key (`making`): a job that wants one waits for its maker (a
+// DispatchGroup left once the level is made or has failed) instead of decoding the source again, so the variants of
+// a new source asked for at once, on several workers, cost one decode.
 
+internal import Dispatch
 internal import Foundation
 internal import Synchronization
 
@@ -52,8 +55,17 @@ public final class PixelCache: Sendable {
         var used: UInt64
     }
 
+    /// A level one job is making; the jobs that want it meanwhile wait for it instead of decoding the source again.
+    private final class Pending: @unchecked Sendable {
+        let made = DispatchGroup()
+        /// Set once by the maker before `made.leave()`, read only after `made.wait()`; nil: the make failed.
+        var image: VipsImage?
+        init() { made.enter() }
+    }
+
     private struct State {
         var entries: [Key: Entry] = [:]
+        var making: [Key: Pending] = [:]
         var bytes = 0
         var clock: UInt64 = 0
         var hits = 0
@@ -73,13 +85,66 @@ public final class PixelCache: Sendable {
     public let limitBytes: Int
     private let state = Mutex(State())
 
-    public init(limitBytes: Int) {
+    /// Called when a job starts waiting for a level another job is making (a test's event; nil in the daemon).
+    private let waiting: (@Sendable () -> Void)?
+
+    public convenience init(limitBytes: Int) {
+        self.init(limitBytes: limitBytes, waiting: nil)
+    }
+
+    init(limitBytes: Int, waiting: (@Sendable () -> Void)?) {
         self.limitBytes = max(0, limitBytes)
+        self.waiting = waiting
     }
 
     /// The most a source's whole decode (its level 0) may take to be kept: an eighth of the cache, so that a page's
     /// sources fit together and a worker never holds more than this of a whole decode for it.
     public var wholeSourceLimitBytes: Int { limitBytes / 8 }
+
+    /// The level for `key`: kept (a hit); being made by another job, then waited for (a hit: the variants of a new
+    /// source asked for at once decode it once); else made here by `make` (a miss) and kept. When the maker fails
+    /// (its source unreadable, its deadline passed) a waiter tries again, and may make it itself under its own
+    /// deadline. The wait is bounded by the maker's `transform-timeout`, after which its evaluation is killed.
+    func level(_ key: Key, make: () throws -> VipsImage) throws -> VipsImage {
+        enum Claim { case kept(VipsImage), wait(Pending), make(Pending) }
+        while true {
+            let claim: Claim = state.withLock { state in
+                state.clock += 1
+                if var entry = state.entries[key] {
+                    state.hits += 1
+                    entry.used = state.clock
+                    state.entries[key] = entry
+                    return .kept(entry.image)
+                }
+                if let pending = state.making[key] { return .wait(pending) }
+                let pending = Pending()
+                state.making[key] = pending
+                state.misses += 1
+                return .make(pending)
+            }
+            switch claim {
+            case .kept(let image):
+                return image
+            case .wait(let pending):
+                waiting?()
+                pending.made.wait()
+                if let image = pending.image {
+                    state.withLock { $0.hits += 1 }
+                    return image
+                }
+            case .make(let pending):
+                var image: VipsImage?
+                defer {
+                    pending.image = image
+                    if let image { insert(key, image) }
+                    state.withLock { _ = $0.making.removeValue(forKey: key) }
+                    pending.made.leave()
+                }
+                image = try make()
+                return image!
+            }
+        }
+    }
 
     /// The level kept for `key`, counted as a hit; nil (a miss) when there is none.
     func lookup(_ key: Key) -> VipsImage? {

@@ -178,13 +178,10 @@ public enum Transformer {
         // libvips's thumbnail with shrink-on-load. The bytes of a result never depend on which of these made it.
         var digest: String?
         func kept(_ level: Int, make: () throws -> VipsImage) throws -> VipsImage {
+            guard let cache = spec.pixelCache else { return try make() }
             let name = digest ?? ContentHash.sha256Base64(bytes: raw)
             digest = name
-            let key = PixelCache.Key(digest: name, level: level)
-            if let image = spec.pixelCache?.lookup(key) { return image }
-            let image = try make()
-            spec.pixelCache?.insert(key, image)
-            return image
+            return try cache.level(PixelCache.Key(digest: name, level: level), make: make)
         }
         func scaled(width: Int, height: Int, crop: Int32) throws -> VipsImage {
             let kind: PixelCache.Kind? = animate ? nil : probe.loader.hasPrefix("jpegload") ? .shrinkOnLoad

@@ -211,6 +211,26 @@ struct TransformTests {
         #expect(metrics.text.contains("imagecached_transform_pixel_cache_bytes \(after.bytes)\n"))
     }
 
+    @Test("new variants of a new source asked for at once, on as many workers, decode it once: the others wait for its level")
+    func pixelCacheCoalescing() async throws {
+        // Given four workers and a JPEG source held back by its origin
+        let harness = try ProxyHarness { $0.transform.workers = 4 }
+        let gate = Gate()
+        ImageFiles.serveGated(harness, "/photo.jpg", ImageFiles.bytes("photo.jpg"), etag: "\"p\"", gate: gate)
+        // When four clients ask for four sizes that all come from its whole decode, then the source arrives: four
+        // jobs start together
+        let widths = [320, 400, 500, 600]
+        let connections = try await harness.waitingClients(on: widths.map { Self.path("w:\($0)/f:png", "photo.jpg") })
+        gate.open()
+        let decoded = try await readAll(connections).map { Decoded.read($0.body)?.width ?? 0 }
+        #expect(decoded == widths)
+        // Then one of them decoded it; the three others waited for that decode (hits), none made its own
+        let cache = try #require(try await Self.stats(harness).transforms?.pixelCache)
+        #expect(cache.misses == 1 && cache.hits == 3 && cache.entries == 1)
+        #expect(harness.origin.requestCount("/photo.jpg") == 1)
+        #expect(try await Self.transformsDone(harness) == 4)
+    }
+
     @Test("a source is kept whole when its decode takes an eighth of transform-pixel-cache, not a byte more", arguments: [0, 1])
     func pixelCacheWholeSourceEdge(over: Int) async throws {
         // Given a pixel cache 8 times the 300x300 PNG's decode (270,000 bytes), or 8 bytes less (an eighth: one byte less)

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 @testable import ImageCacheTransform
 
@@ -60,6 +61,41 @@ struct PixelCacheTests {
         let off = PixelCache(limitBytes: 0)
         off.insert(a, small)
         #expect(off.lookup(a) == nil)
+    }
+
+    @Test("a job that wants a level another is making waits for it; when the maker fails, the waiter makes it itself", arguments: [true, false])
+    func waitersShareOneMake(makerSucceeds: Bool) throws {
+        // Given a cache that tells when a job starts waiting, and a level to be made
+        let waiting = DispatchSemaphore(value: 0)
+        let cache = PixelCache(limitBytes: 1 << 20, waiting: { waiting.signal() })
+        let key = PixelCache.Key(digest: "new", level: 1)
+        let made = try Self.level(1), other = try Self.level(1)
+        let second = Mutex<VipsImage?>(nil)
+        let secondDone = DispatchSemaphore(value: 0)
+        struct Failed: Error {}
+        // When a job starts making it, and a second job asks for it while the first is still at it
+        let first = try? cache.level(key) { () throws -> VipsImage in
+            Thread.detachNewThread {
+                let image = try? cache.level(key) { other }
+                second.withLock { $0 = image }
+                secondDone.signal()
+            }
+            waiting.wait()
+            if makerSucceeds { return made }
+            throw Failed()
+        }
+        secondDone.wait()
+        let got = try #require(second.withLock { $0 })
+        if makerSucceeds {
+            // Then the second gets the first's level, counted as a hit; one make in all
+            #expect(first === made && got === made)
+            #expect(cache.stats.misses == 1 && cache.stats.hits == 1 && cache.stats.entries == 1)
+        } else {
+            // ... or, the first having failed, makes its own (a second miss) and keeps it
+            #expect(first == nil && got === other)
+            #expect(cache.stats.misses == 2 && cache.stats.hits == 0 && cache.stats.entries == 1)
+            #expect(try cache.level(key) { made } === other)
+        }
     }
 
     @Test("a job whose deadline has passed is killed alone: the shared level it read from serves the next job")
