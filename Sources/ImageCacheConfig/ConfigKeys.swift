@@ -338,6 +338,9 @@ extension ConfigKey {
         key("transform-max-source-bytes", "SIZE", "32MiB", "largest source a transform reads; 413 past it") { configuration, value throws(ConfigError) in
             configuration.transform.maxSourceBytes = try value.size(atLeast: 1024, shown: "1KiB")
         },
+        key("transform-source-timeout", "DURATION", "10s", "how long a transform waits for its whole source; past it 504 (the fetch goes on for the cache)") {
+            $0.transform.sourceTimeoutSeconds = try $1.seconds()
+        },
         key("transform-max-frames", "N", "100", "most frames of an animation kept animated (at most 10000); 422 past it") { configuration, value throws(ConfigError) in
             let frames = try value.integer(min: 1)
             guard frames <= 10_000 else { throw ConfigError(key: value.source, reason: "at most 10000") }

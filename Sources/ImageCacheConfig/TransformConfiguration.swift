@@ -31,6 +31,9 @@ public struct TransformConfiguration: Sendable, Equatable {
     public var limits = TransformLimits()
     /// `transform-max-source-bytes`: largest source a transform reads (413 past it). Default 32 MiB.
     public var maxSourceBytes = 32 << 20
+    /// `transform-source-timeout`: how long a transform waits for its whole source, seconds (504 past it; the fetch
+    /// goes on for the cache). Default 10.
+    public var sourceTimeoutSeconds: Double = 10
     /// `transform-auto-webp`, `transform-auto-avif`: a URL without a format gets WebP / AVIF when Accept allows.
     public var autoWebP = false
     public var autoAVIF = false
@@ -49,6 +52,7 @@ public struct TransformConfiguration: Sendable, Equatable {
         a.enabled == b.enabled && a.prefix == b.prefix && a.signing == b.signing && a.presets == b.presets
             && a.onlyPresets == b.onlyPresets && a.workers == b.workers && a.queueLimit == b.queueLimit
             && a.queueTimeoutSeconds == b.queueTimeoutSeconds && a.limits == b.limits && a.maxSourceBytes == b.maxSourceBytes
+            && a.sourceTimeoutSeconds == b.sourceTimeoutSeconds
             && a.autoWebP == b.autoWebP && a.autoAVIF == b.autoAVIF && a.quality == b.quality
             && a.avifEffort == b.avifEffort && a.webpEffort == b.webpEffort && a.signingFromIMGPROXY == b.signingFromIMGPROXY
             && a.pixelCacheBytes == b.pixelCacheBytes

@@ -30,6 +30,7 @@
 //   The source request carries no client field but Cache-Control and Pragma (a client's no-cache revalidates the
 //   source too); it is the same for every client, so the source is one shared entry.
 //   Errors: the source's 404/410 -> 404; other source failures -> 502; over transform-max-source-bytes -> 413;
+//   not whole within transform-source-timeout -> 504 (the fetch goes on for the cache; the job's slot is freed);
 //   refused images -> 422 naming the limit; queue full or waited too long -> 503. One line, in the body and the log.
 //
 // Ownership: `Renditions` and its jobs are confined to the proxy queue; the pool's callbacks and the collector hop
@@ -185,6 +186,13 @@ final class Renditions: @unchecked Sendable {
         }
         guard let fetchSource else { preconditionFailure("Renditions.fetchSource is set by the proxy") }
         fetchSource(sourceRequest, collector)
+        // A source still arriving at transform-source-timeout fails the job (504), which frees its admission slot: a
+        // slow origin holds a slot that long, not for the whole upstream.timeout. The fetch goes on for the cache.
+        let timeout = job.settings.sourceTimeoutSeconds
+        queue.asyncAfter(deadline: .now() + timeout) { [weak collector] in
+            collector?.giveUp(SourceCollector.Failure(status: 504, reason: "the source did not arrive within transform-source-timeout (\(String(format: "%g", timeout))s)",
+                                      label: "source_timeout"))
+        }
     }
 
     private func sourceArrived(_ job: RenditionJob, _ result: Result<SourceCollector.Source, SourceCollector.Failure>) {
@@ -394,6 +402,9 @@ final class SourceCollector: ResponseSink, @unchecked Sendable {
         self.limit = limit
         self.report = report
     }
+
+    /// Ends the collection with `failure` unless the source was reported already; bytes arriving later are dropped.
+    func giveUp(_ failure: Failure) { finish(.failure(failure)) }
 
     private func finish(_ result: Result<Source, Failure>) {
         let first = lock.withLock { () -> Bool in

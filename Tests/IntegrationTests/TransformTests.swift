@@ -532,6 +532,38 @@ struct TransformTests {
         #expect(head.status == 200 && head.body.isEmpty && head.header("Content-Type") == "image/jpeg")
     }
 
+    @Test("a source that has not arrived by transform-source-timeout fails its transform with 504 and frees the job's admission slot; the fetch goes on and stores the source")
+    func sourceTimeout() async throws {
+        // Given one admission slot (a worker, no queue) and a 200 ms transform-source-timeout
+        let harness = try ProxyHarness {
+            $0.transform.workers = 1
+            $0.transform.queueLimit = 0
+            $0.transform.sourceTimeoutSeconds = 0.2
+        }
+        let gate = Gate()
+        ImageFiles.serveGated(harness, "/slow.jpg", ImageFiles.bytes("photo.jpg"), gate: gate)
+        ImageFiles.serve(harness, "photo.jpg")
+        // When a transform's source is held back by its origin past the timeout
+        let late = try await harness.get(Self.path("w:10", "slow.jpg"))
+        // Then its client gets 504 naming the limit, counted as a transform failure
+        #expect(late.status == 504 && late.text.contains("the source did not arrive within transform-source-timeout (0.2s)"), "\(late.text)")
+        let metrics = try await harness.get("/_imagecached/metrics").text
+        #expect(metrics.contains("imagecached_transforms_total{format=\"-\",result=\"source_timeout\"} 1"))
+        // ... the only slot is free again: another transform is made, not refused with 503
+        let next = try await harness.get(Self.path("w:20", "photo.jpg"))
+        #expect(next.status == 200, "\(next.text)")
+        // ... and the source's fetch went on: once the origin answers it is stored, and its variant is made from
+        // the cache without asking the origin again
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            harness.waiters.onFinished = { done.resume() }
+            gate.open()
+        }
+        harness.waiters.onFinished = nil
+        let made = try await harness.get(Self.path("w:10", "slow.jpg"))
+        #expect(made.status == 200 && Decoded.read(made.body)?.width == 10)
+        #expect(harness.origin.requestCount("/slow.jpg") == 1)
+    }
+
     @Test("operations: the access log names the options, metrics count transforms by format and result, imagecached stats shows them, imagecached sign makes URLs the daemon verifies")
     func operations() async throws {
         let lines = LogCapture()

@@ -41,7 +41,7 @@ struct ConfigKeysTests {
             "heuristic-max", "targeted-cache-control", "strip-targeted-cache-control",
             "transforms", "transform-prefix", "transform-keys", "transform-salts", "transform-signature-size",
             "transform-presets", "transform-only-presets", "transform-workers", "transform-queue", "transform-queue-timeout",
-            "transform-timeout", "transform-max-megapixels", "transform-max-result-megapixels", "transform-max-source-bytes", "transform-max-frames",
+            "transform-timeout", "transform-max-megapixels", "transform-max-result-megapixels", "transform-max-source-bytes", "transform-source-timeout", "transform-max-frames",
             "transform-max-dimension", "transform-allow-svg", "transform-auto-webp", "transform-auto-avif",
             "transform-quality", "transform-avif-effort", "transform-webp-effort", "transform-pixel-cache",
             "negative-ttl", "forward-request-fields",

@@ -130,6 +130,17 @@ struct ConfigurationTests {
         #expect(defaults.restartOnlyChanges(to: largest) == ["status-history-length: 3600.0 -> 28800.0"])
     }
 
+    @Test("transform-source-timeout: 10 s by default, any positive duration (0 refused with the key named), reloadable")
+    func transformSourceTimeout() throws {
+        let defaults = try Configuration.load(file: nil, environment: [:], flags: [])
+        #expect(defaults.transform.sourceTimeoutSeconds == 10)
+        let short = try Configuration.load(file: nil, environment: ["IMAGECACHED_TRANSFORM_SOURCE_TIMEOUT": "200ms"], flags: [])
+        #expect(short.transform.sourceTimeoutSeconds == 0.2)
+        #expect(defaults.restartOnlyChanges(to: short).isEmpty)
+        #expect { try Configuration.load(file: nil, environment: ["IMAGECACHED_TRANSFORM_SOURCE_TIMEOUT": "0"], flags: []) }
+            throws: { "\($0)".contains("TRANSFORM_SOURCE_TIMEOUT") }
+    }
+
     @Test("max-variants: 16 by default, 1 at least (0 refused with the key named), restart only")
     func maxVariants() throws {
         let defaults = try Configuration.load(file: nil, environment: [:], flags: [])
