@@ -204,6 +204,8 @@ void icv_deadline_free(icv_deadline *deadline) { g_free(deadline); }
 
 int icv_deadline_passed(const icv_deadline *deadline) { return g_get_monotonic_time() > deadline->at ? 1 : 0; }
 
+double icv_deadline_remaining(const icv_deadline *deadline) { return (double)(deadline->at - g_get_monotonic_time()) / 1e6; }
+
 static void icv_eval(VipsImage *image, VipsProgress *progress, void *user) {
     (void)progress;
     if (icv_deadline_passed(user)) vips_image_set_kill(image, TRUE);

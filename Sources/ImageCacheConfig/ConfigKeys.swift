@@ -378,7 +378,7 @@ extension ConfigKey {
             guard effort <= 6 else { throw ConfigError(key: value.source, reason: "0 to 6") }
             configuration.transform.webpEffort = effort
         },
-        key("transform-pixel-cache", "SIZE", "128MiB", "decoded pixels of recent JPEG and opaque PNG sources (whole up to an eighth of it, else shrunk) kept for their next variants (one decode for all); 0 keeps none",
+        key("transform-pixel-cache", "SIZE", "128MiB", "decoded pixels of recent JPEG and opaque PNG sources (whole up to an eighth of it, and shrunk) kept for their next variants (one decode for all); 0 keeps none",
             restart: .field(\.transform.pixelCacheBytes)) { $0.transform.pixelCacheBytes = try $1.size() },
         key("negative-ttl", "DURATION", "10s", "how long a configured origin's 404 or 410 without explicit freshness is served from the cache (nginx's proxy_cache_valid 404); 0: not stored without a validator",
             restart: .field(\.negativeTTLSeconds)) { $0.negativeTTLSeconds = try $1.seconds(allowingZero: true) },

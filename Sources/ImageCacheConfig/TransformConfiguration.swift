@@ -42,7 +42,7 @@ public struct TransformConfiguration: Sendable, Equatable {
     /// `transform-avif-effort` (0-9, default 2) and `transform-webp-effort` (0-6, default 4): encoder effort.
     public var avifEffort = 2
     public var webpEffort = 4
-    /// `transform-pixel-cache`: bytes of decoded source pixels (whole up to an eighth of it, else shrunk) kept for
+    /// `transform-pixel-cache`: bytes of decoded source pixels (whole up to an eighth of it, and shrunk) kept for
     /// the next variant of a source (PixelCache: JPEG and opaque PNG sources); 0 keeps none. Default 128 MiB.
     public var pixelCacheBytes = 128 << 20
 

@@ -186,21 +186,34 @@ final class Renditions: @unchecked Sendable {
         }
         guard let fetchSource else { preconditionFailure("Renditions.fetchSource is set by the proxy") }
         fetchSource(sourceRequest, collector)
-        // A source still arriving at transform-source-timeout fails the job (504), which frees its admission slot: a
-        // slow origin holds a slot that long, not for the whole upstream.timeout. The fetch goes on for the cache.
+        // A source not whole by transform-source-timeout fails the job (504), which frees its admission slot: a slow
+        // origin holds a slot that long, not for the whole upstream.timeout. The fetch goes on for the cache. The
+        // timer holds the collector and is cancelled when the source has been reported (sourceArrived, which runs
+        // after this: the collector reports through the proxy queue).
         let timeout = job.settings.sourceTimeoutSeconds
-        queue.asyncAfter(deadline: .now() + timeout) { [weak collector] in
-            collector?.giveUp(SourceCollector.Failure(status: 504, reason: "the source did not arrive within transform-source-timeout (\(String(format: "%g", timeout))s)",
-                                      label: "source_timeout"))
+        let timer = DispatchWorkItem {
+            collector.giveUp(SourceCollector.Failure(status: 504, reason: "the source did not arrive within transform-source-timeout (\(String(format: "%g", timeout))s)",
+                                                     label: "source_timeout"))
         }
+        job.sourceTimer = timer
+        queue.asyncAfter(deadline: .now() + timeout, execute: timer)
     }
 
     private func sourceArrived(_ job: RenditionJob, _ result: Result<SourceCollector.Source, SourceCollector.Failure>) {
         dispatchPrecondition(condition: .onQueue(context.queue))
+        job.sourceTimer?.cancel()
+        job.sourceTimer = nil
         let source: SourceCollector.Source
         switch result {
         case let .failure(failure):
-            if failure.status >= 500, serveStale(job) { return }
+            if failure.status >= 500, serveStale(job) {
+                // A source that timed out is counted even so: its fetch, which goes on, reports no failure of its own.
+                if failure.label == "source_timeout" {
+                    context.metrics.transformed(format: job.rendition.choice.format?.rawValue ?? "-", result: failure.label,
+                                                seconds: 0, bytesIn: 0, bytesOut: 0)
+                }
+                return
+            }
             return finish(job, failing: failure.status, failure.reason, label: failure.label)
         case let .success(arrived):
             source = arrived
@@ -335,6 +348,9 @@ final class RenditionJob: @unchecked Sendable {
     var waiters: [(ClientRequest, any ResponseSink, Bool)] = []
     /// When the job began (for the list of work in flight).
     let begun = ContinuousClock.now
+    /// Fails the source's collection at transform-source-timeout; cancelled once the source is reported (on the
+    /// proxy queue).
+    var sourceTimer: DispatchWorkItem?
 
     init(key: CacheKey, leader: ClientRequest, rendition: RenditionRequest, stale: CacheEntry?, stores: Bool,
          settings: Configuration, freshness: FreshnessPolicy) {

@@ -1,25 +1,23 @@
-// PixelCache: decoded pixels of recent sources, shrunk, shared by the transforms that make the variants of one source,
+// PixelCache: decoded pixels of recent sources, whole or shrunk, shared by the transforms that make the variants of one source,
 // so that a source is decoded once for its variants instead of once for each (decoding is most of a transform's work:
 // a PNG has no shrink-on-load, and a JPEG's entropy decoding costs the same at any scale).
 //
-// The pipeline it serves (Transformer, "levels"), for JPEG and opaque PNG sources:
-//   - a source whose whole decode takes at most an eighth of the cache (`wholeSourceLimitBytes`: 16 MiB, a 5 MP
-//     RGB photo, at the default) is decoded once, whole, as its level 0; every variant is resized from it as
-//     libvips's thumbnail does (vips_thumbnail_image), an opaque PNG's made 4 times smaller or more from a box
-//     average of it (level k below). A page's variants of a small photo, which no level below would serve (a 1 MP
-//     source's 320 to 800 px sizes are not 4 times smaller), then cost one decode, not one each: a PNG's decode
-//     is most of a transform's work, having no shrink-on-load.
-//   - otherwise a source made smaller by at least 4 in both directions is decoded to its level k (the largest k that
-//     leaves at least twice the pixels the result needs in each direction: libvips's own rule for JPEG
-//     shrink-on-load; but none that leaves less than 1024 pixels on the longer side, so that one level serves a
-//     page's usual sizes), kept, and the result resized from it. An opaque PNG's level k is the decoded image
-//     box-averaged by 2^k (k up to 4); a JPEG's is the decode libjpeg makes 2^k times smaller (k up to 3:
-//     shrink-on-load, what vips_thumbnail_buffer would decode).
-// Each level is what libvips's thumbnail would decode for that result (level 0 and k=0: the whole image; a box
-// average of a decoded image is the same pixels however the image was decoded), so the bytes of a result are the
-// same whether its level came from here, was just made, or the cache is off and libvips's thumbnail made it: a
-// rendition's entity tag stays true. WebP, GIF, HEIF/AVIF, TIFF, PNG with alpha (a box average of unpremultiplied
-// pixels would fringe), animations and crops/trims keep their own paths.
+// The pipeline it serves (Transformer, "levels"), for JPEG and opaque PNG sources. A result at least 4 times smaller
+// than its source in both directions has a level k >= 1: the largest k that leaves at least twice the pixels the
+// result needs in each direction (libvips's own rule for JPEG shrink-on-load), but none that leaves less than 1024
+// pixels on the longer side, so that one level serves a page's usual sizes; any other result has k = 0.
+//   - A source whose whole decode takes at most an eighth of the cache (`wholeSourceLimitBytes`: 16 MiB, a 5 MP
+//     RGB photo, at the default) is decoded once, whole (level 0), for its k = 0 results, and for an opaque PNG for
+//     all of them (its level k is a box average of the whole decode). A page's variants of a small photo (a 1 MP
+//     source's 320 to 800 px sizes are not 4 times smaller) then cost one decode, not one each.
+//   - A JPEG's level k is the decode libjpeg makes 2^k times smaller (k up to 3: shrink-on-load); an opaque PNG's
+//     too large to keep whole is its streamed decode box-averaged by 2^k (k up to 4). Kept and resized from.
+// Every result is resized from its level as libvips's thumbnail resizes a decoded image (vips_thumbnail_image). A
+// level depends only on the source and the result's size, never on what the cache holds (a box average of a decoded
+// image is the same pixels however it was decoded; a k = 0 result without a whole level is vips_thumbnail_buffer's,
+// which decodes the same whole image), so a result is the same bytes whether its level came from here, was just
+// made, or the cache is off: a rendition's entity tag stays true. WebP, GIF, HEIF/AVIF, TIFF, PNG with alpha (a box
+// average of unpremultiplied pixels would fringe), animations and crops/trims keep their own paths.
 //
 // Data model (one Mutex): entries by key (the source's SHA-256 and the level: a digest an attacker cannot collide
 // with another source's), each with its image (in memory, unwatched: VipsImage.shareable) and its bytes, and a use
@@ -58,8 +56,12 @@ public final class PixelCache: Sendable {
     /// A level one job is making; the jobs that want it meanwhile wait for it instead of decoding the source again.
     private final class Pending: @unchecked Sendable {
         let made = DispatchGroup()
-        /// Set once by the maker before `made.leave()`, read only after `made.wait()`; nil: the make failed.
+        /// Set once by the maker before `made.leave()`, read only after `made.wait()`: the level, or why it could not
+        /// be made, and whether another job should try (the maker's own deadline passed: its failure says nothing
+        /// about the source).
         var image: VipsImage?
+        var failure: (any Error)?
+        var retry = false
         init() { made.enter() }
     }
 
@@ -71,6 +73,23 @@ public final class PixelCache: Sendable {
         var hits = 0
         var misses = 0
         var evictions = 0
+
+        /// The kept level, counted as a hit and made the most recently used; nil (nothing counted) when there is none.
+        mutating func use(_ key: Key) -> VipsImage? {
+            guard let image = touch(key) else { return nil }
+            hits += 1
+            return image
+        }
+
+        /// Makes the kept level the most recently used.
+        @discardableResult
+        mutating func touch(_ key: Key) -> VipsImage? {
+            clock += 1
+            guard var entry = entries[key] else { return nil }
+            entry.used = clock
+            entries[key] = entry
+            return entry.image
+        }
     }
 
     /// What the cache holds and has done, for /stats and the metrics.
@@ -102,20 +121,15 @@ public final class PixelCache: Sendable {
     public var wholeSourceLimitBytes: Int { limitBytes / 8 }
 
     /// The level for `key`: kept (a hit); being made by another job, then waited for (a hit: the variants of a new
-    /// source asked for at once decode it once); else made here by `make` (a miss) and kept. When the maker fails
-    /// (its source unreadable, its deadline passed) a waiter tries again, and may make it itself under its own
-    /// deadline. The wait is bounded by the maker's `transform-timeout`, after which its evaluation is killed.
-    func level(_ key: Key, make: () throws -> VipsImage) throws -> VipsImage {
+    /// source asked for at once decode it once); else made here by `make` (a miss) and kept. A waiter waits at most
+    /// until its own `deadline` (then it fails as a job past its time limit does); when the maker fails, its waiters
+    /// fail with the same error (the same bytes would fail them the same way), unless the maker's own deadline passed:
+    /// then they try again, and one of them makes it under its own.
+    func level(_ key: Key, deadline: Deadline, make: () throws -> VipsImage) throws -> VipsImage {
         enum Claim { case kept(VipsImage), wait(Pending), make(Pending) }
         while true {
             let claim: Claim = state.withLock { state in
-                state.clock += 1
-                if var entry = state.entries[key] {
-                    state.hits += 1
-                    entry.used = state.clock
-                    state.entries[key] = entry
-                    return .kept(entry.image)
-                }
+                if let image = state.use(key) { return .kept(image) }
                 if let pending = state.making[key] { return .wait(pending) }
                 let pending = Pending()
                 state.making[key] = pending
@@ -127,21 +141,32 @@ public final class PixelCache: Sendable {
                 return image
             case .wait(let pending):
                 waiting?()
-                pending.made.wait()
+                guard pending.made.wait(timeout: .now() + max(0, deadline.remaining)) == .success else {
+                    throw VipsError(operation: "level", message: "waited past the job's time limit for a level another job is making")
+                }
                 if let image = pending.image {
-                    state.withLock { $0.hits += 1 }
+                    state.withLock { state in
+                        state.hits += 1
+                        state.touch(key)
+                    }
                     return image
                 }
+                if !pending.retry, let failure = pending.failure { throw failure }
             case .make(let pending):
-                var image: VipsImage?
-                defer {
+                do {
+                    let image = try make()
                     pending.image = image
-                    if let image { insert(key, image) }
+                    insert(key, image)
                     state.withLock { _ = $0.making.removeValue(forKey: key) }
                     pending.made.leave()
+                    return image
+                } catch {
+                    pending.failure = error
+                    pending.retry = deadline.passed
+                    state.withLock { _ = $0.making.removeValue(forKey: key) }
+                    pending.made.leave()
+                    throw error
                 }
-                image = try make()
-                return image!
             }
         }
     }
@@ -149,15 +174,9 @@ public final class PixelCache: Sendable {
     /// The level kept for `key`, counted as a hit; nil (a miss) when there is none.
     func lookup(_ key: Key) -> VipsImage? {
         state.withLock { state in
-            state.clock += 1
-            guard var entry = state.entries[key] else {
-                state.misses += 1
-                return nil
-            }
-            state.hits += 1
-            entry.used = state.clock
-            state.entries[key] = entry
-            return entry.image
+            if let image = state.use(key) { return image }
+            state.misses += 1
+            return nil
         }
     }
 

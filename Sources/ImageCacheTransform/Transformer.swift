@@ -181,7 +181,7 @@ public enum Transformer {
             guard let cache = spec.pixelCache else { return try make() }
             let name = digest ?? ContentHash.sha256Base64(bytes: raw)
             digest = name
-            return try cache.level(PixelCache.Key(digest: name, level: level), make: make)
+            return try cache.level(PixelCache.Key(digest: name, level: level), deadline: deadline, make: make)
         }
         func scaled(width: Int, height: Int, crop: Int32) throws -> VipsImage {
             let kind: PixelCache.Kind? = animate ? nil : probe.loader.hasPrefix("jpegload") ? .shrinkOnLoad
@@ -200,7 +200,7 @@ public enum Transformer {
                 if k > 0 {
                     let level = try kept(k) {
                         switch kind {
-                        case .boxAverage: try VipsImage.load(raw, deadline: deadline).shrink(by: 1 << k).shareable()
+                        case .boxAverage: try VipsImage.load(raw, deadline: deadline).shrink(by: 1 << k, deadline: deadline).shareable()
                         case .shrinkOnLoad: try VipsImage.loadJPEG(raw, shrink: 1 << k, deadline: deadline).shareable()
                         }
                     }

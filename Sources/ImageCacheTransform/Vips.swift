@@ -28,6 +28,8 @@ final class Deadline: @unchecked Sendable {
     init(seconds: Double) { pointer = icv_deadline_new(seconds > 0 ? seconds : 1e9) }
     deinit { icv_deadline_free(pointer) }
     var passed: Bool { icv_deadline_passed(pointer) != 0 }
+    /// Seconds left (negative once passed).
+    var remaining: Double { icv_deadline_remaining(pointer) }
 }
 
 /// One libvips image, owned: released when this goes. It keeps its job's deadline alive.
@@ -79,10 +81,10 @@ final class VipsImage: @unchecked Sendable {
         return (Int(x), Int(y))
     }
     func resize(_ h: Double, _ v: Double) throws(VipsError) -> VipsImage { try derive(icv_resize(pointer, h, v), "resize") }
-    /// Box-averages `factor` x `factor` pixels into one; the result is watched by `deadline` (a job's, when this is
-    /// a shared level) or else by this image's.
-    func shrink(by factor: Int, deadline: Deadline? = nil) throws(VipsError) -> VipsImage {
-        try VipsImage.wrap(icv_shrink(pointer, Double(factor), Double(factor)), "shrink", deadline ?? self.deadline)
+    /// Box-averages `factor` x `factor` pixels into one, the result watched by `deadline`: the job's (a shared
+    /// level's own deadline is the job's that made it, which another job must never be killed by).
+    func shrink(by factor: Int, deadline: Deadline) throws(VipsError) -> VipsImage {
+        try VipsImage.wrap(icv_shrink(pointer, Double(factor), Double(factor)), "shrink", deadline)
     }
 
     /// As `thumbnail(bytes...)`, from this image (a decoded level of a source), under `deadline`: the job's, which may

@@ -224,7 +224,9 @@ struct TransformTests {
         gate.open()
         let decoded = try await readAll(connections).map { Decoded.read($0.body)?.width ?? 0 }
         #expect(decoded == widths)
-        // Then one of them decoded it; the three others waited for that decode (hits), none made its own
+        // Then one of them decoded it; the three others waited for that decode (hits), none made its own (were the
+        // jobs to run one after another this would hold without waiting too: PixelCacheTests.waitersShareOneMake is
+        // the deterministic check; here four workers start together, and without the wait two or more decode)
         let cache = try #require(try await Self.stats(harness).transforms?.pixelCache)
         #expect(cache.misses == 1 && cache.hits == 3 && cache.entries == 1)
         #expect(harness.origin.requestCount("/photo.jpg") == 1)
@@ -235,11 +237,13 @@ struct TransformTests {
     func pixelCacheWholeSourceEdge(over: Int) async throws {
         // Given a pixel cache 8 times the 300x300 PNG's decode (270,000 bytes), or 8 bytes less (an eighth: one byte less)
         let harness = try ProxyHarness { $0.transform.pixelCacheBytes = 8 * 270_000 - 8 * over }
-        ImageFiles.serve(harness, "bordered.png")
-        // When a 64 px and a 200 px variant are made
+        let uncached = try ProxyHarness { $0.transform.pixelCacheBytes = 0 }
+        for daemon in [harness, uncached] { ImageFiles.serve(daemon, "bordered.png") }
+        // When a 64 px and a 200 px variant are made (the same bytes as without the cache either way)
         for options in ["w:64", "w:200"] {
             let response = try await harness.get(Self.path(options, "bordered.png"))
             #expect(response.status == 200, "\(response.text.prefix(200))")
+            #expect(try await uncached.get(Self.path(options, "bordered.png")).body == response.body, "\(options)")
         }
         let cache = try #require(try await Self.stats(harness).transforms?.pixelCache)
         if over == 0 {
@@ -739,6 +743,38 @@ struct TransformTests {
         let stale = try await harness.get(target)
         #expect(stale.status == 200 && stale.body == made.body && stale.header("Cache-Status")?.contains("stale-if-error") == true,
                 "\(stale.status) \(stale.header("Cache-Status") ?? "")")
+    }
+
+    @Test("a stale rendition is served when its source does not arrive within transform-source-timeout and stale-if-error allows it; the timeout is counted")
+    func staleIfErrorOnSourceTimeout() async throws {
+        let harness = try ProxyHarness {
+            $0.diskLimitBytes = 0
+            $0.transform.sourceTimeoutSeconds = 0.2
+        }
+        let gate = Gate()
+        let stalls = Mutex(false)
+        let photo = ImageFiles.bytes("photo.jpg")
+        harness.origin.route("/stalls.jpg") { _ in
+            var reply = Reply(status: 200, headers: [("Content-Type", "image/jpeg"), ("Cache-Control", "max-age=10, stale-if-error=600"),
+                                                     ("ETag", "\"s\"")], body: photo)
+            if stalls.withLock({ $0 }) { reply.gateBeforeHead = gate }
+            return reply
+        }
+        // Given a rendition made, then stale, its source gone from the cache and its origin stalling
+        let target = Self.path("w:40", "stalls.jpg")
+        let made = try await harness.get(target)
+        #expect(made.status == 200)
+        harness.clock.advance(30)
+        stalls.withLock { $0 = true }
+        _ = harness.daemon.proxy.memory.remove(CacheKey(try UpstreamURL.parse(harness.origin.baseURL + "/stalls.jpg")))
+        // When it is asked for again
+        let stale = try await harness.get(target)
+        // Then the stale rendition is the answer at the timeout, and the timeout is counted
+        #expect(stale.status == 200 && stale.body == made.body && stale.header("Cache-Status")?.contains("stale-if-error") == true,
+                "\(stale.status) \(stale.header("Cache-Status") ?? "") \(stale.text.prefix(200))")
+        let metrics = try await harness.get("/_imagecached/metrics").text
+        #expect(metrics.contains("imagecached_transforms_total{format=\"-\",result=\"source_timeout\"} 1"), "\(metrics.split(separator: "\n").filter { $0.contains("transforms_total") })")
+        gate.open()
     }
 
     @Test("after review: a private source's rendition is not handed to the clients that joined; each gets its own")

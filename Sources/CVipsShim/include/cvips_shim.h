@@ -103,6 +103,8 @@ icv_deadline *_Nonnull icv_deadline_new(double seconds);
 void icv_deadline_free(icv_deadline *_Nullable deadline);
 /// 1 once the deadline has passed.
 int icv_deadline_passed(const icv_deadline *_Nonnull deadline);
+/// Seconds left until the deadline (negative once it has passed).
+double icv_deadline_remaining(const icv_deadline *_Nonnull deadline);
 /// Reports `image`'s evaluation progress to a handler that kills the evaluation once `deadline` has passed.
 void icv_watch(icv_image *_Nonnull image, icv_deadline *_Nonnull deadline);
 /// Undoes icv_watch: no progress signals from `image` (nor from the images made from it), no deadline.

@@ -13,7 +13,8 @@ struct PixelCacheTests {
         try VipsRuntime.start(threadsPerImage: 1, allowSVG: false)
         let bytes = try [UInt8](Data(contentsOf: fixture))
         return try bytes.withUnsafeBytes { raw in
-            try VipsImage.load(raw, deadline: Deadline(seconds: 10)).shrink(by: 1 << level).shareable()
+            let deadline = Deadline(seconds: 10)
+            return try VipsImage.load(raw, deadline: deadline).shrink(by: 1 << level, deadline: deadline).shareable()
         }
     }
 
@@ -63,39 +64,75 @@ struct PixelCacheTests {
         #expect(off.lookup(a) == nil)
     }
 
-    @Test("a job that wants a level another is making waits for it; when the maker fails, the waiter makes it itself", arguments: [true, false])
-    func waitersShareOneMake(makerSucceeds: Bool) throws {
+    enum Maker: CaseIterable { case succeeds, fails, passesItsDeadline }
+
+    @Test("a job that wants a level another is making waits for it and shares its level, or its failure; when the maker's own deadline passed, the waiter makes it", arguments: Maker.allCases)
+    func waitersShareOneMake(maker: Maker) throws {
         // Given a cache that tells when a job starts waiting, and a level to be made
         let waiting = DispatchSemaphore(value: 0)
         let cache = PixelCache(limitBytes: 1 << 20, waiting: { waiting.signal() })
         let key = PixelCache.Key(digest: "new", level: 1)
         let made = try Self.level(1), other = try Self.level(1)
-        let second = Mutex<VipsImage?>(nil)
+        struct Unreadable: Error {}
+        let second = Mutex<Result<VipsImage, any Error>?>(nil)
         let secondDone = DispatchSemaphore(value: 0)
-        struct Failed: Error {}
         // When a job starts making it, and a second job asks for it while the first is still at it
-        let first = try? cache.level(key) { () throws -> VipsImage in
+        let makerDeadline = Deadline(seconds: maker == .passesItsDeadline ? 0.000_001 : 10)
+        let first = Result { try cache.level(key, deadline: makerDeadline) { () throws -> VipsImage in
             Thread.detachNewThread {
-                let image = try? cache.level(key) { other }
-                second.withLock { $0 = image }
+                let result = Result { try cache.level(key, deadline: Deadline(seconds: 10)) { other } }
+                second.withLock { $0 = result }
                 secondDone.signal()
             }
-            waiting.wait()
-            if makerSucceeds { return made }
-            throw Failed()
-        }
-        secondDone.wait()
+            #expect(waiting.wait(timeout: .now() + 10) == .success, "the second job never waited")
+            if maker == .succeeds { return made }
+            throw Unreadable()
+        } }
+        #expect(secondDone.wait(timeout: .now() + 10) == .success)
         let got = try #require(second.withLock { $0 })
-        if makerSucceeds {
+        switch maker {
+        case .succeeds:
             // Then the second gets the first's level, counted as a hit; one make in all
-            #expect(first === made && got === made)
+            #expect(try first.get() === made && got.get() === made)
             #expect(cache.stats.misses == 1 && cache.stats.hits == 1 && cache.stats.entries == 1)
-        } else {
-            // ... or, the first having failed, makes its own (a second miss) and keeps it
-            #expect(first == nil && got === other)
+        case .fails:
+            // ... or the first's failure (the same bytes would fail it the same way), without making it again
+            #expect(throws: Unreadable.self) { try got.get() }
+            #expect(cache.stats.misses == 1 && cache.stats.hits == 0 && cache.stats.entries == 0)
+        case .passesItsDeadline:
+            // ... or, the first having failed past its own time limit, makes its own (a second miss) and keeps it
+            #expect(throws: Unreadable.self) { try first.get() }
+            #expect(try got.get() === other)
             #expect(cache.stats.misses == 2 && cache.stats.hits == 0 && cache.stats.entries == 1)
-            #expect(try cache.level(key) { made } === other)
         }
+    }
+
+    @Test("a job waits for another's level no longer than its own time limit")
+    func waiterKeepsItsDeadline() throws {
+        // Given a job making a level that will not be done before a second job's 50 ms time limit
+        let waiting = DispatchSemaphore(value: 0)
+        let cache = PixelCache(limitBytes: 1 << 20, waiting: { waiting.signal() })
+        let key = PixelCache.Key(digest: "slow", level: 1)
+        let made = try Self.level(1)
+        let second = Mutex<Result<VipsImage, any Error>?>(nil)
+        let secondDone = DispatchSemaphore(value: 0)
+        // When the second asks for it meanwhile
+        let first = try cache.level(key, deadline: Deadline(seconds: 10)) { () throws -> VipsImage in
+            Thread.detachNewThread {
+                let short = Deadline(seconds: 0.05)
+                let result = Result { try cache.level(key, deadline: short) { made } }
+                second.withLock { $0 = result }
+                secondDone.signal()
+            }
+            #expect(waiting.wait(timeout: .now() + 10) == .success)
+            // (the maker goes on until the waiter has given up)
+            #expect(secondDone.wait(timeout: .now() + 10) == .success)
+            return made
+        }
+        // Then the second gave up at its time limit, and the first's level is kept
+        let result = try #require(second.withLock { $0 })
+        #expect(throws: VipsError.self) { try result.get() }
+        #expect(first === made && cache.stats.entries == 1)
     }
 
     @Test("a job whose deadline has passed is killed alone: the shared level it read from serves the next job")
@@ -110,8 +147,12 @@ struct PixelCacheTests {
             .save(.jpeg, quality: 80, strip: true, effort: 0)
         let served = try level.thumbnail(width: 1500, height: 1500, crop: 0, autoRotate: true, deadline: Deadline(seconds: 10))
             .save(.jpeg, quality: 80, strip: true, effort: 0)
-        // Then the first is killed and the second, from the same level, is whole
-        #expect(killed == nil)
+        // ... and a shrink of it (a PNG's deeper level made from its whole decode) under each
+        let shrunkKilled = try? level.shrink(by: 2, deadline: expired).save(.jpeg, quality: 80, strip: true, effort: 0)
+        let shrunk = try level.shrink(by: 2, deadline: Deadline(seconds: 10)).save(.jpeg, quality: 80, strip: true, effort: 0)
+        // Then the first of each is killed and the second, from the same level, is whole
+        #expect(killed == nil && shrunkKilled == nil)
+        #expect(!shrunk.isEmpty)
         let decoded = try served.withUnsafeBytes { raw in try VipsImage.load(raw, deadline: Deadline(seconds: 10)) }
         #expect(decoded.width == 1500 && decoded.height == 1500)
     }
