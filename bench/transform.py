@@ -9,9 +9,15 @@ Installs what is missing: vipsthumbnail and wrk from Debian (`apt-get install -y
 `pip install thumbor`, 7.8.0 when this was written; it brings its own Pillow with AVIF). The imagecached binary is
 `.build/release/imagecached` unless --binary names another (`swift build -c release --product imagecached`).
 
-Corpus (seed fixed, Pillow, made once under bench/corpus/transform/, which is git-ignored): 16 photo-like pictures
-(three octaves of colour noise, a sky gradient, 60 blurred shapes, sensor grain) of 1, 2, 4, 8 and 12 megapixels,
-10 JPEG (quality 90) and 6 PNG, served by bench/origin.py (`Cache-Control: public, max-age=3600`, ETag).
+Corpus (made once under bench/corpus/transform/, which is git-ignored; --corpus real, the default): 16 real
+photographs of 1, 2, 4, 8 and 12 megapixels, 10 JPEG and 6 PNG, from Debian's wallpaper packages mate-backgrounds and
+plasma-workspace-wallpapers (`apt-get download`, about 140 MB; their photographs only, listed in REAL_PLAN): at their
+native pixels where a size allows (the JPEGs as the package has them), scaled down (Lanczos) to 1 and 2 MP, a quarter
+turn for the two portraits, and for 8 and 12 MP, which no single photograph there has but one of a painting
+(Elephants, used too), 2x2 mosaics of four 2560x1600 photographs cut to 4:3 (every pixel a camera's); made JPEGs at
+quality 90, PNGs at level 6. `--corpus generated`: the 16 photo-like pictures of the earlier runs (seed fixed,
+Pillow: three octaves of colour noise, a sky gradient, 60 blurred shapes, sensor grain). Served by bench/origin.py
+(`Cache-Control: public, max-age=3600`, ETag).
 
 Jobs: each source to widths 320, 480, 640 and 800 (height follows) as JPEG (q 80), WebP (q 79) and AVIF (q 63):
 192 distinct variants, imagecached's defaults (WebP effort 4, AVIF effort 2, JPEG optimize_coding, metadata stripped).
@@ -156,15 +162,91 @@ def photo(rng, w, h, grain):
     return img
 
 
-def make_corpus():
-    """bench/corpus/transform/src/*.jpg|png and manifest.json (once; rebuilt when CORPUS_VERSION changes)."""
+# The real photographs: Debian's wallpaper packages (apt-get download; their photographs only, not the renders and
+# paintings beside them), at their native pixels where a size allows. (name, megapixels, format, how); how is
+# ("native", photo), ("scaled", photo), ("turned", photo: a quarter turn, for a portrait), or ("mosaic", photos: four
+# 2560x1600 photographs in a 2x2 grid, cut to 4:3 from its centre: every pixel a camera's, seams between them; the
+# packages hold no single photograph of 8 or 12 MP but one painting's photograph, Elephants, used for j08a/j12a).
+REAL_PACKAGES = ["mate-backgrounds", "plasma-workspace-wallpapers"]
+PL = "usr/share/wallpapers/{}/contents/images/2560x1600.jpg"
+MN = "usr/share/backgrounds/mate/nature/{}.jpg"
+ELEPHANTS = "usr/share/backgrounds/mate/abstract/Elephants_{}.jpg"
+REAL_PLAN = [
+    ("j01a", 1, "JPEG", ("scaled", PL.format("EveningGlow"))), ("j01b", 1, "JPEG", ("scaled", MN.format("LadyBird"))),
+    ("j02a", 2, "JPEG", ("scaled", PL.format("Path"))), ("j02b", 2, "JPEG", ("turned", PL.format("FallenLeaf"))),
+    ("j04a", 4, "JPEG", ("native", PL.format("OneStandsOut"))), ("j04b", 4, "JPEG", ("native", MN.format("YellowFlower"))),
+    ("j08a", 8, "JPEG", ("native", ELEPHANTS.format("3840x2160"))),
+    ("j08b", 8, "JPEG", ("mosaic", [PL.format(n) for n in ("ColorfulCups", "Kite", "DarkestHour", "summer_1am")])),
+    ("j12a", 12, "JPEG", ("scaled", ELEPHANTS.format("5640x3172"))),
+    ("j12b", 12, "JPEG", ("mosaic", [MN.format(n) for n in ("Aqua", "Garden", "TwoWings", "LadyBird")])),
+    ("p01a", 1, "PNG", ("scaled", PL.format("BytheWater"))), ("p02a", 2, "PNG", ("scaled", MN.format("Garden"))),
+    ("p04a", 4, "PNG", ("native", PL.format("Kite"))), ("p04b", 4, "PNG", ("turned", PL.format("ColdRipple"))),
+    ("p08a", 8, "PNG", ("mosaic", [PL.format(n) for n in ("Path", "EveningGlow", "OneStandsOut", "BytheWater")])),
+    ("p12a", 12, "PNG", ("mosaic", [PL.format(n) for n in ("FallenLeaf", "ColorfulCups", "summer_1am", "Kite")])),
+]
+
+
+def real_photos():
+    """The packages' files under bench/corpus/transform/debs/root (downloaded and unpacked once); their versions."""
+    debs = os.path.join(CORPUS, "debs")
+    root = os.path.join(debs, "root")
+    os.makedirs(debs, exist_ok=True)
+    versions = {}
+    for package in REAL_PACKAGES:
+        found = [f for f in os.listdir(debs) if f.startswith(package + "_") and f.endswith(".deb")]
+        if not found:
+            command = ["apt-get", "download", "-o", "APT::Sandbox::User=root", package]
+            if subprocess.run(command, cwd=debs, timeout=900).returncode != 0:
+                subprocess.run(["apt-get", "update", "-qq"], check=True, timeout=600)
+                subprocess.run(command, cwd=debs, check=True, timeout=900)
+            found = [f for f in os.listdir(debs) if f.startswith(package + "_") and f.endswith(".deb")]
+        deb = sorted(found)[-1]
+        versions[package] = deb
+        subprocess.run(["dpkg-deb", "-x", os.path.join(debs, deb), root], check=True, timeout=600)
+    return root, versions
+
+
+def real_picture(root, name, mp, how):
+    """One picture of the plan, as a Pillow image (RGB)."""
+    from PIL import Image  # noqa: PLC0415
+    kind, what = how
+
+    def load(path):
+        return Image.open(os.path.join(root, path)).convert("RGB")
+
+    def scaled_to(img, megapixels):
+        w, h = img.size
+        factor = (megapixels * 1e6 / (w * h)) ** 0.5
+        return img.resize((round(w * factor), round(h * factor)), Image.LANCZOS) if factor < 1 else img
+
+    if kind == "native":
+        return load(what)
+    if kind == "scaled":
+        return scaled_to(load(what), mp)
+    if kind == "turned":
+        return scaled_to(load(what).transpose(Image.ROTATE_90), mp)
+    tiles = [load(path).resize((2560, 1600), Image.LANCZOS) for path in what]
+    grid = Image.new("RGB", (5120, 3200))
+    for i, tile in enumerate(tiles):
+        grid.paste(tile, ((i % 2) * 2560, (i // 2) * 1600))
+    h = int((mp * 1e6 * 3 / 4) ** 0.5)
+    w = int(mp * 1e6 / h)
+    left, top = (5120 - w) // 2, (3200 - h) // 2
+    return grid.crop((left, top, left + w, top + h))
+
+
+def make_corpus(kind="real"):
+    """bench/corpus/transform/src/*.jpg|png and manifest.json (once per kind; rebuilt when CORPUS_VERSION changes)."""
     manifest_path = os.path.join(CORPUS, "manifest.json")
     if os.path.exists(manifest_path):
         with open(manifest_path) as f:
             manifest = json.load(f)
-        if manifest.get("version") == CORPUS_VERSION and all(
+        if manifest.get("version") == CORPUS_VERSION and manifest.get("kind", "generated") == kind and all(
                 os.path.exists(os.path.join(SRC, x["file"])) for x in manifest["files"]):
             return manifest
+    shutil.rmtree(SRC, ignore_errors=True)
+    if kind == "real":
+        return make_real_corpus(manifest_path)
     rng = random.Random(SEED)
     os.makedirs(SRC, exist_ok=True)
     files = []
@@ -187,11 +269,49 @@ def make_corpus():
         files.append({"file": file, "format": fmt, "width": w, "height": h, "megapixels": round(w * h / 1e6, 2),
                       "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
         print(f"corpus: {file} {w}x{h} {len(data) / 1e6:.1f} MB", file=sys.stderr)
-    manifest = {"version": CORPUS_VERSION, "seed": SEED, "files": files}
+    manifest = {"version": CORPUS_VERSION, "kind": "generated", "seed": SEED, "files": files}
     with open(manifest_path, "w") as f:
         json.dump(manifest, f, indent=1)
     print(f"corpus: {len(files)} files, {sum(x['bytes'] for x in files) / 1e6:.1f} MB in {time.time() - t0:.0f} s",
           file=sys.stderr)
+    return manifest
+
+
+def make_real_corpus(manifest_path):
+    """The 16 pictures of REAL_PLAN: JPEG as the package has it when native, else quality 90; PNG level 6."""
+    root, versions = real_photos()
+    os.makedirs(SRC, exist_ok=True)
+    files = []
+    t0 = time.time()
+    for name, mp, fmt, how in REAL_PLAN:
+        file = f"{name}.{'jpg' if fmt == 'JPEG' else 'png'}"
+        if how[0] == "native" and fmt == "JPEG":
+            with open(os.path.join(root, how[1]), "rb") as f:
+                data = f.read()
+            from PIL import Image  # noqa: PLC0415
+            w, h = Image.open(io.BytesIO(data)).size
+        else:
+            img = real_picture(root, name, mp, how)
+            w, h = img.size
+            out = io.BytesIO()
+            if fmt == "JPEG":
+                img.save(out, "JPEG", quality=90)
+            else:
+                img.save(out, "PNG", compress_level=6)
+            data = out.getvalue()
+        with open(os.path.join(SRC, file), "wb") as f:
+            f.write(data)
+        sources = how[1] if isinstance(how[1], list) else [how[1]]
+        files.append({"file": file, "format": fmt, "width": w, "height": h, "megapixels": round(w * h / 1e6, 2),
+                      "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(), "made": how[0],
+                      "from": [p.split("/wallpapers/")[1].split("/")[0] if "/wallpapers/" in p
+                               else os.path.basename(p) for p in sources]})
+        print(f"corpus: {file} {w}x{h} {len(data) / 1e6:.1f} MB ({how[0]})", file=sys.stderr)
+    manifest = {"version": CORPUS_VERSION, "kind": "real", "packages": versions, "files": files}
+    with open(manifest_path, "w") as f:
+        json.dump(manifest, f, indent=1)
+    print(f"corpus: {len(files)} real photographs, {sum(x['bytes'] for x in files) / 1e6:.1f} MB in "
+          f"{time.time() - t0:.0f} s", file=sys.stderr)
     return manifest
 
 
@@ -751,6 +871,9 @@ def main():
     parser.add_argument("--flood-seconds", type=int, default=15)
     parser.add_argument("--base-port", type=int, default=18300)
     parser.add_argument("--no-thumbor", action="store_true")
+    parser.add_argument("--corpus", choices=["real", "generated"], default="real",
+                        help="real: photographs from Debian's wallpaper packages (the default); generated: the "
+                             "photo-like pictures of earlier runs")
     parser.add_argument("--note", default="", help="what the binary is (e.g. the commit it was built from), for the results")
     parser.add_argument("--quick", action="store_true",
                         help="a look, not a result: the 1-2 MP sources only, one wrk run of 3 s, a 5 s flood")
@@ -759,7 +882,7 @@ def main():
     if not os.path.exists(args.binary):
         sys.exit(f"{args.binary} is missing: swift build -c release --product imagecached (or --binary PATH)")
     thumbor_exe, thumbor_note = ensure_tools(not args.no_thumbor)
-    manifest = make_corpus()
+    manifest = make_corpus(args.corpus)
     if args.quick:
         manifest = dict(manifest, files=[x for x in manifest["files"] if x["megapixels"] < 3 or x["megapixels"] >= 11])
         args.duration, args.runs, args.flood_seconds = 3, 1, 5
@@ -772,7 +895,9 @@ def main():
                     f"{WORK}/thumbor/result")
     shutil.rmtree(MIRROR, ignore_errors=True)
     res = {"machine": machine_notes(), "binary": args.binary, "note": args.note, "thumbor_note": thumbor_note,
-           "corpus": manifest["files"], "jobs": len(jobs), "started": datetime.datetime.now().isoformat(timespec="seconds")}
+           "corpus": manifest["files"], "corpus_note": (f"real photographs from {', '.join(manifest['packages'].values())}"
+                                                         if manifest.get("kind") == "real" else f"generated, seed {SEED}"),
+           "jobs": len(jobs), "started": datetime.datetime.now().isoformat(timespec="seconds")}
     ic_flags = ["--memory-limit", "1GiB"]
     res["ic_flags"] = " ".join(ic_flags)
     procs = {}
@@ -979,11 +1104,12 @@ def write_results(args, res, table, bars, notes):
 {json.dumps({k: v for k, v in res.items() if k != 'corpus'}, indent=1, default=str)}
 ```
 
-Corpus (seed {SEED}):
+Corpus ({res.get('corpus_note')}):
 
-| file | format | size | bytes |
-|---|---|---|---|
-""" + "\n".join(f"| {x['file']} | {x['format']} | {x['width']}x{x['height']} | {x['bytes']} |" for x in res["corpus"]) + "\n"
+| file | format | size | bytes | made | from |
+|---|---|---|---|---|---|
+""" + "\n".join(f"| {x['file']} | {x['format']} | {x['width']}x{x['height']} | {x['bytes']} | {x.get('made', 'generated')} | "
+                f"{', '.join(x.get('from', []))} |" for x in res["corpus"]) + "\n"
     with open(args.out, "w") as f:
         f.write(text)
     print(f"written {args.out}")

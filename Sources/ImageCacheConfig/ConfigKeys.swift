@@ -314,7 +314,7 @@ extension ConfigKey {
         },
         key("transform-workers", "N", "0", "transforms run at once; 0: one per CPU this process may use (affinity, cgroup quota)",
             restart: .field(\.transform.workers)) { $0.transform.workers = try $1.integer() },
-        key("transform-queue", "N", "64", "transforms waiting for a worker; past it a request gets 503",
+        key("transform-queue", "N", "64", "transforms admitted beyond the workers (fetching their source or waiting for a worker); past it a request gets 503",
             restart: .field(\.transform.queueLimit)) { $0.transform.queueLimit = try $1.integer() },
         key("transform-queue-timeout", "DURATION", "10s", "how long a transform waits for a worker before its clients get 503",
             restart: .field(\.transform.queueTimeoutSeconds)) { $0.transform.queueTimeoutSeconds = try $1.seconds() },

@@ -23,7 +23,8 @@ public struct TransformConfiguration: Sendable, Equatable {
     public var onlyPresets = false
     /// `transform-workers`: transforms at once; 0: the CPUs this process may use. Restart only.
     public var workers = 0
-    /// `transform-queue`: transforms waiting for a worker before more get 503. Default 64. Restart only.
+    /// `transform-queue`: transforms admitted beyond the workers (fetching their source or waiting for a worker)
+    /// before more get 503. Default 64. Restart only.
     public var queueLimit = 64
     /// `transform-queue-timeout`: how long a transform may wait for a worker, seconds. Default 10. Restart only.
     public var queueTimeoutSeconds: Double = 10

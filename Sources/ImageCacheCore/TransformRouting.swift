@@ -22,21 +22,18 @@ final class TransformTarget: Equatable, Sendable {
     let mode: Route.Mode
     let trusted: Bool
     let options: TransformOptions
-    /// The options as the URL gave them (for the access log).
-    let optionsText: String
     /// `options.canonical`, made once.
     let canonical: String
     /// The rendition when its format does not depend on the request (explicit, or the source's without automatic
     /// WebP/AVIF): made once, key included; nil when Accept decides.
     let fixed: RenditionRequest?
 
-    init(source: UpstreamURL, mode: Route.Mode, trusted: Bool, options: TransformOptions, optionsText: String,
+    init(source: UpstreamURL, mode: Route.Mode, trusted: Bool, options: TransformOptions,
          autoAVIF: Bool = false, autoWebP: Bool = false) {
         self.source = source
         self.mode = mode
         self.trusted = trusted
         self.options = options
-        self.optionsText = optionsText
         canonical = options.canonical
         let varies: Bool
         switch options.format {
@@ -122,7 +119,6 @@ struct TransformRouting: Sendable {
             return .error(status: 400, reason: error.reason)
         }
         if let format = path.extensionFormat { options.format = .explicit(format) }
-        let optionsText = path.options.joined(separator: "/")
         var source = path.source
         if source.hasPrefix("local://") { source = String(source.dropFirst("local://".count)) }
         if !source.contains("://") && !source.hasPrefix("/") { source = "/" + source }
@@ -134,7 +130,7 @@ struct TransformRouting: Sendable {
             }
             do {
                 let url = try best.upstreamURL(for: normal)
-                return .transform(TransformTarget(source: url, mode: .reverse, trusted: true, options: options, optionsText: optionsText,
+                return .transform(TransformTarget(source: url, mode: .reverse, trusted: true, options: options,
                                               autoAVIF: autoAVIF, autoWebP: autoWebP))
             } catch {
                 return .error(status: 400, reason: "bad source path: \(error.reason)")
@@ -147,7 +143,7 @@ struct TransformRouting: Sendable {
             return .error(status: 400, reason: "bad source URL: \(error.reason)")
         }
         if origins.contains(where: { PrefetchRun.isUnder($0, url) }) {
-            return .transform(TransformTarget(source: url, mode: .reverse, trusted: true, options: options, optionsText: optionsText,
+            return .transform(TransformTarget(source: url, mode: .reverse, trusted: true, options: options,
                                               autoAVIF: autoAVIF, autoWebP: autoWebP))
         }
         // Unsigned transforms of any URL would make a daemon that requires signed fetch URLs an open image proxy.
@@ -155,7 +151,7 @@ struct TransformRouting: Sendable {
             return .error(status: 403, reason: "this daemon requires signed URLs (require-signature) and has no transform key: only sources under its configured origins are transformed (set transform-keys and transform-salts, or IMGPROXY_KEY and IMGPROXY_SALT)")
         }
         if let refusal = allowedSources.refusal(url) { return .error(status: 403, reason: refusal) }
-        return .transform(TransformTarget(source: url, mode: .fetch, trusted: false, options: options, optionsText: optionsText,
+        return .transform(TransformTarget(source: url, mode: .fetch, trusted: false, options: options,
                                               autoAVIF: autoAVIF, autoWebP: autoWebP))
     }
 }

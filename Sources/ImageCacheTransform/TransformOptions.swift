@@ -398,8 +398,15 @@ public struct TransformOptions: Sendable, Equatable {
         if !autoRotate { parts.append("ar:0") }
         if blur > 0 { parts.append("bl:\(number(blur))") }
         if sharpen > 0 { parts.append("sh:\(number(sharpen))") }
-        if quality > 0 { parts.append("q:\(quality)") }
-        for format in ImageOutputFormat.allCases { if let q = formatQuality[format], q > 0 { parts.append("fq:\(format.rawValue):\(q)") } }
+        if case let .explicit(output) = format {
+            // A fixed output format: only the quality it is encoded with counts (format_quality, then quality), and
+            // none for PNG and GIF, whose encoders take none: f:png/q:50 is f:png.
+            let q = formatQuality[output].flatMap { $0 > 0 ? $0 : nil } ?? (quality > 0 ? quality : nil)
+            if let q, output != .png && output != .gif { parts.append("q:\(q)") }
+        } else {
+            if quality > 0 { parts.append("q:\(quality)") }
+            for format in ImageOutputFormat.allCases { if let q = formatQuality[format], q > 0 { parts.append("fq:\(format.rawValue):\(q)") } }
+        }
         if !stripMetadata { parts.append("sm:0") }
         if !cacheBuster.isEmpty { parts.append("cb:\(cacheBuster)") }
         return parts.joined(separator: "/")

@@ -158,6 +158,29 @@ struct TransformTests {
             #expect(image.hasAlpha)
             #expect(try image.pixel(x: 0, y: 0).last == 0)
         }
+        // Trim by a named colour: bordered.png is a red 100x80 block on white. White trimmed leaves the block; red
+        // "trimmed" leaves everything (no edge is red)
+        ImageFiles.serve(harness, "bordered.png")
+        #expect(Decoded.read(try await harness.get(Self.path("t:10:ffffff", "bordered.png")).body)?.description == "png 100x80")
+        #expect(Decoded.read(try await harness.get(Self.path("t:10:ff0000", "bordered.png")).body)?.description == "png 300x300")
+        // An extend gravity places the fitted image on its canvas: the 200x133 photo at the top (no) leaves the
+        // canvas's bottom rows transparent in a PNG, at the bottom (so) its top rows
+        ImageFiles.serve(harness, "photo.jpg")
+        for (gravity, clearRow, imageRow) in [("no", 195, 5), ("so", 5, 195)] {
+            let extended = try await harness.get(Self.path("rs:fit:200:200/ex:1:\(gravity)/f:png", "photo.jpg"))
+            try extended.body.withUnsafeBytes { raw in
+                let image = try VipsImage.load(raw, random: true, deadline: Deadline(seconds: 60))
+                #expect(image.width == 200 && image.height == 200 && image.hasAlpha)
+                #expect(try image.pixel(x: 100, y: clearRow).last == 0, "ex:1:\(gravity)")
+                #expect(try image.pixel(x: 100, y: imageRow).last == 255, "ex:1:\(gravity)")
+            }
+        }
+        // Metadata: stripped by default (imgproxy's), kept with sm:0 (the EXIF block of rotated.jpg)
+        ImageFiles.serve(harness, "rotated.jpg")
+        let exif = Array("Exif".utf8)
+        func hasExif(_ body: [UInt8]) -> Bool { body.indices.dropLast(exif.count).contains { body[$0..<($0 + exif.count)].elementsEqual(exif) } }
+        #expect(!hasExif(try await harness.get(Self.path("w:60", "rotated.jpg")).body))
+        #expect(hasExif(try await harness.get(Self.path("w:60/sm:0", "rotated.jpg")).body))
     }
 
     @Test("the variants of an opaque PNG or a JPEG decode it once per level (transform-pixel-cache); the bytes are those made without the cache; a PNG with alpha does not use it")
@@ -405,6 +428,9 @@ struct TransformTests {
         #expect(try await harness.get(Self.path("w:10", "photo.jpg"), method: "POST").status == 405)
         #expect(try await harness.get("/transform/insecure/w:10/enc/abc").status == 400)
         #expect(try await harness.get(Self.path("w:10", "local:///missing.jpg")).status == 404)
+        // ... and a relative source that is there: local:///path is the configured origin's path
+        let local = try await harness.get(Self.path("w:12", "local:///photo.jpg"))
+        #expect(local.status == 200 && Decoded.read(local.body)?.width == 12, "\(local.text.prefix(200))")
     }
 
     @Test("limits at their edges: source bytes (413), megapixels, frames")
@@ -566,6 +592,20 @@ struct TransformTests {
         let made = try await harness.get(Self.path("w:10", "slow.jpg"))
         #expect(made.status == 200 && Decoded.read(made.body)?.width == 10)
         #expect(harness.origin.requestCount("/slow.jpg") == 1)
+    }
+
+    @Test("without a transform key the daemon says loudly at start that transform URLs are not signed; with one it does not")
+    func unsignedWarning() async throws {
+        let unsigned = LogCapture()
+        let open = try ProxyHarness(logCapture: unsigned)
+        #expect(unsigned.messages.contains { $0.contains("transform URLs are NOT signed") }, "\(unsigned.messages.prefix(10))")
+        let signed = LogCapture()
+        let closed = try ProxyHarness(logCapture: signed) {
+            $0.transform.signing = TransformSigning(pairs: [.init(key: Array("0123456789abcdef".utf8), salt: [])])
+        }
+        #expect(!signed.messages.contains { $0.contains("NOT signed") })
+        #expect(signed.messages.contains { $0.contains("1 key/salt pair(s)") })
+        withExtendedLifetime((open, closed)) {}
     }
 
     @Test("operations: the access log names the options, metrics count transforms by format and result, imagecached stats shows them, imagecached sign makes URLs the daemon verifies")

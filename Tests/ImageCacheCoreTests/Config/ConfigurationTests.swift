@@ -1,6 +1,8 @@
 import Foundation
 import Testing
 @testable import ImageCacheConfig
+import ImageCacheHTTP
+import ImageCacheTransform
 
 @Suite("Configuration", .timeLimit(.minutes(1)))
 struct ConfigurationTests {
@@ -128,6 +130,48 @@ struct ConfigurationTests {
             throws: { "\($0)".contains("0 samples") }
         #expect { try load(["IMAGECACHED_STATUS_HISTORY_INTERVAL": "500ms"]) } throws: { "\($0)".contains("STATUS_HISTORY_INTERVAL") }
         #expect(defaults.restartOnlyChanges(to: largest) == ["status-history-length: 3600.0 -> 28800.0"])
+    }
+
+    @Test("transform keys and salts pair in order from the file or the environment, never a flag; without them imgproxy's IMGPROXY_KEYS / SALTS / SIGNATURE_SIZE; presets, qualities and efforts load")
+    func transformSigningAndSettings() throws {
+        func load(_ environment: [String: String], flags: [ConfigSetting] = []) throws -> Configuration {
+            try Configuration.load(file: nil, environment: environment, flags: flags)
+        }
+        let first = TransformSigning.Pair(key: [0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77], salt: [0x0A, 0x0B])
+        let second = TransformSigning.Pair(key: [0x88, 0x99, 0xAA, 0xBB, 0xCC, 0xDD, 0xEE, 0xFF], salt: [0x0C, 0x0D])
+        // Keys and salts paired in order, with a truncated signature size
+        let signing = try load(["IMAGECACHED_TRANSFORM_KEYS": "0011223344556677, 8899aabbccddeeff",
+                                "IMAGECACHED_TRANSFORM_SALTS": "0a0b,0c0d", "IMAGECACHED_TRANSFORM_SIGNATURE_SIZE": "8"]).transform
+        #expect(signing.signing.pairs == [first, second] && signing.signing.signatureSize == 8 && !signing.signingFromIMGPROXY)
+        // ... a key without its salt, a short key, or keys on the command line are refused with the reason
+        #expect { try load(["IMAGECACHED_TRANSFORM_KEYS": "0011223344556677,8899aabbccddeeff", "IMAGECACHED_TRANSFORM_SALTS": "0a0b"]) }
+            throws: { "\($0)".contains("paired in order") }
+        #expect { try load(["IMAGECACHED_TRANSFORM_KEYS": "00112233445566", "IMAGECACHED_TRANSFORM_SALTS": "0a0b"]) }
+            throws: { "\($0)".contains("at least 8 bytes") }
+        #expect { try load([:], flags: [ConfigSetting(key: "transform-keys", value: .scalar("0011223344556677"), source: "--transform-keys")]) }
+            throws: { "\($0)".contains("never a flag") }
+        #expect { try load(["IMAGECACHED_TRANSFORM_SIGNATURE_SIZE": "7"]) } throws: { "\($0)".contains("TRANSFORM_SIGNATURE_SIZE") }
+        // imgproxy's variables when none is configured, its signature size with them
+        let imgproxy = try load(["IMGPROXY_KEYS": "0011223344556677, 8899aabbccddeeff", "IMGPROXY_SALTS": "0a0b,0c0d",
+                                 "IMGPROXY_SIGNATURE_SIZE": "16"]).transform
+        #expect(imgproxy.signing.pairs == [first, second] && imgproxy.signing.signatureSize == 16 && imgproxy.signingFromIMGPROXY)
+        #expect { try load(["IMGPROXY_KEY": "0011223344556677", "IMGPROXY_SALT": "0a0b", "IMGPROXY_SIGNATURE_SIZE": "4"]) }
+            throws: { "\($0)".contains("IMGPROXY_SIGNATURE_SIZE") }
+        // ... and the configured pairs win over them
+        let both = try load(["IMAGECACHED_TRANSFORM_KEYS": "0011223344556677", "IMAGECACHED_TRANSFORM_SALTS": "0a0b",
+                             "IMGPROXY_KEY": "8899aabbccddeeff", "IMGPROXY_SALT": "0c0d"]).transform
+        #expect(both.signing.pairs == [first] && !both.signingFromIMGPROXY)
+        // Presets (split into segments), qualities (the others keep imgproxy's defaults) and efforts, at their edges
+        let tuned = try load(["IMAGECACHED_TRANSFORM_PRESETS": "thumb=rs:fill:200:200/q:70, default=sm:0",
+                              "IMAGECACHED_TRANSFORM_QUALITY": "jpeg=70,avif=1", "IMAGECACHED_TRANSFORM_AVIF_EFFORT": "9",
+                              "IMAGECACHED_TRANSFORM_WEBP_EFFORT": "6"]).transform
+        #expect(tuned.presets == ["thumb": ["rs:fill:200:200", "q:70"], "default": ["sm:0"]])
+        #expect(tuned.quality[.jpeg] == 70 && tuned.quality[.avif] == 1 && tuned.quality[.webp] == 79)
+        #expect(tuned.avifEffort == 9 && tuned.webpEffort == 6)
+        #expect { try load(["IMAGECACHED_TRANSFORM_QUALITY": "jpeg=101"]) } throws: { "\($0)".contains("TRANSFORM_QUALITY") }
+        #expect { try load(["IMAGECACHED_TRANSFORM_AVIF_EFFORT": "10"]) } throws: { "\($0)".contains("0 to 9") }
+        #expect { try load(["IMAGECACHED_TRANSFORM_WEBP_EFFORT": "7"]) } throws: { "\($0)".contains("TRANSFORM_WEBP_EFFORT") }
+        #expect { try load(["IMAGECACHED_TRANSFORM_PRESETS": "thumb"]) } throws: { "\($0)".contains("NAME=OPTIONS") }
     }
 
     @Test("transform-source-timeout: 10 s by default, any positive duration (0 refused with the key named), reloadable")

@@ -322,6 +322,18 @@ struct TransformOptionsTests {
         #expect(try parseOptions("").canonical == "rs:fit:0:0:0:0")
     }
 
+    @Test("with a fixed output format only the quality it is encoded with counts in the canonical text, and none for PNG and GIF")
+    func canonicalQualityForFixedFormat() throws {
+        #expect(try parseOptions("f:webp/q:70").canonical == parseOptions("f:webp/fq:webp:70/fq:avif:40").canonical)
+        #expect(try parseOptions("f:webp/q:70/fq:webp:60").canonical.hasSuffix("/q:60"))
+        #expect(try parseOptions("f:png/q:50").canonical == parseOptions("f:png").canonical)
+        #expect(try parseOptions("f:gif/fq:gif:30").canonical == parseOptions("f:gif").canonical)
+        #expect(try parseOptions("f:jpeg/q:50").canonical != parseOptions("f:jpeg").canonical)
+        // The source's format (or f:auto): every quality stays, the output being known only once the source is
+        #expect(try parseOptions("q:50").canonical != parseOptions("").canonical)
+        #expect(try parseOptions("fq:png:50").canonical.hasSuffix("/fq:png:50"))
+    }
+
     @Test("the canonical text has one order whatever the URL's order, and one spelling for colours and padding")
     func canonicalOrder() throws {
         let a = try parseOptions("q:80/g:no/w:10/bg:ff0000/pd:5")

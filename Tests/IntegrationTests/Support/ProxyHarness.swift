@@ -122,6 +122,9 @@ final class ProxyHarness {
         configuration.allowPrivateNetworks = true
         cacheDirectory = NSTemporaryDirectory() + "imagecached-test-" + UUID().uuidString
         configuration.cacheDirectory = cacheDirectory
+        // A gated origin holds a transform's source until the test opens it, which on a loaded machine (every suite
+        // at once on 2 cores) can take longer than transform-source-timeout's 10 s: a test of that limit sets it.
+        configuration.transform.sourceTimeoutSeconds = 300
         configure(&configuration)
         var logger: Logger
         if let logCapture {
