@@ -235,6 +235,16 @@ def real_picture(root, name, mp, how):
     return grid.crop((left, top, left + w, top + h))
 
 
+def encoded(img, fmt):
+    """A corpus picture's bytes: JPEG at quality 90, PNG at level 6."""
+    out = io.BytesIO()
+    if fmt == "JPEG":
+        img.save(out, "JPEG", quality=90)
+    else:
+        img.save(out, "PNG", compress_level=6)
+    return out.getvalue()
+
+
 def make_corpus(kind="real"):
     """bench/corpus/transform/src/*.jpg|png and manifest.json (once per kind; rebuilt when CORPUS_VERSION changes)."""
     manifest_path = os.path.join(CORPUS, "manifest.json")
@@ -256,13 +266,7 @@ def make_corpus(kind="real"):
         w = int(mp * 1e6 / h)
         if name in PORTRAIT:
             w, h = h, w
-        img = photo(rng, w, h, 0.08 if fmt == "JPEG" else 0.01)
-        out = io.BytesIO()
-        if fmt == "JPEG":
-            img.save(out, "JPEG", quality=90)
-        else:
-            img.save(out, "PNG", compress_level=6)
-        data = out.getvalue()
+        data = encoded(photo(rng, w, h, 0.08 if fmt == "JPEG" else 0.01), fmt)
         file = f"{name}.{'jpg' if fmt == 'JPEG' else 'png'}"
         with open(os.path.join(SRC, file), "wb") as f:
             f.write(data)
@@ -293,12 +297,7 @@ def make_real_corpus(manifest_path):
         else:
             img = real_picture(root, name, mp, how)
             w, h = img.size
-            out = io.BytesIO()
-            if fmt == "JPEG":
-                img.save(out, "JPEG", quality=90)
-            else:
-                img.save(out, "PNG", compress_level=6)
-            data = out.getvalue()
+            data = encoded(img, fmt)
         with open(os.path.join(SRC, file), "wb") as f:
             f.write(data)
         sources = how[1] if isinstance(how[1], list) else [how[1]]
