@@ -141,7 +141,8 @@ public final class PixelCache: Sendable {
                 return image
             case .wait(let pending):
                 waiting?()
-                guard pending.made.wait(timeout: .now() + max(0, deadline.remaining)) == .success else {
+                // (a millisecond past the deadline, so that the job finds it passed and reports its time limit)
+                guard pending.made.wait(timeout: .now() + max(0, deadline.remaining) + 0.001) == .success else {
                     throw VipsError(operation: "level", message: "waited past the job's time limit for a level another job is making")
                 }
                 if let image = pending.image {
