@@ -124,17 +124,24 @@ package enum StatusPage {
 
     /// Escapes text for HTML content and quoted attribute values: & < > " '.
     static func escape(_ text: String) -> String {
+        replacing(text) { character in
+            switch character {
+            case "&": "&amp;"
+            case "<": "&lt;"
+            case ">": "&gt;"
+            case "\"": "&quot;"
+            case "'": "&#39;"
+            default: nil
+            }
+        }
+    }
+
+    /// `text` with each character that `replacement` names replaced by what it gives (nil: kept).
+    private static func replacing(_ text: String, _ replacement: (Unicode.Scalar) -> String?) -> String {
         var out = ""
         out.reserveCapacity(text.utf8.count)
         for character in text.unicodeScalars {
-            switch character {
-            case "&": out += "&amp;"
-            case "<": out += "&lt;"
-            case ">": out += "&gt;"
-            case "\"": out += "&quot;"
-            case "'": out += "&#39;"
-            default: out.unicodeScalars.append(character)
-            }
+            if let replaced = replacement(character) { out += replaced } else { out.unicodeScalars.append(character) }
         }
         return out
     }
@@ -204,16 +211,14 @@ package enum StatusPage {
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         encoder.nonConformingFloatEncodingStrategy = .convertToString(positiveInfinity: "+Inf", negativeInfinity: "-Inf", nan: "NaN")
         let data = (try? encoder.encode(InitialData(stats: stats, history: history))) ?? Data("{}".utf8)
-        var out = ""
-        for character in String(decoding: data, as: UTF8.self).unicodeScalars {
+        return replacing(String(decoding: data, as: UTF8.self)) { character in
             switch character {
-            case "<": out += "\\u003c"
-            case ">": out += "\\u003e"
-            case "&": out += "\\u0026"
-            default: out.unicodeScalars.append(character)
+            case "<": "\\u003c"
+            case ">": "\\u003e"
+            case "&": "\\u0026"
+            default: nil
             }
         }
-        return out
     }
 }
 

@@ -32,6 +32,30 @@ enum ImageFiles {
         }
     }
 
+    /// A source whose version (its ETag) the test changes: the first version is photo.jpg (640x427), every later one
+    /// rotated.jpg (300x200, EXIF-turned to 200x300).
+    final class VersionedSource: Sendable {
+        private let etag: Mutex<String>
+        init(_ first: String) { etag = Mutex(first) }
+        var current: String { etag.withLock { $0 } }
+        func change(to etag: String) { self.etag.withLock { $0 = etag } }
+    }
+
+    /// Serves a `VersionedSource` at `path` with `max-age`: 304 when If-None-Match holds the current ETag.
+    static func serveVersioned(_ harness: ProxyHarness, _ path: String, first: String, maxAge: Int) -> VersionedSource {
+        let source = VersionedSource(first)
+        let photo = bytes("photo.jpg"), rotated = bytes("rotated.jpg")
+        harness.origin.route(path) { request in
+            let current = source.current
+            if request.header("If-None-Match") == current {
+                return Reply(status: 304, headers: [("Cache-Control", "max-age=\(maxAge)"), ("ETag", current)])
+            }
+            return Reply(status: 200, headers: [("Content-Type", "image/jpeg"), ("Cache-Control", "max-age=\(maxAge)"), ("ETag", current)],
+                         body: current == first ? photo : rotated)
+        }
+        return source
+    }
+
     /// Serves `name` at "/<name>" with a long freshness and an ETag (or `etag`).
     static func serve(_ harness: ProxyHarness, _ name: String, maxAge: Int = 600, etag: String? = nil) {
         let body = bytes(name)
@@ -508,16 +532,7 @@ struct TransformTests {
     @Test("a rendition has its source's freshness; once stale, an unchanged source (304) refreshes it without a transform, a changed one (new ETag) makes it again")
     func sourceChanges() async throws {
         let harness = try ProxyHarness()
-        let version = Mutex("\"v1\"")
-        let photo = ImageFiles.bytes("photo.jpg"), rotated = ImageFiles.bytes("rotated.jpg")
-        harness.origin.route("/live.jpg") { request in
-            let current = version.withLock { $0 }
-            if request.header("If-None-Match") == current {
-                return Reply(status: 304, headers: [("Cache-Control", "max-age=60"), ("ETag", current)])
-            }
-            return Reply(status: 200, headers: [("Content-Type", "image/jpeg"), ("Cache-Control", "max-age=60"), ("ETag", current)],
-                         body: current == "\"v1\"" ? photo : rotated)
-        }
+        let version = ImageFiles.serveVersioned(harness, "/live.jpg", first: "\"v1\"", maxAge: 60)
         let target = Self.path("w:100", "live.jpg")
         let first = try await harness.get(target)
         #expect(Decoded.read(first.body)?.height == 67 && first.header("Cache-Control") == "max-age=60")
@@ -528,13 +543,13 @@ struct TransformTests {
         #expect(refreshed.body == first.body && refreshed.header("X-Cache") == "REVALIDATED")
         #expect(try await Self.transformsDone(harness) == 1)
         #expect(try await Self.transformsDone(harness, result: "refreshed") == 1)
-        version.withLock { $0 = "\"v2\"" }
+        version.change(to: "\"v2\"")
         harness.clock.advance(70)
         let changed = try await harness.get(target)
         #expect(Decoded.read(changed.body)?.height == 150 && changed.header("ETag") != first.header("ETag"))
         #expect(try await Self.transformsDone(harness) == 2)
         // Fetching the source anew with another ETag drops the renditions made from the old one.
-        version.withLock { $0 = "\"v3\"" }
+        version.change(to: "\"v3\"")
         _ = try await harness.get("/live.jpg", headers: [("Cache-Control", "no-cache")])
         let source = try UpstreamURL.parse(harness.origin.baseURL + "/live.jpg")
         #expect(harness.daemon.proxy.memory.renditions(of: source).isEmpty)
@@ -868,14 +883,7 @@ struct TransformTests {
     @Test("a source revalidated into another version drops its renditions from disk too (one held only on disk is not served after)")
     func diskRenditionsOfChangedSource() async throws {
         let harness = try ProxyHarness()
-        let version = Mutex("\"a\"")
-        let photo = ImageFiles.bytes("photo.jpg"), rotated = ImageFiles.bytes("rotated.jpg")
-        harness.origin.route("/v.jpg") { request in
-            let current = version.withLock { $0 }
-            if request.header("If-None-Match") == current { return Reply(status: 304, headers: [("ETag", current)]) }
-            return Reply(status: 200, headers: [("Content-Type", "image/jpeg"), ("Cache-Control", "max-age=600"), ("ETag", current)],
-                         body: current == "\"a\"" ? photo : rotated)
-        }
+        let version = ImageFiles.serveVersioned(harness, "/v.jpg", first: "\"a\"", maxAge: 600)
         let target = Self.path("w:50", "v.jpg")
         let first = try await harness.get(target)
         #expect(Decoded.read(first.body)?.height == 33)
@@ -883,7 +891,7 @@ struct TransformTests {
         // The rendition now lives on disk only.
         let source = try UpstreamURL.parse(harness.origin.baseURL + "/v.jpg")
         #expect(harness.daemon.proxy.memory.removeRenditions(of: source) == 1)
-        version.withLock { $0 = "\"b\"" }
+        version.change(to: "\"b\"")
         let reloaded = try await harness.get("/v.jpg", headers: [("Cache-Control", "no-cache")])
         #expect(reloaded.status == 200 && reloaded.header("ETag") == "\"b\"")
         await harness.flushDisk()
