@@ -37,21 +37,40 @@ struct BrowserTests {
         process.arguments = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--user-data-dir=" + profile,
                              "--no-first-run", "--no-default-browser-check", "--no-proxy-server", "--disable-background-networking",
                              "--disable-component-update", "--disable-sync", "--disable-extensions", "--disable-domain-reliability",
-                             "--no-pings", "--hide-scrollbars", "--enable-logging=stderr", "--v=0", "--timeout=60000"] + arguments + [url]
-        let output = Pipe(), errors = Pipe()
+                             "--no-pings", "--disable-crash-reporter", "--disable-breakpad", "--hide-scrollbars", "--enable-logging=stderr", "--v=0", "--timeout=60000"] + arguments + [url]
+        // Its output goes to files, not pipes: a helper process Chromium leaves behind (crash handler, zygote) may
+        // hold a pipe open after the browser exits, and a reader waiting for its end would never return.
+        let outputPath = profile + ".out", errorPath = profile + ".err"
+        defer {
+            try? FileManager.default.removeItem(atPath: outputPath)
+            try? FileManager.default.removeItem(atPath: errorPath)
+        }
+        guard FileManager.default.createFile(atPath: outputPath, contents: nil), FileManager.default.createFile(atPath: errorPath, contents: nil),
+              let output = FileHandle(forWritingAtPath: outputPath), let errors = FileHandle(forWritingAtPath: errorPath)
+        else { throw ChromiumFailed(reason: "cannot create its output files in \(NSTemporaryDirectory())") }
         process.standardOutput = output
         process.standardError = errors
+        let exited = DispatchSemaphore(value: 0)
+        process.terminationHandler = { _ in exited.signal() }
         try process.run()
+        try? output.close()
+        try? errors.close()
         return try await offPool {
-            // Read both pipes to their end (a full pipe would stall the browser), then reap it.
-            let group = DispatchGroup()
-            nonisolated(unsafe) var errorData = Data()
-            DispatchQueue.global().async(group: group) { errorData = errors.fileHandleForReading.readDataToEndOfFile() }
-            let outputData = output.fileHandleForReading.readDataToEndOfFile()
-            group.wait()
-            process.waitUntilExit()
-            return (String(decoding: outputData, as: UTF8.self), String(decoding: errorData, as: UTF8.self))
+            // The browser ends itself (--timeout, the virtual time budget); past 90 s it is stopped and the test fails
+            // with that reason rather than waiting for ever.
+            if exited.wait(timeout: .now() + 90) == .timedOut {
+                process.terminate()
+                _ = exited.wait(timeout: .now() + 10)
+                throw ChromiumFailed(reason: "chromium did not exit within 90 s")
+            }
+            let read = { (path: String) in String(decoding: FileManager.default.contents(atPath: path) ?? Data(), as: UTF8.self) }
+            return (read(outputPath), read(errorPath))
         }
+    }
+
+    struct ChromiumFailed: Error, CustomStringConvertible {
+        var reason: String
+        var description: String { reason }
     }
 
     @Test("headless Chromium loads the page: after its first refresh the charts are drawn, the figures equal /stats, no script error or console message; a screenshot is saved")
