@@ -737,7 +737,7 @@ struct FetchMachine {
         // A revalidation answered with another version: what was made from the old one is outdated too, on disk as in
         // memory (TieredStore.sourceStored judges only the renditions memory holds).
         if let old = response.revalidating?.entry, response.head.status == 200 || response.head.status == 203,
-           (old.etag ?? old.lastModified) != (response.head.headers["ETag"] ?? response.head.headers["Last-Modified"]) {
+           old.validator != response.head.headers.validator {
             actions.append(.removeRenditions)
         }
         if case let .dontStore(why) = response.storeDecision {

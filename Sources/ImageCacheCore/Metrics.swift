@@ -371,10 +371,7 @@ public struct DaemonStats: Sendable, Codable, Equatable {
 
     /// The JSON of /_imagecached/stats (+Inf histogram bounds written as "+Inf").
     public func json() -> [UInt8] {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-        encoder.nonConformingFloatEncodingStrategy = .convertToString(positiveInfinity: "+Inf", negativeInfinity: "-Inf", nan: "NaN")
-        return Array((try? encoder.encode(self)) ?? Data("{}".utf8)) + [UInt8(ascii: "\n")]
+        Array(StatsJSON.encode(self, [.prettyPrinted])) + [UInt8(ascii: "\n")]
     }
 
     /// Reads what `json()` wrote.
@@ -594,4 +591,15 @@ final class MetricsSink: ResponseSink {
     var executor: (any SinkExecutor)? { inner.executor }
     var bytesWritten: Int { inner.bytesWritten }
     func whenWritten(_ bytes: Int, _ callback: @escaping @Sendable () -> Void) { inner.whenWritten(bytes, callback) }
+}
+
+/// The encoding of every stats document (/stats, /stats/history, the status page's embedded data): keys sorted,
+/// numbers that are not finite as "+Inf", "-Inf" and "NaN" (a histogram's last bound), "{}" if encoding fails.
+enum StatsJSON {
+    static func encode<Value: Encodable>(_ value: Value, _ formatting: JSONEncoder.OutputFormatting = []) -> Data {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = formatting.union(.sortedKeys)
+        encoder.nonConformingFloatEncodingStrategy = .convertToString(positiveInfinity: "+Inf", negativeInfinity: "-Inf", nan: "NaN")
+        return (try? encoder.encode(value)) ?? Data("{}".utf8)
+    }
 }

@@ -223,7 +223,7 @@ final class Renditions: @unchecked Sendable {
             let status = (source.head.status == 404 || source.head.status == 410) ? 404 : 502
             return finish(job, failing: status, "the source answered \(source.head.status)", label: "source_\(source.head.status)")
         }
-        let validator = source.head.headers["ETag"] ?? source.head.headers["Last-Modified"]
+        let validator = source.head.headers.validator
         let etag = validator.map { RenditionJob.etag(sourceValidator: $0, rendition: job.key.rendition) }
         if let stale = job.stale, let etag, stale.etag == etag, !stale.body.isEmpty {
             // The source is what the rendition was made from: new freshness, same bytes.

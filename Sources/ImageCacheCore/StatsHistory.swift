@@ -178,6 +178,21 @@ public struct StatsHistory: Sendable {
         Array(ring[oldest...]) + ring[..<oldest]
     }
 
+    /// The samples that end after `since`, oldest first, walked back from the newest: a poll asks for the few since
+    /// its last one, not for the whole ring. (After the wall clock went back, samples older than a newer one that
+    /// ends before `since` are not repeated: the poller has them.)
+    func samples(after since: Double) -> [HistorySample] {
+        var newer: [HistorySample] = []
+        var index = ring.count - 1 + oldest
+        for _ in 0..<ring.count {
+            let sample = ring[index % ring.count]
+            guard sample.t > since else { break }
+            newer.append(sample)
+            index -= 1
+        }
+        return newer.reversed()
+    }
+
     /// Records what happened since the last sample (the counters are now `stats`, the time `time`).
     public mutating func record(_ stats: DaemonStats, at time: Date) {
         let sample = HistorySample.between(previous, stats, start: previousTime, end: time)
@@ -199,21 +214,16 @@ public struct StatsHistory: Sendable {
     /// The document for /_imagecached/stats/history: the samples that end after `since` (every one without it), and
     /// the interval in progress.
     public func document(since: Double?, stats: DaemonStats, at time: Date) -> HistoryDocument {
-        var kept = samples
-        if let since { kept.removeAll { $0.t <= since } }
         return HistoryDocument(interval: interval, capacity: capacity, now: time.timeIntervalSince1970,
                                outcomes: ServedOutcome.allCases.map(\.rawValue),
                                fromCache: ServedOutcome.allCases.filter(\.fromCache).map(\.rawValue),
-                               samples: kept, current: pending(stats, at: time))
+                               samples: since.map { samples(after: $0) } ?? samples, current: pending(stats, at: time))
     }
 }
 
 extension HistoryDocument {
     /// The JSON of /_imagecached/stats/history.
     public func json() -> [UInt8] {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys]
-        encoder.nonConformingFloatEncodingStrategy = .convertToString(positiveInfinity: "+Inf", negativeInfinity: "-Inf", nan: "NaN")
-        return Array((try? encoder.encode(self)) ?? Data("{}".utf8)) + [UInt8(ascii: "\n")]
+        Array(StatsJSON.encode(self)) + [UInt8(ascii: "\n")]
     }
 }

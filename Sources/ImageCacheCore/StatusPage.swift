@@ -207,10 +207,7 @@ package enum StatusPage {
             var stats: DaemonStats
             var history: HistoryDocument
         }
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        encoder.nonConformingFloatEncodingStrategy = .convertToString(positiveInfinity: "+Inf", negativeInfinity: "-Inf", nan: "NaN")
-        let data = (try? encoder.encode(InitialData(stats: stats, history: history))) ?? Data("{}".utf8)
+        let data = StatsJSON.encode(InitialData(stats: stats, history: history), [.withoutEscapingSlashes])
         return replacing(String(decoding: data, as: UTF8.self)) { character in
             switch character {
             case "<": "\\u003c"

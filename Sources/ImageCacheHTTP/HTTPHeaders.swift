@@ -30,6 +30,10 @@ public struct HTTPHeaders: Sendable, Equatable, Sequence, ExpressibleByDictionar
     public func makeIterator() -> IndexingIterator<[Field]> { fields.makeIterator() }
 
     /// The first value of `name`, or nil.
+    /// What names a response's version: its ETag, else its Last-Modified (nil: neither). The one rule for telling
+    /// a changed source (renditions made from another version are outdated).
+    public var validator: String? { self["ETag"] ?? self["Last-Modified"] }
+
     public subscript(name: String) -> String? {
         for field in fields where field.name.equalsIgnoringASCIICase(name) { return field.value }
         return nil

@@ -120,6 +120,8 @@ public final class CacheEntry: Sendable {
 
     public var etag: String? { head.headers["ETag"] }
     public var lastModified: String? { head.headers["Last-Modified"] }
+    /// Its version's name: ETag, else Last-Modified (HTTPHeaders.validator).
+    public var validator: String? { head.headers.validator }
 
     /// Fields of the stored response that a 304 does not update: they describe the stored body.
     public static let fieldsKeptOn304 = ["Content-Length", "Content-Encoding", "Content-Type", "Content-Range", "Transfer-Encoding"]

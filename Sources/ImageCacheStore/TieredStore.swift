@@ -121,7 +121,7 @@ public final class TieredStore: Sendable {
     /// stale: their source is fetched then and compared.)
     package func sourceStored(_ entry: CacheEntry) {
         guard !entry.key.isRendition else { return }
-        let validator = entry.etag ?? entry.lastModified
+        let validator = entry.validator
         let outdated = memory.renditions(of: entry.key.url).contains { rendition in
             guard let validator else { return true }
             return rendition.etag != RenditionTag.etag(sourceValidator: validator, rendition: rendition.key.rendition)

@@ -401,8 +401,7 @@ public struct TransformOptions: Sendable, Equatable {
         if case let .explicit(output) = format {
             // A fixed output format: only the quality it is encoded with counts (format_quality, then quality), and
             // none for PNG and GIF, whose encoders take none: f:png/q:50 is f:png.
-            let q = formatQuality[output].flatMap { $0 > 0 ? $0 : nil } ?? (quality > 0 ? quality : nil)
-            if let q, output != .png && output != .gif { parts.append("q:\(q)") }
+            if let q = explicitQuality(for: output), output != .png && output != .gif { parts.append("q:\(q)") }
         } else {
             if quality > 0 { parts.append("q:\(quality)") }
             for format in ImageOutputFormat.allCases { if let q = formatQuality[format], q > 0 { parts.append("fq:\(format.rawValue):\(q)") } }
@@ -412,11 +411,16 @@ public struct TransformOptions: Sendable, Equatable {
         return parts.joined(separator: "/")
     }
 
-    /// The quality to encode `format` with: format_quality, then quality, then `defaults`.
+    /// The quality to encode `format` with: the URL's (`explicitQuality`), else `defaults`.
     public func quality(for format: ImageOutputFormat, defaults: [ImageOutputFormat: Int]) -> Int {
+        explicitQuality(for: format) ?? defaults[format] ?? 80
+    }
+
+    /// The quality the URL asks for `format`: format_quality, then quality; nil: the configured default. The one
+    /// rule for both the encoder and the canonical text.
+    func explicitQuality(for format: ImageOutputFormat) -> Int? {
         if let q = formatQuality[format], q > 0 { return q }
-        if quality > 0 { return quality }
-        return defaults[format] ?? 80
+        return quality > 0 ? quality : nil
     }
 }
 
