@@ -260,25 +260,28 @@ struct DaemonProcessTests {
         #expect(await process.waitForExit() == 0)
     }
 
-    @Test("systemd-analyze verify accepts both units")
-    func unitsVerify() async throws {
-        let analyze = "/usr/bin/systemd-analyze"
-        try #require(FileManager.default.isExecutableFile(atPath: analyze), "systemd-analyze missing: run scripts/install-deps")
-        // Given the units as make install writes them (ExecStart naming an executable that exists)
+    /// The units as `make install` writes them (ExecStart naming an executable that exists), in a new temporary
+    /// directory that the caller removes; returns the directory and the service's text.
+    static func installedUnits() throws -> (directory: URL, service: String) {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("imagecached-units-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
         let service = try String(contentsOf: root.appendingPathComponent("systemd/imagecached.service"), encoding: .utf8)
             .replacingOccurrences(of: "/usr/local/bin/imagecached", with: CLITests.binary.path)
         try service.write(to: directory.appendingPathComponent("imagecached.service"), atomically: true, encoding: .utf8)
         try FileManager.default.copyItem(at: root.appendingPathComponent("systemd/imagecached.socket"),
                                          to: directory.appendingPathComponent("imagecached.socket"))
-        // When
-        let (status, output) = try await offPool { () -> (Int32, String) in
+        return (directory, service)
+    }
+
+    /// Runs `systemd-analyze arguments` in `directory`; returns its exit status and its output (stdout and stderr).
+    static func systemdAnalyze(_ arguments: [String], in directory: URL) async throws -> (Int32, String) {
+        let analyze = "/usr/bin/systemd-analyze"
+        try #require(FileManager.default.isExecutableFile(atPath: analyze), "systemd-analyze missing: run scripts/install-deps")
+        return try await offPool { () -> (Int32, String) in
             let process = Process()
             process.executableURL = URL(fileURLWithPath: analyze)
-            process.arguments = ["verify", "imagecached.service", "imagecached.socket"]
+            process.arguments = arguments
             process.currentDirectoryURL = directory
             let pipe = Pipe()
             process.standardOutput = pipe
@@ -288,11 +291,37 @@ struct DaemonProcessTests {
             process.waitUntilExit()
             return (process.terminationStatus, String(decoding: data, as: UTF8.self))
         }
+    }
+
+    @Test("systemd-analyze verify accepts both units")
+    func unitsVerify() async throws {
+        // Given the units as make install writes them
+        let (directory, service) = try DaemonProcessTests.installedUnits()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        // When
+        let (status, output) = try await DaemonProcessTests.systemdAnalyze(["verify", "imagecached.service", "imagecached.socket"],
+                                                                           in: directory)
         // Then
         #expect(status == 0, "\(output)")
         #expect(output.isEmpty, "\(output)")
         #expect(service.contains("Type=notify"))
         #expect(service.contains("ExecReload=/bin/kill -HUP $MAINPID"))
+    }
+
+    @Test("systemd-analyze security rates the service's sandbox 2.0 or lower (OK), from 5.5 MEDIUM")
+    func unitSecurityExposure() async throws {
+        // Given the service as make install writes it
+        let (directory, _) = try DaemonProcessTests.installedUnits()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        // When (--threshold is on systemd's scale of 0 to 100: over 20, the exit status is not 0)
+        let (status, output) = try await DaemonProcessTests.systemdAnalyze(
+            ["security", "--offline=yes", "--threshold=20", "--no-pager", "imagecached.service"], in: directory)
+        // Then ("→ Overall exposure level for imagecached.service: 1.2 OK 🙂")
+        let line = output.split(separator: "\n").first { $0.contains("Overall exposure level for imagecached.service:") }
+        let level = line.flatMap { $0.split(separator: ":").last?.split(separator: " ").first }.flatMap { Double($0) }
+        #expect(status == 0, "\(output)")
+        let exposure = try #require(level, "no overall exposure level in:\n\(output)")
+        #expect(exposure <= 2.0, "\(output)")
     }
 
     @Test("make install puts the binary, the units and the configuration under DESTDIR and PREFIX")
