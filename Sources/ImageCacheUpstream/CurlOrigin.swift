@@ -7,7 +7,7 @@
 // Ownership: `state` (the queue, the waiting and running transfers, counters, shut-down flag) is shared and
 // guarded by its Mutex; nothing slow and no event delivery happens inside it. Each transfer's events come from
 // the curl thread (queue timeouts too: the multi's tick expires them), so they are serial per transfer.
-// A slot is freed when the transfer's terminal event (`.end`/`.failed`) has been delivered, or at once on cancel.
+// A slot is freed just before the transfer's terminal event (`.end`/`.failed`) is delivered, or at once on cancel.
 // This file sees only Swift types: the C lives in Curl/ (house rule 4).
 
 public import ImageCacheConfig
@@ -122,14 +122,16 @@ public final class CurlOrigin: Origin, @unchecked Sendable {
             easy = try CurlEasy(id: transfer.id, request: transfer.request, configuration: configuration,
                                 addressGuard: guardMode, guardedConnections: multi.guardedConnections,
                                 loopGuard: loopGuard, flow: transfer.flow, logger: logger) { [weak self] event in
-                transfer.deliver(event)
+                // The slot is free before the last event is passed on: whoever sees a transfer end sees its slot
+                // free (and the next queued transfer started).
                 if event.isTerminal { self?.ended(transfer.id) }
+                transfer.deliver(event)
             }
         } catch {
             logger.error("could not set up upstream transfer", metadata: ["error": "\(error)", "url": "\(transfer.request.url)"])
             DispatchQueue.global().async { [weak self] in
-                transfer.deliver(.failed(.other(error.description)))
                 self?.ended(transfer.id)
+                transfer.deliver(.failed(.other(error.description)))
             }
             return
         }
@@ -141,8 +143,8 @@ public final class CurlOrigin: Origin, @unchecked Sendable {
         let posted = transfer.markPosted { multi.add(easy) }
         if !posted {
             DispatchQueue.global().async { [weak self] in
-                transfer.deliver(.failed(.cancelled))
                 self?.ended(transfer.id)
+                transfer.deliver(.failed(.cancelled))
             }
         }
     }

@@ -3,6 +3,7 @@
 import Foundation
 import ImageCacheConfig
 import Testing
+import ImageCacheTestSupport
 
 @Suite("The imagecached command", .timeLimit(.minutes(2)))
 struct CLITests {
@@ -113,7 +114,7 @@ struct CLITests {
         process.send(SIGTERM)
         // Then
         #expect(await process.waitForExit() == 0)
-        #expect(image.body == body)
+        expectSameBytes(image.body, body)
         #expect(health.text == "ok\n")
     }
 

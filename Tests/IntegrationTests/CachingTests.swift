@@ -8,6 +8,7 @@ import Testing
 @testable import ImageCacheConfig
 @testable import ImageCacheUpstream
 @testable import ImageCacheOps
+import ImageCacheTestSupport
 
 @Suite("Serving and caching end to end", .timeLimit(.minutes(2)))
 struct CachingTests {
@@ -33,7 +34,7 @@ struct CachingTests {
         // Then
         for response in [reverse, forward, fetch] {
             #expect(response.status == 200)
-            #expect(response.body == CachingTests.png)
+            expectSameBytes(response.body, CachingTests.png)
             #expect(response.complete)
         }
         #expect(reverse.header("X-Cache") == "MISS")
@@ -52,7 +53,7 @@ struct CachingTests {
         #expect(first.header("Cache-Status") == "imagecached; fwd=uri-miss; fwd-status=200; stored")
         #expect(second.header("Cache-Status") == "imagecached; hit; ttl=55")
         #expect(second.header("Age") == "5")
-        #expect(second.body == CachingTests.png)
+        expectSameBytes(second.body, CachingTests.png)
         #expect(harness.origin.requestCount("/b.png") == 1)
     }
 
@@ -107,8 +108,8 @@ struct CachingTests {
         #expect(heads.allSatisfy { $0.status == 200 })
         #expect(early.allSatisfy { $0.count >= 8192 && Array($0.prefix(8192)) == Array(big.prefix(8192)) })
         let rest = [await first.raw(atLeast: big.count - early[0].count), await second.raw(atLeast: big.count - early[1].count)]
-        #expect(early[0] + rest[0] == big)
-        #expect(early[1] + rest[1] == big)
+        expectSameBytes(early[0] + rest[0], big)
+        expectSameBytes(early[1] + rest[1], big)
         #expect(harness.origin.requestCount("/slow.png") == 1)
     }
 
@@ -128,7 +129,7 @@ struct CachingTests {
         let after = try await harness.get("/r.png")
         // Then
         #expect(revalidated.status == 200)
-        #expect(revalidated.body == CachingTests.png)
+        expectSameBytes(revalidated.body, CachingTests.png)
         #expect(revalidated.header("X-Cache") == "REVALIDATED")
         #expect(revalidated.header("Cache-Status") == "imagecached; fwd=stale; fwd-status=304; stored")
         #expect(harness.origin.requests("/r.png").count == 2)
@@ -246,7 +247,7 @@ struct CachingTests {
         harness.clock.advance(11)
         let second = try await harness.get("/lm.png")
         #expect(second.header("X-Cache") == "REVALIDATED")
-        #expect(second.body == CachingTests.png)
+        expectSameBytes(second.body, CachingTests.png)
         #expect(harness.origin.requests("/lm.png").last?.header("If-Modified-Since") == modified)
     }
 
@@ -263,10 +264,10 @@ struct CachingTests {
         harness.clock.advance(120)
         let changed = try await harness.get("/v.png")
         let after = try await harness.get("/v.png")
-        #expect(changed.body == v2)
+        expectSameBytes(changed.body, v2)
         #expect(changed.header("ETag") == "\"v2\"")
         #expect(changed.header("X-Cache") == "EXPIRED")
-        #expect(after.body == v2)
+        expectSameBytes(after.body, v2)
         #expect(after.header("X-Cache") == "HIT")
         #expect(harness.origin.requestCount("/v.png") == 2)
     }
@@ -417,7 +418,7 @@ struct CachingTests {
         #expect(head.header("Content-Length") == String(CachingTests.png.count))
         #expect(head.body.isEmpty)
         let get = try await harness.get("/h.png")
-        #expect(get.body == CachingTests.png)
+        expectSameBytes(get.body, CachingTests.png)
         #expect(harness.origin.requestCount("/h.png") == 1)
         #expect(harness.origin.requests("/h.png").first?.method == "GET")
     }
@@ -439,7 +440,7 @@ struct CachingTests {
         harness.clock.advance(100)
         let stale = try await harness.get("/d.png", headers: [("Cache-Control", "max-stale")])
         #expect(stale.header("X-Cache") == "STALE")
-        #expect(stale.body == CachingTests.png)
+        expectSameBytes(stale.body, CachingTests.png)
         #expect(try await harness.get("/d.png", headers: [("Cache-Control", "only-if-cached")]).status == 504)
         #expect(harness.origin.requestCount("/d.png") == 1)
         // no-cache: reload through revalidation, even though the entry is fresh again afterwards
@@ -519,8 +520,8 @@ struct CachingTests {
         try b.request("/vary.png", headers: [("Accept", "image/png")])
         try await harness.origin.waitForRequests("/vary.png", count: 2)
         gate.open()
-        #expect(try await a.response().body == CachingTests.png)
-        #expect(try await b.response().body == CachingTests.png)
+        expectSameBytes(try await a.response().body, CachingTests.png)
+        expectSameBytes(try await b.response().body, CachingTests.png)
         #expect(harness.origin.requestCount("/vary.png") == 2)
         #expect(Set(harness.origin.requests("/vary.png").compactMap { $0.header("Accept") }) == ["image/webp", "image/png"])
         // Both variants were stored: both are hits now.
@@ -560,7 +561,7 @@ struct CachingMoreTests {
         #expect(await wait(finished))
         let again = try await harness.get("/keep.png")
         #expect(again.header("X-Cache") == "HIT")
-        #expect(again.body == CachingTests.png)
+        expectSameBytes(again.body, CachingTests.png)
         #expect(harness.origin.requestCount("/keep.png") == 1)
     }
 
@@ -611,7 +612,7 @@ struct CachingMoreTests {
             let response = try await harness.get("/hop.png")
             #expect(response.header("X-Origin-Secret") == nil)
             #expect(response.header("Keep-Alive") == nil)
-            #expect(response.body == CachingTests.png)
+            expectSameBytes(response.body, CachingTests.png)
         }
     }
 

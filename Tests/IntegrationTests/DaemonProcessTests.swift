@@ -4,6 +4,7 @@
 import Foundation
 import Testing
 @testable import ImageCacheCore
+import ImageCacheTestSupport
 
 @Suite("The daemon process under systemd's contract", .timeLimit(.minutes(2)))
 struct DaemonProcessTests {
@@ -78,7 +79,7 @@ struct DaemonProcessTests {
         process.send(SIGTERM)
         // Then
         #expect(first.status == 200)
-        #expect(first.body == DaemonProcessTests.png)
+        expectSameBytes(first.body, DaemonProcessTests.png)
         #expect(second.header("X-Cache") == "HIT")
         #expect(await process.waitForExit() == 0)
     }
@@ -98,7 +99,7 @@ struct DaemonProcessTests {
         defer { pinned.kill9() }
         let port = try #require(await pinned.port())
         let response = try await offPool { try TestClient.get(port: port, "/a.png") }
-        #expect(response.body == DaemonProcessTests.png)
+        expectSameBytes(response.body, DaemonProcessTests.png)
         let pinnedLoops = pinned.loopCPUs()
         #expect(pinnedLoops.count == allowed.count, "\(pinnedLoops)")
         for (index, cpu) in allowed.enumerated() {
@@ -119,7 +120,7 @@ struct DaemonProcessTests {
         defer { narrowed.kill9() }
         let narrowedPort = try #require(await narrowed.port())
         let narrowedResponse = try await offPool { try TestClient.get(port: narrowedPort, "/a.png") }
-        #expect(narrowedResponse.body == DaemonProcessTests.png)
+        expectSameBytes(narrowedResponse.body, DaemonProcessTests.png)
         #expect(narrowed.loopCPUs() == ["icd.loop.0": [last]])
 
         // A value that is neither auto nor off is refused with the reason
@@ -157,7 +158,7 @@ struct DaemonProcessTests {
         // Then
         #expect(response.status == 200)
         #expect(response.complete)
-        #expect(response.body == DaemonProcessTests.png)
+        expectSameBytes(response.body, DaemonProcessTests.png)
         #expect(await process.waitForExit() == 0)
         #expect(process.log.contains("stopped"))
     }

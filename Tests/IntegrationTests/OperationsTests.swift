@@ -8,6 +8,7 @@ import Testing
 @testable import ImageCacheStore
 @testable import ImageCacheCore
 @testable import ImageCacheOps
+import ImageCacheTestSupport
 
 @Suite("Operations: metrics, admin endpoints, prefetch, reload, drain", .timeLimit(.minutes(2)))
 struct OperationsTests {
@@ -237,7 +238,7 @@ struct OperationsTests {
         #expect(refused)
         #expect(response.status == 200)
         #expect(response.complete)
-        #expect(response.body == OperationsTests.png)
+        expectSameBytes(response.body, OperationsTests.png)
         #expect(cutOff.withLock { $0 } == 0)
     }
 }

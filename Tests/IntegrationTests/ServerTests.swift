@@ -7,6 +7,7 @@ import Testing
 @testable import ImageCacheHTTP
 @testable import ImageCacheConfig
 @testable import ImageCacheServer
+import ImageCacheTestSupport
 
 /// A `RequestHandler` made of a closure.
 struct ClosureHandler: RequestHandler {
@@ -395,7 +396,7 @@ struct ServerTests {
             return (try client.readResponse(), try client.readResponse())
         }
         // Then
-        #expect(response.body == big)
+        expectSameBytes(response.body, big)
         #expect(next.body.count == big.count)
     }
 

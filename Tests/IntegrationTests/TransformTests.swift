@@ -11,6 +11,7 @@ import Testing
 @testable import ImageCacheTransform
 @testable import ImageCacheCore
 @testable import ImageCacheOps
+import ImageCacheTestSupport
 
 /// The real image files the origin serves.
 enum ImageFiles {
@@ -242,12 +243,12 @@ struct TransformTests {
         // thumbnail
         for (target, body) in zip(targets, bodies) {
             let again = try await uncached.get(target)
-            #expect(again.body == body, "\(target) differs without the pixel cache")
+            expectSameBytes(again.body, body, "\(target) differs without the pixel cache")
         }
         // ... also for a JPEG turned by its EXIF orientation, made from its whole decode
         let turned = try await harness.get(Self.path("w:100", "rotated.jpg"))
         #expect(Decoded.read(turned.body)?.description == "jpeg 100x150")
-        #expect(try await uncached.get(Self.path("w:100", "rotated.jpg")).body == turned.body)
+        expectSameBytes(try await uncached.get(Self.path("w:100", "rotated.jpg")).body, turned.body)
         // ... and a PNG with alpha never looks it up, nor does a result that needs the source's own pixels (a crop)
         _ = try await harness.get(Self.path("w:32", "alpha.png"))
         _ = try await harness.get(Self.path("c:300:200/w:32", "photo.jpg"))
@@ -290,7 +291,7 @@ struct TransformTests {
         for options in ["w:64", "w:200"] {
             let response = try await harness.get(Self.path(options, "bordered.png"))
             #expect(response.status == 200, "\(response.text.prefix(200))")
-            #expect(try await uncached.get(Self.path(options, "bordered.png")).body == response.body, "\(options)")
+            expectSameBytes(try await uncached.get(Self.path(options, "bordered.png")).body, response.body, "\(options)")
         }
         let cache = try #require(try await Self.stats(harness).transforms?.pixelCache)
         if over == 0 {
@@ -615,7 +616,7 @@ struct TransformTests {
         ImageFiles.serve(harness, "photo.jpg")
         for (format, quality) in [("jpeg", 80), ("webp", 79), ("avif", 63)] {
             let plain = try await harness.get(Self.path("w:64/f:\(format)", "photo.jpg")).body
-            #expect(plain == (try await harness.get(Self.path("w:64/f:\(format)/q:\(quality)", "photo.jpg")).body), "\(format)")
+            expectSameBytes(plain, try await harness.get(Self.path("w:64/f:\(format)/q:\(quality)", "photo.jpg")).body, "\(format)")
             #expect(plain != (try await harness.get(Self.path("w:64/f:\(format)/q:\(quality - 10)", "photo.jpg")).body), "\(format)")
         }
     }

@@ -2,6 +2,7 @@ import Foundation
 import ImageCacheHTTP
 import ImageCacheStore
 import Testing
+import ImageCacheTestSupport
 
 @Suite("CacheEntry", .timeLimit(.minutes(1)))
 struct CacheEntryTests {
@@ -51,7 +52,7 @@ struct CacheEntryTests {
         // Then
         let h = refreshed.head.headers
         #expect(refreshed.head.status == 200)
-        #expect(refreshed.body == [1, 2, 3])
+        expectSameBytes(refreshed.body, [1, 2, 3])
         #expect(h["Cache-Control"] == "max-age=300")
         #expect(h["Content-Type"] == "image/png")
         #expect(h["Content-Length"] == "3")

@@ -5,6 +5,7 @@ import Foundation
 import Logging
 import Synchronization
 import Testing
+import ImageCacheTestSupport
 
 @Suite("DiskCache", .timeLimit(.minutes(1)))
 struct DiskCacheTests {
@@ -83,7 +84,7 @@ struct DiskCacheTests {
         // Then
         #expect(found.key == entry.key)
         #expect(found.head == entry.head)
-        #expect(found.body == entry.body)
+        expectSameBytes(found.body, entry.body)
         #expect(found.requestTime == entry.requestTime)
         #expect(found.responseTime == entry.responseTime)
         #expect(found.vary == entry.vary)
@@ -602,7 +603,7 @@ struct DiskCacheTests {
         cache.update(headOnly)
         // Then
         let found = try #require(cache.lookupNow(stored.key)?.entry)
-        #expect(found.body == body)
+        expectSameBytes(found.body, body)
         #expect(found.head == refreshed.head)
         #expect(found.head.headers["Cache-Control"] == "max-age=900")
         #expect(found.requestTime == t1)
