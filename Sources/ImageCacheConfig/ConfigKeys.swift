@@ -41,7 +41,8 @@ public struct ConfigKey: Sendable {
     /// What it does, one line.
     public let meaning: String
     public let exposure: Exposure
-    /// The flag takes no value (`--disk-fsync`; `--disk-fsync=false` also works).
+    /// The flag works bare, meaning `true` (`--disk-fsync`); `--disk-fsync=false` and a following word of its form
+    /// (`--disk-fsync false`, `--require-signature auto`) also work.
     public let isSwitch: Bool
     /// Checks a value and puts it in the configuration.
     /// (Throws ConfigError only; typed as `throws` so that the short closures of the table need no annotation.)
@@ -53,6 +54,17 @@ public struct ConfigKey: Sendable {
 
     /// "--server-idle-timeout", or nil for keys that are never flags.
     public var flag: String? { exposure == .everywhere ? "--" + name.replacingOccurrences(of: ".", with: "-") : nil }
+
+    /// How the flag is written in --help and the README: "--disk-fsync" (a switch), "--require-signature
+    /// [auto|true|false]" (a switch that takes other words too), "--memory-limit SIZE"; nil for keys that are never flags.
+    public var flagUsage: String? {
+        guard let flag else { return nil }
+        if !isSwitch { return flag + " " + form }
+        return form == "true|false" ? flag : flag + " [" + form + "]"
+    }
+
+    /// The words a switch takes as a following argument (its form's: "true", "false", "auto").
+    var switchWords: [String] { isSwitch ? form.split(separator: "|").map(String.init) : [] }
 
     /// "IMAGECACHED_SERVER_IDLE_TIMEOUT", or nil for file-only keys.
     public var environmentVariable: String? { exposure == .fileOnly ? nil : Configuration.environmentName(of: name) }
@@ -237,6 +249,9 @@ extension ConfigKey {
         },
         key("stale-if-error", "DURATION", "0", "offline policy: how long past its freshness a stored entry may be served when the origin fails (0: only where stale-if-error says so)") {
             $0.staleIfErrorSeconds = try $1.seconds(allowingZero: true)
+        },
+        key("stale-while-revalidate", "DURATION", "0", "how long past its freshness a stored entry whose response names no stale-while-revalidate is served at once while one background request revalidates it (0: only where the response says so; never past must-revalidate, proxy-revalidate or s-maxage)") {
+            $0.staleWhileRevalidateSeconds = try $1.seconds(allowingZero: true)
         },
         key("content-types", "LIST", "image/jpeg,image/png,image/gif,image/webp,image/avif", "media types served and stored; */* turns the image checks off") { configuration, value throws(ConfigError) in
             let types = try value.items("a list of media types").map { $0.lowercased() }
@@ -472,7 +487,7 @@ extension ConfigKey {
                 .map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty && !$0.hasPrefix("#") }
             configuration.signingKeys = try Configuration.signingKeys(lines, source: value.source)
         },
-        key("require-signature", "auto|true|false", "auto", "refuse unsigned /fetch and forward-proxy requests (403); auto: on unless listen is a loopback address") { configuration, value throws(ConfigError) in
+        key("require-signature", "auto|true|false", "auto", "refuse unsigned /fetch and forward-proxy requests (403); auto: on unless listen is a loopback address; the bare flag means true", isSwitch: true) { configuration, value throws(ConfigError) in
             configuration.requireSignature = try value.scalar().lowercased() == "auto" ? nil : try value.boolean()
         },
         key("in-flight-limit", "SIZE", "64MiB", "bytes of response bodies in flight past which backpressure applies (bodies not kept for the cache, transfers paused while a client is behind); at least 1MiB") {
@@ -555,7 +570,7 @@ extension ConfigKey {
         for key in all {
             let flag: String
             switch key.exposure {
-            case .everywhere: flag = "`" + key.flag! + (key.isSwitch ? "" : " " + key.form) + "`"
+            case .everywhere: flag = "`" + key.flagUsage! + "`"
             case .notAsFlag: flag = "(file or `\(key.environmentVariable!)` only)"
             case .fileOnly: flag = "(file only)"
             }

@@ -37,6 +37,11 @@ public struct Configuration: Sendable, Equatable {
     /// origin cannot be reached or answers 5xx (RFC 5861 stale-if-error for every response); 0 = only when the
     /// response or request says stale-if-error. Default 0.
     public var staleIfErrorSeconds: Double = 0
+    /// `stale-while-revalidate`: how long past its freshness a stored entry whose response names no
+    /// stale-while-revalidate is served at once while one background request revalidates it (RFC 5861 section 3 for
+    /// every response, like Varnish's default grace); never for must-revalidate, proxy-revalidate or s-maxage
+    /// entries, nor for requests with max-age, min-fresh or max-stale. 0 = only where the response says so. Default 0.
+    public var staleWhileRevalidateSeconds: Double = 0
     /// `max-object-size`: largest upstream body served or stored; larger transfers are stopped. Default 50 MiB.
     public var maxObjectSizeBytes: Int = 50 << 20
     /// `content-types`: media types served and stored; "*/*" turns the image checks off. Default JPEG, PNG, GIF, WebP, AVIF.

@@ -41,8 +41,14 @@ public enum DaemonCommandLine {
             let value: String
             if let inline {
                 value = inline
-            } else if key?.isSwitch == true {
-                value = "true"
+            } else if let key, key.isSwitch {
+                // Bare: true; or one of its words as the next argument (`--require-signature auto`).
+                if index < arguments.count, key.switchWords.contains(arguments[index].lowercased()) {
+                    value = arguments[index]
+                    index += 1
+                } else {
+                    value = "true"
+                }
             } else {
                 // The next argument is the value, unless it is another flag (give --KEY=--x for such a value).
                 guard index < arguments.count, !arguments[index].hasPrefix("--") else {
@@ -82,7 +88,7 @@ public enum DaemonCommandLine {
             """
         for key in ConfigKey.all {
             guard let flag = key.flag else { continue }
-            text += "  \(flag)\(key.isSwitch ? "" : " " + key.form)\n"
+            text += "  \(key.flagUsage ?? flag)\n"
             text += "        \(sentence(key.meaning)) Default: \(key.defaultText).\(key.reload == .restart ? " Restart only." : "")\n"
         }
         text += """

@@ -68,7 +68,8 @@ final class Coalescer {
             // it is still the copy stale-if-error may serve if the origin fails).
             if let entry = context.store.peekInMemory(key, requestFields: request.forwardedHeaders).entry {
                 let time = context.now()
-                switch CacheDecision.decide(stored: entry, request: request.cacheControl, now: time) {
+                switch CacheDecision.decide(stored: entry, request: request.cacheControl, now: time,
+                                            defaultStaleWhileRevalidate: request.staleWhileRevalidate) {
                 case let .serve(.fresh(ttl)):
                     StoredResponse.send(entry, to: sink, request: request, outcome: .hit(ttl: ttl), now: time)
                     return

@@ -290,11 +290,23 @@ struct FetchMachine {
         return takeActions()
     }
 
-    /// An interim response from the origin (reverse mode): to every waiter that has no head yet.
+    /// An interim response from the origin (reverse mode), to the waiters that have no head yet: whole to the client
+    /// whose request the origin is answering (the leader, not collapsed); the clients that joined the fetch get only
+    /// its Link fields (a 103's preload hints are about the resource), never another client's cookies or fields, and
+    /// nothing when it has none.
     mutating func receiveInterim(_ head: HTTPResponseHead) -> [Action] {
         guard case .waitingForHead = state else { return [] }
-        let ids = waiters.filter { !$0.sentHead }.map(\.id)
-        return ids.isEmpty ? [] : [.sendInterim(head, to: ids)]
+        let waiting = waiters.filter { !$0.sentHead }
+        var actions: [Action] = []
+        let own = waiting.filter { !$0.collapsed }.map(\.id)
+        if !own.isEmpty { actions.append(.sendInterim(head, to: own)) }
+        let joined = waiting.filter(\.collapsed).map(\.id)
+        let links = head.headers.values("Link")
+        if !joined.isEmpty && !links.isEmpty {
+            let shared = HTTPResponseHead(status: head.status, reason: head.reason, headers: HTTPHeaders(links.map { ("Link", $0) }))
+            actions.append(.sendInterim(shared, to: joined))
+        }
+        return actions
     }
 
     mutating func receiveHead(_ head: HTTPResponseHead, url: String, redirects: [Int], now: Date) -> [Action] {
@@ -380,7 +392,8 @@ struct FetchMachine {
                 served.append((waiter, confirmed))
                 continue
             }
-            let decision = CacheDecision.decide(stored: stored, request: waiter.request.cacheControl, now: now)
+            let decision = CacheDecision.decide(stored: stored, request: waiter.request.cacheControl, now: now,
+                                                defaultStaleWhileRevalidate: waiter.request.staleWhileRevalidate)
             if let outcome = decision.servedOutcome(tier: "disk") {
                 served.append((waiter, outcome))
                 revalidatesInBackground = revalidatesInBackground || decision.revalidatesInBackground
@@ -462,6 +475,14 @@ struct FetchMachine {
         if let revalidating = upstream.revalidating, revalidating.entry.hasValidators, head.status == 304 {
             return notModified(head, revalidating: revalidating, requestTime: upstream.requestTime, now: now)
         }
+        // Any other 304 answers a request that was not conditional (the client's own conditionals never go upstream
+        // on a fetch): nothing was revalidated. Reverse mode passes it on as the origin's status, uncached and
+        // labelled PASS (below); forward and fetch modes answer 502, as for any status that is not an image.
+        let notConditional = head.status == 304
+        if notConditional && leader.mode != .reverse {
+            return refuseAll(status: 502, reason: "upstream answered 304 Not Modified to a request that was not conditional",
+                             kind: "upstream_status_3xx")
+        }
         // 200 and 203 are the images; reverse mode passes every other status on as it is.
         let isImage = head.status == 200 || head.status == 203
         if !isImage {
@@ -493,6 +514,7 @@ struct FetchMachine {
         if let temporary = redirects.first(where: { $0 != 301 && $0 != 308 }) {
             storeDecision = .dontStore(reason: "reached through a \(temporary) redirect to \(url)")
         }
+        if notConditional { storeDecision = .dontStore(reason: "a 304 to a request that was not conditional") }
         // Another status (reverse mode) is shared, stored or streamed by the same rules as an image, without the image
         // checks.
         if isImage {
@@ -561,7 +583,7 @@ struct FetchMachine {
             if keep {
                 // No one waits (a background revalidation): the refreshed header is all there was to do.
                 if waiters.isEmpty { return finish() }
-                return serveFromDisk(confirmed: CacheOutcome(forward: reason, forwardStatus: 304, stored: true))
+                return serveFromDisk(confirmed: CacheOutcome(forward: reason, forwardStatus: 304, revalidated: true, stored: true))
             }
             actions.append(.cancelTransfer)
             return restartUpstream(revalidating: nil, now: now)
@@ -577,7 +599,7 @@ struct FetchMachine {
             } else if let vary = refreshed.vary, !vary.matches(waiter.request.forwardedHeaders) {
                 otherVariants.append(waiter)
             } else {
-                var outcome = CacheOutcome(forward: reason, forwardStatus: 304, stored: keep)
+                var outcome = CacheOutcome(forward: reason, forwardStatus: 304, revalidated: true, stored: keep)
                 outcome.collapsed = waiter.collapsed
                 actions.append(.respondStored(refreshed, outcome: outcome, file: nil, now: now, to: waiter.id))
             }
@@ -752,7 +774,8 @@ struct FetchMachine {
         guard waiter.request.head.method == "GET", waiter.request.head.headers.contains("Range"), response.head.status == 200,
               let length = response.bodyLength else { return nil }
         let answer = RangeAnswer.evaluate(method: "GET", headers: waiter.request.head.headers, length: length,
-                                          etag: response.head.headers["ETag"], lastModified: response.head.headers["Last-Modified"])
+                                          etag: response.head.headers["ETag"], lastModified: response.head.headers["Last-Modified"],
+                                          date: response.head.headers["Date"])
         return answer == .whole ? nil : answer
     }
 

@@ -86,10 +86,12 @@ extension CacheOutcome {
         guard let forward else { return (ttl ?? 0) < 0 ? .stale : detail == "disk" ? .diskHit : .hit }
         if collapsed { return .coalesced }
         switch forward {
-        case .stale: return forwardStatus == 304 ? .revalidated : .expired
+        case _ where revalidated: return .revalidated
         case .bypass: return .bypass
         case .method: return .pass
-        case .miss, .request, .varyMiss: return forwardStatus == 304 ? .revalidated : .miss
+        case _ where forwardStatus == 304: return .pass   // a 304 that answered no conditional request (xCache)
+        case .stale: return .expired
+        case .miss, .request, .varyMiss: return .miss
         }
     }
 }

@@ -42,7 +42,7 @@ extension Proxy {
         }
         let time = now()
         let decision = CacheDecision.decide(stored: stored, otherVariants: otherVariants, request: request.cacheControl,
-                                            now: time)
+                                            now: time, defaultStaleWhileRevalidate: request.staleWhileRevalidate)
         // Read whole only when the memory tier admits it (then promoted); else sent from its file.
         if case .serve = decision, let stored, file == nil { store.promote(stored, removalsSeen: removalsSeen) }
         act(on: decision, stored: stored, request: request, key: key, sink: sink, now: time, tier: "disk", file: file,

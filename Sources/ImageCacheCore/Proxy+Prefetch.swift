@@ -79,8 +79,10 @@ final class PrefetchRun: @unchecked Sendable {
             var headers = HTTPHeaders()
             headers.add("Host", url.authority)
             let head = HTTPRequestHead(method: "GET", target: url.string, headers: headers)
+            let settings = proxy.settings
             let request = ClientRequest(head: head, url: url, mode: trusted ? .reverse : .fetch, trusted: trusted, client: client,
-                                        fields: proxy.settings.requestFields)
+                                        fields: settings.requestFields,
+                                        staleWhileRevalidate: settings.configuration.staleWhileRevalidateSeconds)
             let sink = PrefetchSink { [self] status, xCache, count, failure in
                 queue.async {
                     self.inFlight -= 1

@@ -80,7 +80,8 @@ extension Proxy {
         let rendition = RenditionRequest.of(target, accept: head.headers["Accept"], settings: settings.configuration.transform)
         if settings.configuration.accessLog { (sink as? AccessLogSink)?.describe(transform: rendition.text) }
         let request = ClientRequest(head: head, url: target.source, mode: target.mode, trusted: target.trusted, client: client,
-                                    fields: settings.requestFields, rendition: rendition)
+                                    fields: settings.requestFields, rendition: rendition,
+                                    staleWhileRevalidate: settings.configuration.staleWhileRevalidateSeconds)
         serve(request, sink: sink)
     }
 }
@@ -135,7 +136,8 @@ final class Renditions: @unchecked Sendable {
         // A rendition may have landed between the lookup and now.
         if let entry = context.store.peekInMemory(key, requestFields: HTTPHeaders()).entry {
             let time = context.now()
-            if case let .serve(.fresh(ttl)) = CacheDecision.decide(stored: entry, request: request.cacheControl, now: time) {
+            if case let .serve(.fresh(ttl)) = CacheDecision.decide(stored: entry, request: request.cacheControl, now: time,
+                                                                   defaultStaleWhileRevalidate: request.staleWhileRevalidate) {
                 StoredResponse.send(entry, to: sink, request: request, outcome: .hit(ttl: ttl), now: time)
                 return
             }
@@ -179,7 +181,8 @@ final class Renditions: @unchecked Sendable {
         for value in job.leader.head.headers.values("Pragma") { headers.add("Pragma", value) }
         let head = HTTPRequestHead(method: "GET", target: source.pathAndQuery, headers: headers)
         let sourceRequest = ClientRequest(head: head, url: source, mode: job.leader.mode, trusted: job.leader.trusted,
-                                          client: job.leader.client, fields: job.leader.fields, isInternal: true)
+                                          client: job.leader.client, fields: job.leader.fields, isInternal: true,
+                                          staleWhileRevalidate: job.leader.staleWhileRevalidate)
         let queue = context.queue
         let collector = SourceCollector(limit: job.settings.maxSourceBytes) { [self] result in
             queue.async { self.sourceArrived(job, result) }
@@ -302,12 +305,14 @@ final class Renditions: @unchecked Sendable {
             for (request, sink, _) in others { dispatch(request, rendition: job.rendition, key: job.key, sink: sink, stale: nil) }
             for (request, sink, _) in waiters {
                 StoredResponse.send(entry, to: sink, request: request,
-                                    outcome: CacheOutcome(forward: .miss, forwardStatus: forwardStatus, detail: "transformed"), now: time)
+                                    outcome: CacheOutcome(forward: .miss, forwardStatus: forwardStatus,
+                                                         revalidated: forwardStatus == 304, detail: "transformed"), now: time)
             }
             return
         }
         for (request, sink, collapsed) in waiters {
             let outcome = CacheOutcome(forward: job.stale == nil ? .miss : .stale, forwardStatus: forwardStatus,
+                                       revalidated: forwardStatus == 304,
                                        stored: job.stores, collapsed: collapsed,
                                        detail: forwardStatus == 304 ? "refreshed" : "transformed")
             StoredResponse.send(entry, to: sink, request: request, outcome: outcome, now: time)

@@ -156,7 +156,8 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
                 return
             }
             serve(ClientRequest(head: request, url: url, mode: mode, trusted: trusted, client: client,
-                                fields: settings.requestFields), sink: sink)
+                                fields: settings.requestFields,
+                                staleWhileRevalidate: settings.configuration.staleWhileRevalidateSeconds), sink: sink)
         }
     }
 
@@ -253,7 +254,8 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
         }
         let time = now()
         let decision = CacheDecision.decide(stored: found.entry, otherVariants: found.otherVariants,
-                                            request: request.cacheControl, now: time)
+                                            request: request.cacheControl, now: time,
+                                            defaultStaleWhileRevalidate: request.staleWhileRevalidate)
         act(on: decision, stored: found.entry, request: request, key: key, sink: sink, now: time, tier: nil)
     }
 
@@ -344,9 +346,14 @@ struct ClientRequest: Sendable {
     let rendition: RenditionRequest?
     /// The daemon's own request for a transform's source: answered like any other, counted in no client metric.
     let isInternal: Bool
+    /// The configured `stale-while-revalidate` window (seconds) for stored responses that name none, from the settings
+    /// the request was routed with (CacheDecision).
+    let staleWhileRevalidate: Double
     init(head: HTTPRequestHead, url: UpstreamURL, mode: Route.Mode, trusted: Bool, client: ClientInfo,
-         fields: RequestFieldPolicy = .defaults, rendition: RenditionRequest? = nil, isInternal: Bool = false) {
+         fields: RequestFieldPolicy = .defaults, rendition: RenditionRequest? = nil, isInternal: Bool = false,
+         staleWhileRevalidate: Double) {
         self.head = head
+        self.staleWhileRevalidate = staleWhileRevalidate
         self.rendition = rendition
         self.isInternal = isInternal
         self.fields = fields

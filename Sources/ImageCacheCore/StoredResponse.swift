@@ -40,7 +40,7 @@ enum StoredResponse {
         let length = file?.length ?? entry.body.count
         let range = entry.head.status == 200
             ? RangeAnswer.evaluate(method: request.head.method, headers: request.head.headers, length: length,
-                                   etag: entry.etag, lastModified: entry.lastModified)
+                                   etag: entry.etag, lastModified: entry.lastModified, date: entry.head.headers["Date"])
             : .whole
         switch range {
         case .whole:

@@ -12,6 +12,8 @@
 //   BYPASS       imagecached; fwd=bypass; ...                   not cacheable as asked (Authorization, no-store) or not shareable
 //   PASS         imagecached; fwd=method; fwd-status=201        reverse mode: a method the cache does not answer, passed
 //                                                               through (Passthrough.swift)
+//   PASS         imagecached; fwd=uri-miss; fwd-status=304      reverse mode: a 304 that answered no conditional request,
+//                                                               passed on, not stored (REVALIDATED needs `revalidated`)
 //   HIT          imagecached; hit; ttl=N; detail=disk           fresh on disk (after a restart, or evicted from memory)
 //   STALE        imagecached; hit; ttl=-N; detail=stale-if-error   stale, served because the origin failed and
 //                                                               stale-if-error (directive or the offline policy) allows it
@@ -37,15 +39,19 @@ public struct CacheOutcome: Sendable, Equatable {
     /// Seconds of freshness left (negative when stale); hits only.
     package var ttl: Double?
     package var forwardStatus: Int?
+    /// The origin's 304 confirmed the stored copy (a conditional request the cache made). A 304 that answered no
+    /// conditional request is passed on (reverse mode) and says PASS, not REVALIDATED.
+    package var revalidated = false
     package var stored = false
     package var collapsed = false
     /// RFC 9211 detail: "disk" for a hit read from the disk tier, "stale-if-error" for a stale entry served because
     /// the origin failed.
     package var detail: String?
 
-    package init(forward: Forward? = nil, ttl: Double? = nil, forwardStatus: Int? = nil, stored: Bool = false,
-                 collapsed: Bool = false, detail: String? = nil) {
+    package init(forward: Forward? = nil, ttl: Double? = nil, forwardStatus: Int? = nil, revalidated: Bool = false,
+                 stored: Bool = false, collapsed: Bool = false, detail: String? = nil) {
         self.forward = forward
+        self.revalidated = revalidated
         self.ttl = ttl
         self.forwardStatus = forwardStatus
         self.stored = stored
@@ -58,11 +64,13 @@ public struct CacheOutcome: Sendable, Equatable {
     package var xCache: String {
         guard let forward else { return (ttl ?? 0) < 0 ? "STALE" : "HIT" }
         if collapsed { return "COALESCED" }
+        if revalidated { return "REVALIDATED" }
         switch forward {
-        case .stale: return forwardStatus == 304 ? "REVALIDATED" : "EXPIRED"
         case .bypass: return "BYPASS"
         case .method: return "PASS"
-        case .miss, .request, .varyMiss: return forwardStatus == 304 ? "REVALIDATED" : "MISS"
+        case _ where forwardStatus == 304: return "PASS"
+        case .stale: return "EXPIRED"
+        case .miss, .request, .varyMiss: return "MISS"
         }
     }
 

@@ -17,9 +17,10 @@
 //   -                                   fresh for this request                     serve fresh (ttl)
 //   max-stale that covers the staleness stale, without must-revalidate,            serve stale (max-stale)
 //                                       proxy-revalidate or s-maxage
-//   neither max-age nor min-fresh       stale within its stale-while-revalidate,   serve stale (stale-while-revalidate)
-//   (only-if-cached may be set)         without must-revalidate, proxy-revalidate  and revalidate in the background
-//                                       or s-maxage                                (`revalidatesInBackground`)
+//   neither max-age nor min-fresh       stale within its stale-while-revalidate    serve stale (stale-while-revalidate)
+//   (only-if-cached may be set)         (or, naming none, the configured           and revalidate in the background
+//                                       `stale-while-revalidate` window), without  (`revalidatesInBackground`)
+//                                       must-revalidate, proxy-revalidate, s-maxage
 //   no-cache (or Pragma: no-cache)      any                                        forward, request: conditional when
 //                                                                                  it has a validator (ETag or
 //                                                                                  Last-Modified)
@@ -28,8 +29,9 @@
 //
 // After the origin failed while a stale variant was being revalidated (connect error, timeout, 5xx: `afterOriginFailure`),
 // the stale variant is served (stale-if-error, RFC 5861 section 4) when the staleness is within the response's or the
-// request's stale-if-error or the configured offline window (`stale-if-error`), and the response says neither
-// must-revalidate nor proxy-revalidate. Otherwise the client gets the error.
+// request's stale-if-error or the configured offline window (`stale-if-error`), and the response says none of
+// must-revalidate, proxy-revalidate and s-maxage (which carries proxy-revalidate for a shared cache, RFC 9111
+// 5.2.2.10). Otherwise the client gets the error.
 //
 // Pure: no I/O, no clock (callers pass `now`), no state.
 
@@ -77,14 +79,16 @@ package enum CacheDecision: Sendable, Equatable {
 
     /// The decision for a request (its directives `request`) given the variant the store selected for it, `stored`
     /// (nil: none; `otherVariants`: none, but the URL has variants for other field values), at `now`.
-    package static func decide(stored: CacheEntry?, otherVariants: Bool = false, request: CacheControl, now: Date) -> CacheDecision {
+    /// `defaultStaleWhileRevalidate`: the configured window for responses that name none (`stale-while-revalidate`).
+    package static func decide(stored: CacheEntry?, otherVariants: Bool = false, request: CacheControl, now: Date,
+                               defaultStaleWhileRevalidate: Double) -> CacheDecision {
         guard let stored else {
             if otherVariants {
                 return request.onlyIfCached ? .refuse(status: 504, reason: otherVariant) : .forward(.varyMiss, conditional: false)
             }
             return request.onlyIfCached ? .refuse(status: 504, reason: notCached) : .forward(.miss, conditional: false)
         }
-        switch Freshness.use(stored, request: request, now: now) {
+        switch Freshness.use(stored, request: request, now: now, defaultStaleWhileRevalidate: defaultStaleWhileRevalidate) {
         case let .fresh(ttl):
             return .serve(.fresh(ttl: ttl))
         case let .staleAllowed(staleness):
@@ -103,7 +107,8 @@ package enum CacheDecision: Sendable, Equatable {
                                           now: Date) -> CacheDecision? {
         let staleness = Freshness.currentAge(stored, now: now) - stored.freshnessLifetime
         guard staleness > 0 else { return .serve(.stale(staleness: 0, why: .staleIfError)) }
-        if stored.cacheControl.mustRevalidate || stored.cacheControl.proxyRevalidate { return nil }
+        let response = stored.cacheControl
+        if response.mustRevalidate || response.proxyRevalidate || response.sMaxAge != nil { return nil }
         let window = [stored.cacheControl.staleIfError, request.staleIfError].compactMap { $0 }.map(Double.init).max() ?? 0
         guard staleness <= max(window, offlineSeconds) else { return nil }
         return .serve(.stale(staleness: staleness, why: .staleIfError))

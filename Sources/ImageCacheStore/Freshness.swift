@@ -25,7 +25,8 @@
 //   - fresh (lifetime > age)                                 -> serve, ttl = the stored response's remaining lifetime.
 //   - stale, and the request's max-stale allows the staleness (max-stale alone: any; max-stale=N: staleness <= N),
 //     and the response has none of must-revalidate, proxy-revalidate, s-maxage -> serve stale without revalidating.
-//   - stale within the response's stale-while-revalidate=N (staleness <= N, RFC 5861 section 3), the response has
+//   - stale within the response's stale-while-revalidate=N (staleness <= N, RFC 5861 section 3), or, when the
+//     response names none, within the configured `stale-while-revalidate` window (0: none; Varnish's default grace), the response has
 //     none of must-revalidate, proxy-revalidate, s-maxage, and the request sets none of max-age, min-fresh (it asked
 //     for a fresher copy) and max-stale (it said how stale it takes) -> serve stale now, revalidate in the background.
 //   - otherwise                                              -> revalidate (conditional request) or fetch.
@@ -135,7 +136,9 @@ public enum Freshness {
     }
 
     /// What to do with `entry` for a request whose directives are `request`, per the policy above.
-    public static func use(_ entry: CacheEntry, request: CacheControl, now: Date) -> CacheUse {
+    /// `defaultStaleWhileRevalidate`: the configured window (`stale-while-revalidate`, seconds) for a response that
+    /// names none; 0 for none.
+    public static func use(_ entry: CacheEntry, request: CacheControl, now: Date, defaultStaleWhileRevalidate: Double) -> CacheUse {
         let response = entry.cacheControl
         if request.noCache || response.noCache { return .revalidate }
         let age = currentAge(entry, now: now)
@@ -151,7 +154,8 @@ public enum Freshness {
         case let .seconds(limit) where staleness <= Double(limit): return .staleAllowed(staleness: staleness)
         default: break
         }
-        if let window = response.staleWhileRevalidate, staleness <= Double(window),
+        let configured: Double? = defaultStaleWhileRevalidate > 0 ? defaultStaleWhileRevalidate : nil
+        if let window = response.staleWhileRevalidate.map(Double.init) ?? configured, staleness <= window,
            request.maxAge == nil, request.minFresh == nil, request.maxStale == nil {
             return .staleWhileRevalidate(staleness: staleness)
         }

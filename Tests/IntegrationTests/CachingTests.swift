@@ -175,6 +175,68 @@ struct CachingTests {
         #expect(late.header("X-Cache") == "REVALIDATED")
     }
 
+    @Test("the configured stale-while-revalidate serves a response that names none stale at once while one background revalidation refreshes it; never an s-maxage or must-revalidate response")
+    func configuredStaleWhileRevalidate() async throws {
+        // Given the operator's window of 60 s and responses that name no stale-while-revalidate
+        let harness = try ProxyHarness { $0.staleWhileRevalidateSeconds = 60 }
+        let gate = Gate()
+        defer { gate.open() }
+        for (path, cacheControl) in [("/grace.png", "max-age=10"), ("/shared.png", "s-maxage=10"),
+                                     ("/strict.png", "max-age=10, must-revalidate")] {
+            harness.origin.route(path) { request in
+                if request.header("If-None-Match") == "\"v1\"" {
+                    if path == "/grace.png" { gate.wait() }   // held until the test has its stale answer
+                    return Reply(status: 304, headers: [("ETag", "\"v1\""), ("Cache-Control", cacheControl)])
+                }
+                return CachingTests.image(cacheControl: cacheControl)
+            }
+            _ = try await harness.get(path)
+        }
+        harness.clock.advance(20)
+        // When a client asks while the origin holds the revalidation
+        let grace = try await harness.get("/grace.png")
+        // Then it is served stale at once
+        #expect(grace.status == 200 && grace.header("X-Cache") == "STALE")
+        #expect(grace.header("Cache-Status") == "imagecached; hit; ttl=-10; detail=stale-while-revalidate")
+        expectSameBytes(grace.body, CachingTests.png)
+        // And the background revalidation makes it fresh again
+        let finished = DispatchSemaphore(value: 0)
+        harness.waiters.onFinished = { finished.signal() }
+        gate.open()
+        #expect(await wait(finished))
+        #expect(try await harness.get("/grace.png").header("X-Cache") == "HIT")
+        #expect(harness.origin.requests("/grace.png").count == 2)
+        // And the s-maxage and must-revalidate responses, as stale, made their clients wait for the revalidation
+        #expect(try await harness.get("/shared.png").header("X-Cache") == "REVALIDATED")
+        #expect(try await harness.get("/strict.png").header("X-Cache") == "REVALIDATED")
+        // Past the window the client waits, as without the key
+        harness.clock.advance(100)
+        #expect(try await harness.get("/grace.png").header("X-Cache") == "REVALIDATED")
+    }
+
+    @Test("an s-maxage entry is never served stale when the origin fails (it carries proxy-revalidate): not by the response's stale-if-error, the request's, nor the configured one")
+    func sMaxAgeNotStaleOnError() async throws {
+        // Given stored s-maxage and max-age responses, both saying stale-if-error, and a generous offline window
+        let harness = try ProxyHarness { $0.staleIfErrorSeconds = 3600 }
+        let failing = Mutex(false)
+        for (path, cacheControl) in [("/s.png", "s-maxage=10, stale-if-error=600"), ("/m.png", "max-age=10, stale-if-error=600")] {
+            harness.origin.route(path) { _ in
+                if failing.withLock({ $0 }) { return Reply(status: 503, headers: [("Content-Type", "text/plain")], body: Array("down".utf8)) }
+                return CachingTests.image(cacheControl: cacheControl)
+            }
+            _ = try await harness.get(path)
+        }
+        failing.withLock { $0 = true }
+        harness.clock.advance(60)
+        // When the origin fails
+        let shared = try await harness.get("/s.png", headers: [("Cache-Control", "stale-if-error=600")])
+        let plain = try await harness.get("/m.png")
+        // Then the s-maxage entry's client gets the error, the other the stale copy
+        #expect(shared.status == 503, "\(shared.status) \(shared.header("Cache-Status") ?? "")")
+        #expect(shared.header("Cache-Status")?.contains("stale-if-error") != true)
+        #expect(plain.status == 200 && plain.header("Cache-Status")?.contains("detail=stale-if-error") == true)
+    }
+
     @Test("a client's own conditional fields against the stored image: a weak If-None-Match gets 304; If-Match and If-Unmodified-Since are the origin's (RFC 9111 4.3.2), never a cached 412")
     func clientPreconditions() async throws {
         let harness = try ProxyHarness()

@@ -30,6 +30,31 @@ struct ReverseModeTests {
         return try await client.response(forHEAD: method == "HEAD")
     }
 
+    @Test("a 304 that answers no conditional request is passed on as the origin's status, uncached and labelled PASS; forward and fetch modes answer 502 with the reason")
+    func unconditional304() async throws {
+        // Given an origin that answers 304 to a request carrying no validator (the cache holds no copy of the URL)
+        let harness = try ProxyHarness()
+        harness.origin.route("/odd.png") { _ in
+            Reply(status: 304, headers: [("ETag", "\"v1\""), ("Cache-Control", "max-age=600")], body: [])
+        }
+        // When
+        let first = try await harness.get("/odd.png")
+        let second = try await harness.get("/odd.png")
+        let fetched = try await harness.get(harness.fetchTarget("/odd.png"))
+        // Then reverse mode passes the origin's status on: nothing was revalidated, nothing kept
+        #expect(first.status == 304 && second.status == 304)
+        #expect(first.header("X-Cache") == "PASS" && second.header("X-Cache") == "PASS")
+        #expect(first.header("Cache-Status")?.contains("fwd-status=304") == true)
+        #expect(first.header("Cache-Status")?.contains("stored") == false)
+        // And fetch mode refuses it with the reason
+        #expect(fetched.status == 502)
+        #expect(fetched.text.contains("upstream answered 304 Not Modified to a request that was not conditional"), "\(fetched.text)")
+        // And every request reached the origin, none of them conditional
+        let seen = harness.origin.requests("/odd.png")
+        #expect(seen.count == 3)
+        #expect(seen.allSatisfy { $0.header("If-None-Match") == nil && $0.header("If-Modified-Since") == nil })
+    }
+
     @Test("an unsafe method reaches the origin with its body and end-to-end fields; the origin's answer comes back as it is, counted as PASS",
           arguments: ["POST", "PUT", "PATCH", "DELETE", "REPORT"])
     func methodsPassThrough(method: String) async throws {
@@ -431,6 +456,51 @@ struct ReverseModeTests {
         try old.send("POST /page HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: 1\r\n\r\nx")
         let plain = try await old.response()
         #expect(plain.status == 200 && plain.text == "done")
+    }
+
+    @Test("a 1xx goes whole only to the client whose request the origin answers; the other clients waiting on that fetch get only its Link fields")
+    func interimFieldsStayWithTheirClient() async throws {
+        // Given an origin whose 103 carries a cookie and a private field besides its Link, held until both clients wait
+        let harness = try ProxyHarness()
+        let gate = Gate()
+        let upstreamAgent = Mutex<String?>(nil)
+        harness.origin.route("/mine.png") { request in
+            upstreamAgent.withLock { $0 = request.header("User-Agent") }
+            var reply = Self.image()
+            reply.interim = [(103, [("Link", "</a.css>; rel=preload; as=style"), ("Set-Cookie", "session=for-the-leader"),
+                                    ("X-Debug", "internal")])]
+            reply.gateBeforeHead = gate
+            return reply
+        }
+        harness.waiters.expect(2)
+        let clients = try ["client-a", "client-b"].map { agent in
+            let client = try harness.connect()
+            try client.request("/mine.png", headers: [("User-Agent", agent)])
+            return (agent, client)
+        }
+        #expect(await harness.waiters.wait(), "two clients never waited on one fetch")
+        // When
+        gate.open()
+        var hints: [String: [(String, String)]] = [:]
+        for (agent, client) in clients {
+            let (status, headers) = try await client.head()
+            #expect(status == 103)
+            hints[agent] = headers
+            expectSameBytes(try await client.response().body, Self.png)
+        }
+        // Then the leader (whose User-Agent the origin saw: it is forwarded) had the whole hint, the other its Link only
+        let leader = try #require(upstreamAgent.withLock { $0 })
+        for (agent, headers) in hints {
+            #expect(headers.contains { $0.0 == "Link" && $0.1 == "</a.css>; rel=preload; as=style" })
+            if agent == leader {
+                #expect(headers.contains { $0.0 == "Set-Cookie" && $0.1 == "session=for-the-leader" })
+                #expect(headers.contains { $0.0 == "X-Debug" })
+            } else {
+                #expect(!headers.contains { $0.0.lowercased() == "set-cookie" }, "another client's cookie reached \(agent)")
+                #expect(!headers.contains { $0.0.lowercased() == "x-debug" })
+            }
+        }
+        #expect(harness.origin.requestCount("/mine.png") == 1)
     }
 
     @Test("a Range request for an object over max-object-size is passed to the origin with its Range (206 from there, BYPASS); without Range the object is refused 502; forward mode refuses both")

@@ -21,6 +21,8 @@ struct CacheDecisionTests {
         var request: Fields = [("Accept", "image/webp")]
         /// Seconds since the stored response was received.
         var age: Double = 10
+        /// The configured stale-while-revalidate window (`stale-while-revalidate`), seconds.
+        var configuredSWR: Double = 0
         let expected: CacheDecision
         var testDescription: String { name }
     }
@@ -81,6 +83,26 @@ struct CacheDecisionTests {
              request: [("Cache-Control", "max-stale=2")], expected: .forward(.stale, conditional: true)),
         Case(name: "stale-while-revalidate, only-if-cached: served stale", stored: [("Cache-Control", "max-age=5, stale-while-revalidate=30")] + validator,
              request: [("Cache-Control", "only-if-cached")], expected: .serve(.stale(staleness: 5, why: .staleWhileRevalidate))),
+        Case(name: "configured stale-while-revalidate covers a response that names none: served stale, revalidated",
+             stored: [("Cache-Control", "max-age=5")] + validator, configuredSWR: 30,
+             expected: .serve(.stale(staleness: 5, why: .staleWhileRevalidate))),
+        Case(name: "configured stale-while-revalidate shorter than the staleness: revalidate",
+             stored: [("Cache-Control", "max-age=5")] + validator, configuredSWR: 3, expected: .forward(.stale, conditional: true)),
+        Case(name: "the response's own stale-while-revalidate wins over the configured window",
+             stored: [("Cache-Control", "max-age=5, stale-while-revalidate=2")] + validator, configuredSWR: 30,
+             expected: .forward(.stale, conditional: true)),
+        Case(name: "configured stale-while-revalidate, but must-revalidate",
+             stored: [("Cache-Control", "max-age=5, must-revalidate")] + validator, configuredSWR: 30,
+             expected: .forward(.stale, conditional: true)),
+        Case(name: "configured stale-while-revalidate, but proxy-revalidate",
+             stored: [("Cache-Control", "max-age=5, proxy-revalidate")] + validator, configuredSWR: 30,
+             expected: .forward(.stale, conditional: true)),
+        Case(name: "configured stale-while-revalidate, but s-maxage",
+             stored: [("Cache-Control", "s-maxage=5")] + validator, configuredSWR: 30,
+             expected: .forward(.stale, conditional: true)),
+        Case(name: "configured stale-while-revalidate, but the request's max-age asks for a fresher copy",
+             stored: [("Cache-Control", "max-age=5")] + validator, request: [("Cache-Control", "max-age=8")], configuredSWR: 30,
+             expected: .forward(.stale, conditional: true)),
         Case(name: "only other variants: vary-miss", stored: nil, otherVariants: true,
              request: [("Accept", "image/avif")], expected: .forward(.varyMiss, conditional: false)),
         Case(name: "only other variants, only-if-cached: 504", stored: nil, otherVariants: true,
@@ -97,7 +119,8 @@ struct CacheDecisionTests {
         }
         let request = HTTPHeaders(row.request)
         let decision = CacheDecision.decide(stored: stored, otherVariants: row.otherVariants, request: CacheControl(request),
-                                            now: Fixture.t0.addingTimeInterval(row.age))
+                                            now: Fixture.t0.addingTimeInterval(row.age),
+                                            defaultStaleWhileRevalidate: row.configuredSWR)
         #expect(decision == row.expected)
     }
 
@@ -113,7 +136,7 @@ struct CacheDecisionTests {
                 == .refuse(status: 504, reason: CacheDecision.uncacheable))
     }
 
-    @Test("after an origin failure: stale-if-error from the response, the request or the offline window; never past must-revalidate",
+    @Test("after an origin failure: stale-if-error from the response, the request or the offline window; never past must-revalidate, proxy-revalidate or s-maxage",
           arguments: [
               // (stored Cache-Control, request Cache-Control, offline window, seconds since stored, served stale?)
               ("max-age=10, stale-if-error=60", "", 0.0, 40.0, true),
@@ -123,6 +146,10 @@ struct CacheDecisionTests {
               ("max-age=10", "", 20, 40, false),
               ("max-age=10, must-revalidate, stale-if-error=60", "", 60, 40, false),
               ("max-age=10, proxy-revalidate", "stale-if-error=60", 0, 40, false),
+              // s-maxage carries proxy-revalidate for a shared cache (RFC 9111 5.2.2.10): the error is passed on.
+              ("s-maxage=10, stale-if-error=60", "", 0, 40, false),
+              ("s-maxage=10", "stale-if-error=60", 0, 40, false),
+              ("s-maxage=10", "", 60, 40, false),
               ("max-age=60", "", 0, 40, true),   // not stale yet
           ] as [(String, String, Double, Double, Bool)])
     func afterOriginFailure(stored: String, request: String, offline: Double, age: Double, served: Bool) {

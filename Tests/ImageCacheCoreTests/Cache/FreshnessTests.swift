@@ -115,7 +115,7 @@ struct FreshnessTests {
         let entry = Fixture.entry([("Date", Fixture.date(0)), ("Cache-Control", response)])
         let requestCC = CacheControl(request.isEmpty ? [:] : ["Cache-Control": request])
         // When
-        let use = Freshness.use(entry, request: requestCC, now: FreshnessTests.t0.addingTimeInterval(elapsed))
+        let use = Freshness.use(entry, request: requestCC, now: FreshnessTests.t0.addingTimeInterval(elapsed), defaultStaleWhileRevalidate: 0)
         // Then
         #expect(use == expected)
     }
@@ -123,7 +123,7 @@ struct FreshnessTests {
     @Test("a request with Pragma: no-cache revalidates")
     func pragmaNoCache() {
         let entry = Fixture.entry([("Cache-Control", "max-age=100")])
-        #expect(Freshness.use(entry, request: CacheControl(["Pragma": "no-cache"]), now: FreshnessTests.t0) == .revalidate)
+        #expect(Freshness.use(entry, request: CacheControl(["Pragma": "no-cache"]), now: FreshnessTests.t0, defaultStaleWhileRevalidate: 0) == .revalidate)
     }
 
     @Test("targeted cache control (RFC 9213): the first targeted field present governs a trusted response; an untrusted one keeps Cache-Control")

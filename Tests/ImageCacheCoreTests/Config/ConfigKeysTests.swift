@@ -37,7 +37,7 @@ struct ConfigKeysTests {
         #expect(ConfigKey.all.map(\.name) == [
             "listen", "origin", "origins", "cache-dir", "disk-limit", "disk-max-age", "disk-low-water", "disk-fsync",
             "memory-limit", "memory-count-limit", "memory-object-limit", "max-variants", "max-object-size",
-            "stale-if-error", "content-types", "allow-svg", "allow-private-networks", "allowed-sources", "heuristic-fraction",
+            "stale-if-error", "stale-while-revalidate", "content-types", "allow-svg", "allow-private-networks", "allowed-sources", "heuristic-fraction",
             "heuristic-max", "targeted-cache-control", "strip-targeted-cache-control",
             "transforms", "transform-prefix", "transform-keys", "transform-salts", "transform-signature-size",
             "transform-presets", "transform-only-presets", "transform-workers", "transform-queue", "transform-queue-timeout",
@@ -59,7 +59,7 @@ struct ConfigKeysTests {
                                                                   "strip-targeted-cache-control", "transforms",
                                                                   "transform-only-presets", "transform-allow-svg",
                                                                   "transform-auto-webp", "transform-auto-avif", "pass-trace",
-                                                                  "complete-abandoned-fetches"])
+                                                                  "complete-abandoned-fetches", "require-signature"])
     }
 
     @Test("the README's table of keys is the one the table renders")
@@ -106,6 +106,17 @@ struct ConfigKeysTests {
             ConfigSetting(key: "server.idle-timeout", value: .scalar("5s"), source: "--server-idle-timeout"),
             ConfigSetting(key: "allow-svg", value: .scalar("false"), source: "--allow-svg"),
         ]))
+        // A switch named in an issue stays usable bare; its words may follow it as the next argument.
+        #expect(try DaemonCommandLine.parse(["--require-signature", "--listen", "0.0.0.0:8080"]) == .run(config: nil, flags: [
+            ConfigSetting(key: "require-signature", value: .scalar("true"), source: "--require-signature"),
+            ConfigSetting(key: "listen", value: .scalar("0.0.0.0:8080"), source: "--listen"),
+        ]))
+        #expect(try DaemonCommandLine.parse(["--require-signature", "auto", "--disk-fsync", "false"]) == .run(config: nil, flags: [
+            ConfigSetting(key: "require-signature", value: .scalar("auto"), source: "--require-signature"),
+            ConfigSetting(key: "disk-fsync", value: .scalar("false"), source: "--disk-fsync"),
+        ]))
+        #expect(try DaemonCommandLine.parse(["--require-signature"])
+                == .run(config: nil, flags: [ConfigSetting(key: "require-signature", value: .scalar("true"), source: "--require-signature")]))
         #expect(try DaemonCommandLine.parse(["--listen", "127.0.0.1:1", "--help"]) == .help)
         #expect(try DaemonCommandLine.parse(["--version"]) == .version)
         #expect(try DaemonCommandLine.parse(["--upstream-user-agent=--x"])
@@ -127,7 +138,7 @@ struct ConfigKeysTests {
         let text = DaemonCommandLine.help(abstract: "x", subcommands: [("purge", "remove")])
         for key in ConfigKey.all {
             if let flag = key.flag {
-                #expect(text.contains("  \(flag)\(key.isSwitch ? "" : " " + key.form)\n"), "\(flag)")
+                #expect(text.contains("  \(key.flagUsage ?? flag)\n"), "\(flag)")
             } else {
                 #expect(text.contains("  \(key.name) ("), "\(key.name)")
             }

@@ -10,6 +10,8 @@ struct ByteRangesTests {
         var method = "GET"
         let request: [(String, String)]
         var length = 1000
+        /// The stored response's Date (Last-Modified is Tue, 01 Jan 2030 00:00:00 GMT).
+        var date: String? = "Tue, 01 Jan 2030 00:00:05 GMT"
         let expected: RangeAnswer
         var testDescription: String { name }
     }
@@ -41,11 +43,19 @@ struct ByteRangesTests {
              request: [("Range", "bytes=0-1"), ("If-Range", "Tue, 01 Jan 2030 00:00:00 GMT")], expected: .part(0...1)),
         Case(name: "14.3 If-Range with another date: whole",
              request: [("Range", "bytes=0-1"), ("If-Range", "Wed, 02 Jan 2030 00:00:00 GMT")], expected: .whole),
+        Case(name: "8.8.2.2 If-Range with the Last-Modified date sent in the same second (weak): whole",
+             request: [("Range", "bytes=0-1"), ("If-Range", "Tue, 01 Jan 2030 00:00:00 GMT")],
+             date: "Tue, 01 Jan 2030 00:00:00 GMT", expected: .whole),
+        Case(name: "8.8.2.2 If-Range with the Last-Modified date one second before Date (strong): the part",
+             request: [("Range", "bytes=0-1"), ("If-Range", "Tue, 01 Jan 2030 00:00:00 GMT")],
+             date: "Tue, 01 Jan 2030 00:00:01 GMT", expected: .part(0...1)),
+        Case(name: "8.8.2.2 If-Range with a date and no stored Date: whole",
+             request: [("Range", "bytes=0-1"), ("If-Range", "Tue, 01 Jan 2030 00:00:00 GMT")], date: nil, expected: .whole),
     ]
 
     @Test("one case per requirement", arguments: cases)
     func evaluate(_ row: Case) {
         #expect(RangeAnswer.evaluate(method: row.method, headers: HTTPHeaders(row.request), length: row.length,
-                                     etag: "\"v1\"", lastModified: "Tue, 01 Jan 2030 00:00:00 GMT") == row.expected)
+                                     etag: "\"v1\"", lastModified: "Tue, 01 Jan 2030 00:00:00 GMT", date: row.date) == row.expected)
     }
 }

@@ -105,8 +105,8 @@ struct RouteTests {
     @Test("Cache-Status values follow RFC 9211")
     func cacheStatus() {
         #expect(CacheOutcome.hit(ttl: 12.7).cacheStatus == "imagecached; hit; ttl=12")
-        #expect(CacheOutcome(forward: .stale, forwardStatus: 304, stored: true).cacheStatus == "imagecached; fwd=stale; fwd-status=304; stored")
-        #expect(CacheOutcome(forward: .stale, forwardStatus: 304, stored: true).xCache == "REVALIDATED")
+        #expect(CacheOutcome(forward: .stale, forwardStatus: 304, revalidated: true, stored: true).cacheStatus == "imagecached; fwd=stale; fwd-status=304; stored")
+        #expect(CacheOutcome(forward: .stale, forwardStatus: 304, revalidated: true, stored: true).xCache == "REVALIDATED")
         #expect(CacheOutcome(forward: .miss, forwardStatus: 200, collapsed: true).xCache == "COALESCED")
         var headers: HTTPHeaders = ["Cache-Status": "cdn; hit"]
         CacheOutcome.hit(ttl: 5).apply(to: &headers)
@@ -123,9 +123,11 @@ struct RouteTests {
             (.hit(ttl: -3, detail: "stale-if-error"), "STALE", .stale),
             (CacheOutcome(forward: .miss, forwardStatus: 200, stored: true), "MISS", .miss),
             (CacheOutcome(forward: .miss, forwardStatus: 200, collapsed: true), "COALESCED", .coalesced),
-            (CacheOutcome(forward: .stale, forwardStatus: 304, stored: true), "REVALIDATED", .revalidated),
+            (CacheOutcome(forward: .stale, forwardStatus: 304, revalidated: true, stored: true), "REVALIDATED", .revalidated),
             (CacheOutcome(forward: .stale, forwardStatus: 200, stored: true), "EXPIRED", .expired),
-            (CacheOutcome(forward: .request, forwardStatus: 304), "REVALIDATED", .revalidated),
+            (CacheOutcome(forward: .request, forwardStatus: 304, revalidated: true), "REVALIDATED", .revalidated),
+            // A 304 that answered no conditional request (reverse mode passes it on): nothing was revalidated.
+            (CacheOutcome(forward: .miss, forwardStatus: 304), "PASS", .pass),
             (CacheOutcome(forward: .request, forwardStatus: 200), "MISS", .miss),
             (CacheOutcome(forward: .varyMiss, forwardStatus: 200), "MISS", .miss),
             (CacheOutcome(forward: .bypass, forwardStatus: 200), "BYPASS", .bypass),

@@ -18,7 +18,7 @@ struct FetchMachineTests {
     static func request(_ headers: [(String, String)] = [], method: String = "GET", mode: Route.Mode = .reverse) -> ClientRequest {
         ClientRequest(head: HTTPRequestHead(method: method, target: url, headers: HTTPHeaders([("Host", "origin.test")] + headers)),
                       url: try! UpstreamURL.parse(url), mode: mode, trusted: mode == .reverse,
-                      client: ClientInfo(address: "127.0.0.1", isLoopback: true))
+                      client: ClientInfo(address: "127.0.0.1", isLoopback: true), staleWhileRevalidate: 0)
     }
 
     static func rules(writesToDisk: Bool = false, completeAbandoned: Bool = false, maxObject: Int = 1 << 20,
