@@ -12,6 +12,7 @@ import datetime
 import hashlib
 import http.client
 import json
+import shlex
 import os
 import platform
 import pwd
@@ -156,7 +157,7 @@ def render(template, path, **values):
     return path
 
 
-def start_all(ports, memory_mib):
+def start_all(ports, memory_mib, extra=()):
     for d in (WORK, SHM):
         shutil.rmtree(d, ignore_errors=True)
     for d in (WORK, f"{WORK}/nginx", f"{WORK}/static", f"{WORK}/varnish", SHM):
@@ -173,7 +174,7 @@ def start_all(ports, memory_mib):
     procs["imagecached"] = Proc("imagecached", drop + [
         os.path.join(REPO, ".build/release/imagecached"), "--listen", f"127.0.0.1:{ports['imagecached']}",
         "--origin", origin_url, "--memory-limit", f"{memory_mib}MiB", "--cache-dir", f"{WORK}/imagecached-disk",
-        "--log-level", "warning"], ports["imagecached"], f"{WORK}/imagecached.log")
+        "--log-level", "warning", *extra], ports["imagecached"], f"{WORK}/imagecached.log")
     conf = render("nginx-proxy.conf", f"{WORK}/nginx/nginx.conf", work=f"{WORK}/nginx", cache_dir=SHM,
                   memory_mib=memory_mib, origin_port=ports["origin"], port=ports["nginx"])
     procs["nginx"] = Proc("nginx", drop + ["nginx", "-c", conf, "-p", f"{WORK}/nginx", "-e", f"{WORK}/nginx/error.log"],
@@ -660,6 +661,8 @@ def main():
     parser.add_argument("--runs", type=int, default=int(os.environ.get("BENCH_RUNS", 3)))
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--memory-mib", type=int, default=256)
+    parser.add_argument("--imagecached-args", default="",
+                        help="extra flags for imagecached in the memory-tier scenarios, e.g. '--stale-while-revalidate 10s'")
     parser.add_argument("--base-port", type=int, default=18080)
     parser.add_argument("--only", default="",
                         help="comma-separated scenarios: hits,coalescing,streaming,revalidation,disk,startup")
@@ -698,7 +701,7 @@ def main():
 
 def run_core(args, want, ports, res, sha, small, mixed, nonce):
     """Scenarios 1-5 against the four servers started together (memory tier: 256 MiB each)."""
-    procs = start_all(ports, args.memory_mib)
+    procs = start_all(ports, args.memory_mib, shlex.split(args.imagecached_args))
     try:
         time.sleep(1)
         # 5. memory: baseline, then load the whole corpus through each cache (twice: fill, then check hits)

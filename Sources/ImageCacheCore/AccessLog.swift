@@ -29,7 +29,7 @@ final class AccessLogSink: ResponseSink {
     private let method: String
     private let target: String
     private let started: ContinuousClock.Instant
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     var bytesWritten: Int { inner.bytesWritten }
     var executor: (any SinkExecutor)? { inner.executor }

@@ -511,11 +511,11 @@ final class InFlightDrain: Sendable {
         var accounted = 0
     }
 
-    private let state: Mutex<State>
+    private let state: Locked<State>
     private let metrics: ProxyMetrics
 
     private init(_ sinks: [(sink: any ResponseSink, sentBytes: Int)], metrics: ProxyMetrics) {
-        state = Mutex(State(sinks: sinks))
+        state = Locked(State(sinks: sinks))
         self.metrics = metrics
     }
 

@@ -124,14 +124,14 @@ public final class ProxyMetrics: Sendable {
     /// slowest client, during the fetch and after it); the backpressure budget `in-flight-limit` is held against
     /// this. Added to and taken from by fetches and the InFlightDrain they leave behind.
     let inFlightBytes = Atomic<Int>(0)
-    private let upstreamResults = Mutex<[String: Int]>([:])
-    private let errors = Mutex<[String: Int]>([:])
+    private let upstreamResults = Locked<[String: Int]>([:])
+    private let errors = Locked<[String: Int]>([:])
     /// The last `recentErrorLimit` errors, oldest first.
-    private let recentErrors = Mutex<[DaemonStats.ErrorRecord]>([])
-    private let hosts = Mutex<[String: HostStats]>([:])
+    private let recentErrors = Locked<[DaemonStats.ErrorRecord]>([])
+    private let hosts = Locked<[String: HostStats]>([:])
     let prefetched = Counter()
     /// Transforms ended, by "format result" (result "ok" or the failure's label); their durations; bytes in and out.
-    private let transformResults = Mutex<[String: Int]>([:])
+    private let transformResults = Locked<[String: Int]>([:])
     let transformSeconds = Histogram(bounds: ProxyMetrics.transformSecondsBounds)
     let transformBytesIn = Counter()
     let transformBytesOut = Counter()

@@ -12,6 +12,7 @@ internal import ImageCacheServer
 package import ImageCacheStore
 internal import Foundation
 internal import Synchronization
+internal import ImageCacheSystem
 
 /// The settings one request sees. Immutable; shared by reference (one retain per read).
 final class ProxySettings: Sendable {
@@ -43,9 +44,9 @@ final class ProxySettings: Sendable {
 
 /// The settings in force, replaced whole on reload. Shared by the proxy and the coalescer.
 final class SettingsCell: Sendable {
-    private let lock: Mutex<ProxySettings>
+    private let lock: Locked<ProxySettings>
 
-    init(_ settings: ProxySettings) { lock = Mutex(settings) }
+    init(_ settings: ProxySettings) { lock = Locked(settings) }
 
     var current: ProxySettings { lock.withLock { $0 } }
 

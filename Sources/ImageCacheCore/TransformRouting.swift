@@ -14,6 +14,7 @@ internal import ImageCacheConfig
 internal import ImageCacheTransform
 internal import Foundation
 internal import Synchronization
+internal import ImageCacheSystem
 
 /// A verified transform request: where the source is and what to do to it. Immutable; a class, so that the memo
 /// hands out one reference per request, not a copy of every option.
@@ -55,7 +56,7 @@ final class TransformTarget: Equatable, Sendable {
 /// makes new settings, with an empty memo). Bounded: emptied when it reaches `limit`. Only successes are kept.
 final class TransformRouteMemo: Sendable {
     static let limit = 4096
-    private let targets = Mutex<[Substring: TransformTarget]>([:])
+    private let targets = Locked<[Substring: TransformTarget]>([:])
 
     func target(_ rest: Substring) -> TransformTarget? { targets.withLock { $0[rest] } }
 

@@ -491,7 +491,7 @@ struct ExchangeProgress: ~Copyable, Sendable {
     private let count = Atomic<Int>(0)
     /// The watched target (Int.max when none), read without the lock on every add.
     private let target = Atomic<Int>(Int.max)
-    private let watch = Mutex<(@Sendable () -> Void)?>(nil)
+    private let watch = Locked<(@Sendable () -> Void)?>(nil)
     private let gone = Atomic<Bool>(false)
 
     /// What the client has taken; Int.max once it is gone (nothing of the response is held for it any more).

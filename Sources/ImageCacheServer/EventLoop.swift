@@ -88,7 +88,7 @@ final class EventLoop: SinkExecutor, @unchecked Sendable {
     private let wakeFD: Int32
 
     // MARK: shared, guarded by inbox
-    private let inbox = Mutex(Inbox())
+    private let inbox = Locked(Inbox())
 
     // MARK: shared, atomic
     /// The loop thread's pthread_t (stored by `init` and by the thread itself; 0 once the thread has exited): `inLoop`

@@ -71,7 +71,7 @@ public final class Listener: @unchecked Sendable {
         /// Called (outside the lock) the next time `count` falls to 0.
         var whenNone: [@Sendable () -> Void] = []
     }
-    private let openConnections = Mutex(Open())
+    private let openConnections = Locked(Open())
 
     public init(configuration: ServerConfiguration, handler: any RequestHandler, logger: Logger) {
         self.configuration = configuration
@@ -238,7 +238,7 @@ public final class Listener: @unchecked Sendable {
     public func closeIdleConnections() -> Int {
         dispatchPrecondition(condition: .notOnQueue(queue))
         let open = queue.sync { Array(connections.values) }
-        let busy = Mutex(0)
+        let busy = Locked(0)
         let group = DispatchGroup()
         for connection in open {
             group.enter()

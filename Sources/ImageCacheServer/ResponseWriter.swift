@@ -321,7 +321,7 @@ final class HTTPDateCache: Sendable {
     static let shared = HTTPDateCache()
 
     // MARK: shared, guarded by state
-    private let state = Mutex<(second: Int, text: String)>((second: -1, text: ""))
+    private let state = Locked<(second: Int, text: String)>((second: -1, text: ""))
 
     /// The current time as an IMF-fixdate ("Sun, 06 Nov 1994 08:49:37 GMT").
     func current() -> String {

@@ -117,7 +117,7 @@ public final class DiskCache: Sendable {
     nonisolated(unsafe) let sweepTimer: any DispatchSourceTimer
 
     // MARK: shared, guarded by its lock
-    let index: Mutex<DiskIndex>
+    let index: Locked<DiskIndex>
 
     /// Creates the directory, starts the sweep timer and the background index loader (which also removes leftover
     /// `*.tmp` files as it walks the tree); returns at once.
@@ -154,7 +154,7 @@ public final class DiskCache: Sendable {
         var files = rlimit()
         let descriptorCap = getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &files) == 0 ? Int(clamping: files.rlim_cur / 4) : 256
         index.headLimitCount = max(0, min(configuration.openFileLimit, descriptorCap))
-        self.index = Mutex(index)
+        self.index = Locked(index)
         self.sweepTimer = DispatchSource.makeTimerSource(queue: queue)
 
         let interval = DispatchTimeInterval.seconds(DiskCache.sweepIntervalSeconds)

@@ -1,6 +1,6 @@
 // Data model and ownership (cf. Varnish cache_hash.c):
 //
-//   MemoryCache ──owns── Mutex<State>            one lock, held for O(variants of one URL) work only
+//   MemoryCache ──owns── Locked<State>            one lock, held for O(variants of one URL) work only
 //     State.map     [CacheKey: Int]              URL -> index of its most recently used variant's node
 //     State.nodes   [Node]                       array-backed doubly linked LRU list of every variant; `head` is
 //                                                the most recently used, `tail` the least; free slots are chained
@@ -45,12 +45,13 @@
 
 public import ImageCacheHTTP
 import Synchronization
+internal import ImageCacheSystem
 
 /// NSCache-like LRU of `CacheEntry` values bounded by total cost and count, several variants per URL; safe to use
 /// from any thread.
 public final class MemoryCache: Sendable {
     // MARK: shared, guarded by state's lock
-    private let state: Mutex<State>
+    private let state: Locked<State>
 
     /// Variants kept per URL by default (`max-variants`).
     public static let defaultVariantLimit = 16
@@ -58,7 +59,7 @@ public final class MemoryCache: Sendable {
     public init(limitBytes: Int, countLimit: Int = 0, objectLimitBytes: Int, variantLimit: Int = MemoryCache.defaultVariantLimit) {
         precondition(limitBytes >= 0 && countLimit >= 0 && objectLimitBytes >= 0, "MemoryCache limits must not be negative")
         precondition(variantLimit >= 1, "MemoryCache keeps at least one variant per URL")
-        state = Mutex(State(limitBytes: limitBytes, countLimit: countLimit, objectLimitBytes: objectLimitBytes,
+        state = Locked(State(limitBytes: limitBytes, countLimit: countLimit, objectLimitBytes: objectLimitBytes,
                             variantLimit: variantLimit))
     }
 

@@ -31,6 +31,7 @@
 internal import Dispatch
 internal import Foundation
 internal import Synchronization
+internal import ImageCacheSystem
 
 public final class PixelCache: Sendable {
     struct Key: Hashable {
@@ -102,7 +103,7 @@ public final class PixelCache: Sendable {
     }
 
     public let limitBytes: Int
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     /// Called when a job starts waiting for a level another job is making (a test's event; nil in the daemon).
     private let waiting: (@Sendable () -> Void)?

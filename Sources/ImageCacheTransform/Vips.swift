@@ -5,6 +5,7 @@
 internal import CVipsShim
 internal import Foundation
 internal import Synchronization
+internal import ImageCacheSystem
 
 /// A libvips failure: the operation and libvips's first line of error text.
 struct VipsError: Error, CustomStringConvertible {
@@ -208,7 +209,7 @@ final class VipsImage: @unchecked Sendable {
 
 /// libvips, started once per process.
 public enum VipsRuntime {
-    private static let started = Mutex<Bool>(false)
+    private static let started = Locked<Bool>(false)
 
     /// The loaders hostile bytes may reach: every other libvips loader is blocked (ImageMagick, PDF, JPEG 2000,
     /// JPEG XL, FITS, OpenEXR, CSV, matrix, raw, vips, ...), so a source is never parsed by code the daemon does not

@@ -14,6 +14,7 @@ public import ImageCacheConfig
 internal import Foundation
 public import Logging
 internal import Synchronization
+internal import ImageCacheSystem
 
 /// Runs upstream transfers through one libcurl multi handle with a global cap and a waiting queue.
 public final class CurlOrigin: Origin, @unchecked Sendable {
@@ -34,7 +35,7 @@ public final class CurlOrigin: Origin, @unchecked Sendable {
     private let multi: CurlMulti
 
     // MARK: shared, guarded by lock
-    private let state: Mutex<State>
+    private let state: Locked<State>
 
     /// Makes the multi handle and starts its thread.
     /// `loopGuard`: refuses requests to the daemon's own listening sockets (508).
@@ -46,7 +47,7 @@ public final class CurlOrigin: Origin, @unchecked Sendable {
         let maxTotalConnections = max(configuration.maxConcurrentTransfers, configuration.maxHostConnections)
         multi = try CurlMulti(maxHostConnections: configuration.maxHostConnections,
                               maxTotalConnections: maxTotalConnections, logger: logger)
-        state = Mutex(State(queue: TransferQueue(maxConcurrent: max(configuration.maxConcurrentTransfers, 1),
+        state = Locked(State(queue: TransferQueue(maxConcurrent: max(configuration.maxConcurrentTransfers, 1),
                                                  order: configuration.queueOrder,
                                                  timeout: .milliseconds(Int64(configuration.queueTimeoutSeconds * 1000)))))
         multi.start { [weak self] in self?.expireWaiting() }
@@ -221,7 +222,7 @@ private final class Transfer: UpstreamTransfer, Sendable {
     let request: UpstreamRequest
     private weak let origin: CurlOrigin?
     private let sink: @Sendable (UpstreamEvent) -> Void
-    private let state = Mutex(State())
+    private let state = Locked(State())
     /// Pauses the easy handle's reading (backpressure and the delivery window); see FlowControl.
     let flow: FlowControl
 

@@ -15,6 +15,7 @@ public import ImageCacheHTTP
 public import ImageCacheConfig
 public import Foundation
 internal import Synchronization
+internal import ImageCacheSystem
 
 /// Recognises requests that loop back into this daemon.
 public final class LoopGuard: Sendable {
@@ -30,7 +31,7 @@ public final class LoopGuard: Sendable {
         var listening: [(IPAddress?, Int)] = []
         var local: Set<IPAddress> = []
     }
-    private let endpoints = Mutex(Endpoints())
+    private let endpoints = Locked(Endpoints())
 
     public init(instanceID: String = String(format: "%08x", UInt32.random(in: 0...UInt32.max))) {
         self.instanceID = instanceID

@@ -8,6 +8,7 @@
 // callbacks run outside it.
 
 public import Synchronization
+internal import ImageCacheSystem
 
 public final class StreamedBody: Sendable, Equatable {
     /// What the read callback gets.
@@ -30,7 +31,7 @@ public final class StreamedBody: Sendable, Equatable {
 
     /// The body's length when known (sent as Content-Length; else the upload is chunked).
     public let length: Int?
-    private let state = Mutex(State())
+    private let state = Locked(State())
     private let taken: @Sendable (Int) -> Void
 
     /// `taken`: called on the curl thread with the count of bytes libcurl took.

@@ -10,6 +10,7 @@ import Testing
 @testable import ImageCacheConfig
 @testable import ImageCacheCore
 @testable import ImageCacheOps
+import ImageCacheSystem
 
 @Suite("Status page in headless Chromium", .timeLimit(.minutes(2)))
 struct BrowserTests {
@@ -88,7 +89,7 @@ struct BrowserTests {
         // ... whose counters change when the page's script first reads /stats: from then on, the figures the page was
         // rendered with are wrong by one error, and only the script's own figures can equal /stats
         let metrics = harness.daemon.proxy.metrics
-        let changed = Mutex(false)
+        let changed = Locked(false)
         harness.statsReads.onRead = {
             guard changed.withLock({ let first = !$0; $0 = true; return first }) else { return }
             metrics.error("refused_418", status: 418, reason: "counted between the page's load and its first refresh", target: "/test")

@@ -9,6 +9,7 @@ import Testing
 @testable import ImageCacheUpstream
 @testable import ImageCacheOps
 import ImageCacheTestSupport
+import ImageCacheSystem
 
 @Suite("Serving and caching end to end", .timeLimit(.minutes(2)))
 struct CachingTests {
@@ -218,7 +219,7 @@ struct CachingTests {
     func sMaxAgeNotStaleOnError() async throws {
         // Given stored s-maxage and max-age responses, both saying stale-if-error, and a generous offline window
         let harness = try ProxyHarness { $0.staleIfErrorSeconds = 3600 }
-        let failing = Mutex(false)
+        let failing = Locked(false)
         for (path, cacheControl) in [("/s.png", "s-maxage=10, stale-if-error=600"), ("/m.png", "max-age=10, stale-if-error=600")] {
             harness.origin.route(path) { _ in
                 if failing.withLock({ $0 }) { return Reply(status: 503, headers: [("Content-Type", "text/plain")], body: Array("down".utf8)) }
@@ -316,7 +317,7 @@ struct CachingTests {
     @Test("a changed ETag replaces the entry")
     func changedETagReplaces() async throws {
         let harness = try ProxyHarness()
-        let version = Mutex(1)
+        let version = Locked(1)
         let v2 = Fixtures.png(size: 12_345)
         harness.origin.route("/v.png") { _ in
             version.withLock { $0 } == 1 ? CachingTests.image() : CachingTests.image(v2, etag: "\"v2\"")
@@ -402,7 +403,7 @@ struct CachingTests {
     @Test("an upstream reset mid-body leaves the client a broken response, and the next request fetches again")
     func resetMidBody() async throws {
         let harness = try ProxyHarness()
-        let attempts = Mutex(0)
+        let attempts = Locked(0)
         let reset = Gate()
         harness.origin.route("/reset.png") { _ in
             var reply = CachingTests.image()
@@ -540,7 +541,7 @@ struct CachingTests {
     func notShareable() async throws {
         let harness = try ProxyHarness()
         let gate = Gate()
-        let served = Mutex(0)
+        let served = Locked(0)
         harness.origin.route("/cookie.png") { _ in
             let n = served.withLock { $0 += 1; return $0 }
             var reply = CachingTests.image(extra: [("Set-Cookie", "session=\(n)")])

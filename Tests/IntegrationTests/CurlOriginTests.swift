@@ -5,6 +5,7 @@ import ImageCacheUpstream
 import Logging
 import Synchronization
 import Testing
+import ImageCacheSystem
 
 @Suite("CurlOrigin against a local TestOrigin", .timeLimit(.minutes(2)))
 struct CurlOriginTests {
@@ -380,7 +381,7 @@ struct CurlOriginTests {
 
         // When the origin resets the connection once the first 10,000 body bytes have been delivered (the gate opens
         // from the event stream, not from the test's task)
-        let delivered = Mutex(0)
+        let delivered = Locked(0)
         _ = origin.fetch(Self.request(server.baseURL + "/reset")) { event in
             recorder.record(event)
             if case let .body(bytes) = event, delivered.withLock({ $0 += bytes.count; return $0 }) >= 10_000 { reset.open() }
@@ -480,7 +481,7 @@ struct CurlOriginTests {
         defer { server.stop() }
         let gate = Gate()
         let first = TransferRecorder()
-        let firstEndedBeforeSecondArrived = Mutex<Bool?>(nil)
+        let firstEndedBeforeSecondArrived = Locked<Bool?>(nil)
         server.route("/first") { _ in Reply(status: 200, body: Fixtures.png(size: 1000), gate: gate) }
         server.route("/second") { _ in
             firstEndedBeforeSecondArrived.withLock { $0 = first.outcome == .end }

@@ -8,6 +8,7 @@ import Testing
 @testable import ImageCacheStore
 @testable import ImageCacheCore
 @testable import ImageCacheOps
+import ImageCacheSystem
 
 @Suite("Disk tier end to end", .timeLimit(.minutes(2)))
 struct DiskTierTests {
@@ -428,7 +429,7 @@ struct DiskTierTests {
         let first = try DaemonProcess(["--config", config])
         defer { first.kill9() }
         let firstPort = try #require(await first.port())
-        let done = Mutex(0)
+        let done = Locked(0)
         let halfway = DispatchSemaphore(value: 0)
         let burst = Thread {
             for i in 0..<count {

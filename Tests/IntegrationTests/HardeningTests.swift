@@ -11,6 +11,7 @@ import Testing
 @testable import ImageCacheCore
 @testable import ImageCacheOps
 import ImageCacheTestSupport
+import ImageCacheSystem
 
 @Suite("Hardening against hostile origins and clients", .timeLimit(.minutes(2)))
 struct HardeningTests {
@@ -96,7 +97,7 @@ struct HardeningTests {
         // Given a stored entry gone stale, and an origin that holds its first revalidation until three clients wait
         let harness = try ProxyHarness()
         let gate = Gate()
-        let revalidations = Mutex(0)
+        let revalidations = Locked(0)
         harness.origin.route("/c.png") { request in
             guard request.header("If-None-Match") == "\"v1\"" else {
                 return Reply(status: 200, headers: [("Content-Type", "image/png"), ("Cache-Control", "max-age=60"),
@@ -469,7 +470,7 @@ struct HardeningTests {
         // When the first fetch has ended, its body still in its connection (the kernel takes at most 4 MiB of it),
         // and the second client asks
         let second = try TestConnection(port: harness.port, receiveBuffer: 16 << 10)
-        let outcome = Mutex<CheckedContinuation<String, Never>?>(nil)
+        let outcome = Locked<CheckedContinuation<String, Never>?>(nil)
         let next = await withCheckedContinuation { (done: CheckedContinuation<String, Never>) in
             outcome.withLock { $0 = done }
             harness.waiters.onFinished = { outcome.withLock { $0.take() }?.resume(returning: "finished") }

@@ -9,6 +9,7 @@ import Testing
 @testable import ImageCacheCore
 @testable import ImageCacheOps
 import ImageCacheTestSupport
+import ImageCacheSystem
 
 @Suite("Operations: metrics, admin endpoints, prefetch, reload, drain", .timeLimit(.minutes(2)))
 struct OperationsTests {
@@ -222,7 +223,7 @@ struct OperationsTests {
         // When: shutdown starts (on its own thread) while the body is held
         let daemon = harness.daemon
         let done = DispatchSemaphore(value: 0)
-        let cutOff = Mutex(-1)
+        let cutOff = Locked(-1)
         Thread {
             cutOff.withLock { $0 = daemon.shutdown(timeout: 20) }
             done.signal()

@@ -10,6 +10,7 @@ import ImageCacheConfig
 import ImageCacheUpstream
 import ImageCacheCore
 import ImageCacheTestSupport
+import ImageCacheSystem
 
 @Suite("Reverse mode: every method and status passes through a configured origin", .timeLimit(.minutes(2)))
 struct ReverseModeTests {
@@ -264,7 +265,7 @@ struct ReverseModeTests {
     @Test("fields a cache must not store or must update: a chunked response is stored without Transfer-Encoding (hits framed by Content-Length, from disk too); the origin's Age counts toward freshness; a 304 updates fields but not Content-Length or Content-Type")
     func storedFields() async throws {
         let harness = try ProxyHarness()
-        let revalidations = Mutex(0)
+        let revalidations = Locked(0)
         harness.origin.route("/c.png") { request in
             if request.header("If-None-Match") == "\"v1\"" {
                 revalidations.withLock { $0 += 1 }
@@ -322,7 +323,7 @@ struct ReverseModeTests {
     @Test("stale-if-error serves a stale copy that has no validator too (memory and disk), when the origin answers 503 or cannot be reached")
     func staleIfErrorWithoutValidators() async throws {
         let harness = try ProxyHarness()
-        let down = Mutex(false)
+        let down = Locked(false)
         harness.origin.route("/s.png") { _ in
             down.withLock { $0 } ? Reply(status: 503, body: Array("down".utf8))
                 : Reply(status: 200, headers: [("Content-Type", "image/png"), ("Cache-Control", "max-age=1, stale-if-error=600")],
@@ -463,7 +464,7 @@ struct ReverseModeTests {
         // Given an origin whose 103 carries a cookie and a private field besides its Link, held until both clients wait
         let harness = try ProxyHarness()
         let gate = Gate()
-        let upstreamAgent = Mutex<String?>(nil)
+        let upstreamAgent = Locked<String?>(nil)
         harness.origin.route("/mine.png") { request in
             upstreamAgent.withLock { $0 = request.header("User-Agent") }
             var reply = Self.image()

@@ -300,7 +300,7 @@ struct ServerTests {
     func manyConnections() async throws {
         // Given: a handler that answers nobody until all 200 requests are in
         let count = 200
-        let waiting = Mutex<[(String, any ResponseSink)]>([])
+        let waiting = Locked<[(String, any ResponseSink)]>([])
         let handler = ClosureHandler { request, _, _, sink in
             let ready: [(String, any ResponseSink)]? = waiting.withLock { list in
                 list.append((request.target, sink))
@@ -359,7 +359,7 @@ struct ServerTests {
     @Test("stop closes open connections and the listening socket")
     func stopClosesEverything() async throws {
         // Given a server that counts the requests it handles
-        let handled = Mutex(0)
+        let handled = Locked(0)
         let standard = standardHandler()
         let server = try TestServer(handler: ClosureHandler { request, body, client, sink in
             handled.withLock { $0 += 1 }

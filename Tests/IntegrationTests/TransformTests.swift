@@ -12,6 +12,7 @@ import Testing
 @testable import ImageCacheCore
 @testable import ImageCacheOps
 import ImageCacheTestSupport
+import ImageCacheSystem
 
 /// The real image files the origin serves.
 enum ImageFiles {
@@ -36,8 +37,8 @@ enum ImageFiles {
     /// A source whose version (its ETag) the test changes: the first version is photo.jpg (640x427), every later one
     /// rotated.jpg (300x200, EXIF-turned to 200x300).
     final class VersionedSource: Sendable {
-        private let etag: Mutex<String>
-        init(_ first: String) { etag = Mutex(first) }
+        private let etag: Locked<String>
+        init(_ first: String) { etag = Locked(first) }
         var current: String { etag.withLock { $0 } }
         func change(to etag: String) { self.etag.withLock { $0 = etag } }
     }
@@ -799,7 +800,7 @@ struct TransformTests {
             $0.transform.sourceTimeoutSeconds = 0.2
         }
         let gate = Gate()
-        let troubled = Mutex(false)
+        let troubled = Locked(false)
         let photo = ImageFiles.bytes("photo.jpg")
         harness.origin.route("/flaky.jpg") { _ in
             var reply = Reply(status: 200, headers: [("Content-Type", "image/jpeg"), ("Cache-Control", "max-age=10, stale-if-error=600"),

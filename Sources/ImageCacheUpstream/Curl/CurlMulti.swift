@@ -39,9 +39,9 @@ final class CurlMulti: @unchecked Sendable {
     private let exited = DispatchSemaphore(value: 0)
 
     // MARK: shared, guarded by lock
-    private let inbox = Mutex(Inbox())
+    private let inbox = Locked(Inbox())
     /// The curl thread's pthread, once it runs: lets `shutdown` know not to wait for itself.
-    private let threadID = Mutex<pthread_t?>(nil)
+    private let threadID = Locked<pthread_t?>(nil)
 
     // MARK: owned by the curl thread
     private var transfers: [UnsafeMutableRawPointer: CurlEasy] = [:]

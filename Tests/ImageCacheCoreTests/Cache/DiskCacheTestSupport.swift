@@ -3,6 +3,7 @@ import Foundation
 @testable import ImageCacheStore
 import Logging
 import Synchronization
+import ImageCacheSystem
 
 /// A fresh directory under the system temp directory, removed when the value is released.
 final class DiskTestDirectory: Sendable {
@@ -41,15 +42,15 @@ final class DiskTestDirectory: Sendable {
 
 /// A clock the test moves by hand.
 final class DiskTestClock: Sendable {
-    private let time: Mutex<Date>
-    init(_ start: Date = Fixture.t0) { time = Mutex(start) }
+    private let time: Locked<Date>
+    init(_ start: Date = Fixture.t0) { time = Locked(start) }
     func advance(by seconds: Double) { time.withLock { $0 = $0.addingTimeInterval(seconds) } }
     var now: @Sendable () -> Date { { self.time.withLock { $0 } } }
 }
 
 /// Keeps every log message, to assert on warnings.
 final class DiskTestLog: LogHandler, @unchecked Sendable {
-    private let lines = Mutex<[String]>([])
+    private let lines = Locked<[String]>([])
     var metadata: Logger.Metadata = [:]
     var logLevel: Logger.Level = .debug
 
@@ -71,7 +72,7 @@ final class DiskTestLog: LogHandler, @unchecked Sendable {
 extension DiskCache {
     /// `lookup` made synchronous for tests: queues the lookup, waits for the queue, returns what it delivered.
     func lookupNow(_ key: CacheKey, requestFields: HTTPHeaders = HTTPHeaders()) -> DiskLookup? {
-        let result = Mutex<DiskLookup?>(nil)
+        let result = Locked<DiskLookup?>(nil)
         flush()  // let queued writes land first (lookups of a name with a queued write wait for it anyway)
         lookup(key, requestFields: requestFields) { found in result.withLock { $0 = found } }
         flush()

@@ -267,7 +267,7 @@ struct DiskCacheTests {
         let directory = DiskTestDirectory()
         let cache = try Self.makeCache(directory)
         cache.waitForIndex()
-        let found = Mutex<[String: [UInt8]]>([:])  // [] for "not found"
+        let found = Locked<[String: [UInt8]]>([:])  // [] for "not found"
         // When each lookup is queued right after the write (no flush in between)
         for n in 0..<50 {
             cache.insert(Self.entry("w\(n)", bytes: 2000, fill: UInt8(n)))
@@ -340,7 +340,7 @@ struct DiskCacheTests {
         let hit = try #require(cache.lookupOpened(first.key))
         #expect(hit.file.readAll() == first.body && hit.head.etag == first.etag)
         // lookup answers such a hit before it returns, on the caller's thread, with the kept descriptor.
-        let answered = Mutex<DiskLookup??>(nil)
+        let answered = Locked<DiskLookup??>(nil)
         cache.lookup(first.key, readsWhole: { _ in false }) { found in answered.withLock { $0 = .some(found) } }
         guard case let .stream(_, file)?? = answered.withLock({ $0 }) else { Issue.record("not answered at once"); return }
         #expect(file === hit.file)
@@ -725,7 +725,7 @@ struct DiskCacheTests {
         cache.remove(Self.key("e0"))
         cache.flush()
         #expect(cache.stats.entries == 9)
-        let done = Mutex(false)
+        let done = Locked(false)
         cache.removeAll { _ in done.withLock { $0 = true } }
         cache.flush()
         #expect(done.withLock { $0 })

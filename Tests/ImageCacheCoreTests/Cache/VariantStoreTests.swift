@@ -7,6 +7,7 @@ import Synchronization
 @testable import ImageCacheHTTP
 @testable import ImageCacheStore
 import Testing
+import ImageCacheSystem
 
 enum VariantFixture {
     static let key = Fixture.key("http://origin.test/photo")
@@ -239,7 +240,7 @@ struct DiskVariantTests {
         }
         #expect(directory.files.count == 3)
         let cache = try Self.makeCache(directory, loader: false)
-        let failure = Mutex<String??>(.none)
+        let failure = Locked<String??>(.none)
         cache.remove(VariantFixture.key) { why in failure.withLock { $0 = .some(why) } }
         cache.flush()
         #expect(failure.withLock { $0 } == .some(nil))

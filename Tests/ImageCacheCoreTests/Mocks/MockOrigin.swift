@@ -6,12 +6,13 @@ import Synchronization
 @testable import ImageCacheHTTP
 @testable import ImageCacheServer
 @testable import ImageCacheUpstream
+import ImageCacheSystem
 
 /// A transfer the test feeds events into.
 final class MockTransfer: UpstreamTransfer, @unchecked Sendable {
     let request: UpstreamRequest
     let events: @Sendable (UpstreamEvent) -> Void
-    private let cancelled = Mutex(false)
+    private let cancelled = Locked(false)
     init(request: UpstreamRequest, events: @escaping @Sendable (UpstreamEvent) -> Void) {
         self.request = request
         self.events = events
@@ -38,9 +39,9 @@ final class MockTransfer: UpstreamTransfer, @unchecked Sendable {
 
 /// Counts fetches and hands each transfer to the test, suspended until the test sends its events (Nuke's MockDataLoader).
 final class MockOrigin: Origin, @unchecked Sendable {
-    private let state = Mutex<[MockTransfer]>([])
+    private let state = Locked<[MockTransfer]>([])
     /// Weak references to every transfer made, to prove none outlives its fetch.
-    private let made = Mutex<[WeakTransfer]>([])
+    private let made = Locked<[WeakTransfer]>([])
 
     struct WeakTransfer { weak var transfer: MockTransfer? }
 
@@ -71,7 +72,7 @@ final class MockOrigin: Origin, @unchecked Sendable {
 
 /// Stands for an event loop: counts the tasks posted to it and runs each at once.
 final class CountingExecutor: SinkExecutor, @unchecked Sendable {
-    private let count = Mutex(0)
+    private let count = Locked(0)
     var tasks: Int { count.withLock { $0 } }
     func execute(_ task: @escaping @Sendable () -> Void) {
         count.withLock { $0 += 1 }
@@ -89,7 +90,7 @@ final class MockSink: ResponseSink, @unchecked Sendable {
         var aborted = false
         var cancel: (@Sendable () -> Void)?
     }
-    private let state = Mutex(State())
+    private let state = Locked(State())
     /// Signalled when the response is over (ended, answered whole, or aborted).
     private let over = DispatchSemaphore(value: 0)
     /// The "event loop" the sink says its calls belong to (nil: none).

@@ -5,6 +5,7 @@ import Synchronization
 @testable import ImageCacheStore
 @testable import ImageCacheCore
 @testable import ImageCacheOps
+import ImageCacheSystem
 
 @Suite("Operations, pure parts", .timeLimit(.minutes(1)))
 struct OpsTests {
@@ -122,7 +123,7 @@ struct OpsTests {
     @Test("the last 20 errors are kept with their reasons, newest first, texts cut at 300 characters; every one is counted")
     func recentErrors() {
         // Given a clock the test moves
-        let clock = Mutex(Date(timeIntervalSince1970: 1_800_000_000))
+        let clock = Locked(Date(timeIntervalSince1970: 1_800_000_000))
         let metrics = ProxyMetrics(now: { clock.withLock { $0 } })
         // When 21 errors happen, one second apart, the last with a long reason
         for index in 1...21 {

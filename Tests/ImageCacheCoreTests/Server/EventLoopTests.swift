@@ -2,6 +2,7 @@ import Foundation
 import Synchronization
 import Testing
 @testable import ImageCacheServer
+import ImageCacheSystem
 
 /// The loop's own thread and its task inbox (the sockets are covered end to end by the integration tests).
 @Suite("EventLoop", .timeLimit(.minutes(1)))
@@ -18,12 +19,12 @@ struct EventLoopTests {
         // Given
         let loop = try EventLoop(index: 0)
         defer { loop.stop() }
-        let seen = Mutex<[Int: [Int]]>([:])
-        let offLoop = Mutex(0)
+        let seen = Locked<[Int: [Int]]>([:])
+        let offLoop = Locked(0)
         let perThread = 2_000
         // When: two threads post 2,000 tasks each, concurrently
         await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
-            let remaining = Mutex(2 * perThread)
+            let remaining = Locked(2 * perThread)
             for poster in 0..<2 {
                 Thread {
                     for n in 0..<perThread {
@@ -48,7 +49,7 @@ struct EventLoopTests {
         // Given
         let loop = try EventLoop(index: 0)
         defer { loop.stop() }
-        let order = Mutex<[String]>([])
+        let order = Locked<[String]>([])
         // When
         await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
             loop.execute {
@@ -68,7 +69,7 @@ struct EventLoopTests {
     func stopDropsLaterTasks() async throws {
         // Given
         let loop = try EventLoop(index: 0)
-        let ran = Mutex<[String]>([])
+        let ran = Locked<[String]>([])
         let gate = DispatchSemaphore(value: 0)
         // the loop is held in a task until stop and the late task are posted, so they wait in one batch
         await withCheckedContinuation { (holding: CheckedContinuation<Void, Never>) in

@@ -2,6 +2,7 @@ import Foundation
 import Synchronization
 import Testing
 @testable import ImageCacheTransform
+import ImageCacheSystem
 
 @Suite("PixelCache: decoded levels of JPEG and PNG sources, least recently used out, within its bytes", .timeLimit(.minutes(1)))
 struct PixelCacheTests {
@@ -74,7 +75,7 @@ struct PixelCacheTests {
         let key = PixelCache.Key(digest: "new", level: 1)
         let made = try Self.level(1), other = try Self.level(1)
         struct Unreadable: Error {}
-        let second = Mutex<Result<VipsImage, any Error>?>(nil)
+        let second = Locked<Result<VipsImage, any Error>?>(nil)
         let secondDone = DispatchSemaphore(value: 0)
         // When a job starts making it, and a second job asks for it while the first is still at it
         let makerDeadline = Deadline(seconds: maker == .passesItsDeadline ? 0.000_001 : 10)
@@ -114,7 +115,7 @@ struct PixelCacheTests {
         let cache = PixelCache(limitBytes: 1 << 20, waiting: { waiting.signal() })
         let key = PixelCache.Key(digest: "slow", level: 1)
         let made = try Self.level(1)
-        let second = Mutex<Result<VipsImage, any Error>?>(nil)
+        let second = Locked<Result<VipsImage, any Error>?>(nil)
         let secondDone = DispatchSemaphore(value: 0)
         // When the second asks for it meanwhile
         let first = try cache.level(key, deadline: Deadline(seconds: 10)) { () throws -> VipsImage in

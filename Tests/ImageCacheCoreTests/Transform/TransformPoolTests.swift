@@ -2,6 +2,7 @@ import Foundation
 import Synchronization
 import Testing
 @testable import ImageCacheTransform
+import ImageCacheSystem
 
 /// A latch the pool's workers block on until the test opens it (the pool's `run` is synchronous, on a thread of its
 /// own). Guarded by its condition.
@@ -81,7 +82,7 @@ struct TransformPoolTests {
         // Given: no queue at all and the only worker held
         let gate = WorkerGate()
         defer { gate.open() }
-        let failures = Mutex<[TransformFailure]>([])
+        let failures = Locked<[TransformFailure]>([])
         let pool = TransformPool(workers: 1, queueLimit: 0, queueTimeout: .seconds(60)) { _ in
             gate.wait()
             return .failure(TransformFailure(status: 200, reason: "ran", label: "ran"))

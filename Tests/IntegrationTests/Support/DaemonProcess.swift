@@ -7,13 +7,14 @@
 
 import Foundation
 import Synchronization
+import ImageCacheSystem
 
 final class DaemonProcess: @unchecked Sendable {
     let pid: pid_t
-    private let output = Mutex("")
+    private let output = Locked("")
     /// Broadcast by the reader thread after each read and at the exit: `waitForLog` sleeps on it, it never polls.
     private let logChanged = NSCondition()
-    private let exitStatus = Mutex<Int32?>(nil)
+    private let exitStatus = Locked<Int32?>(nil)
     private let exited = DispatchSemaphore(value: 0)
 
     /// Starts the binary with `arguments`; `environment` is added to a minimal one; `listeningFD` becomes fd 3

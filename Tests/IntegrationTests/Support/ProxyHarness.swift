@@ -10,19 +10,20 @@ import Testing
 @testable import ImageCacheStore
 @testable import ImageCacheCore
 @testable import ImageCacheOps
+import ImageCacheSystem
 
 /// A wall clock the test moves by hand.
 final class TestClock: Sendable {
-    private let time = Mutex(Date(timeIntervalSince1970: 1_800_000_000))
+    private let time = Locked(Date(timeIntervalSince1970: 1_800_000_000))
     func now() -> Date { time.withLock { $0 } }
     func advance(_ seconds: Double) { time.withLock { $0 = $0.addingTimeInterval(seconds) } }
 }
 
 /// Counts the fetches that paused their upstream transfer (backpressure) and lets a test wait for a number of them.
 final class PauseBarrier: Sendable {
-    private let state = Mutex<(count: Int, target: Int)>((0, Int.max))
+    private let state = Locked<(count: Int, target: Int)>((0, Int.max))
     private let semaphore = DispatchSemaphore(value: 0)
-    private let pausedCallback = Mutex<(@Sendable () -> Void)?>(nil)
+    private let pausedCallback = Locked<(@Sendable () -> Void)?>(nil)
 
     var count: Int { state.withLock { $0.count } }
 
@@ -56,9 +57,9 @@ final class PauseBarrier: Sendable {
 
 /// Lets a test block until the proxy reports `count` waiters on one fetch.
 final class WaiterBarrier: Sendable {
-    private let state = Mutex<(target: Int, reached: Bool)>((0, false))
+    private let state = Locked<(target: Int, reached: Bool)>((0, false))
     private let semaphore = DispatchSemaphore(value: 0)
-    private let finishedCallback = Mutex<(@Sendable () -> Void)?>(nil)
+    private let finishedCallback = Locked<(@Sendable () -> Void)?>(nil)
 
     /// Called when a fetch finishes (stored, failed or cancelled).
     var onFinished: (@Sendable () -> Void)? {
@@ -88,7 +89,7 @@ final class WaiterBarrier: Sendable {
 
 /// Runs a test's callback when /_imagecached/stats is about to be read (on the proxy queue, before its snapshot).
 final class StatsReadHook: Sendable {
-    private let callback = Mutex<(@Sendable () -> Void)?>(nil)
+    private let callback = Locked<(@Sendable () -> Void)?>(nil)
     var onRead: (@Sendable () -> Void)? {
         get { callback.withLock { $0 } }
         set { callback.withLock { $0 = newValue } }
@@ -248,12 +249,12 @@ extension TestConnection {
 
 /// A log handler that keeps every message, for tests that assert on the log.
 final class LogCapture: LogHandler, @unchecked Sendable {
-    private let lines = Mutex<[String]>([])
+    private let lines = Locked<[String]>([])
     var metadata: Logger.Metadata = [:]
     var logLevel: Logger.Level = .info
 
     var messages: [String] { lines.withLock { $0 } }
-    private let metadataRecords = Mutex<[Logger.Metadata]>([])
+    private let metadataRecords = Locked<[Logger.Metadata]>([])
     /// Each message's metadata (the handler's own merged with the call's), in order.
     var metadataOfMessages: [Logger.Metadata] { metadataRecords.withLock { $0 } }
 

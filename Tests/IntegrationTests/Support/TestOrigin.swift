@@ -22,6 +22,7 @@
 
 import Foundation
 import Synchronization
+import ImageCacheSystem
 
 /// A request as the origin received it.
 struct RecordedRequest: Sendable {
@@ -40,7 +41,7 @@ struct RecordedRequest: Sendable {
 
 /// A barrier a reply waits on before sending its body. Open it from the test.
 final class Gate: Sendable {
-    private let state = Mutex<(open: Bool, waiters: [DispatchSemaphore])>((false, []))
+    private let state = Locked<(open: Bool, waiters: [DispatchSemaphore])>((false, []))
 
     init() {}
 
@@ -146,7 +147,7 @@ final class TestOrigin: @unchecked Sendable {
     let port: Int
     var baseURL: String { "http://\(host):\(port)" }
     private let listenFD: Int32
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     /// The address it listens on ("127.0.0.1", or another loopback address such as "127.0.0.2").
     let host: String

@@ -11,6 +11,7 @@ import Foundation
 import ImageCacheHTTP
 import ImageCacheUpstream
 import Synchronization
+import ImageCacheSystem
 
 final class TransferRecorder: Sendable {
     struct Timeout: Error {}
@@ -32,7 +33,7 @@ final class TransferRecorder: Sendable {
         var nextWaiter: UInt64 = 0
     }
 
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     init() {}
 
