@@ -20,7 +20,8 @@ int icv_init(const char *argv0, int concurrency) {
 void icv_block_untrusted(int blocked) { vips_block_untrusted_set(blocked ? TRUE : FALSE); }
 
 int icv_block_operation(const char *name, int blocked) {
-    if (!vips_type_find("VipsOperation", name)) return -1;
+    GType type = g_type_from_name(name);
+    if (!type || !g_type_is_a(type, VIPS_TYPE_OPERATION)) return -1;
     vips_operation_block_set(name, blocked ? TRUE : FALSE);
     return 0;
 }

@@ -237,11 +237,7 @@ final class Renditions: @unchecked Sendable {
             context.metrics.transformed(format: entry.format, result: "refreshed", seconds: 0, bytesIn: 0, bytesOut: 0)
             return answer(job, entry.entry, forwardStatus: 304)
         }
-        // The cache's own signature check (ImageSignature.sniff) names an SVG source; libvips's SVG loader is blocked
-        // unless transform-allow-svg anyway, but the client gets the limit's name instead of "unreadable".
-        if !job.settings.limits.allowSVG && ImageSignature.sniff(source.body.prefix(ImageSignature.bytesNeeded)) == .svg {
-            return finish(job, failing: 422, "SVG sources are refused (transform-allow-svg is off)", label: "svg")
-        }
+        // (An SVG source without transform-allow-svg, or one SVGGuard refuses, is the Transformer's to refuse.)
         let format = job.rendition.choice.format
         let spec = TransformSpec(options: job.rendition.options, format: format, limits: job.settings.limits,
                                  defaultQuality: job.settings.quality, avifEffort: job.settings.avifEffort,

@@ -14,7 +14,10 @@
 //                                    has passed (the encoders' own last pass runs to its end: its input is bounded
 //                                    by transform-max-result-megapixels)
 //   transform-max-source-bytes 32MiB source bytes (checked as they arrive, Proxy+Transform.swift)
-//   transform-allow-svg        off   SVG sources (libvips's SVG loader is blocked unless on)
+//   transform-allow-svg        off   SVG sources (libvips's SVG loader is blocked unless on); an SVG source must
+//                                    then pass SVGGuard (SVGGuard.swift: size, declarations, references, nesting,
+//                                    <use> expansion, filters) before libvips sees it; its declared size is checked
+//                                    against transform-max-megapixels from the header, as any source's
 // Damaged, truncated or mislabelled files fail in libvips's loader (fail_on=error) and are answered 422; nothing
 // partial is ever encoded.
 //
@@ -65,6 +68,8 @@ public struct TransformLimits: Sendable, Equatable {
     public var timeoutSeconds: Double
     /// SVG sources are read (libvips's SVG loader must be allowed too: VipsRuntime.start).
     public var allowSVG: Bool
+    /// What an SVG source must be to be read (SVGGuard.swift); the documented constants unless a test sets them.
+    public var svg = SVGLimits()
     public init(maxPixels: Int = 50_000_000, maxResultPixels: Int = 16_000_000, maxFrames: Int = 100, maxDimension: Int = 8192,
                 timeoutSeconds: Double = 10, allowSVG: Bool = false) {
         self.maxResultPixels = maxResultPixels
@@ -138,6 +143,7 @@ public enum Transformer {
     private static func transform(_ raw: UnsafeRawBufferPointer, _ spec: TransformSpec, _ deadline: Deadline) throws -> TransformedImage {
         let options = spec.options
         let limits = spec.limits
+        let svg = try admitSVG(raw, limits)
         // 1. The header only: formats and limits before any pixel is decoded.
         let probe: VipsImage
         do {
@@ -217,6 +223,7 @@ public enum Transformer {
         if options.crop != nil || options.trim != nil {
             // Random access: crop by attention and trim read the image before cutting it (decoded whole, within
             // transform-max-megapixels).
+            try checkFilterWork(svg, pixels: frameWidth * frameHeight, limits)
             image = try VipsImage.load(raw, random: true, deadline: deadline).toSRGB()
             if options.autoRotate { image = try image.autorot() }
             if options.rotate != 0 { image = try image.rotate(options.rotate) }
@@ -256,6 +263,8 @@ public enum Transformer {
         } else {
             plan = ResizePlan.make(width: width, height: height, options: options)
             try checkResult(plan, options, limits, frames: animate ? frames : 1)
+            // An SVG is rendered at the scaled size (libvips's thumbnail scales it on load).
+            try checkFilterWork(svg, pixels: plan.scaledWidth * plan.scaledHeight, limits)
             if let window = plan.window, animate {
                 // Every frame scaled (shrink-on-load), then the same window cut out of each: at the plan's gravity,
                 // or for smart where libvips's attention strategy centres it on the first frame.
@@ -326,6 +335,32 @@ public enum Transformer {
         let outFrames = animate ? image.pages : 1
         return TransformedImage(bytes: bytes, format: output, width: image.width,
                                 height: animate ? image.pageHeight : image.height, frames: outFrames)
+    }
+
+    /// An SVG source (what libvips's SVG loader would claim) is refused unless transform-allow-svg, and then unless
+    /// SVGGuard passes it: before libvips, so librsvg never parses what the guard refused. What the guard found, for
+    /// an SVG; nil for any other source.
+    private static func admitSVG(_ raw: UnsafeRawBufferPointer, _ limits: TransformLimits) throws(TransformFailure) -> SVGFindings? {
+        guard SVGGuard.isCandidate(raw) else { return nil }
+        guard limits.allowSVG else {
+            throw TransformFailure(status: 422, reason: "SVG sources are refused (transform-allow-svg is off)", label: "svg")
+        }
+        do {
+            return try SVGGuard.check(raw, limits: limits.svg, maxEmbeddedPixels: limits.maxPixels)
+        } catch {
+            throw TransformFailure(status: 422, reason: error.reason, label: "svg")
+        }
+    }
+
+    /// An SVG's filter passes over the pixels librsvg will render, within SVGLimits.maxFilterWork (SVGGuard.swift
+    /// says why), before any is rendered.
+    private static func checkFilterWork(_ svg: SVGFindings?, pixels: Int, _ limits: TransformLimits) throws(TransformFailure) {
+        guard let svg else { return }
+        do {
+            try SVGGuard.checkFilterWork(svg, pixels: pixels, limits: limits.svg)
+        } catch {
+            throw TransformFailure(status: 422, reason: error.reason, label: "svg")
+        }
     }
 
     /// The result's size (padding and extend included) within transform-max-dimension and

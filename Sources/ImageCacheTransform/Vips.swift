@@ -218,19 +218,30 @@ public enum VipsRuntime {
                                  "VipsForeignLoadHeif", "VipsForeignLoadTiff"]
 
     /// Starts libvips (operation cache off, `threadsPerImage` threads per image, loaders limited as above). Later
-    /// calls change nothing but the SVG switch. Throws with libvips's reason.
+    /// calls change nothing but the SVG switch, which only opens: once a configuration of this process allowed SVG,
+    /// libvips's SVG loader stays allowed and each job's own `TransformLimits.allowSVG` decides (Transformer refuses
+    /// an SVG source before libvips sees it). Throws with libvips's reason, or when a loader class is not there.
     public static func start(threadsPerImage: Int, allowSVG: Bool) throws {
         try started.withLock { state throws in
             if !state {
                 guard icv_init(CommandLine.arguments.first ?? "imagecached", Int32(threadsPerImage)) == 0 else {
                     throw VipsError.take("libvips start")
                 }
+                // Untrusted first (libvips 8.14 marks SVG untrusted), then every loader, then the allowed ones back:
+                // each call sets the flag of a class and all its subclasses, so the last word on a class wins.
                 icv_block_untrusted(1)
-                _ = icv_block_operation("VipsForeignLoad", 1)
+                try block("VipsForeignLoad", true)
+                // A loader libvips was built without is simply not there (HEIF, say): nothing to allow.
                 for loader in allowedLoaders { _ = icv_block_operation(loader, 0) }
                 state = true
             }
-            _ = icv_block_operation("VipsForeignLoadSvg", allowSVG ? 0 : 1)
+            if allowSVG { try block("VipsForeignLoadSvg", false) }
+        }
+    }
+
+    private static func block(_ name: String, _ blocked: Bool) throws(VipsError) {
+        guard icv_block_operation(name, blocked ? 1 : 0) == 0 else {
+            throw VipsError(operation: "libvips start", message: "libvips has no \(name) (built without it?)")
         }
     }
 }

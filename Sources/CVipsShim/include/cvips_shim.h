@@ -18,7 +18,9 @@ typedef struct icv_deadline icv_deadline;
 int icv_init(const char *_Nonnull argv0, int concurrency);
 /// vips_block_untrusted_set.
 void icv_block_untrusted(int blocked);
-/// vips_operation_block_set: blocks (1) or allows (0) an operation class and its subclasses; -1 if unknown.
+/// vips_operation_block_set: blocks (1) or allows (0) an operation class and its subclasses; -1 if no operation
+/// class has that GType name. (Abstract classes such as VipsForeignLoad count: vips_type_find finds only classes
+/// that can be instantiated, so it is not the test.)
 int icv_block_operation(const char *_Nonnull name, int blocked);
 /// vips_error_buffer_copy: the error text collected (process-wide), cleared; free with icv_free. Never NULL.
 char *_Nonnull icv_error_take(void);
