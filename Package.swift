@@ -103,6 +103,15 @@ let package = Package(
                            .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
+        // The fuzz targets (README: Fuzzing): plain functions over bytes, in the root package so that they see its
+        // `package` API. A normal build makes `imagecached-fuzz` a replay tool; `scripts/fuzz` builds it with libFuzzer.
+        .target(
+            name: "ImageCacheFuzz",
+            dependencies: ["ImageCacheHTTP", "ImageCacheConfig", "ImageCacheTransform", "ImageCacheCore",
+                           .product(name: "RawStructuredFieldValues", package: "swift-http-structured-headers")],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(name: "imagecached-fuzz", dependencies: ["ImageCacheFuzz"], swiftSettings: swiftSettings),
         .executableTarget(
             name: "imagecached",
             dependencies: [
@@ -121,7 +130,7 @@ let package = Package(
         ),
         .testTarget(
             name: "ImageCacheCoreTests",
-            dependencies: ["ImageCacheTestSupport", "ImageCacheSystem", "ImageCacheHTTP", "ImageCacheConfig", "ImageCacheServer", "ImageCacheStore", "ImageCacheUpstream", "ImageCacheTransform", "ImageCacheCore", "ImageCacheOps"],
+            dependencies: ["ImageCacheTestSupport", "ImageCacheSystem", "ImageCacheHTTP", "ImageCacheConfig", "ImageCacheServer", "ImageCacheStore", "ImageCacheUpstream", "ImageCacheTransform", "ImageCacheCore", "ImageCacheOps", "ImageCacheFuzz"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -5,12 +5,12 @@
 // a fetch request for one URL share one entry.
 
 /// What a request asks for.
-internal import ImageCacheHTTP
-internal import ImageCacheConfig
+package import ImageCacheHTTP
+package import ImageCacheConfig
 internal import ImageCacheTransform
 
-enum Route: Equatable {
-    enum Mode: String, Equatable { case forward, fetch, reverse }
+package enum Route: Equatable {
+    package enum Mode: String, Equatable { case forward, fetch, reverse }
     /// An upstream URL to serve through the cache. `trusted` for configured origins (no private-network check).
     case upstream(UpstreamURL, mode: Mode, trusted: Bool)
     /// A transform URL (imgproxy's syntax) under `transform-prefix`: verified, its options parsed.
@@ -75,7 +75,7 @@ struct OriginRoute: Sendable {
 }
 
 extension Route {
-    static func resolve(_ request: HTTPRequestHead, origins: [OriginMapping], signing: URLSigning = URLSigning(),
+    package static func resolve(_ request: HTTPRequestHead, origins: [OriginMapping], signing: URLSigning = URLSigning(),
                         transforms: TransformRouting? = nil, allowed: AllowedSources = AllowedSources([])) -> Route {
         resolve(request, origins: origins.compactMap(OriginRoute.init), signing: signing, transforms: transforms, allowed: allowed)
     }

@@ -9,22 +9,22 @@
 //   A relative source ("/path", "path" or "local:///path") is a path under the configured origins, resolved as a
 //   reverse-mode request for it would be; without a matching origin it is refused (400).
 
-internal import ImageCacheHTTP
-internal import ImageCacheConfig
-internal import ImageCacheTransform
+package import ImageCacheHTTP
+package import ImageCacheConfig
+package import ImageCacheTransform
 internal import Foundation
 internal import Synchronization
 internal import ImageCacheSystem
 
 /// A verified transform request: where the source is and what to do to it. Immutable; a class, so that the memo
 /// hands out one reference per request, not a copy of every option.
-final class TransformTarget: Equatable, Sendable {
-    let source: UpstreamURL
-    let mode: Route.Mode
-    let trusted: Bool
-    let options: TransformOptions
+package final class TransformTarget: Equatable, Sendable {
+    package let source: UpstreamURL
+    package let mode: Route.Mode
+    package let trusted: Bool
+    package let options: TransformOptions
     /// `options.canonical`, made once.
-    let canonical: String
+    package let canonical: String
     /// The rendition when its format does not depend on the request (explicit, or the source's without automatic
     /// WebP/AVIF): made once, key included; nil when Accept decides.
     let fixed: RenditionRequest?
@@ -46,7 +46,7 @@ final class TransformTarget: Equatable, Sendable {
                                                  choice: FormatNegotiation.choose(options.format, accept: nil, autoAVIF: false, autoWebP: false))
     }
 
-    static func == (a: TransformTarget, b: TransformTarget) -> Bool {
+    package static func == (a: TransformTarget, b: TransformTarget) -> Bool {
         a.source == b.source && a.mode == b.mode && a.trusted == b.trusted && a.options == b.options
     }
 }
@@ -69,7 +69,7 @@ final class TransformRouteMemo: Sendable {
 }
 
 /// What routing needs of the transform settings. Immutable, built with ProxySettings.
-struct TransformRouting: Sendable {
+package struct TransformRouting: Sendable {
     /// Without a trailing "/" ("" for "/").
     let prefix: String
     let signing: TransformSigning
@@ -83,7 +83,7 @@ struct TransformRouting: Sendable {
     let autoWebP: Bool
     let memo = TransformRouteMemo()
 
-    init(_ configuration: Configuration) {
+    package init(_ configuration: Configuration) {
         prefix = configuration.transform.normalisedPrefix
         signing = configuration.transform.signing
         presets = configuration.transform.presets
@@ -160,7 +160,7 @@ struct TransformRouting: Sendable {
 /// `allowed-sources`: the URL prefixes forward mode, fetch mode and transform sources may reach (empty: any). An
 /// item is "scheme://host[:port][/path]"; a host "*.example.com" matches its subdomains (not example.com itself).
 /// Matched against the normalised URL, so "%2e%2e" or a default port cannot step around it.
-struct AllowedSources: Sendable, Equatable {
+package struct AllowedSources: Sendable, Equatable {
     struct Item: Sendable, Equatable {
         let scheme: String
         let host: String
@@ -170,7 +170,7 @@ struct AllowedSources: Sendable, Equatable {
     }
     let items: [Item]
 
-    init(_ texts: [String]) {
+    package init(_ texts: [String]) {
         items = texts.compactMap { text in
             var host = text
             var wildcard = false

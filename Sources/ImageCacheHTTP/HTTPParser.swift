@@ -214,11 +214,14 @@ public struct HTTPParser: Sendable {
             case .chunkSize:
                 switch nextLine() {
                 case let .incomplete(pending):
-                    if pending > Self.maxChunkLineBytes { return fail(400, "chunk size line too long") }
+                    // The limit is the line's, without its line ending (a CR may be pending), whether its end has
+                    // arrived in the same read or not.
+                    if pending > Self.maxChunkLineBytes + 1 { return fail(400, "chunk size line too long") }
                     return nil
                 case .bareCR:
                     return fail(400, "bare CR in chunk size line")
                 case let .complete(line, next):
+                    if line.count > Self.maxChunkLineBytes { return fail(400, "chunk size line too long") }
                     consume(upTo: next)
                     guard let size = parseChunkSize(line) else { return fail(400, "invalid chunk size") }
                     if size == 0 {

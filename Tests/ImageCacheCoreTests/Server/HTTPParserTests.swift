@@ -106,6 +106,14 @@ struct HTTPParserTests {
              requests: ["GET /1 HTTP/1.1 ", "GET /2 HTTP/1.1 ", "GET /3 HTTP/1.1 ", "GET /4 HTTP/1.1 "]),
         Case(name: "unknown transfer coding is 501",
              input: "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", errorStatus: 501),
+        // Found by the request-parser fuzz target's check that reads of any size give the same events: a chunk size
+        // line over the limit was refused only when it arrived in pieces, not in one read.
+        Case(name: "chunk size line (with its extension) of 1024 bytes is read",
+             input: "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1;\(String(repeating: "e", count: 1022))\r\na\r\n0\r\n\r\n",
+             requests: ["POST / HTTP/1.1 a"]),
+        Case(name: "chunk size line over 1024 bytes is 400, in one read too",
+             input: "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1;\(String(repeating: "e", count: 1023))\r\na\r\n0\r\n\r\n",
+             errorStatus: 400),
     ]
 
     @Test("parses each request or refuses it with the right status", arguments: cases)
