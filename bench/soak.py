@@ -1139,7 +1139,10 @@ def main():
                 soak.tally.record("daemon", "unexpected", f"the daemon exited with {procs['daemon'].popen.returncode}")
                 break
             if now >= next_sample:
-                samples.append(sample(soak, pid, cache_dir, t0, last))
+                try:
+                    samples.append(sample(soak, pid, cache_dir, t0, last))
+                except OSError:
+                    continue        # the daemon has just gone: the next turn says so
                 s = samples[-1]
                 if len(samples) % 12 == 0:
                     print(f"{s['t'] / 60:5.1f} min  {soak.tally.requests:8} requests  {s['rps']:5.0f}/s  RSS {s['rss'] / MIB:6.1f} MiB  "
@@ -1167,13 +1170,14 @@ def main():
         for t in threads + side:
             t.join(CLIENT_TIMEOUT + 40)
         duration = time.time() - t0
-        samples.append(sample(soak, pid, cache_dir, t0, last))
-        metrics = metrics_of(port)
+        alive = procs["daemon"].popen.poll() is None
+        if alive:
+            samples.append(sample(soak, pid, cache_dir, t0, last))
+        metrics = metrics_of(port) if alive else {}
         try:
             origin_counts = json.loads(Exchange(origin_port).request("GET", "/__stats")[2])
         except (ValueError, TypeError):
             origin_counts = {}
-        alive = procs["daemon"].popen.poll() is None
         if alive:
             os.kill(pid, signal.SIGTERM)
             try:
@@ -1189,6 +1193,8 @@ def main():
         for proc in procs.values():
             proc.stop()
 
+    with open(f"{WORK}/samples.json", "w") as f:          # the raw 5 s samples, to look at again
+        json.dump({"warmup_s": args.warmup * 60, "samples": samples}, f)
     bars, numbers = verdict(soak, samples, args.warmup * 60, origin_counts)
     url_storms = [s for s in soak.storms if s[0] == "url"]
     print(f"\n{soak.tally.requests} requests in {duration / 60:.1f} min; storms {len(soak.storms)} "
