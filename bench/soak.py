@@ -846,15 +846,24 @@ def proc_status(pid):
 
 
 def dir_bytes(path):
-    total = files = 0
-    for folder, _, names in os.walk(path):
+    """(bytes of the files, which disk-limit governs; files; directories; blocks of files and directories, as du)."""
+    total = files = dirs = blocks = 0
+    for folder, subdirs, names in os.walk(path):
+        dirs += len(subdirs)
+        for name in subdirs:
+            try:
+                blocks += os.lstat(os.path.join(folder, name)).st_blocks * 512
+            except OSError:
+                pass
         for name in names:
             try:
-                total += os.lstat(os.path.join(folder, name)).st_size
+                st = os.lstat(os.path.join(folder, name))
+                total += st.st_size
+                blocks += st.st_blocks * 512
                 files += 1
             except OSError:
                 pass           # renamed or evicted meanwhile
-    return total, files
+    return total, files, dirs, blocks
 
 
 def daemon_cpu(pid):
@@ -880,14 +889,14 @@ def percentile(values, q):
 
 def sample(soak, pid, cache_dir, t0, last):
     status = proc_status(pid)
-    disk, files = dir_bytes(cache_dir)
+    disk, files, dirs, blocks = dir_bytes(cache_dir)
     hits = soak.tally.drain_hits()
     now = time.time()
     requests = soak.tally.requests
     cpu = daemon_cpu(pid)
     busy, total = machine_busy()
     s = {"t": now - t0, "rss": status["VmRSS"] * 1024, "threads": status["Threads"], "fds": len(os.listdir(f"/proc/{pid}/fd")),
-         "disk": disk, "files": files, "hits": len(hits), "p99_ms": (percentile(hits, 0.99) or 0) * 1000,
+         "disk": disk, "files": files, "dirs": dirs, "du": blocks, "hits": len(hits), "p99_ms": (percentile(hits, 0.99) or 0) * 1000,
          "p50_ms": (percentile(hits, 0.5) or 0) * 1000,
          "rps": (requests - last["requests"]) / max(1e-3, now - last["time"]),
          "cpu": (cpu - last["cpu"]) / max(1e-3, now - last["time"]),
@@ -938,7 +947,8 @@ def verdict(soak, samples, warmup_s, origin_counts):
                                 f"(min {min(s['threads'] for s in after)}, max {max(s['threads'] for s in after)})"),
         ("disk within its limit", disk_max <= DISK_LIMIT + DISK_SLACK,
          f"max {disk_max / MIB:.1f} MiB of {DISK_LIMIT / MIB:.0f} MiB (+{DISK_SLACK / MIB:.0f} MiB of writes in flight allowed); "
-         f"at the end {samples[-1]['disk'] / MIB:.1f} MiB"),
+         f"at the end {samples[-1]['disk'] / MIB:.1f} MiB in {samples[-1]['files']} files; with the {samples[-1]['dirs']} "
+         f"directories, {samples[-1]['du'] / MIB:.1f} MiB of blocks (du)"),
     ]
     numbers = {"growth_pct_per_hour": growth, "rss0": rss0, "disk_max": disk_max, "wrong": wrong, "unexpected": unexpected,
                "fds": (min(s["fds"] for s in after), max(s["fds"] for s in after)),
@@ -974,7 +984,7 @@ def picture(samples, warmup_s, path, title):
                    ("threads", [s["threads"] for s in samples], "tab:green")], "count"),
         (axes[2], [("p99 of hits (ms)", [s["p99_ms"] for s in samples], "tab:red"),
                    ("p50 of hits (ms)", [s["p50_ms"] for s in samples], "tab:gray")], "ms"),
-        (axes[3], [("cache directory (MiB)", [s["disk"] / MIB for s in samples], "tab:purple")], "MiB"),
+        (axes[3], [("cache files (MiB)", [s["disk"] / MIB for s in samples], "tab:purple")], "MiB"),
     ]
     for ax, lines, unit in panels:
         for label, ys, colour in lines:
@@ -1027,10 +1037,10 @@ def write_results(path, args, soak, samples, bars, numbers, storms, origin_count
     if log_notes:
         lines += ["## Daemon log (warnings and errors, by message, first 20)", "", "```"] + log_notes + ["```", ""]
     lines += ["## Samples (one a minute of the 5 s samples)", "",
-              "| min | RSS MiB | fds | threads | disk MiB | files | req/s | hits | p50 ms | p99 ms | daemon CPU (cores) | machine busy |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| min | RSS MiB | fds | threads | disk MiB | files | dirs | du MiB | req/s | hits | p50 ms | p99 ms | daemon CPU (cores) | machine busy |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in samples[::12] + ([samples[-1]] if len(samples) % 12 != 1 else []):
-        lines.append(f"| {s['t'] / 60:.1f} | {s['rss'] / MIB:.1f} | {s['fds']} | {s['threads']} | {s['disk'] / MIB:.1f} | {s['files']} "
+        lines.append(f"| {s['t'] / 60:.1f} | {s['rss'] / MIB:.1f} | {s['fds']} | {s['threads']} | {s['disk'] / MIB:.1f} | {s['files']} | {s['dirs']} | {s['du'] / MIB:.1f} "
                      f"| {s['rps']:.0f} | {s['hits']} | {s['p50_ms']:.1f} | {s['p99_ms']:.1f} | {s['cpu']:.2f} | {s['machine'] * 100:.0f}% |")
     lines += ["", "Latency is measured by the Python clients (send to last body byte), which share the 2 cores with "
               "the daemon, the origin and the other work on the machine: it is the client's view under load, not "
