@@ -163,7 +163,7 @@ enum HTTPFuzz {
 
     // MARK: - Range
 
-    /// Lines: Range, If-Range, the stored length, ETag, Last-Modified, the method (GET when absent). Checks: a part
+    /// Lines: Range, If-Range, the stored length, ETag, Last-Modified, the method (GET when absent), Date. Checks: a part
     /// lies within the body; no part of an empty body; a method other than GET, or no Range, gets the whole.
     static func range(_ bytes: [UInt8]) {
         let lines = bytes.lines
@@ -173,7 +173,8 @@ enum HTTPFuzz {
         if let ifRange = line(1) { headers.add("If-Range", ifRange) }
         let length = line(2).flatMap { Int($0) }.map { max(0, $0) } ?? 1000
         let method = line(5) ?? "GET"
-        let answer = RangeAnswer.evaluate(method: method, headers: headers, length: length, etag: line(3), lastModified: line(4))
+        let answer = RangeAnswer.evaluate(method: method, headers: headers, length: length, etag: line(3), lastModified: line(4),
+                                          date: line(6))
         switch answer {
         case let .part(part):
             expect(part.lowerBound >= 0 && part.upperBound < length, "part \(part) of a \(length)-byte body")

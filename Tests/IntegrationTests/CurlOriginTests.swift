@@ -5,6 +5,7 @@ import ImageCacheUpstream
 import Logging
 import Synchronization
 import Testing
+import ImageCacheTestSupport
 import ImageCacheSystem
 
 @Suite("CurlOrigin against a local TestOrigin", .timeLimit(.minutes(2)))
@@ -443,6 +444,35 @@ struct CurlOriginTests {
         #expect(try await refused.completion() == .failed(.refusedDestination(address: "127.0.0.1")))
         #expect(try await allowed.completion() == .end)
         #expect(server.requestCount("/secret") == 1)
+    }
+
+    @Test("bytes an origin sends past its Content-Length, left on a kept connection, do not fail the next request: it is sent again on a fresh connection")
+    func excessBytesOnAKeptConnection() async throws {
+        // Given an origin that declares 100 bytes fewer than it sends, the last 100 only after the transfer has ended
+        let server = try TestOrigin()
+        defer { server.stop() }
+        let image = Fixtures.png(size: 5_000)
+        let gate = Gate()
+        server.route("/long.png") { _ in
+            var reply = Reply(status: 200, headers: [("Content-Type", "image/png"), ("Content-Length", String(image.count - 100))],
+                              body: image, gate: gate)
+            reply.gateAfterBytes = image.count - 100
+            return reply
+        }
+        server.route("/next.png") { _ in .ok(Fixtures.png(size: 700)) }
+        let origin = try Self.makeOrigin()
+        defer { origin.shutdown() }
+        let first = TransferRecorder()
+        _ = origin.fetch(Self.request(server.baseURL + "/long.png"), events: first.record)
+        #expect(try await first.completion() == .end)
+        expectSameBytes(first.body, image.prefix(image.count - 100))
+        gate.open()   // the excess now waits on the idle kept connection
+        // When the next request goes to the same origin
+        let next = TransferRecorder()
+        _ = origin.fetch(Self.request(server.baseURL + "/next.png"), events: next.record)
+        // Then it gets its own response
+        #expect(try await next.completion() == .end)
+        expectSameBytes(next.body, Fixtures.png(size: 700))
     }
 
     @Test("after cancel() no further events arrive")

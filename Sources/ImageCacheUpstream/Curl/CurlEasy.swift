@@ -40,6 +40,8 @@ final class CurlEasy: @unchecked Sendable {
     private let maxRedirects: Int
     private let maxBodyBytes: Int
     private let logger: Logger
+    /// The request's method (a GET or HEAD may go again on a fresh connection).
+    private let method: String
     /// The request body sent as it arrives, if any (read on the curl thread).
     private var streamedBody: StreamedBody?
     /// Interim 1xx responses are reported (UpstreamRequest.forwardsInterim).
@@ -69,6 +71,8 @@ final class CurlEasy: @unchecked Sendable {
         case redirectsOnly
     }
     private var completed = false
+    /// Sent again on a fresh connection once already (`retriesOnFreshConnection`).
+    private var retried = false
 
     /// Configures a handle for `request`. `addressGuard` says which connections the private-network guard judges;
     /// under `.always` the transfer uses `guardedConnections` as its connection cache.
@@ -93,6 +97,7 @@ final class CurlEasy: @unchecked Sendable {
         self.maxBodyBytes = request.maxBodyBytes
         self.forwardsInterim = request.forwardsInterim
         self.logger = logger
+        self.method = request.method
         try configure(request: request, configuration: configuration)
         if addressGuard == .always {
             try ccurl_easy_setopt_ptr(handle, CURLOPT_SHARE, guardedConnections).check("CURLOPT_SHARE")
@@ -409,6 +414,26 @@ final class CurlEasy: @unchecked Sendable {
     }
 
     // MARK: completion, on the curl thread
+
+    /// Whether the transfer, which failed with `code`, goes again on a fresh connection (and is reset for it): a GET
+    /// or HEAD on a kept connection that answered with bytes that are no HTTP/1.x response before any head was
+    /// reported. Those are what an earlier response on the connection sent past its Content-Length (a hostile or
+    /// broken origin): the request never had its own answer, and failing it would pass one response's fault on to
+    /// another client's request. Once per transfer; curl closes the poisoned connection.
+    func retriesOnFreshConnection(after code: CURLcode) -> Bool {
+        guard !retried, !headReported, streamedBody == nil, method == "GET" || method == "HEAD",
+              code == CURLE_UNSUPPORTED_PROTOCOL || code == CURLE_WEIRD_SERVER_REPLY else { return false }
+        var connects = 0
+        guard ccurl_easy_getinfo_long(handle, CURLINFO_NUM_CONNECTS, &connects) == CURLE_OK, connects == 0,
+              ccurl_easy_setopt_long(handle, CURLOPT_FRESH_CONNECT, 1) == CURLE_OK else { return false }
+        retried = true
+        callbackFailure = nil
+        sectionLines = []
+        redirectStatuses = []
+        logger.notice("upstream connection answered with bytes left from an earlier response; sent again on a new connection",
+                      metadata: ["url": "\(effectiveURL)", "error": "\(detail(code))"])
+        return true
+    }
 
     /// The transfer finished with `code` (from curl_multi_info_read): reports `.end` or `.failed`.
     func complete(_ code: CURLcode) {

@@ -219,7 +219,12 @@ final class CurlMulti: @unchecked Sendable {
         while let message = curl_multi_info_read(multi, &queued) {
             guard message.pointee.msg == CURLMSG_DONE, let handle = message.pointee.easy_handle else { continue }
             let result = message.pointee.data.result   // read before remove_handle frees the message
-            detach(handle)?.complete(result)
+            guard let easy = detach(handle) else { continue }
+            if easy.retriesOnFreshConnection(after: result) {
+                attach(easy)
+            } else {
+                easy.complete(result)
+            }
         }
     }
 }
