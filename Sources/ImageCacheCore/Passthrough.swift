@@ -294,5 +294,6 @@ final class Passthrough: @unchecked Sendable {
         let elapsed = ContinuousClock.now - started
         let seconds = elapsed.inSeconds
         context.metrics.upstreamFinished(host: url.host, result: result, seconds: seconds, bytes: sent)
+        context.events?(.passFinished(key: CacheKey(url)))
     }
 }

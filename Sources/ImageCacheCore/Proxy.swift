@@ -325,6 +325,9 @@ public enum ProxyEvent: Sendable, Equatable {
     case waiterAttached(key: CacheKey, waiters: Int)
     /// The fetch for `key` ended (stored or not, failed or cancelled).
     case fetchFinished(key: CacheKey)
+    /// A request passed through to the origin (`Passthrough`) ended and its transfer was counted. A client may have
+    /// read the whole response before this: its last bytes go out before the transfer's end arrives.
+    case passFinished(key: CacheKey)
     /// The fetch for `key` paused its upstream transfer: a client was behind and the in-flight budget full.
     case transferPaused(key: CacheKey)
     /// /_imagecached/stats is about to be read (a test changes a counter here, to tell the status page's figures as

@@ -464,7 +464,7 @@ struct HardeningTests {
         for i in 0..<2 { harness.origin.route("/whole\(i).png") { _ in HardeningTests.bigImage(size) } }
         let first = try TestConnection(port: harness.port, receiveBuffer: 16 << 10)
         await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
-            harness.waiters.onFinished = { done.resume() }
+            harness.waiters.onFinished = firstCallOnly { done.resume() }
             try? first.request("/whole0.png")
         }
         // When the first fetch has ended, its body still in its connection (the kernel takes at most 4 MiB of it),
@@ -523,7 +523,7 @@ struct HardeningTests {
         // Given a fetch that ended while its client had read nothing (its body counted in flight)
         let client = try TestConnection(port: harness.port, receiveBuffer: 16 << 10)
         await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
-            harness.waiters.onFinished = { done.resume() }
+            harness.waiters.onFinished = firstCallOnly { done.resume() }
             try? client.request("/left.png")
         }
         harness.waiters.onFinished = nil
@@ -553,7 +553,7 @@ struct HardeningTests {
             #expect(await harness.pauses.wait(for: 1))
         } else {
             await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
-                harness.waiters.onFinished = { done.resume() }
+                harness.waiters.onFinished = firstCallOnly { done.resume() }
             }
         }
         let first = try await client.response()

@@ -66,6 +66,8 @@ struct ReverseModeTests {
                   body: Array("{\"made\":\"\(request.method)\",\"bytes\":\(request.body.count)}".utf8))
         }
         let body = Array(repeating: UInt8(ascii: "x"), count: 70_000)
+        let passed = DispatchSemaphore(value: 0)
+        harness.waiters.onPassFinished = { passed.signal() }
         // When
         let response = try await Self.send(harness, method, "/doc", headers: [
             ("Content-Type", "application/octet-stream"), ("If-Match", "\"v3\""), ("Authorization", "Bearer abc"),
@@ -87,6 +89,8 @@ struct ReverseModeTests {
         #expect(seen.header("X-Hop") == nil && seen.header("Keep-Alive") == nil)
         #expect(seen.header("Via") == "1.1 edge, " + harness.daemon.loopGuard.viaValue)
         #expect(seen.header("Host") == "127.0.0.1:\(harness.origin.port)")
+        // And, once the transfer has ended (the client may have the last byte before), it is counted
+        #expect(await wait(passed))
         let stats = try await OperationsTests.stats(harness)
         #expect(stats.requests["pass"] == 1)
         #expect(stats.upstream.transfers["ok"] == 1)

@@ -602,7 +602,7 @@ struct TransformTests {
         // ... and the source's fetch went on: once the origin answers it is stored, and its variant is made from
         // the cache without asking the origin again
         await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
-            harness.waiters.onFinished = { done.resume() }
+            harness.waiters.onFinished = firstCallOnly { done.resume() }
             gate.open()
         }
         harness.waiters.onFinished = nil

@@ -55,11 +55,26 @@ final class PauseBarrier: Sendable {
     }
 }
 
+/// `body` run on its first call only: a continuation resumed by an event that can come again (another fetch that
+/// finishes late on a loaded machine) must not be resumed twice.
+func firstCallOnly(_ body: @escaping @Sendable () -> Void) -> @Sendable () -> Void {
+    let called = Locked(false)
+    return {
+        let first = called.withLock { called -> Bool in
+            defer { called = true }
+            return !called
+        }
+        if first { body() }
+    }
+}
+
 /// Lets a test block until the proxy reports `count` waiters on one fetch.
 final class WaiterBarrier: Sendable {
     private let state = Locked<(target: Int, reached: Bool)>((0, false))
     private let semaphore = DispatchSemaphore(value: 0)
     private let finishedCallback = Locked<(@Sendable () -> Void)?>(nil)
+
+    private let passedCallback = Locked<(@Sendable () -> Void)?>(nil)
 
     /// Called when a fetch finishes (stored, failed or cancelled).
     var onFinished: (@Sendable () -> Void)? {
@@ -67,10 +82,17 @@ final class WaiterBarrier: Sendable {
         set { finishedCallback.withLock { $0 = newValue } }
     }
 
+    /// Called when a request passed through to the origin ends (its transfer counted).
+    var onPassFinished: (@Sendable () -> Void)? {
+        get { passedCallback.withLock { $0 } }
+        set { passedCallback.withLock { $0 = newValue } }
+    }
+
     func expect(_ count: Int) { state.withLock { $0 = (count, false) } }
 
     func observe(_ event: ProxyEvent) {
         if case .fetchFinished = event { onFinished?() }
+        if case .passFinished = event { onPassFinished?() }
         guard case let .waiterAttached(_, waiters) = event else { return }
         let fire = state.withLock { state -> Bool in
             guard !state.reached, state.target > 0, waiters >= state.target else { return false }
