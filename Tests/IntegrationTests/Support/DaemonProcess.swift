@@ -30,6 +30,11 @@ final class DaemonProcess: @unchecked Sendable {
         posix_spawn_file_actions_adddup2(&actions, pipeFDs[1], 1)
         posix_spawn_file_actions_adddup2(&actions, pipeFDs[1], 2)
         var env = ["PATH": "/usr/bin:/bin", "HOME": NSTemporaryDirectory()]
+        // A sanitizer build's settings (scripts/sanitize) reach the daemon too: without them LeakSanitizer reports
+        // the objects that live as long as the process at its exit and turns exit 0 into 1.
+        for key in ["ASAN_OPTIONS", "LSAN_OPTIONS", "TSAN_OPTIONS"] {
+            if let value = ProcessInfo.processInfo.environment[key] { env[key] = value }
+        }
         for (key, value) in environment { env[key] = value }
         var script = "exec \"$0\" \"$@\""
         if let cpus { script = "exec taskset -c \(cpus) \"$0\" \"$@\"" }  // taskset execs the binary: the pid stays
