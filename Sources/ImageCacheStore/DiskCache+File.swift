@@ -200,6 +200,12 @@ package enum DiskFile {
         } catch where error.errno == EEXIST {}
     }
 
+    /// rmdir of each directory in turn while they are empty (rmdir(2) refuses a directory with anything in it, so
+    /// nothing is listed); stops at the first that stays. That failure is the expected outcome and is not reported.
+    static func removeIfEmpty(_ directories: String...) {
+        for directory in directories where rmdir(directory) != 0 { return }
+    }
+
     static func syncDirectory(_ path: String) throws(SystemError) {
         let fd = try open(path, O_RDONLY | O_DIRECTORY)
         defer { closeDescriptor(fd) }

@@ -408,7 +408,9 @@ extension DiskCache {
                 }
                 loadFile(name: file, path: path, buffer: &buffer)
             }
+            _ = rmdir(directory)  // once empty: left by a daemon before directories were pruned, or by a crash
         }
+        _ = rmdir(topPath)
     }
 
     private func loadFile(name: String, path: String, buffer: inout [UInt8]) {

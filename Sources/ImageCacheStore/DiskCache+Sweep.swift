@@ -73,6 +73,8 @@ extension DiskCache {
             try DiskFile.unlink(path)
         } catch where error.errno != ENOENT {
             logger.warning("disk sweep cannot remove \(path): \(error)")
+            return
         } catch {}
+        _pruneDirectories(of: name)
     }
 }

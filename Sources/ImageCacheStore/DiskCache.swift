@@ -345,6 +345,27 @@ public final class DiskCache: Sendable {
 
     func filePath(of name: String) -> String { directoryPath(of: name) + "/" + name }
 
+    /// After a file of `name` went: its two shard directories go too once empty, so a tree that once held many
+    /// entries does not keep up to 65,792 empty directories (4 KiB each on ext4, counted against no limit) after they
+    /// are evicted or purged (nginx keeps them; Squid makes all of its own up front). On the serial queue, where every
+    /// publish makes its directories again before writing, so no write can find its directory gone.
+    func _pruneDirectories(of name: String) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        let utf8 = Array(name.utf8)
+        let top = root + "/" + String(decoding: utf8[0..<2], as: UTF8.self)
+        DiskFile.removeIfEmpty(top + "/" + String(decoding: utf8[2..<4], as: UTF8.self), top)
+    }
+
+    /// The same for a file found at `path` (`<root>/<xx>/<yy>/<file>`, perhaps in the wrong shard); other paths: nothing.
+    func _pruneDirectories(ofFileAt path: String) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard path.hasPrefix(root + "/") else { return }
+        let parts = path.dropFirst(root.count + 1).split(separator: "/", omittingEmptySubsequences: false)
+        guard parts.count == 3, DiskIndex.isShardName(String(parts[0])), DiskIndex.isShardName(String(parts[1])) else { return }
+        let top = root + "/" + parts[0]
+        DiskFile.removeIfEmpty(top + "/" + parts[1], top)
+    }
+
     // MARK: - Lookup
 
     /// The variant of `key` (primary name `primary`) that `fields` select: `selected` when the index named it, else
@@ -489,6 +510,7 @@ public final class DiskCache: Sendable {
         }
         logger.warning("disk entry removed: \(path): \(why)")
         _ = try? DiskFile.unlink(path)
+        _pruneDirectories(ofFileAt: path)
         let indexed = path == filePath(of: name)  // a misplaced file does not stand for the record of its name
         withIndex { index in
             if indexed { index.remove(name) }
@@ -617,18 +639,21 @@ public final class DiskCache: Sendable {
         } catch {
             closeDescriptor(fd)
             _ = try? DiskFile.unlink(tmp)
+            _pruneDirectories(of: name)
             throw error
         }
         // close is not retried (the descriptor is gone even on EINTR), but a reported write-back error drops the file.
         if Glibc.close(fd) != 0, errno != EINTR {
             let error = SystemError(errno: errno, function: "close")
             _ = try? DiskFile.unlink(tmp)
+            _pruneDirectories(of: name)
             throw error
         }
         do {
             try syscall("rename") { rename(tmp, directory + "/" + name) }
         } catch {
             _ = try? DiskFile.unlink(tmp)
+            _pruneDirectories(of: name)
             throw error
         }
         if configuration.fsync { try? DiskFile.syncDirectory(directory) }
@@ -648,6 +673,7 @@ public final class DiskCache: Sendable {
             return "could not remove \(path): \(error)"
         } catch {}
         withIndex { $0.remove(name) }
+        _pruneDirectories(of: name)
         return nil
     }
 
@@ -688,7 +714,9 @@ public final class DiskCache: Sendable {
                         if firstFailure == nil { firstFailure = "could not remove \(subPath)/\(file): \(error)" }
                     } catch {}
                 }
+                _ = rmdir(subPath)  // once empty
             }
+            _ = rmdir(topPath)
         }
         if failed == 0 {
             withIndex { $0.removeAllRecords() }

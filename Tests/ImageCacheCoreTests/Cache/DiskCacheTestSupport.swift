@@ -26,6 +26,19 @@ final class DiskTestDirectory: Sendable {
 
     deinit { if !keep { try? FileManager.default.removeItem(atPath: path) } }
 
+    /// Every directory under the directory, as paths relative to it, sorted.
+    var directories: [String] {
+        let enumerator = FileManager.default.enumerator(atPath: path)
+        var out: [String] = []
+        while let item = enumerator?.nextObject() as? String {
+            var isDirectory: ObjCBool = false
+            if FileManager.default.fileExists(atPath: path + "/" + item, isDirectory: &isDirectory), isDirectory.boolValue {
+                out.append(item)
+            }
+        }
+        return out.sorted()
+    }
+
     /// Every regular file under the directory, as paths relative to it, sorted.
     var files: [String] {
         let enumerator = FileManager.default.enumerator(atPath: path)

@@ -546,7 +546,8 @@ struct DiskCacheTests {
         #expect(!FileManager.default.fileExists(atPath: pathA))
         #expect(cache.lookupNow(Self.key("b")) != nil)
 
-        // And the loader of a new cache removes such a file too
+        // And the loader of a new cache removes such a file too (a's directory went with its file: made again)
+        try FileManager.default.createDirectory(atPath: (pathA as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
         try FileManager.default.copyItem(atPath: cache.path(of: Self.key("b")), toPath: pathA)
         let restarted = try Self.makeCache(directory)
         restarted.waitForIndex()
@@ -732,7 +733,51 @@ struct DiskCacheTests {
         #expect(cache.stats.entries == 0)
         #expect(cache.stats.bytes == 0)
         #expect(directory.files.isEmpty)
+        #expect(directory.directories.isEmpty)
         #expect(cache.lookupNow(Self.key("e3")) == nil)
+    }
+
+    @Test("shard directories go with their last file: removal, eviction, expiry and the loader leave no empty ones")
+    func emptyDirectoriesGo() throws {
+        // Given entries whose files are spread over shard directories
+        let directory = DiskTestDirectory()
+        let clock = DiskTestClock()
+        let probe = DiskTestDirectory()
+        let unit: Int
+        do {
+            let sizer = try Self.makeCache(probe)
+            sizer.insert(Self.entry("probe", bytes: 1000))
+            sizer.flush()
+            unit = sizer.stats.bytes
+        }
+        let cache = try Self.makeCache(directory, clock: clock, limit: 10 * unit + unit / 2, maxAge: 100)
+        func shardsInUse() -> [String] {
+            Set(directory.files.flatMap { file -> [String] in
+                let parts = file.split(separator: "/")
+                return [String(parts[0]), parts[0] + "/" + parts[1]]
+            }).sorted()
+        }
+        // When a removal, evictions (60 entries through room for 10) and an expiry take files away
+        for n in 0..<60 { cache.insert(Self.entry("e\(n)", bytes: 1000)) }
+        cache.remove(Self.key("e59"))
+        cache.flush()
+        #expect(cache.stats.evicted >= 45)
+        #expect(!directory.files.isEmpty)
+        // Then every directory left holds a file
+        #expect(directory.directories == shardsInUse())
+        clock.advance(by: 200)
+        cache.sweep()
+        cache.flush()
+        #expect(cache.stats.entries == 0)
+        #expect(directory.directories.isEmpty)
+
+        // And empty shard directories left by an older daemon go when the next one loads its index
+        try FileManager.default.createDirectory(atPath: directory.path + "/ab/cd", withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: directory.path + "/ef", withIntermediateDirectories: true)
+        let next = try Self.makeCache(directory, clock: clock, maxAge: 100)
+        next.waitForIndex()
+        next.flush()
+        #expect(directory.directories.isEmpty)
     }
 
     // MARK: - Write errors
