@@ -108,6 +108,14 @@ def build_rows(res):
         row(sec, "origin 304s / 200s", {c: f"{v['origin_304']} / {v['origin_200']}" for c, v in rv.items()})
         row(sec, "requests/s", {c: fmt(v["rps"]) for c, v in rv.items()})
 
+    ls = res.get("lockstep") or {}
+    if ls:
+        any_v = next(iter(ls.values()))
+        sec = f"4b. revalidation in lock-step ({any_v['urls']} URLs, max-age=1, origin 100 ms away, {any_v['seconds']} s, 16 conns)"
+        row(sec, "origin 304s / 200s", {c: f"{v['origin_304']} / {v['origin_200']}" for c, v in ls.items()})
+        row(sec, "requests/s", {c: fmt(v["rps"]) for c, v in ls.items()})
+        row(sec, "p99 / max ms", {c: f"{fmt(v['p99_us'] / 1000)} / {fmt(v['max_us'] / 1000)}" for c, v in ls.items()})
+
     mem = res.get("memory") or {}
     if mem:
         sec = f"5. memory (corpus loaded: {res['corpus']['files']} files, {res['corpus']['bytes'] / MIB:.1f} MiB)"
