@@ -157,7 +157,10 @@ def render(template, path, **values):
     return path
 
 
-def start_all(ports, memory_mib, extra=()):
+def start_all(ports, memory_mib, extra=(), grace=0):
+    """The origin, imagecached, nginx proxy_cache, Varnish and nginx static. `grace` > 0 lets the three caches serve
+    a stale entry for that many seconds while one request revalidates it: imagecached's --stale-while-revalidate,
+    nginx's proxy_cache_use_stale updating with proxy_cache_background_update, Varnish's grace."""
     for d in (WORK, SHM):
         shutil.rmtree(d, ignore_errors=True)
     for d in (WORK, f"{WORK}/nginx", f"{WORK}/static", f"{WORK}/varnish", SHM):
@@ -174,17 +177,19 @@ def start_all(ports, memory_mib, extra=()):
     procs["imagecached"] = Proc("imagecached", drop + [
         os.path.join(REPO, ".build/release/imagecached"), "--listen", f"127.0.0.1:{ports['imagecached']}",
         "--origin", origin_url, "--memory-limit", f"{memory_mib}MiB", "--cache-dir", f"{WORK}/imagecached-disk",
-        "--log-level", "warning", *extra], ports["imagecached"], f"{WORK}/imagecached.log")
+        "--log-level", "warning", *(["--stale-while-revalidate", f"{grace}s"] if grace else []), *extra],
+        ports["imagecached"], f"{WORK}/imagecached.log")
     conf = render("nginx-proxy.conf", f"{WORK}/nginx/nginx.conf", work=f"{WORK}/nginx", cache_dir=SHM,
-                  memory_mib=memory_mib, origin_port=ports["origin"], port=ports["nginx"])
+                  memory_mib=memory_mib, origin_port=ports["origin"], port=ports["nginx"],
+                  use_stale="updating" if grace else "off", background_update="on" if grace else "off")
     procs["nginx"] = Proc("nginx", drop + ["nginx", "-c", conf, "-p", f"{WORK}/nginx", "-e", f"{WORK}/nginx/error.log"],
                           ports["nginx"], f"{WORK}/nginx.log")
-    vcl = render("varnish.vcl", f"{WORK}/varnish/default.vcl", origin_port=ports["origin"])
+    vcl = render("varnish.vcl", f"{WORK}/varnish/default.vcl", origin_port=ports["origin"], grace=grace)
     # thread_pools=2: one per core (the default). Varnish runs a thread per connection by design, so its pool
     # threads are not capped to 2; that is how it is deployed.
     procs["varnish"] = Proc("varnish", drop + [
         "varnishd", "-F", "-j", "none", "-n", f"{WORK}/varnish/n", "-a", f"127.0.0.1:{ports['varnish']}",
-        "-f", vcl, "-s", f"malloc,{memory_mib}m", "-p", "thread_pools=2", "-p", "default_grace=0"],
+        "-f", vcl, "-s", f"malloc,{memory_mib}m", "-p", "thread_pools=2", "-p", f"default_grace={grace}"],
         ports["varnish"], f"{WORK}/varnish.log")
     conf = render("nginx-static.conf", f"{WORK}/static/nginx.conf", work=f"{WORK}/static", corpus=CORPUS,
                   port=ports["static"])
@@ -663,6 +668,9 @@ def main():
     parser.add_argument("--memory-mib", type=int, default=256)
     parser.add_argument("--imagecached-args", default="",
                         help="extra flags for imagecached in the memory-tier scenarios, e.g. '--stale-while-revalidate 10s'")
+    parser.add_argument("--grace", type=int, default=0,
+                        help="seconds all three caches serve a stale entry while one request revalidates it "
+                             "(imagecached --stale-while-revalidate, nginx use_stale updating, Varnish grace); default 0")
     parser.add_argument("--base-port", type=int, default=18080)
     parser.add_argument("--only", default="",
                         help="comma-separated scenarios: hits,coalescing,streaming,revalidation,lockstep,disk,startup")
@@ -701,7 +709,7 @@ def main():
 
 def run_core(args, want, ports, res, sha, small, mixed, nonce):
     """Scenarios 1-5 against the four servers started together (memory tier: 256 MiB each)."""
-    procs = start_all(ports, args.memory_mib, shlex.split(args.imagecached_args))
+    procs = start_all(ports, args.memory_mib, shlex.split(args.imagecached_args), grace=args.grace)
     try:
         time.sleep(1)
         # 5. memory: baseline, then load the whole corpus through each cache (twice: fill, then check hits)

@@ -288,6 +288,10 @@ def write_report(res, results_dir):
         "(median); caches take turns, the order rotates each run",
         f"- every cache: {res['args']['memory_mib']} MiB memory budget, keep-alive to the origin, coalescing on, "
         "no access log, 2 workers pinned one per core (Varnish: 2 thread pools, unpinned; see bench/README.md)",
+        (f"- grace {res['args'].get('grace', 0)} s: stale served while one request revalidates (imagecached "
+         "--stale-while-revalidate, nginx proxy_cache_use_stale updating + background update, Varnish grace)"
+         if res['args'].get('grace') else "- no grace: a stale entry is never served while it is revalidated"),
+        f"- imagecached extra flags: {res['args'].get('imagecached_args') or 'none'}",
         "- CPU us/request: the cache's own utime+stime (/proc/<pid>/stat, process tree) over requests served",
         "",
         text,

@@ -5,8 +5,9 @@ backend origin {{
     .port = "{origin_port}";
 }}
 sub vcl_backend_response {{
-    # Like the other two: no serving stale; keep expired objects (for conditional requests, i.e. 304s) an hour.
-    set beresp.grace = 0s;
+    # Like the other two: no serving stale unless the run asks for grace (--grace); keep expired objects (for
+    # conditional requests, i.e. 304s) an hour.
+    set beresp.grace = {grace}s;
     set beresp.keep = 1h;
 }}
 sub vcl_deliver {{
