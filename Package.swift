@@ -44,9 +44,10 @@ let package = Package(
             pkgConfig: "vips",
             providers: [.apt(["libvips-dev"])]
         ),
-        // <sys/epoll.h>, which Glibc's Swift module leaves out (the server's event loops).
+        // <sys/epoll.h>, which Glibc's Swift module leaves out (the server's event loops), and three inline helpers
+        // (the CPUs allowed, thread pinning, the malloc mmap threshold) for the server and the operations layer.
         .systemLibrary(name: "CEpoll"),
-        // Typed one-line forwarders for libcurl's variadic functions: the only C in the repository.
+        // Typed one-line forwarders for libcurl's variadic functions.
         .target(name: "CCurlShim", dependencies: ["CCurl"]),
         // Typed wrappers for libvips's variadic functions; its public header is plain C (no glib).
         .target(name: "CVipsShim", dependencies: ["CVips"]),
@@ -85,7 +86,7 @@ let package = Package(
         ),
         .target(
             name: "ImageCacheUpstream",
-            dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "ImageCacheConfig", "CCurlShim",
+            dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "ImageCacheConfig", "CCurl", "CCurlShim",
                            .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
@@ -99,7 +100,7 @@ let package = Package(
         .target(
             name: "ImageCacheOps",
             dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "ImageCacheConfig", "ImageCacheServer",
-                           "ImageCacheStore", "ImageCacheUpstream", "ImageCacheTransform", "ImageCacheCore",
+                           "ImageCacheStore", "ImageCacheUpstream", "ImageCacheCore", "CEpoll",
                            .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),

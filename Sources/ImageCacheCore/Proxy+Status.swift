@@ -14,7 +14,7 @@ internal import ImageCacheStore
 internal import ImageCacheConfig
 internal import ImageCacheTransform
 internal import Dispatch
-public import Foundation
+internal import Foundation
 
 extension Proxy {
     /// The stats document. On the proxy queue: the fetches in flight are its.

@@ -7,7 +7,6 @@
 // Ownership: the queue and flags are shared between the producer's thread and the curl thread, guarded by one Mutex;
 // callbacks run outside it.
 
-public import Synchronization
 internal import ImageCacheSystem
 
 public final class StreamedBody: Sendable, Equatable {
