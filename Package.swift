@@ -137,7 +137,6 @@ let package = Package(
         .testTarget(
             name: "IntegrationTests",
             dependencies: ["ImageCacheTestSupport", "ImageCacheSystem", "ImageCacheHTTP", "ImageCacheConfig", "ImageCacheServer", "ImageCacheStore", "ImageCacheUpstream", "ImageCacheTransform", "ImageCacheCore", "ImageCacheOps"],
-            exclude: ["Fixtures"],
             swiftSettings: swiftSettings
         ),
     ],

@@ -7,6 +7,7 @@
 import Foundation
 import Synchronization
 import Testing
+import ImageCacheTestSupport
 @testable import ImageCacheConfig
 @testable import ImageCacheCore
 @testable import ImageCacheOps
@@ -14,7 +15,7 @@ import ImageCacheSystem
 
 @Suite("Status page in headless Chromium", .timeLimit(.minutes(2)))
 struct BrowserTests {
-    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    static let root = RepositoryPath.root
 
     /// Where the screenshot goes: $IMAGECACHED_TEST_OUTPUT, else .build/test-output.
     static var outputDirectory: URL {

@@ -264,7 +264,7 @@ struct DaemonProcessTests {
     /// The units as `make install` writes them (ExecStart naming an executable that exists), in a new temporary
     /// directory that the caller removes; returns the directory and the service's text.
     static func installedUnits() throws -> (directory: URL, service: String) {
-        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let root = RepositoryPath.root
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("imagecached-units-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let service = try String(contentsOf: root.appendingPathComponent("systemd/imagecached.service"), encoding: .utf8)
@@ -327,7 +327,7 @@ struct DaemonProcessTests {
 
     @Test("make install puts the binary, the units and the configuration under DESTDIR and PREFIX")
     func makeInstall() async throws {
-        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let root = RepositoryPath.root
         let destdir = FileManager.default.temporaryDirectory.appendingPathComponent("imagecached-destdir-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: destdir) }
         // When (BINARY: the debug build, so the test does not make a release build)

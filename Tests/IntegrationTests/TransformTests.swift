@@ -1,5 +1,5 @@
 // Image transforms end to end: the real daemon (port 0, libvips) in front of a local origin serving real images
-// (Tests/IntegrationTests/Fixtures). Results are decoded (libvips reads their headers) to check dimensions, format
+// (Tests/Fixtures). Results are decoded (libvips reads their headers) to check dimensions, format
 // and frames; coalescing is observed through the proxy's events and the origin's request counts, never timed.
 
 import Foundation
@@ -16,7 +16,7 @@ import ImageCacheSystem
 
 /// The real image files the origin serves.
 enum ImageFiles {
-    static let directory = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Fixtures")
+    static let directory = RepositoryPath.fixtures
     static func bytes(_ name: String) -> [UInt8] {
         Array(FileManager.default.contents(atPath: directory.appendingPathComponent(name).path) ?? Data())
     }

@@ -3,13 +3,13 @@
 
 import Foundation
 import Testing
+import ImageCacheTestSupport
 @testable import ImageCacheConfig
 @testable import ImageCacheStore
 
 @Suite("Configuration keys, defined once", .timeLimit(.minutes(1)))
 struct ConfigKeysTests {
-    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-        .deletingLastPathComponent().deletingLastPathComponent()
+    static let root = RepositoryPath.root
 
     @Test("names, flags and environment variables are unique, and every key says its default and meaning")
     func wellFormed() {

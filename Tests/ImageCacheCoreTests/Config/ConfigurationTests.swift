@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import ImageCacheTestSupport
 @testable import ImageCacheConfig
 import ImageCacheHTTP
 import ImageCacheTransform
@@ -53,7 +54,7 @@ struct ConfigurationTests {
     @Test("the shipped Config/imagecached.yaml loads and states exactly the defaults")
     func shippedFileLoads() throws {
         // Given the repository's configuration file
-        let path = #filePath.components(separatedBy: "/Tests/")[0] + "/Config/imagecached.yaml"
+        let path = RepositoryPath.at("Config/imagecached.yaml").path
         // When
         var configuration = Configuration()
         for setting in try Configuration.settings(fromFile: path) { try configuration.apply(setting) }

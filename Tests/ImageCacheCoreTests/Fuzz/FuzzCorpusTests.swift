@@ -5,11 +5,11 @@
 import Foundation
 import ImageCacheFuzz
 import Testing
+import ImageCacheTestSupport
 
 @Suite("Fuzz corpora: every committed input runs through its target without a failed check", .timeLimit(.minutes(1)))
 struct FuzzCorpusTests {
-    static let corpus = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-        .deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("Fuzz/corpus")
+    static let corpus = RepositoryPath.at("Fuzz/corpus")
 
     @Test("corpus replays", arguments: FuzzTarget.allCases)
     func replay(_ target: FuzzTarget) throws {

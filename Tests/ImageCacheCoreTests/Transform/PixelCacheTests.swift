@@ -1,13 +1,13 @@
 import Foundation
 import Synchronization
 import Testing
+import ImageCacheTestSupport
 @testable import ImageCacheTransform
 import ImageCacheSystem
 
 @Suite("PixelCache: decoded levels of JPEG and PNG sources, least recently used out, within its bytes", .timeLimit(.minutes(1)))
 struct PixelCacheTests {
-    static let fixture = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-        .deletingLastPathComponent().appendingPathComponent("IntegrationTests/Fixtures/bordered.png")
+    static let fixture = RepositoryPath.fixtures.appendingPathComponent("bordered.png")
 
     /// A shareable level of the 300x300 RGB fixture, box-shrunk by 2^level.
     static func level(_ level: Int) throws -> VipsImage {

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import ImageCacheTestSupport
 @testable import ImageCacheTransform
 
 /// Hostile bytes through the real transformer (libvips, in this process: a crash in a loader or in our code ends the
@@ -7,8 +8,7 @@ import Testing
 /// generator, so a failure names the case that reproduces it.
 @Suite("Transformer: fuzzed headers and bodies of every source format are refused or transformed, never a crash", .timeLimit(.minutes(3)))
 struct TransformerFuzzTests {
-    static let fixtures = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-        .deletingLastPathComponent().appendingPathComponent("IntegrationTests/Fixtures")
+    static let fixtures = RepositoryPath.fixtures
 
     /// SplitMix64: the same cases on every run.
     struct Generator {
