@@ -2,7 +2,7 @@
 //
 //   DiskCache ──owns── queue "imagecached.disk" (serial, .utility)
 //     on the queue only:  every file call that changes the tree (open for writing, write, fsync, rename, unlink,
-//                         mkdir, readdir), the startup loader (one top-level directory per queue block, so writes
+//                         mkdir, rmdir, readdir), the startup loader (one top-level directory per queue block, so writes
 //                         interleave with it), the 30-second sweep timer. Serial, so a removal decided there cannot
 //                         race a write of the same name.
 //              ── readQueue "imagecached.disk.read" (concurrent, .userInitiated): the lookups (open O_RDONLY,
