@@ -244,16 +244,16 @@ def cpu_idle_seconds():
     return (int(fields[4]) + int(fields[5])) / CLK_TCK
 
 
-def wrk(port, paths, duration, connections, label, script="rotate.lua"):
+def wrk(port, paths, duration, connections, label, script="rotate.lua", mode=None):
     path_file = f"{WORK}/paths-{label}.txt"
     with open(path_file, "w") as f:
         f.write("\n".join(paths) + "\n")
     children0, idle0 = resource.getrusage(resource.RUSAGE_CHILDREN), cpu_idle_seconds()
     out = subprocess.run(["wrk", "-t2", f"-c{connections}", f"-d{duration}s", "--timeout", "5s",
-                          "-s", os.path.join(BENCH, "lua", script), f"http://127.0.0.1:{port}", "--", path_file],
+                          "-s", os.path.join(BENCH, "lua", script), f"http://127.0.0.1:{port}", "--", path_file, *([mode] if mode else [])],
                          capture_output=True, text=True, timeout=duration + 60)
     children1, idle1 = resource.getrusage(resource.RUSAGE_CHILDREN), cpu_idle_seconds()
-    if script not in ("rotate.lua", "lockstep.lua"):
+    if script != "rotate.lua":
         return out.stdout
     for line in out.stdout.splitlines():
         if line.startswith("WRKJSON "):
@@ -817,7 +817,7 @@ def run_core(args, want, ports, res, sha, small, mixed, nonce):
                 def origin_counts(status):
                     return sum(v.get(status, 0) for k, v in origin_stats(ports["origin"]).items() if k.startswith(prefix))
                 filled = origin_counts("200"), origin_counts("304")
-                r = wrk(ports[name], paths, args.duration, 16, "lockstep", script="lockstep.lua")
+                r = wrk(ports[name], paths, args.duration, 16, "lockstep", mode="lockstep")
                 res["lockstep"][name] = {
                     "rps": r["rps"], "p99_us": r["p99_us"], "max_us": r["max_us"], "errors": r["errors"] + wrong,
                     "seconds": args.duration, "urls": len(paths),

@@ -1,5 +1,7 @@
 -- wrk script: each thread walks a list of paths (one per line, file named by the first script argument),
--- starting at its own offset; done() prints one JSON line the runner parses.
+-- starting at its own offset, or with a second argument "lockstep" every thread from the first path, so the clients
+-- ask for the same URLs at about the same moment, as a crawler fleet walking one list does (the lock-step
+-- revalidation scenario); done() prints one JSON line the runner parses.
 local paths = {}
 local index = 1
 local counter = 0
@@ -13,7 +15,11 @@ function init(args)
   for line in io.lines(args[1]) do
     if #line > 0 then table.insert(paths, line) end
   end
-  index = ((id or 1) * 7919) % #paths + 1
+  if args[2] == "lockstep" then
+    index = 1
+  else
+    index = ((id or 1) * 7919) % #paths + 1
+  end
 end
 
 function request()

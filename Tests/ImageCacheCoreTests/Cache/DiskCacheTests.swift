@@ -52,6 +52,15 @@ struct DiskCacheTests {
         try FileManager.default.attributesOfItem(atPath: path)[.size] as! Int
     }
 
+    /// The bytes one entry of `bytes` body bytes takes on disk (header included), measured in a cache of its own.
+    static func fileSize(ofEntryWith bytes: Int) throws -> Int {
+        let probe = DiskTestDirectory()
+        let sizer = try makeCache(probe)
+        sizer.insert(entry("probe", bytes: bytes))
+        sizer.flush()
+        return sizer.stats.bytes
+    }
+
     /// Overwrites one byte of a file.
     static func flipByte(in path: String, at offset: Int) throws {
         let handle = try #require(FileHandle(forUpdatingAtPath: path))
@@ -625,14 +634,7 @@ struct DiskCacheTests {
     func lruEviction() throws {
         // Given room for about ten entries and a constant clock (recency decided by use order)
         let directory = DiskTestDirectory()
-        let probe = DiskTestDirectory()
-        let unit: Int
-        do {
-            let sizer = try Self.makeCache(probe)
-            sizer.insert(Self.entry("hot0", bytes: 1000))
-            sizer.flush()
-            unit = sizer.stats.bytes
-        }
+        let unit = try Self.fileSize(ofEntryWith: 1000)
         let limit = 10 * unit + unit / 2
         let cache = try Self.makeCache(directory, limit: limit)
         cache.insert(Self.entry("hot0", bytes: 1000))
@@ -742,14 +744,7 @@ struct DiskCacheTests {
         // Given entries whose files are spread over shard directories
         let directory = DiskTestDirectory()
         let clock = DiskTestClock()
-        let probe = DiskTestDirectory()
-        let unit: Int
-        do {
-            let sizer = try Self.makeCache(probe)
-            sizer.insert(Self.entry("probe", bytes: 1000))
-            sizer.flush()
-            unit = sizer.stats.bytes
-        }
+        let unit = try Self.fileSize(ofEntryWith: 1000)
         let cache = try Self.makeCache(directory, clock: clock, limit: 10 * unit + unit / 2, maxAge: 100)
         func shardsInUse() -> [String] {
             Set(directory.files.flatMap { file -> [String] in
