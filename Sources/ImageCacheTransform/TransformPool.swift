@@ -23,12 +23,15 @@ public final class TransformPool: Sendable {
     public struct Job: Sendable {
         public var source: [UInt8]
         public var spec: TransformSpec
-        /// Called once, on a worker thread (or with a 503 failure on any thread).
+        /// Called once, on a worker thread (or with a 503 failure on any thread); never for a withdrawn job.
         public var completion: @Sendable (Result<TransformedImage, TransformFailure>, _ seconds: Double) -> Void
-        public init(source: [UInt8], spec: TransformSpec,
+        /// Called on the worker thread as it takes the job, before it runs.
+        public var started: (@Sendable () -> Void)?
+        public init(source: [UInt8], spec: TransformSpec, started: (@Sendable () -> Void)? = nil,
                     completion: @escaping @Sendable (Result<TransformedImage, TransformFailure>, Double) -> Void) {
             self.source = source
             self.spec = spec
+            self.started = started
             self.completion = completion
         }
     }
@@ -84,8 +87,10 @@ public final class TransformPool: Sendable {
         return body(shared)
     }
 
-    /// Hands `job` to a free worker, queues it, or refuses it (503, at once).
-    public func submit(_ job: Job) {
+    /// Hands `job` to a free worker, queues it, or refuses it (503, at once). Returns its ticket for `withdraw` (nil:
+    /// refused).
+    @discardableResult
+    public func submit(_ job: Job) -> UInt64? {
         let id: UInt64? = locked { shared in
             // Free workers take from the queue at once; past them, `queueLimit` jobs may wait.
             guard shared.waiting.count < workers - shared.busy + queueLimit else { return nil }
@@ -96,9 +101,19 @@ public final class TransformPool: Sendable {
         }
         guard let id else {
             job.completion(.failure(TransformFailure(status: 503, reason: "the transform queue is full (transform-queue: \(queueLimit) waiting, \(workers) workers busy)", label: "queue_full")), 0)
-            return
+            return nil
         }
         timers.asyncAfter(deadline: .now() + queueTimeout.inSeconds) { [weak self] in self?.expire(id) }
+        return id
+    }
+
+    /// Takes a job out of the queue if no worker has taken it (true); its completion is never called then.
+    public func withdraw(_ ticket: UInt64) -> Bool {
+        locked { shared in
+            guard let index = shared.waiting.firstIndex(where: { $0.id == ticket }) else { return false }
+            shared.waiting.remove(at: index)
+            return true
+        }
     }
 
     private func expire(_ id: UInt64) {
@@ -121,6 +136,7 @@ public final class TransformPool: Sendable {
             let job = shared.waiting.removeFirst().job
             shared.busy += 1
             shared.condition.unlock()
+            job.started?()
             let started = ContinuousClock.now
             let result = run(job)
             let elapsed = ContinuousClock.now - started

@@ -1,5 +1,5 @@
-// Coalescer: the fetches in flight, one per key, and who joins which (Nuke's TaskPool, Varnish's waiting list).
-// Confined to the proxy queue (`context.queue`).
+// Coalescer: who joins which fetch in flight, one per key (Varnish's waiting list), in the in-flight table it shares
+// with the rendition jobs (InFlightTable, Nuke's TaskPool). Confined to the proxy queue (`context.queue`).
 //
 //   dispatch(request) ── a bypass ───────────────────────────────> a fetch of its own, not in the table
 //        │ the table has a fetch for (URL, trust, "") ─────────────> joins it (collapsed)
@@ -12,7 +12,8 @@
 //   closed(fetch) ─────────────────── a fetch that takes no more waiters leaves the table (it runs on)
 //
 // A fetch's waiters, its cancellation when the last one leaves and its fan-out are the fetch's (FetchMachine decides,
-// Fetch carries out); the table only finds and starts fetches. Keys: a fetch for an untrusted request is subject to
+// Fetch carries out); the coalescer only finds and starts fetches, and gives each the callbacks through which it hands
+// waiters on and leaves the table (a fetch does not know the coalescer). Keys: a fetch for an untrusted request is subject to
 // the private-network check and must not answer requests for a configured origin, nor the reverse, so trust is part
 // of the key; so is the variant id of a fetch another response's Vary sent waiters to.
 
@@ -29,26 +30,18 @@ final class Coalescer {
     private let settings: SettingsCell
 
     // MARK: owned by context.queue
-    private var fetches: [FetchKey: Fetch] = [:]
+    /// The work in flight, shared with the rendition jobs.
+    private let table: InFlightTable
     /// Waiter identities.
     private var nextWaiterID = 0
 
-    init(context: FetchContext, settings: SettingsCell) {
+    init(context: FetchContext, settings: SettingsCell, table: InFlightTable) {
         self.context = context
         self.settings = settings
+        self.table = table
     }
 
-    /// Fetches taking new waiters.
-    var count: Int {
-        dispatchPrecondition(condition: .onQueue(context.queue))
-        return fetches.count
-    }
-
-    /// The fetches taking new waiters, as the stats document lists them.
-    var inFlight: [DaemonStats.InFlightFetch] {
-        dispatchPrecondition(condition: .onQueue(context.queue))
-        return fetches.values.map(\.summary)
-    }
+    private func fetch(_ key: FetchKey) -> Fetch? { table[.fetch(key)] as? Fetch }
 
     /// Joins the fetch in flight for `key`, or starts one. `probe` is the disk tier's answer when the caller already
     /// asked it (a new fetch then starts from that answer instead of asking again).
@@ -58,7 +51,7 @@ final class Coalescer {
         let fetchKey = FetchKey(key: key, trusted: request.trusted, variant: "")
         var revalidating: CacheEntry?
         if reason != .bypass {
-            if let fetch = fetches[fetchKey] {
+            if let fetch = fetch(fetchKey) {
                 // No only-if-cached request gets here: CacheDecision refused it where it looked the request up.
                 fetch.attach(id: nextID(), request: request, sink: sink, collapsed: true)
                 return
@@ -90,7 +83,7 @@ final class Coalescer {
     func revalidateInBackground(_ entry: CacheEntry, bodyInFile: Bool, request: ClientRequest, key: CacheKey) {
         dispatchPrecondition(condition: .onQueue(context.queue))
         let fetchKey = FetchKey(key: key, trusted: request.trusted, variant: "")
-        guard fetches[fetchKey] == nil else { return }
+        guard fetch(fetchKey) == nil else { return }
         // A revalidation that finished between the stale answer and now replaced or refreshed the entry: done.
         if let current = context.store.peekInMemory(key, requestFields: request.forwardedHeaders).entry, current !== entry {
             return
@@ -98,8 +91,8 @@ final class Coalescer {
         let settings = FetchSettings(settings.current, writesToDisk: context.store.writesToDisk)
         let machine = FetchMachine(key: key, leader: request, reason: .stale, rules: settings.rules, revalidating: entry,
                                    bodyInFile: bodyInFile, fillsCache: true, now: context.now())
-        let fetch = Fetch(machine, settings: settings, context: context, coalescer: self)
-        fetches[fetchKey] = fetch
+        let fetch = Fetch(machine, settings: settings, context: context, handoff: handoff)
+        table.insert(fetch, for: .fetch(fetchKey))
         fetch.start(disk: .notAsked)
     }
 
@@ -112,7 +105,7 @@ final class Coalescer {
         for (waiter, sink) in waiters {
             // Never "" (the URL's own fetch): a head without Vary does not send anyone here.
             let variant = VaryKey.make(response: head, request: waiter.request.forwardedHeaders)?.id ?? "*"
-            if let joined = fetches[FetchKey(key: key, trusted: waiter.request.trusted, variant: variant)] {
+            if let joined = fetch(FetchKey(key: key, trusted: waiter.request.trusted, variant: variant)) {
                 joined.attach(id: waiter.id, request: waiter.request, sink: sink, collapsed: true)
                 continue
             }
@@ -131,7 +124,26 @@ final class Coalescer {
     /// A fetch takes no more waiters: it leaves the table (and runs on to its end).
     func closed(_ fetch: Fetch) {
         dispatchPrecondition(condition: .onQueue(context.queue))
-        if fetches[fetch.fetchKey] === fetch { fetches[fetch.fetchKey] = nil }
+        table.remove(fetch, for: .fetch(fetch.fetchKey))
+    }
+
+    /// What a fetch calls to hand waiters on and to leave the table. Weak: the table holds the fetches that take
+    /// newcomers, not the reverse; a fetch that reports after the daemon let go of its coalescer fails the waiters it
+    /// would have sent elsewhere.
+    private var handoff: Fetch.Handoff {
+        weak let coalescer = self
+        return Fetch.Handoff(
+            closed: { coalescer?.closed($0) },
+            toVariants: { waiters, head, key in
+                guard let coalescer else { return false }
+                coalescer.redispatchToVariants(waiters, of: head, key: key)
+                return true
+            },
+            alone: { waiters, key in
+                guard let coalescer else { return false }
+                coalescer.redispatchAlone(waiters, key: key)
+                return true
+            })
     }
 
     private func nextID() -> Int {
@@ -146,8 +158,8 @@ final class Coalescer {
         let settings = FetchSettings(settings.current, writesToDisk: context.store.writesToDisk)
         let machine = FetchMachine(key: key, leader: leader, reason: reason, variant: variant, rules: settings.rules,
                                    revalidating: revalidating, now: context.now())
-        let fetch = Fetch(machine, settings: settings, context: context, coalescer: self)
-        if inTable { fetches[fetch.fetchKey] = fetch }
+        let fetch = Fetch(machine, settings: settings, context: context, handoff: handoff)
+        if inTable { table.insert(fetch, for: .fetch(fetch.fetchKey)) }
         fetch.attach(id: id ?? nextID(), request: leader, sink: sink, collapsed: false)
         fetch.start(disk: probe)
     }

@@ -3,7 +3,8 @@
 // parts that are not values: the waiters' response sinks, the upstream transfer, the tiers, metrics and the
 // backpressure that paces the transfer to its clients. Confined to the proxy queue (`context.queue`); events from the
 // origin and the disk arrive with `queue.async`. It holds no reference to the proxy: what it needs is its
-// `FetchContext`, and its `Coalescer` (weak) takes the waiters it sends elsewhere and is told when it closes.
+// `FetchContext`, and its `Handoff` (callbacks from the Coalescer) takes the waiters it sends elsewhere and is told
+// when it closes: the fetch does not know its table.
 //
 // Data model
 //   machine   the fetch's state (FetchMachine.State): disk stage, waiting for the head, checking, streaming, finished;
@@ -74,7 +75,15 @@ struct FetchSettings {
     }
 }
 
-final class Fetch: @unchecked Sendable {
+final class Fetch: InFlightWork, @unchecked Sendable {
+    /// Where the fetch sends waiters it does not serve, and says it takes no more (set by the coalescer). The two
+    /// redispatches return false when nobody takes the waiters any more (the daemon is stopping).
+    struct Handoff {
+        let closed: (Fetch) -> Void
+        let toVariants: ([(FetchMachine.Waiter, any ResponseSink)], HTTPResponseHead, CacheKey) -> Bool
+        let alone: ([(FetchMachine.Waiter, any ResponseSink)], CacheKey) -> Bool
+    }
+
     /// A waiter's connection, as the runner knows it.
     private struct Client {
         let sink: any ResponseSink
@@ -86,12 +95,10 @@ final class Fetch: @unchecked Sendable {
     // MARK: immutable
     let context: FetchContext
     let settings: FetchSettings
-    /// Its place in the coalescer.
+    /// Its place in the in-flight table.
     let fetchKey: FetchKey
-    /// Takes the waiters this fetch sends to other fetches, and removes it from its table when it closes. Weak: the
-    /// coalescer holds the fetches that take newcomers, not the reverse; a transfer that reports after the daemon let
-    /// go of its coalescer fails the waiters it would have sent elsewhere.
-    private weak var coalescer: Coalescer?
+    /// Takes the waiters this fetch sends to other fetches, and removes it from its table when it closes.
+    private let handoff: Handoff
 
     // MARK: owned by context.queue
     private var machine: FetchMachine
@@ -113,11 +120,11 @@ final class Fetch: @unchecked Sendable {
     /// When the fetch began (for the status page's list of fetches in flight).
     private let begun = ContinuousClock.now
 
-    init(_ machine: FetchMachine, settings: FetchSettings, context: FetchContext, coalescer: Coalescer) {
+    init(_ machine: FetchMachine, settings: FetchSettings, context: FetchContext, handoff: Handoff) {
         self.machine = machine
         self.settings = settings
         self.context = context
-        self.coalescer = coalescer
+        self.handoff = handoff
         fetchKey = FetchKey(key: machine.key, trusted: machine.leader.trusted, variant: machine.variant)
     }
 
@@ -304,9 +311,9 @@ final class Fetch: @unchecked Sendable {
         case .removeRenditions:
             context.store.removeRenditions(of: key)
         case let .redispatchToVariants(waiters, head):
-            hand(waiters) { $0.redispatchToVariants($1, of: head, key: self.key) }
+            hand(waiters) { handoff.toVariants($0, head, key) }
         case let .redispatchAlone(waiters):
-            hand(waiters) { $0.redispatchAlone($1, key: self.key) }
+            hand(waiters) { handoff.alone($0, key) }
         case let .passUpstream(waiters):
             for waiter in waiters {
                 guard let client = clients.removeValue(forKey: waiter.id) else { continue }
@@ -316,7 +323,7 @@ final class Fetch: @unchecked Sendable {
                                   writeBuffer: settings.writeBufferBytes, maxForwards: nil, reason: .bypass)
             }
         case .closeToNewcomers:
-            coalescer?.closed(self)
+            handoff.closed(self)
         case .finish:
             finish()
         case let .log(level, message):
@@ -381,18 +388,15 @@ final class Fetch: @unchecked Sendable {
         if !behind.isEmpty { InFlightDrain.start(behind, metrics: context.metrics) }
     }
 
-    /// Hands waiters (with their sinks) to the coalescer, or fails them when it is gone (the daemon let go of it).
+    /// Hands waiters (with their sinks) on, or fails them when nobody takes them (the daemon let go of the coalescer).
     private func hand(_ waiters: [FetchMachine.Waiter],
-                      to redispatch: (Coalescer, [(FetchMachine.Waiter, any ResponseSink)]) -> Void) {
+                      to redispatch: ([(FetchMachine.Waiter, any ResponseSink)]) -> Bool) {
         let handed = waiters.compactMap { waiter in clients.removeValue(forKey: waiter.id).map { (waiter, $0.sink) } }
-        guard let coalescer else {
-            for (_, sink) in handed {
-                context.metrics.error("stopping", status: 503, reason: "the daemon is stopping", target: key.url.string)
-                deliver(to: sink) { sink.fail(status: 503, reason: "the daemon is stopping") }
-            }
-            return
+        guard !redispatch(handed) else { return }
+        for (_, sink) in handed {
+            context.metrics.error("stopping", status: 503, reason: "the daemon is stopping", target: key.url.string)
+            deliver(to: sink) { sink.fail(status: 503, reason: "the daemon is stopping") }
         }
-        redispatch(coalescer, handed)
     }
 
     private func finish() {

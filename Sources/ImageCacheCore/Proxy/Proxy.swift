@@ -60,9 +60,11 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
 
     // MARK: owned by `queue`
     package let queue = DispatchQueue(label: "imagecached.proxy")
-    /// The fetches in flight and who joins which (Coalescer.swift). Confined to `queue`.
+    /// The fetches and rendition jobs in flight, one table (InFlightTable.swift). Confined to `queue`.
+    let inFlight: InFlightTable
+    /// Who joins which fetch (Coalescer.swift). Confined to `queue`.
     let coalescer: Coalescer
-    /// The renditions being made (Proxy+Transform.swift). Confined to `queue`; its pool runs the transforms.
+    /// The renditions being made (Renditions.swift). Confined to `queue`; its pool runs the transforms.
     let renditions: Renditions
     /// The time series the status page draws (StatsHistory.swift, Proxy+Status.swift). Confined to `queue`.
     var history: StatsHistory
@@ -89,7 +91,9 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
             disk: disk)
         let context = FetchContext(origin: origin, store: store, metrics: metrics, logger: logger, events: events,
                                    via: loopGuard.viaValue, now: now, queue: queue)
-        coalescer = Coalescer(context: context, settings: settingsCell)
+        let table = InFlightTable(queue: queue)
+        inFlight = table
+        coalescer = Coalescer(context: context, settings: settingsCell, table: table)
         let transform = configuration.transform
         var unavailable: String?
         do {
@@ -101,7 +105,8 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
         renditions = Renditions(
             pool: TransformPool(workers: transform.workers > 0 ? transform.workers : Proxy.defaultTransformWorkers(),
                                 queueLimit: transform.queueLimit, queueTimeout: .milliseconds(Int(transform.queueTimeoutSeconds * 1000))),
-            pixelCache: PixelCache(limitBytes: transform.pixelCacheBytes), context: context, settings: settingsCell, unavailable: unavailable)
+            pixelCache: PixelCache(limitBytes: transform.pixelCacheBytes), context: context, settings: settingsCell, table: table,
+            unavailable: unavailable)
         renditions.fetchSource = { [weak self] request, sink in self?.serve(request, sink: sink) }
     }
 
@@ -316,7 +321,7 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
     // MARK: proxy queue
 
     /// Waiting fetches for tests and stats. Blocks until the proxy queue answers; never call it on a request path.
-    public var fetchesInFlight: Int { queue.sync { coalescer.count } }
+    public var fetchesInFlight: Int { queue.sync { inFlight.fetchCount } }
 }
 
 /// What happens to fetches, as seen from the proxy queue.

@@ -23,11 +23,11 @@ extension Proxy {
         let pool = renditions.pool
         let cache = renditions.pixelCache.stats
         return metrics.snapshot(memory: memory, memoryLimitBytes: memory.limitBytes, disk: disk,
-                                fetchesInFlight: coalescer.count + renditions.count,
+                                fetchesInFlight: inFlight.count,
                                 transformQueue: (pool.workers, pool.running, pool.queued),
                                 pixelCache: .init(bytes: cache.bytes, limitBytes: renditions.pixelCache.limitBytes, entries: cache.entries,
                                                   hits: cache.hits, misses: cache.misses, evictions: cache.evictions),
-                                inFlight: coalescer.inFlight + renditions.inFlight)
+                                inFlight: inFlight.summaries)
     }
 
     /// Records one sample of the history: what happened since the last one. On the proxy queue, where the Daemon's

@@ -77,6 +77,39 @@ struct TransformPoolTests {
         #expect(await iterator.next() == .finished(2, status: 200, label: "ran"))
     }
 
+    @Test("a queued job withdrawn before a worker takes it never runs nor completes; one a worker has taken cannot be withdrawn")
+    func withdraw() async throws {
+        // Given: one worker held by job 1, jobs 2 and 3 queued
+        let gate = WorkerGate()
+        defer { gate.open() }
+        let (events, sink) = AsyncStream<Event>.makeStream()
+        let pool = TransformPool(workers: 1, queueLimit: 4, queueTimeout: .seconds(60)) { job in
+            sink.yield(.started(Int(job.source[0])))
+            gate.wait()
+            return .failure(TransformFailure(status: 200, reason: "ran", label: "ran"))
+        }
+        let spec = TransformSpec(options: TransformOptions(), format: .png, limits: TransformLimits())
+        func submit(_ id: Int) -> UInt64? {
+            pool.submit(TransformPool.Job(source: [UInt8(id)], spec: spec) { _, _ in sink.yield(.finished(id, status: 200, label: "ran")) })
+        }
+        var iterator = events.makeAsyncIterator()
+        let first = try #require(submit(1))
+        #expect(await iterator.next() == .started(1))
+        _ = submit(2)
+        let third = try #require(submit(3))
+        // When: 3 is withdrawn while queued, 1 while running
+        #expect(pool.withdraw(third))
+        #expect(!pool.withdraw(first))
+        #expect(pool.queued == 1)
+        // Then: 1 and 2 run and complete; 3 never appears
+        gate.open()
+        #expect(await iterator.next() == .finished(1, status: 200, label: "ran"))
+        #expect(await iterator.next() == .started(2))
+        #expect(await iterator.next() == .finished(2, status: 200, label: "ran"))
+        #expect(pool.running == 0 && pool.queued == 0)
+        #expect(!pool.withdraw(third))
+    }
+
     @Test("the refusal's reason names the queue")
     func queueFullReason() {
         // Given: no queue at all and the only worker held

@@ -1,0 +1,188 @@
+// RenditionJob: runs one rendition job. Its decisions are RenditionMachine's (a value); this class carries out the
+// actions the machine returns, with the parts that are not values: the clients' response sinks, the source's
+// collector, the deadline timer, the pool's job, the store, metrics and the log. Confined to the proxy queue
+// (`context.queue`); the collector, the timer and the pool's callbacks hop there. It holds no reference to the proxy
+// or its table: what it needs is its `FetchContext`, the pool, and its `Handoff` (callbacks from Renditions).
+
+internal import ImageCacheSystem
+internal import ImageCacheHTTP
+internal import ImageCacheServer
+internal import ImageCacheStore
+internal import ImageCacheTransform
+internal import Dispatch
+internal import Logging
+internal import Foundation
+
+final class RenditionJob: InFlightWork, @unchecked Sendable {
+    private struct Client {
+        let sink: any ResponseSink
+        let request: ClientRequest
+    }
+
+    /// What the job asks of its owner.
+    struct Handoff {
+        /// Serves the source request through the cache.
+        let fetchSource: @Sendable (ClientRequest, any ResponseSink) -> Void
+        /// The job is over: out of the table, its admission slot freed.
+        let finished: (RenditionJob) -> Void
+        /// Clients that may not share the result ask again, each on its own.
+        let redispatch: (RenditionJob, [(RenditionMachine.Waiter, any ResponseSink)]) -> Void
+    }
+
+    // MARK: immutable
+    let spec: TransformSpec
+    let maxSourceBytes: Int
+    private let pool: TransformPool
+    private let context: FetchContext
+    private let handoff: Handoff
+    let key: CacheKey
+    let rendition: RenditionRequest
+    /// When the job began (for the list of work in flight).
+    private let begun = ContinuousClock.now
+
+    // MARK: owned by context.queue
+    private var machine: RenditionMachine
+    /// The clients waiting, by id: their sinks and requests (the machine knows them by id).
+    private var clients: [Int: Client] = [:]
+    /// The store took the entry; `stored` is reported once the actions that came with it are carried out.
+    private var storeDone = false
+    private var collector: SourceCollector?
+    private var deadline: DispatchWorkItem?
+    /// The pool's ticket while the transform may still be in its queue.
+    private var ticket: UInt64?
+
+    init(_ machine: RenditionMachine, spec: TransformSpec, maxSourceBytes: Int, pool: TransformPool, context: FetchContext,
+         handoff: Handoff) {
+        self.machine = machine
+        self.spec = spec
+        self.maxSourceBytes = maxSourceBytes
+        self.pool = pool
+        self.context = context
+        self.handoff = handoff
+        key = machine.key
+        rendition = machine.rendition
+    }
+
+    private var queue: DispatchQueue { context.queue }
+
+    var summary: DaemonStats.InFlightFetch {
+        dispatchPrecondition(condition: .onQueue(queue))
+        return DaemonStats.InFlightFetch(url: key.description, kind: "transform", waiters: machine.waiters.count, receivedBytes: 0,
+                                         seconds: (ContinuousClock.now - begun).inSeconds)
+    }
+
+    // MARK: events
+
+    func start() {
+        dispatchPrecondition(condition: .onQueue(queue))
+        run(machine.start())
+    }
+
+    /// A client waits for the rendition; it leaves when its connection does.
+    func attach(id: Int, request: ClientRequest, sink: any ResponseSink, collapsed: Bool) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        clients[id] = Client(sink: sink, request: request)
+        weak let job = self
+        sink.onCancel { [queue] in queue.async { job?.detach(id) } }
+        run(machine.attach(id, request: request, collapsed: collapsed, now: context.now()))
+        if !machine.isDone { context.events?(.waiterAttached(key: key, waiters: machine.waiters.count)) }
+    }
+
+    private func detach(_ id: Int) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard clients.removeValue(forKey: id) != nil else { return }
+        run(machine.detach(id))
+    }
+
+    // MARK: actions
+
+    private func run(_ actions: [RenditionMachine.Action]) {
+        for action in actions { perform(action) }
+        if storeDone {
+            // After the clients were answered: the job leaves the table once they have the entry.
+            storeDone = false
+            run(machine.stored())
+        }
+    }
+
+    private func perform(_ action: RenditionMachine.Action) {
+        switch action {
+        case let .fetchSource(request):
+            weak let job = self
+            let collector = SourceCollector(limit: maxSourceBytes) { [queue] result in
+                queue.async { job?.sourceArrived(result) }
+            }
+            self.collector = collector
+            handoff.fetchSource(request, collector)
+        case let .armDeadline(seconds):
+            weak let job = self
+            let timer = DispatchWorkItem { job?.deadlinePassed() }
+            deadline = timer
+            queue.asyncAfter(deadline: .now() + seconds, execute: timer)
+        case .cancelDeadline:
+            deadline?.cancel()
+            deadline = nil
+        case .dropSource:
+            collector?.drop()
+            collector = nil
+        case let .submit(source):
+            weak let job = self
+            ticket = pool.submit(TransformPool.Job(source: source, spec: spec, started: { [queue] in
+                queue.async { job?.workerStarted() }
+            }) { [queue] result, seconds in
+                queue.async { job?.transformed(result, seconds: seconds) }
+            })
+        case .withdraw:
+            if let ticket, pool.withdraw(ticket) {
+                self.ticket = nil
+                run(machine.withdrawn())
+            }
+        case let .store(entry):
+            context.store.store(entry)
+            storeDone = true
+        case let .refresh(entry):
+            context.store.refresh(entry, bodyInFile: false)
+            storeDone = true
+        case let .send(entry, id, outcome):
+            guard let client = clients.removeValue(forKey: id) else { return }
+            StoredResponse.send(entry, to: client.sink, request: client.request, outcome: outcome, now: context.now())
+        case let .fail(ids, status, reason):
+            for id in ids { clients.removeValue(forKey: id)?.sink.fail(status: status, reason: reason) }
+        case let .redispatch(waiters):
+            let handed = waiters.compactMap { waiter in clients.removeValue(forKey: waiter.id).map { (waiter, $0.sink) } }
+            handoff.redispatch(self, handed)
+        case let .count(format, result, seconds, bytesIn, bytesOut):
+            context.metrics.transformed(format: format, result: result, seconds: seconds, bytesIn: bytesIn, bytesOut: bytesOut)
+        case let .report(status, reason, label):
+            context.logger.notice("\(status) transform \(machine.leader.head.target.prefix(300)): \(reason)")
+            context.metrics.error("transform_\(label)", status: status, reason: reason, target: machine.leader.head.target)
+        case let .log(level, message):
+            context.logger.log(level: level, "\(message)")
+        case .finish:
+            deadline?.cancel()
+            deadline = nil
+            handoff.finished(self)
+            context.events?(.fetchFinished(key: key))
+        }
+    }
+
+    private func sourceArrived(_ result: Result<RenditionMachine.Source, RenditionMachine.SourceFailure>) {
+        collector = nil
+        run(machine.sourceArrived(result, now: context.now()))
+    }
+
+    private func deadlinePassed() {
+        deadline = nil
+        run(machine.deadline(now: context.now()))
+    }
+
+    private func workerStarted() {
+        ticket = nil
+        run(machine.workerStarted())
+    }
+
+    private func transformed(_ result: Result<TransformedImage, TransformFailure>, seconds: Double) {
+        ticket = nil
+        run(machine.transformed(result, seconds: seconds, now: context.now()))
+    }
+}

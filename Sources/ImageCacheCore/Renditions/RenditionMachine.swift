@@ -1,0 +1,407 @@
+// RenditionMachine: what one rendition job decides, as a value (the rendition's `FetchMachine`). It takes events (the
+// job starts, a client joins or leaves, the source arrives or fails, the job's source deadline passes, a worker takes
+// the transform or it is withdrawn from the queue, the transform ends, the result is stored) and returns the actions to
+// carry out (fetch the source, arm or cancel the deadline, hand the transform to the pool, store or refresh the entry,
+// answer or fail these clients, send those to a job of their own, count, finish). No queues, clocks, sinks or libvips:
+// `RenditionJob` (RenditionJob.swift) runs the actions; unit tests drive the machine with event sequences
+// (RenditionMachineTests).
+//
+// States (each carries its own data; `done` is terminal)
+//
+//   waitingForSource ── source 200/203, same validator as the stale rendition ──> refreshed (new freshness, same
+//        │                                                                      bytes, no transform) ──> storing/done
+//        ├─ source 200/203, new (or no) validator ──> queued(Source, etag)    (a source revalidated into another
+//        │                                                                    version is transformed again)
+//        ├─ source 5xx, failure, deadline ──> stale-if-error serves the stale rendition, else every client gets the
+//        │                                    error (504 at the deadline; the source fetch goes on for the cache)
+//        └─ source 404/410 → 404, other status → 502
+//   queued ── a worker takes it ──> transforming(Source, etag)
+//          ── withdrawn from the pool's queue (every client left) ──> done
+//   queued / transforming ── result ──> storing(entry) (its clients answered at once) ── stored ──> done
+//                         ── failure (422, 503 queue full or timed out, ...) ──> every client gets it ──> done
+//   any state but storing ── every client gone, nothing to fill ──> done (waitingForSource: the source's collection
+//                            is dropped; queued: withdrawn first; transforming: the worker's result is dropped)
+//
+// Rules
+//   - A result whose source may not be shared (private, no-store) goes to the leader only; the other clients ask
+//     again, each for themselves (Storability.isShareable, as for a fetch).
+//   - A client's no-store: the result is not stored (RFC 9111 5.2.1.5); it is still shared with whoever joins.
+//   - Clients are answered before the store completes; one that joins while the entry is stored gets it at once.
+//   - When the last client goes, the job ends unless complete-abandoned-fetches is on or it was started with no client
+//     (a stale-while-revalidate refresh): then it runs on to fill the cache. A worker that has started cannot be
+//     stopped; its result is stored (if the job stores) or dropped.
+//   - Late events (a source after the deadline, a result after the job ended) change nothing.
+
+internal import ImageCacheSystem
+internal import ImageCacheHTTP
+internal import ImageCacheStore
+internal import ImageCacheTransform
+internal import Foundation
+internal import Logging
+
+struct RenditionMachine {
+    /// What the machine needs from the settings, fixed when the job starts.
+    struct Rules {
+        /// transform-source-timeout, seconds.
+        var sourceTimeoutSeconds: Double
+        var staleIfErrorSeconds: Double
+        var completeAbandonedJobs: Bool
+        var freshness: FreshnessPolicy
+    }
+
+    struct Waiter {
+        let id: Int
+        let request: ClientRequest
+        /// Joined a job another request started.
+        var collapsed = false
+    }
+
+    /// The source as the job received it (a hit, a disk hit, or a fetch's whole body).
+    struct Source: Sendable {
+        var head: HTTPResponseHead
+        var body: [UInt8]
+    }
+
+    /// Why the source did not arrive whole.
+    struct SourceFailure: Error, Sendable, Equatable {
+        var status: Int
+        var reason: String
+        var label: String
+    }
+
+    enum State {
+        /// Not started yet.
+        case idle
+        case waitingForSource
+        /// Handed to the pool, waiting for a worker.
+        case queued(Source, etag: String?)
+        case transforming(Source, etag: String?)
+        /// The entry is being stored; its clients have it.
+        case storing(CacheEntry, Outcomes)
+        case done
+    }
+
+    /// How a made entry is served to a waiter (the job's miss or refresh, Cache-Status).
+    struct Outcomes {
+        var forwardStatus: Int?
+        var forward: CacheOutcome.Forward
+        var stored: Bool
+
+        func outcome(collapsed: Bool) -> CacheOutcome {
+            CacheOutcome(forward: forward, forwardStatus: forwardStatus, revalidated: forwardStatus == 304, stored: stored,
+                         collapsed: collapsed, detail: forwardStatus == 304 ? "refreshed" : "transformed")
+        }
+    }
+
+    enum Action {
+        /// Ask the cache for the source (Proxy.serve), collecting it whole.
+        case fetchSource(ClientRequest)
+        /// Report `deadline` after this many seconds.
+        case armDeadline(seconds: Double)
+        case cancelDeadline
+        /// Stop collecting the source; whatever it reports later is dropped. The fetch itself goes on for the cache.
+        case dropSource
+        /// Hand the transform to the pool (a worker reports `workerStarted`, then `transformed`).
+        case submit(source: [UInt8])
+        /// Take the transform out of the pool's queue if no worker has it yet (reported as `withdrawn`).
+        case withdraw
+        case store(CacheEntry)
+        case refresh(CacheEntry)
+        case send(CacheEntry, to: Int, outcome: CacheOutcome)
+        case fail(ids: [Int], status: Int, reason: String)
+        /// Ask again, each on its own (a result they may not share).
+        case redispatch([Waiter])
+        /// rendition metrics: imagecached_transforms_total{format, result} and friends.
+        case count(format: String, result: String, seconds: Double, bytesIn: Int, bytesOut: Int)
+        /// A failure answered: logged at notice and counted as an error `transform_<label>`.
+        case report(status: Int, reason: String, label: String)
+        case log(Logger.Level, String)
+        /// The job is over: it leaves the in-flight table and frees its admission slot.
+        case finish
+    }
+
+    let key: CacheKey
+    let leader: ClientRequest
+    let rendition: RenditionRequest
+    /// The stored rendition this job replaces (stale), if any.
+    let stale: CacheEntry?
+    /// False for a request that may not share or store (the client's no-store).
+    let stores: Bool
+    let rules: Rules
+    /// Started with no client (stale-while-revalidate): runs to its end whoever comes or goes.
+    let fillsCache: Bool
+    /// Makes the ETag of a rendition whose source has no validator (a new one per transform).
+    let nonce: UInt64
+
+    private(set) var state: State = .idle
+    private(set) var waiters: [Waiter] = []
+
+    init(key: CacheKey, leader: ClientRequest, rendition: RenditionRequest, stale: CacheEntry?, stores: Bool, rules: Rules,
+         fillsCache: Bool = false, nonce: UInt64 = .random(in: 0...UInt64.max)) {
+        self.key = key
+        self.leader = leader
+        self.rendition = rendition
+        self.stale = stale
+        self.stores = stores
+        self.rules = rules
+        self.fillsCache = fillsCache
+        self.nonce = nonce
+    }
+
+    var isDone: Bool {
+        if case .done = state { return true }
+        return false
+    }
+
+    /// The format metrics name before a result exists.
+    private var formatLabel: String { rendition.choice.format?.rawValue ?? "-" }
+
+    // MARK: events
+
+    mutating func start() -> [Action] {
+        guard case .idle = state else { return [] }
+        state = .waitingForSource
+        return [.fetchSource(Self.sourceRequest(for: leader)), .armDeadline(seconds: rules.sourceTimeoutSeconds)]
+    }
+
+    /// A client waits for the rendition (the first one, or one that joined: `collapsed`).
+    mutating func attach(_ id: Int, request: ClientRequest, collapsed: Bool, now: Date) -> [Action] {
+        switch state {
+        case .done:
+            return [.fail(ids: [id], status: 503, reason: "the rendition job ended")]
+        case let .storing(entry, outcomes):
+            return [.send(entry, to: id, outcome: outcomes.outcome(collapsed: collapsed))]
+        default:
+            waiters.append(Waiter(id: id, request: request, collapsed: collapsed))
+            return []
+        }
+    }
+
+    /// A client went away.
+    mutating func detach(_ id: Int) -> [Action] {
+        guard waiters.contains(where: { $0.id == id }) else { return [] }
+        waiters.removeAll { $0.id == id }
+        guard waiters.isEmpty, !rules.completeAbandonedJobs, !fillsCache else { return [] }
+        switch state {
+        case .waitingForSource:
+            state = .done
+            return [.cancelDeadline, .dropSource, .log(.debug, "every client left; dropping the rendition job \(key)"),
+                    .count(format: formatLabel, result: "abandoned", seconds: 0, bytesIn: 0, bytesOut: 0), .finish]
+        case .queued:
+            return [.withdraw]
+        case .transforming:
+            // A worker cannot be stopped; its result is stored if the job stores, else dropped (`transformed`).
+            return []
+        case .idle, .storing, .done:
+            return []
+        }
+    }
+
+    /// The source arrived whole (any status), or could not (`failure`).
+    mutating func sourceArrived(_ result: Result<Source, SourceFailure>, now: Date) -> [Action] {
+        guard case .waitingForSource = state else { return [] }
+        var actions: [Action] = [.cancelDeadline]
+        switch result {
+        case let .failure(failure):
+            actions += sourceFailed(failure, now: now)
+        case let .success(source):
+            actions += sourceReceived(source, now: now)
+        }
+        return actions
+    }
+
+    /// transform-source-timeout passed before the source was whole: 504 (or the stale rendition), and the source's
+    /// collection is dropped (its fetch goes on for the cache).
+    mutating func deadline(now: Date) -> [Action] {
+        guard case .waitingForSource = state else { return [] }
+        let seconds = String(format: "%g", rules.sourceTimeoutSeconds)
+        let failure = SourceFailure(status: 504, reason: "the source did not arrive within transform-source-timeout (\(seconds)s)",
+                                    label: "source_timeout")
+        return [.dropSource] + sourceFailed(failure, now: now)
+    }
+
+    /// A worker took the transform.
+    mutating func workerStarted() -> [Action] {
+        guard case let .queued(source, etag) = state else { return [] }
+        state = .transforming(source, etag: etag)
+        return []
+    }
+
+    /// The pool took the transform out of its queue (asked by `withdraw`).
+    mutating func withdrawn() -> [Action] {
+        guard case .queued = state else { return [] }
+        state = .done
+        return [.log(.debug, "every client left; the queued transform of \(key) was withdrawn"),
+                .count(format: formatLabel, result: "abandoned", seconds: 0, bytesIn: 0, bytesOut: 0), .finish]
+    }
+
+    /// The transform ended (a worker's result, or the pool's refusal: queue full, waited too long).
+    mutating func transformed(_ result: Result<TransformedImage, TransformFailure>, seconds: Double, now: Date) -> [Action] {
+        let source: Source, etag: String?
+        switch state {
+        case let .queued(queuedSource, queuedTag), let .transforming(queuedSource, queuedTag):
+            (source, etag) = (queuedSource, queuedTag)
+        default:
+            return []
+        }
+        switch result {
+        case let .failure(failure):
+            return [.count(format: formatLabel, result: failure.label, seconds: seconds, bytesIn: source.body.count, bytesOut: 0)]
+                + fail(failure.status, failure.reason, label: failure.label)
+        case let .success(image):
+            let tag = etag ?? RenditionTag.etag(sourceValidator: String(nonce), rendition: key.rendition)
+            let made = Self.entry(key: key, rendition: rendition, body: image.bytes, mediaType: image.format.mediaType,
+                                  source: source.head, etag: tag, freshness: rules.freshness, now: now)
+            let what = "\(key.url.string.prefix(300)) [\(key.rendition)]"
+            let log: Action = made.isShareable
+                ? .log(.debug, "transformed \(what) -> \(image.width)x\(image.height) \(image.format.rawValue) \(image.bytes.count) bytes in \(Int(seconds * 1000)) ms")
+                : .log(.debug, "transformed \(what): not shareable (the source is private or no-store)")
+            return [.count(format: image.format.rawValue, result: "ok", seconds: seconds, bytesIn: source.body.count,
+                           bytesOut: image.bytes.count), log]
+                + answer(made, forwardStatus: nil, store: .store(made.entry))
+        }
+    }
+
+    /// The store has the entry (or refused it: nothing is waiting on that).
+    mutating func stored() -> [Action] {
+        guard case .storing = state else { return [] }
+        state = .done
+        return [.finish]
+    }
+
+    // MARK: decisions
+
+    private mutating func sourceReceived(_ source: Source, now: Date) -> [Action] {
+        let status = source.head.status
+        guard status == 200 || status == 203 else {
+            if status >= 500, let served = serveStale(now: now) { return served }
+            return fail(status == 404 || status == 410 ? 404 : 502, "the source answered \(status)", label: "source_\(status)",
+                        counted: false)
+        }
+        let etag = source.head.headers.validator.map { RenditionTag.etag(sourceValidator: $0, rendition: key.rendition) }
+        if let stale, let etag, stale.etag == etag, !stale.body.isEmpty {
+            // The source is what the rendition was made from: new freshness, same bytes.
+            let made = Self.entry(key: key, rendition: rendition, body: stale.body,
+                                  mediaType: stale.head.headers["Content-Type"] ?? "application/octet-stream",
+                                  source: source.head, etag: etag, freshness: rules.freshness, now: now)
+            let counted: [Action] = made.isShareable ? [.count(format: made.format, result: "refreshed", seconds: 0, bytesIn: 0, bytesOut: 0)] : []
+            return counted + answer(made, forwardStatus: 304, store: .refresh(made.entry))
+        }
+        // (An SVG source without transform-allow-svg, or one SVGGuard refuses, is the Transformer's to refuse.)
+        state = .queued(source, etag: etag)
+        return [.submit(source: source.body)]
+    }
+
+    private mutating func sourceFailed(_ failure: SourceFailure, now: Date) -> [Action] {
+        if failure.status >= 500, let served = serveStale(now: now) {
+            // A source that timed out is counted even so: its fetch, which goes on, reports no failure of its own.
+            let counted: [Action] = failure.label == "source_timeout"
+                ? [.count(format: formatLabel, result: failure.label, seconds: 0, bytesIn: 0, bytesOut: 0)] : []
+            return counted + served
+        }
+        return fail(failure.status, failure.reason, label: failure.label, counted: false)
+    }
+
+    /// The source failed (5xx, unreachable, too slow): a stale rendition in hand is served when stale-if-error allows
+    /// it (CacheDecision.afterOriginFailure, as for any stored response).
+    private mutating func serveStale(now: Date) -> [Action]? {
+        guard let stale,
+              let decision = CacheDecision.afterOriginFailure(stored: stale, request: leader.cacheControl,
+                                                              offlineSeconds: rules.staleIfErrorSeconds, now: now),
+              let outcome = decision.servedOutcome(tier: nil) else { return nil }
+        let actions = waiters.map { Action.send(stale, to: $0.id, outcome: outcome) }
+        waiters = []
+        state = .done
+        return actions + [.finish]
+    }
+
+    /// Every client gets the error. `counted`: the transform's own failure was counted already.
+    private mutating func fail(_ status: Int, _ reason: String, label: String, counted: Bool = true) -> [Action] {
+        var actions: [Action] = counted ? [] : [.count(format: formatLabel, result: label, seconds: 0, bytesIn: 0, bytesOut: 0)]
+        actions.append(.report(status: status, reason: reason, label: label))
+        if !waiters.isEmpty { actions.append(.fail(ids: waiters.map(\.id), status: status, reason: reason)) }
+        waiters = []
+        state = .done
+        return actions + [.finish]
+    }
+
+    /// A made (or refreshed) entry: stored when the job stores and the store's rules allow, sent to every client (a
+    /// result that may not be shared: to the leader only; the others ask again, after the job has left the table).
+    private mutating func answer(_ made: Made, forwardStatus: Int?, store: Action) -> [Action] {
+        let storing = stores && made.isStorable
+        guard made.isShareable else {
+            let first = waiters.first, others = Array(waiters.dropFirst())
+            waiters = []
+            state = .done
+            var actions: [Action] = storing ? [store] : []
+            actions.append(.finish)
+            if !others.isEmpty { actions.append(.redispatch(others)) }
+            if let first {
+                actions.append(.send(made.entry, to: first.id,
+                                     outcome: CacheOutcome(forward: .miss, forwardStatus: forwardStatus,
+                                                           revalidated: forwardStatus == 304, detail: "transformed")))
+            }
+            return actions
+        }
+        let outcomes = Outcomes(forwardStatus: forwardStatus, forward: stale == nil ? .miss : .stale, stored: stores)
+        var actions: [Action] = storing ? [store] : []
+        actions += waiters.map { Action.send(made.entry, to: $0.id, outcome: outcomes.outcome(collapsed: $0.collapsed)) }
+        waiters = []
+        if storing {
+            state = .storing(made.entry, outcomes)
+        } else {
+            state = .done
+            actions.append(.finish)
+        }
+        return actions
+    }
+
+    // MARK: pure parts
+
+    /// The source request: the same for every client (one shared entry), carrying only the leader's revalidation
+    /// wishes (Cache-Control but no-store, which concerns the rendition; Pragma).
+    static func sourceRequest(for leader: ClientRequest) -> ClientRequest {
+        let source = leader.url
+        var headers = HTTPHeaders()
+        headers.add("Host", source.authority)
+        let directives = leader.head.headers.values("Cache-Control").flatMap { $0.split(separator: ",") }
+            .map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty && $0.lowercased() != "no-store" }
+        if !directives.isEmpty { headers.add("Cache-Control", directives.joined(separator: ", ")) }
+        for value in leader.head.headers.values("Pragma") { headers.add("Pragma", value) }
+        let head = HTTPRequestHead(method: "GET", target: source.pathAndQuery, headers: headers)
+        return ClientRequest(head: head, url: source, mode: leader.mode, trusted: leader.trusted, client: leader.client,
+                             fields: leader.fields, isInternal: true, staleWhileRevalidate: leader.staleWhileRevalidate)
+    }
+
+    struct Made {
+        var entry: CacheEntry
+        var isStorable: Bool
+        var isShareable: Bool
+        /// The media type's subtype ("jpeg"), for metrics.
+        var format: String
+    }
+
+    /// The stored response of a rendition: the image, with the source's freshness fields.
+    static func entry(key: CacheKey, rendition: RenditionRequest, body: [UInt8], mediaType: String, source: HTTPResponseHead,
+                      etag: String, freshness: FreshnessPolicy, now: Date) -> Made {
+        var headers = HTTPHeaders()
+        headers.add("Content-Type", mediaType)
+        // The source's freshness, its targeted cache-control fields included (RFC 9213: they govern it here too).
+        for name in ["Cache-Control", "Expires", "Date", "Age", "Last-Modified"] + freshness.targetedFields {
+            for value in source.headers.values(name) { headers.add(name, value) }
+        }
+        if !headers.contains("Date") { headers.add("Date", HTTPDate.format(now)) }
+        headers.add("ETag", etag)
+        if rendition.choice.variesOnAccept { headers.add("Vary", "Accept") }
+        headers.add("X-Content-Type-Options", "nosniff")
+        let head = HTTPResponseHead(status: 200, headers: headers)
+        let entry = CacheEntry(key: key, head: head, body: body, requestTime: now, responseTime: now, vary: nil, policy: freshness)
+        // The store's own rules (Storability), for the rendition's head as stored, with the source request's method.
+        let request = HTTPRequestHead(method: "GET", target: key.url.pathAndQuery, headers: HTTPHeaders())
+        let storable = Storability.decide(request: request, requestCacheControl: CacheControl(HTTPHeaders()), response: head,
+                                          responseCacheControl: entry.cacheControl) == .store
+        let shareable = Storability.isShareable(head, cacheControl: entry.cacheControl)
+        let format = mediaType.hasPrefix("image/") ? String(mediaType.dropFirst(6)) : mediaType
+        return Made(entry: entry, isStorable: storable, isShareable: shareable, format: format)
+    }
+}
