@@ -1,7 +1,8 @@
 // Processing options in imgproxy's URL syntax, parsed and made canonical. Pure: text in, a value out; no I/O.
 //
 // RULES
-//   Syntax: options are path segments "name:arg1:arg2..." (imgproxy's), names in full or short form:
+//   Syntax: options are path segments "name:arg1:arg2..." (imgproxy's), names in full or short form (one row each
+//   in `optionParsers`, with the function that parses its arguments):
 //     resize/rs:TYPE:W:H:ENLARGE:EXTEND   size/s:W:H:ENLARGE:EXTEND   resizing_type/rt:TYPE   width/w:W   height/h:H
 //     dpr:N   enlarge/el:B   extend/ex:B[:GRAVITY]   gravity/g:TYPE[:X:Y] (no so ea we noea nowe soea sowe ce, sm,
 //     fp:X:Y)   crop/c:W:H[:GRAVITY...]   trim/t:THRESHOLD[:HEXCOLOR]   padding/pd:T[:R[:B[:L]]]
@@ -180,19 +181,208 @@ public struct TransformOptions: Sendable, Equatable {
     }
 
     private mutating func applyOption(_ name: String, _ args: [String], max: Int) throws(Failure) {
-        func arg(_ n: Int) -> String? { n < args.count && !args[n].isEmpty ? args[n] : nil }
-        func need(_ count: Int) throws(Failure) {
-            guard args.count >= count, args.count > 0 else { throw Failure("option \(name) needs \(count) argument(s)") }
+        guard let parse = Self.optionParsers[name] else { throw Failure("unknown processing option '\(name.prefix(32))'") }
+        try parse(&self, Arguments(name: name, values: args, maxDimension: max))
+    }
+
+    // MARK: - The options, by name
+
+    /// Parses one option's arguments into the options.
+    typealias OptionParser = @Sendable (inout TransformOptions, Arguments) throws(Failure) -> Void
+
+    /// Every option under each of its names (imgproxy's full and short ones), with its parser; the syntax is at the
+    /// top of this file. preset/pr is not here: `apply` expands it.
+    static let optionParsers: [String: OptionParser] = {
+        let rows: [(names: [String], parse: OptionParser)] = [
+            (["resize", "rs"], { options, args throws(Failure) in try options.setSize(args, withType: true) }),
+            (["size", "s"], { options, args throws(Failure) in try options.setSize(args, withType: false) }),
+            (["resizing_type", "rt"], { options, args throws(Failure) in options.resizeType = try args.single(args.resizeType) }),
+            (["width", "w"], { options, args throws(Failure) in options.width = try args.single(args.size) }),
+            (["height", "h"], { options, args throws(Failure) in options.height = try args.single(args.size) }),
+            (["dpr"], { options, args throws(Failure) in options.dpr = try args.single(args.decimal(in: 1...8)) }),
+            (["enlarge", "el"], { options, args throws(Failure) in options.enlarge = try args.single(args.boolean) }),
+            (["extend", "ex"], { options, args throws(Failure) in try options.setExtend(args) }),
+            (["gravity", "g"], { options, args throws(Failure) in
+                try args.need(1)
+                options.gravity = try args.gravity(from: 0, allowSmart: true)
+            }),
+            (["crop", "c"], { options, args throws(Failure) in try options.setCrop(args) }),
+            (["trim", "t"], { options, args throws(Failure) in try options.setTrim(args) }),
+            (["padding", "pd"], { options, args throws(Failure) in try options.setPadding(args) }),
+            (["background", "bg"], { options, args throws(Failure) in try options.setBackground(args) }),
+            (["rotate", "rot"], { options, args throws(Failure) in try options.setRotate(args) }),
+            (["auto_rotate", "ar"], { options, args throws(Failure) in options.autoRotate = try args.single(args.boolean) }),
+            (["blur", "bl"], { options, args throws(Failure) in options.blur = try args.single(args.decimal(in: 0...100)) }),
+            (["sharpen", "sh"], { options, args throws(Failure) in options.sharpen = try args.single(args.decimal(in: 0...100)) }),
+            (["quality", "q"], { options, args throws(Failure) in options.quality = Int(try args.single(args.decimal(in: 0...100)).rounded()) }),
+            (["format_quality", "fq"], { options, args throws(Failure) in try options.setFormatQuality(args) }),
+            (["format", "f", "ext"], { options, args throws(Failure) in try options.setFormat(args) }),
+            (["strip_metadata", "sm"], { options, args throws(Failure) in options.stripMetadata = try args.single(args.boolean) }),
+            (["cachebuster", "cb"], { options, args throws(Failure) in try options.setCacheBuster(args) }),
+        ]
+        var table: [String: OptionParser] = [:]
+        for row in rows {
+            for name in row.names {
+                precondition(table[name] == nil, "option name \(name) is in the table twice")
+                table[name] = row.parse
+            }
         }
-        func most(_ count: Int) throws(Failure) {
-            guard args.count <= count else { throw Failure("option \(name) takes at most \(count) arguments") }
+        return table
+    }()
+
+    /// resize/rs:TYPE:W:H:ENLARGE:EXTEND, or size/s:W:H:ENLARGE:EXTEND; an empty argument keeps the current value.
+    private mutating func setSize(_ args: Arguments, withType: Bool) throws(Failure) {
+        try args.need(1)
+        try args.most(withType ? 5 : 4)
+        var n = 0
+        if withType {
+            if let text = args.at(0) { resizeType = try args.resizeType(text) }
+            n = 1
         }
-        func size(_ text: String) throws(Failure) -> Int {
-            guard let value = Int(text), value >= 0, value <= max else {
-                throw Failure("option \(name): '\(text.prefix(16))' is not a size in 0...\(max)")
+        if let text = args.at(n) { width = try args.size(text) }
+        if let text = args.at(n + 1) { height = try args.size(text) }
+        if let text = args.at(n + 2) { enlarge = try args.boolean(text) }
+        if let text = args.at(n + 3) { extend = try args.boolean(text) }
+    }
+
+    /// extend/ex:B[:GRAVITY[:X:Y]]
+    private mutating func setExtend(_ args: Arguments) throws(Failure) {
+        try args.need(1)
+        extend = try args.boolean(args.values[0])
+        if args.values.count > 1 { extendGravity = try args.gravity(from: 1, allowSmart: false) }
+    }
+
+    /// crop/c:W:H[:GRAVITY...], each of W and H whole pixels or a fraction below 1; 0:0 is no crop.
+    private mutating func setCrop(_ args: Arguments) throws(Failure) {
+        try args.need(2)
+        func part(_ text: String) throws(Failure) -> Double {
+            let value = try args.decimal(text, 0...Double(args.maxDimension))
+            guard value < 1 || value == value.rounded() else {
+                throw Failure("option \(args.name): '\(text.prefix(16))' is neither whole pixels nor a fraction below 1")
             }
             return value
         }
+        var crop = Crop(width: try part(args.values[0]), height: try part(args.values[1]), gravity: nil)
+        if args.values.count > 2 { crop.gravity = try args.gravity(from: 2, allowSmart: true) }
+        self.crop = (crop.width == 0 && crop.height == 0) ? nil : crop
+    }
+
+    /// trim/t:THRESHOLD[:HEXCOLOR]
+    private mutating func setTrim(_ args: Arguments) throws(Failure) {
+        try args.need(1)
+        try args.most(2)
+        let threshold = try args.decimal(args.values[0], 0...255)
+        var colour: [Double]?
+        if let text = args.at(1) {
+            guard let rgb = Self.hexColour(text) else { throw Failure("option \(args.name): '\(text.prefix(16))' is not a hex colour") }
+            colour = rgb
+        }
+        trim = Trim(threshold: threshold, colour: colour)
+    }
+
+    /// padding/pd:T[:R[:B[:L]]], the CSS shorthand; an empty argument is 0.
+    private mutating func setPadding(_ args: Arguments) throws(Failure) {
+        try args.need(1)
+        try args.most(4)
+        var values: [Int] = []
+        for n in 0..<args.values.count { values.append(try args.at(n).map { text throws(Failure) in try args.size(text) } ?? 0) }
+        switch values.count {
+        case 1: padding = [values[0], values[0], values[0], values[0]]
+        case 2: padding = [values[0], values[1], values[0], values[1]]
+        case 3: padding = [values[0], values[1], values[2], values[1]]
+        default: padding = values
+        }
+    }
+
+    /// background/bg:R:G:B or bg:HEX
+    private mutating func setBackground(_ args: Arguments) throws(Failure) {
+        try args.need(1)
+        try args.most(3)
+        if args.values.count == 3 {
+            background = try args.values.map { text throws(Failure) in try args.decimal(text, 0...255).rounded() }
+        } else if args.values.count == 1, let rgb = Self.hexColour(args.values[0]) {
+            background = rgb
+        } else {
+            throw Failure("option \(args.name): give R:G:B (0-255) or a hex colour")
+        }
+    }
+
+    /// rotate/rot:DEGREES, a multiple of 90, folded into 0..<360.
+    private mutating func setRotate(_ args: Arguments) throws(Failure) {
+        let text = try args.single { $0 }
+        guard let degrees = Int(text), degrees % 90 == 0 else {
+            throw Failure("option \(args.name): '\(text.prefix(16))' is not a multiple of 90")
+        }
+        rotate = ((degrees % 360) + 360) % 360
+    }
+
+    /// format_quality/fq:FORMAT:N[:FORMAT:N...]
+    private mutating func setFormatQuality(_ args: Arguments) throws(Failure) {
+        try args.need(2)
+        guard args.values.count % 2 == 0 else { throw Failure("option \(args.name) takes FORMAT:QUALITY pairs") }
+        for n in stride(from: 0, to: args.values.count, by: 2) {
+            guard let format = ImageOutputFormat(name: args.values[n]) else {
+                throw Failure("option \(args.name): '\(args.values[n].prefix(16))' is not a format (jpeg, png, webp, avif, gif)")
+            }
+            formatQuality[format] = Int(try args.decimal(args.values[n + 1], 0...100).rounded())
+        }
+    }
+
+    /// format/f/ext:jpeg|jpg|png|webp|avif|gif|auto (best: auto)
+    private mutating func setFormat(_ args: Arguments) throws(Failure) {
+        let text = try args.single { $0 }
+        if text == "auto" || text == "best" {
+            format = .auto
+        } else if let explicit = ImageOutputFormat(name: text) {
+            format = .explicit(explicit)
+        } else {
+            throw Failure("option \(args.name): '\(text.prefix(16))' is not an output format (jpeg, png, webp, avif, gif, auto)")
+        }
+    }
+
+    /// cachebuster/cb[:TEXT]: it becomes part of the cache key's text, which holds visible ASCII only (no space, no
+    /// line break).
+    private mutating func setCacheBuster(_ args: Arguments) throws(Failure) {
+        try args.most(1)
+        cacheBuster = args.values.first ?? ""
+        guard cacheBuster.utf8.count <= 64, cacheBuster.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
+            throw Failure("option \(args.name): the cache buster must be at most 64 visible ASCII characters")
+        }
+    }
+
+    /// One option's arguments as the URL wrote them, with the checks and value parsers the options share; every
+    /// reason names the option as the URL did (full or short name).
+    struct Arguments: Sendable {
+        let name: String
+        let values: [String]
+        /// The largest width, height, crop or padding accepted.
+        let maxDimension: Int
+
+        /// The `n`th argument; nil when it is absent or empty (an empty argument keeps the current value).
+        func at(_ n: Int) -> String? { n < values.count && !values[n].isEmpty ? values[n] : nil }
+
+        func need(_ count: Int) throws(Failure) {
+            guard values.count >= count, values.count > 0 else { throw Failure("option \(name) needs \(count) argument(s)") }
+        }
+
+        func most(_ count: Int) throws(Failure) {
+            guard values.count <= count else { throw Failure("option \(name) takes at most \(count) arguments") }
+        }
+
+        /// The one argument (refused when there is none, or more than one), parsed.
+        func single<Value>(_ parse: (String) throws(Failure) -> Value) throws(Failure) -> Value {
+            try need(1)
+            try most(1)
+            return try parse(values[0])
+        }
+
+        func size(_ text: String) throws(Failure) -> Int {
+            guard let value = Int(text), value >= 0, value <= maxDimension else {
+                throw Failure("option \(name): '\(text.prefix(16))' is not a size in 0...\(maxDimension)")
+            }
+            return value
+        }
+
         func boolean(_ text: String) throws(Failure) -> Bool {
             switch text.lowercased() {
             case "1", "t", "true": return true
@@ -200,144 +390,31 @@ public struct TransformOptions: Sendable, Equatable {
             default: throw Failure("option \(name): '\(text.prefix(16))' is not a boolean (1, t, true, 0, f, false)")
             }
         }
+
+        /// A number within `range`, kept to 4 decimals, as the canonical text writes it: what is transformed is what
+        /// the key names.
         func decimal(_ text: String, _ range: ClosedRange<Double>) throws(Failure) -> Double {
             guard let value = Double(text), value.isFinite, range.contains(value) else {
                 throw Failure("option \(name): '\(text.prefix(16))' is not a number in \(number(range.lowerBound))...\(number(range.upperBound))")
             }
-            // Kept to 4 decimals, as the canonical text writes it: what is transformed is what the key names.
             return (value * 10_000).rounded() / 10_000
         }
-        func parseType(_ text: String) throws(Failure) -> ResizeType {
+
+        /// `decimal` within `range`, as a parser of one argument.
+        func decimal(in range: ClosedRange<Double>) -> (String) throws(Failure) -> Double {
+            { text throws(Failure) in try decimal(text, range) }
+        }
+
+        func resizeType(_ text: String) throws(Failure) -> ResizeType {
             guard let type = ResizeType(rawValue: text) else {
                 throw Failure("option \(name): '\(text.prefix(16))' is not a resizing type (fit, fill, fill-down, force, auto)")
             }
             return type
         }
-        switch name {
-        case "resize", "rs", "size", "s":
-            try need(1)
-            let sized = name == "size" || name == "s"
-            try most(sized ? 4 : 5)
-            var n = 0
-            if !sized {
-                if let text = arg(0) { resizeType = try parseType(text) }
-                n = 1
-            }
-            if let text = arg(n) { width = try size(text) }
-            if let text = arg(n + 1) { height = try size(text) }
-            if let text = arg(n + 2) { enlarge = try boolean(text) }
-            if let text = arg(n + 3) { extend = try boolean(text) }
-        case "resizing_type", "rt":
-            try need(1); try most(1)
-            resizeType = try parseType(args[0])
-        case "width", "w":
-            try need(1); try most(1)
-            width = try size(args[0])
-        case "height", "h":
-            try need(1); try most(1)
-            height = try size(args[0])
-        case "dpr":
-            try need(1); try most(1)
-            dpr = try decimal(args[0], 1...8)
-        case "enlarge", "el":
-            try need(1); try most(1)
-            enlarge = try boolean(args[0])
-        case "extend", "ex":
-            try need(1)
-            extend = try boolean(args[0])
-            if args.count > 1 { extendGravity = try Self.gravity(Array(args.dropFirst()), option: name, allowSmart: false) }
-        case "gravity", "g":
-            try need(1)
-            gravity = try Self.gravity(args, option: name, allowSmart: true)
-        case "crop", "c":
-            try need(2)
-            func part(_ text: String) throws(Failure) -> Double {
-                let value = try decimal(text, 0...Double(max))
-                guard value < 1 || value == value.rounded() else {
-                    throw Failure("option \(name): '\(text.prefix(16))' is neither whole pixels nor a fraction below 1")
-                }
-                return value
-            }
-            var crop = Crop(width: try part(args[0]), height: try part(args[1]), gravity: nil)
-            if args.count > 2 { crop.gravity = try Self.gravity(Array(args.dropFirst(2)), option: name, allowSmart: true) }
-            self.crop = (crop.width == 0 && crop.height == 0) ? nil : crop
-        case "trim", "t":
-            try need(1); try most(2)
-            let threshold = try decimal(args[0], 0...255)
-            var colour: [Double]?
-            if let text = arg(1) {
-                guard let rgb = Self.hexColour(text) else { throw Failure("option \(name): '\(text.prefix(16))' is not a hex colour") }
-                colour = rgb
-            }
-            trim = Trim(threshold: threshold, colour: colour)
-        case "padding", "pd":
-            try need(1); try most(4)
-            var values: [Int] = []
-            for n in 0..<args.count { values.append(try arg(n).map { text throws(Failure) in try size(text) } ?? 0) }
-            // CSS shorthand: top [right [bottom [left]]].
-            switch values.count {
-            case 1: padding = [values[0], values[0], values[0], values[0]]
-            case 2: padding = [values[0], values[1], values[0], values[1]]
-            case 3: padding = [values[0], values[1], values[2], values[1]]
-            default: padding = values
-            }
-        case "background", "bg":
-            try need(1); try most(3)
-            if args.count == 3 {
-                background = try args.map { text throws(Failure) in try decimal(text, 0...255).rounded() }
-            } else if args.count == 1, let rgb = Self.hexColour(args[0]) {
-                background = rgb
-            } else {
-                throw Failure("option \(name): give R:G:B (0-255) or a hex colour")
-            }
-        case "rotate", "rot":
-            try need(1); try most(1)
-            guard let degrees = Int(args[0]), degrees % 90 == 0 else {
-                throw Failure("option \(name): '\(args[0].prefix(16))' is not a multiple of 90")
-            }
-            rotate = ((degrees % 360) + 360) % 360
-        case "auto_rotate", "ar":
-            try need(1); try most(1)
-            autoRotate = try boolean(args[0])
-        case "blur", "bl":
-            try need(1); try most(1)
-            blur = try decimal(args[0], 0...100)
-        case "sharpen", "sh":
-            try need(1); try most(1)
-            sharpen = try decimal(args[0], 0...100)
-        case "quality", "q":
-            try need(1); try most(1)
-            quality = Int(try decimal(args[0], 0...100).rounded())
-        case "format_quality", "fq":
-            try need(2)
-            guard args.count % 2 == 0 else { throw Failure("option \(name) takes FORMAT:QUALITY pairs") }
-            for n in stride(from: 0, to: args.count, by: 2) {
-                guard let format = ImageOutputFormat(name: args[n]) else {
-                    throw Failure("option \(name): '\(args[n].prefix(16))' is not a format (jpeg, png, webp, avif, gif)")
-                }
-                formatQuality[format] = Int(try decimal(args[n + 1], 0...100).rounded())
-            }
-        case "format", "f", "ext":
-            try need(1); try most(1)
-            if args[0] == "auto" || args[0] == "best" {
-                format = .auto
-            } else if let explicit = ImageOutputFormat(name: args[0]) {
-                format = .explicit(explicit)
-            } else {
-                throw Failure("option \(name): '\(args[0].prefix(16))' is not an output format (jpeg, png, webp, avif, gif, auto)")
-            }
-        case "strip_metadata", "sm":
-            try need(1); try most(1)
-            stripMetadata = try boolean(args[0])
-        case "cachebuster", "cb":
-            try most(1)
-            cacheBuster = args.first ?? ""
-            // It becomes part of the cache key's text, which holds visible ASCII only (no space, no line break).
-            guard cacheBuster.utf8.count <= 64, cacheBuster.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
-                throw Failure("option \(name): the cache buster must be at most 64 visible ASCII characters")
-            }
-        default:
-            throw Failure("unknown processing option '\(name.prefix(32))'")
+
+        /// The gravity written from the `n`th argument on.
+        func gravity(from n: Int, allowSmart: Bool) throws(Failure) -> Gravity {
+            try TransformOptions.gravity(Array(values.dropFirst(n)), option: name, allowSmart: allowSmart)
         }
     }
 
