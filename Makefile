@@ -20,9 +20,9 @@ test:
 bench:
 	bench/run
 
-# Installs the release binary, the systemd units (ExecStart pointing at $(BINDIR)) and the default configuration
-# (kept when one is already there). DESTDIR stages into a root for packaging; BINARY=path installs that binary
-# instead of making a release build.
+# Installs the release binary, the systemd units (ExecStart pointing at $(BINDIR)), the default configuration
+# (kept when one is already there) and the manual (README.md and docs/). DESTDIR stages into a root for packaging;
+# BINARY=path installs that binary instead of making a release build.
 install: $(if $(BINARY),,build)
 	install -D -m 0755 "$(or $(BINARY),$$(swift build -c release --show-bin-path)/imagecached)" "$(DESTDIR)$(BINDIR)/imagecached"
 	install -d "$(DESTDIR)$(SYSTEMDUNITDIR)"
@@ -36,7 +36,11 @@ install: $(if $(BINARY),,build)
 	[ -e "$(DESTDIR)$(SYSCONFDIR)/imagecached/imagecached.yaml" ] || \
 		install -m 0644 Config/imagecached.yaml "$(DESTDIR)$(SYSCONFDIR)/imagecached/imagecached.yaml"
 	install -D -m 0644 README.md "$(DESTDIR)$(DOCDIR)/README.md"
+	install -d "$(DESTDIR)$(DOCDIR)/docs"
+	install -m 0644 docs/*.md docs/*.png "$(DESTDIR)$(DOCDIR)/docs/"
 
 uninstall:
 	rm -f "$(DESTDIR)$(BINDIR)/imagecached" "$(DESTDIR)$(SYSTEMDUNITDIR)/imagecached.service" \
 		"$(DESTDIR)$(SYSTEMDUNITDIR)/imagecached.socket" "$(DESTDIR)$(DOCDIR)/README.md"
+	rm -f "$(DESTDIR)$(DOCDIR)"/docs/*.md "$(DESTDIR)$(DOCDIR)"/docs/*.png
+	-rmdir "$(DESTDIR)$(DOCDIR)/docs" "$(DESTDIR)$(DOCDIR)" 2>/dev/null

@@ -51,7 +51,7 @@ let package = Package(
         .target(name: "CCurlShim", dependencies: ["CCurl"]),
         // Typed wrappers for libvips's variadic functions; its public header is plain C (no glib).
         .target(name: "CVipsShim", dependencies: ["CVips"]),
-        // The layers, lowest first; a dependency that points up is a build error (README: Architecture).
+        // The layers, lowest first; a dependency that points up is a build error (docs/architecture.md).
         .target(name: "ImageCacheSystem", swiftSettings: swiftSettings),
         .target(
             name: "ImageCacheHTTP",
@@ -104,8 +104,9 @@ let package = Package(
                            .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
-        // The fuzz targets (README: Fuzzing): plain functions over bytes, in the root package so that they see its
-        // `package` API. A normal build makes `imagecached-fuzz` a replay tool; `scripts/fuzz` builds it with libFuzzer.
+        // The fuzz targets (docs/reliability.md, Fuzzing): plain functions over bytes, in the root package so that they
+        // see its `package` API. A normal build makes `imagecached-fuzz` a replay tool; `scripts/fuzz` builds it with
+        // libFuzzer.
         .target(
             name: "ImageCacheFuzz",
             dependencies: ["ImageCacheHTTP", "ImageCacheConfig", "ImageCacheTransform", "ImageCacheCore",

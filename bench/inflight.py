@@ -7,10 +7,10 @@ For each binary: a local origin serving distinct images of MIB MiB (PNG signatur
 `Cache-Control: max-age=600`), imagecached in front of it (`--memory-limit 64MiB`, defaults otherwise: disk tier on,
 in-flight-limit at its default of 64 MiB), then CLIENTS connections that each ask for a different image with a 16 KiB
 receive buffer and never read. The daemon's resident memory (VmRSS, sampled every 100 ms, and VmHWM) is reported
-after SECONDS, with what its stats say is in flight, and the peak above the idle footprint against the bound the
-README states: memory-limit + in-flight-limit (128 MiB here) plus overhead. With 20 MiB images nothing completes
-(the memory tier stays empty); with 5 MiB images fetches complete, fill the memory tier and leave their bodies in the
-clients' connections. Only 127.0.0.1; bounded in time."""
+after SECONDS, with what its stats say is in flight, and the peak above the idle footprint against the bound that
+docs/security.md states: memory-limit + in-flight-limit (128 MiB here) plus overhead. With 20 MiB images nothing
+completes (the memory tier stays empty); with 5 MiB images fetches complete, fill the memory tier and leave their
+bodies in the clients' connections. Only 127.0.0.1; bounded in time."""
 
 import argparse
 import http.server

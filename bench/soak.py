@@ -824,7 +824,7 @@ class Soak:
 
 
 def write_config(path, flip):
-    """The file a SIGHUP reads: written whole and renamed over the old one (as the README asks)."""
+    """The file a SIGHUP reads: written whole and renamed over the old one (as docs/operations.md asks)."""
     text = (f"memory-limit: {MEMORY_LIMIT}\n"
             f"stale-if-error: {'1s' if flip else '0'}\n"
             f"in-flight-limit: {'48MiB' if flip else '64MiB'}\n")

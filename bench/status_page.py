@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Drives the real daemon through a few minutes of varied traffic and takes the README's screenshots of its status page.
+"""Drives the real daemon through a few minutes of varied traffic and takes the status page's screenshots in docs/.
 
 Starts bench/origin.py on the benchmark corpus (bench/corpus.py makes it) and the daemon in front of it (reverse mode,
 disk tier in a temporary directory, transforms on, status-history-interval 2s so that a few minutes fill the charts),

@@ -741,7 +741,7 @@ def flood(args, manifest, origin_port, port):
         after = sampler.samples[-1][1]
         biggest = max(x["bytes"] for x in large)
         decode = max(x["width"] * x["height"] * 3 for x in large)   # one full 8-bit RGB decode
-        # The documented bound (README, Image transforms): each admitted job's source up to twice while it arrives
+        # The documented bound (docs/transforms.md, Memory): each admitted job's source up to twice while it arrives
         # (the fetch's copy kept to store it, the job's own), the bodies waiting for the disk tier within
         # in-flight-limit (64 MiB by default), one full decode per worker, the memory tier, the decoded levels of PNG
         # and JPEG sources kept for their next variants (transform-pixel-cache, 128 MiB by default).

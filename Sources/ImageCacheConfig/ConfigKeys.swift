@@ -5,8 +5,8 @@
 //   - the environment variables (IMAGECACHED_ + the name upper-cased, "." and "-" as "_"),
 //   - the daemon's flags and its --help (`DaemonCommandLine`: --name with "." as "-"),
 //   - the reload's restart-only report and the values a reload keeps (`restartOnlyChanges`, `keepRestartOnlySettings`),
-//   - the README's table of keys (`markdownTable`, checked by ConfigKeysTests), and ConfigKeysTests checks that
-//     Config/imagecached.yaml names every key and holds the defaults.
+//   - the table of keys in docs/configuration.md (`markdownTable`, checked by ConfigKeysTests), and ConfigKeysTests
+//     checks that Config/imagecached.yaml names every key and holds the defaults.
 // Sizes: a number of bytes, or with a unit: KiB MiB GiB (1024), KB MB GB (1000), K M G (1024).
 // Durations: seconds, or with a unit: ms, s, m, h, d. Unknown keys are refused, so that a typo is reported.
 
@@ -34,7 +34,7 @@ public struct ConfigKey: Sendable {
 
     /// "server.idle-timeout".
     public let name: String
-    /// The value's form in --help and the README: SIZE, DURATION, N, FRACTION, LIST, FILE, auto|off, ...
+    /// The value's form in --help and the table of keys: SIZE, DURATION, N, FRACTION, LIST, FILE, auto|off, ...
     public let form: String
     /// The default as documented.
     public let defaultText: String
@@ -55,7 +55,7 @@ public struct ConfigKey: Sendable {
     /// "--server-idle-timeout", or nil for keys that are never flags.
     public var flag: String? { exposure == .everywhere ? "--" + name.replacingOccurrences(of: ".", with: "-") : nil }
 
-    /// How the flag is written in --help and the README: "--disk-fsync" (a switch), "--require-signature
+    /// How the flag is written in --help and the table of keys: "--disk-fsync" (a switch), "--require-signature
     /// [auto|true|false]" (a switch that takes other words too), "--memory-limit SIZE"; nil for keys that are never flags.
     public var flagUsage: String? {
         guard let flag else { return nil }
@@ -564,7 +564,7 @@ extension ConfigKey {
                   apply: apply, restartField: restart)
     }
 
-    /// The README's table of keys, one row per key.
+    /// The table of keys in docs/configuration.md, one row per key.
     public static func markdownTable() -> String {
         var lines = ["| key | flag | default | meaning |", "|---|---|---|---|"]
         for key in all {

@@ -1,4 +1,4 @@
-// The `transform-*` settings (README: Image transforms). One Sendable value inside `Configuration`; the keys that
+// The `transform-*` settings (docs/transforms.md). One Sendable value inside `Configuration`; the keys that
 // set it are in ConfigKeys.swift with the others.
 
 public import ImageCacheHTTP

@@ -3,9 +3,9 @@
 // reports as a crash, as it does a trap. Pure: no I/O, no clock, no shared state (the routing target's memo aside,
 // which only repeats answers); so the same input always takes the same path.
 //
-// Used three ways (README: Fuzzing): by libFuzzer (`scripts/fuzz`, the `imagecached-fuzz` executable built with
-// `--sanitize=fuzzer`), by the same executable built normally (it replays files), and by `FuzzCorpusTests`, which
-// replays the committed corpora in every test run.
+// Used three ways (docs/reliability.md, Fuzzing): by libFuzzer (`scripts/fuzz`, the `imagecached-fuzz` executable
+// built with `--sanitize=fuzzer`), by the same executable built normally (it replays files), and by
+// `FuzzCorpusTests`, which replays the committed corpora in every test run.
 
 /// One fuzz target.
 public enum FuzzTarget: String, CaseIterable, Sendable {

@@ -5,7 +5,7 @@
 // WHICH SOURCES: those libvips's SVG loader would claim (`isCandidate`): gzip's magic bytes (SVGZ), or "<svg", any
 // case, within the first 1024 bytes with valid UTF-8 before it (libvips 8.14 looks within 1000).
 //
-// POLICY (each limit is a field of `SVGLimits`, default in brackets; all are documented in the README)
+// POLICY (each limit is a field of `SVGLimits`, default in brackets; all are documented in docs/transforms.md)
 //   size          at most maxBytes [1 MiB] of UTF-8 text; a gzip-compressed source (SVGZ) is refused
 //   declarations  no <!DOCTYPE, <!ENTITY or any other <!...> declaration (billion laughs, external entities);
 //                 comments and CDATA sections only. Only the five predefined entities and character references.

@@ -149,7 +149,7 @@ struct Config: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Configuration tools.", subcommands: [Check.self, Keys.self])
 
-    /// `imagecached config keys`: every key as a Markdown table (the README's, generated from the same table).
+    /// `imagecached config keys`: every key as a Markdown table (the one in docs/configuration.md).
     struct Keys: ParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Print every configuration key (flag, default, meaning, restart only) as a Markdown table.")

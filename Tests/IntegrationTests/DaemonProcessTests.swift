@@ -325,7 +325,7 @@ struct DaemonProcessTests {
         #expect(exposure <= 2.0, "\(output)")
     }
 
-    @Test("make install puts the binary, the units and the configuration under DESTDIR and PREFIX")
+    @Test("make install puts the binary, the units, the configuration and the manual under DESTDIR and PREFIX")
     func makeInstall() async throws {
         let root = RepositoryPath.root
         let destdir = FileManager.default.temporaryDirectory.appendingPathComponent("imagecached-destdir-\(UUID().uuidString)")
@@ -349,6 +349,9 @@ struct DaemonProcessTests {
         #expect(files.isExecutableFile(atPath: destdir.path + "/usr/bin/imagecached"))
         #expect(files.fileExists(atPath: destdir.path + "/etc/imagecached/imagecached.yaml"))
         #expect(files.fileExists(atPath: destdir.path + "/usr/lib/systemd/system/imagecached.socket"))
+        #expect(files.fileExists(atPath: destdir.path + "/usr/share/doc/imagecached/README.md"))
+        #expect(files.fileExists(atPath: destdir.path + "/usr/share/doc/imagecached/docs/configuration.md"))
+        #expect(files.fileExists(atPath: destdir.path + "/usr/share/doc/imagecached/docs/status-page.png"))
         let service = try String(contentsOfFile: destdir.path + "/usr/lib/systemd/system/imagecached.service", encoding: .utf8)
         #expect(service.contains("ExecStart=/usr/bin/imagecached --config /etc/imagecached/imagecached.yaml"))
     }

@@ -1,7 +1,7 @@
 // The cache's requirements in the RFCs' own terms: one case per requirement, named after its section (RFC 9111 unless
 // said), each run against the real daemon in reverse mode in front of a scripted origin. A case is a sequence of
 // steps: move the test clock, send a request, check the status, X-Cache and how many requests the origin has seen.
-// (The fuller tests of each area are elsewhere; the README's per-section table names them.)
+// (The fuller tests of each area are elsewhere; the per-section table in docs/cache-semantics.md names them.)
 
 import Foundation
 import Synchronization

@@ -12,8 +12,8 @@
 //   gauges                    memory and disk bytes, entries, evictions: read from the tiers when rendering.
 // Nothing here is read on a request path; rendering reads every atomic once (a snapshot that may straddle a request).
 //
-// Hand-written rather than swift-metrics + swift-prometheus: see the README's Operations section for the
-// measured build cost and the reasoning.
+// Hand-written rather than swift-metrics + swift-prometheus: see docs/operations.md (Metrics) for the measured
+// build cost and the reasoning.
 
 internal import ImageCacheSystem
 internal import ImageCacheHTTP
