@@ -13,7 +13,7 @@
 //   transform-timeout          10s   one job from its start: every libvips evaluation of the job is killed once it
 //                                    has passed (the encoders' own last pass runs to its end: its input is bounded
 //                                    by transform-max-result-megapixels)
-//   transform-max-source-bytes 32MiB source bytes (checked as they arrive, Proxy+Transform.swift)
+//   transform-max-source-bytes 32MiB source bytes (checked as they arrive, SourceCollector.swift)
 //   transform-allow-svg        off   SVG sources (libvips's SVG loader is blocked unless on); an SVG source must
 //                                    then pass SVGGuard (SVGGuard.swift: size, declarations, references, nesting,
 //                                    <use> expansion, filters) before libvips sees it; its declared size is checked
