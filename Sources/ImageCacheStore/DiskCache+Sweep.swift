@@ -26,7 +26,7 @@ extension DiskCache {
         // Chosen from a snapshot taken under the lock (copy-on-write: O(1) there) so lookups never wait on the scan
         // or the sort; dropped from the index under the lock, skipping any record used since the snapshot; the files
         // go after that, still on the disk queue, so no write can publish a new file under one of these names.
-        let (snapshot, snapshotBytes) = withIndex { ($0.records, $0.bytes) }
+        let (snapshot, snapshotBytes) = withIndex { ($0.entries.records, $0.entries.bytes) }
         var expiring: [(name: String, record: DiskIndex.Record)] = []
         for (name, record) in snapshot where nowSeconds - record.lastUsed > maxAge { expiring.append((name, record)) }
         var evicting: [(name: String, record: DiskIndex.Record)] = []
@@ -45,16 +45,16 @@ extension DiskCache {
         let (expired, evicted, entries, bytes) = withIndex { index in
             func take(_ chosen: [(name: String, record: DiskIndex.Record)]) -> [(name: String, size: Int)] {
                 chosen.compactMap { name, record in
-                    guard let now = index.records[name], now.sequence == record.sequence, now.lastUsed == record.lastUsed else { return nil }
+                    guard let now = index.entries.records[name], now.sequence == record.sequence, now.lastUsed == record.lastUsed else { return nil }
                     index.remove(name)
                     return (name, now.size)
                 }
             }
             let expired = take(expiring)
             let evicted = take(evicting)
-            index.expired += expired.count
-            index.evicted += evicted.count
-            return (expired, evicted, index.records.count, index.bytes)
+            index.counters.expired += expired.count
+            index.counters.evicted += evicted.count
+            return (expired, evicted, index.entries.records.count, index.entries.bytes)
         }
         for (name, _) in expired { deleteForSweep(name: name, why: "unused for more than \(maxAge) s") }
         for (name, _) in evicted { deleteForSweep(name: name, why: "least recently used, over the limit") }

@@ -153,7 +153,7 @@ public final class DiskCache: Sendable {
         var index = DiskIndex()
         var files = rlimit()
         let descriptorCap = getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &files) == 0 ? Int(clamping: files.rlim_cur / 4) : 256
-        index.headLimitCount = max(0, min(configuration.openFileLimit, descriptorCap))
+        index.heads.limitCount = max(0, min(configuration.openFileLimit, descriptorCap))
         self.index = Locked(index)
         self.sweepTimer = DispatchSource.makeTimerSource(queue: queue)
 
@@ -234,10 +234,10 @@ public final class DiskCache: Sendable {
     /// Queues `work` on the serial queue, and marks the URL with primary name `name` (nil: every URL) as written until
     /// it has run, so lookups of it wait for it.
     private func enqueueWrite(_ name: String?, _ work: @escaping @Sendable () -> Void) {
-        withIndex { $0.writeQueued(name) }
+        withIndex { $0.writes.queued(name) }
         queue.async {
             work()
-            self.withIndex { $0.writeDone(name) }
+            self.withIndex { $0.writes.done(name) }
         }
     }
 
@@ -323,14 +323,13 @@ public final class DiskCache: Sendable {
 
     public var stats: DiskCacheStats { withIndex { $0.stats } }
 
-    /// Every use of the index: `body` under its lock, then the descriptors it let go (`DiskIndex.released`) are
-    /// dropped after unlocking, so no close runs under the lock the event loops take.
+    /// Every use of the index: `body` under its lock, then the descriptors it let go (`DiskIndex.KeptHeads.released`)
+    /// are dropped after unlocking, so no close runs under the lock the event loops take.
     func withIndex<T>(_ body: (inout DiskIndex) throws(Never) -> T) -> T {
         let (result, released) = index.withLock { index -> (T, [FileBody]) in
             let result = body(&index)
-            guard !index.released.isEmpty else { return (result, []) }
-            defer { index.released = [] }
-            return (result, index.released)
+            guard !index.heads.released.isEmpty else { return (result, []) }
+            return (result, index.heads.takeReleased())
         }
         _ = released  // the last references go here, outside the lock
         return result
@@ -374,7 +373,7 @@ public final class DiskCache: Sendable {
     func _lookup(key: CacheKey, primary: String, selected: String?, fields: HTTPHeaders,
                  readsWhole: (@Sendable (_ cost: Int) -> Bool)? = nil) -> DiskLookup? {
         let (name, loaded): (String?, Bool) = selected.map { ($0, true) }
-            ?? withIndex { ($0.selectedName(primary, fields: fields), $0.loaded) }
+            ?? withIndex { ($0.selectedName(primary, fields: fields), $0.load.isLoaded) }
         if let name { return _lookup(key: key, name: name, fields: fields, readsWhole: readsWhole) }
         guard !loaded else { return nil }
         let candidates = (DiskFile.list(directoryPath(of: primary)) ?? []).filter { DiskEntryFormat.isVariant($0, of: primary) }
@@ -388,12 +387,7 @@ public final class DiskCache: Sendable {
     /// select. No file call here changes the tree.
     func _lookup(key: CacheKey, name: String, fields: HTTPHeaders,
                  readsWhole: (@Sendable (_ cost: Int) -> Bool)? = nil) -> DiskLookup? {
-        let known = withIndex { index -> (created: UInt64?, verified: DiskIndex.VerifiedVersion?, persistedUse: Double)? in
-            guard !index.knownAbsent(name) else { return nil }
-            let record = index.records[name]
-            return (record?.created, record?.verified, record?.persistedUse ?? -Double.infinity)
-        }
-        guard let (created, verified, persistedUse) = known else { return nil }
+        guard let (created, verified, persistedUse) = withIndex({ $0.seen(name) }) else { return nil }
         let indexed = created != nil
         let path = filePath(of: name)
         let fd: Int32
@@ -486,7 +480,7 @@ public final class DiskCache: Sendable {
         withIndex { index in
             index.markUsed(name, size: size, lastUsed: nowSeconds, persistedUse: persisted, verified: verified,
                            createdSeen: createdSeen, vary: vary)
-            if hashed { index.bodiesVerified += 1 }
+            if hashed { index.counters.bodiesVerified += 1 }
         }
     }
 
@@ -514,7 +508,7 @@ public final class DiskCache: Sendable {
         let indexed = path == filePath(of: name)  // a misplaced file does not stand for the record of its name
         withIndex { index in
             if indexed { index.remove(name) }
-            index.removedCorrupt += 1
+            index.counters.removedCorrupt += 1
         }
     }
 
@@ -551,14 +545,14 @@ public final class DiskCache: Sendable {
                 try DiskFile.write(fd, entry.body)
             }
         } catch {
-            withIndex { $0.writeErrors += 1 }
+            withIndex { $0.counters.writeErrors += 1 }
             logger.error("disk write of \(entry.key) dropped: \(error)")
             return
         }
         let nowSeconds = now().timeIntervalSince1970
         let (bytes, others) = withIndex { index in
-            index.set(name, size: size, lastUsed: nowSeconds, persistedUse: nowSeconds, vary: entry.vary)
-            return (index.bytes, index.variantsToDrop(primary, kept: name, names: names, limit: configuration.variantLimit))
+            index.insert(name, size: size, lastUsed: nowSeconds, persistedUse: nowSeconds, vary: entry.vary)
+            return (index.entries.bytes, index.variantsToDrop(primary, kept: name, names: names, limit: configuration.variantLimit))
         }
         for other in others {
             logger.debug("disk: \(entry.key) variant \(other) removed: past \(configuration.variantLimit) variants, least recently used")
@@ -606,15 +600,15 @@ public final class DiskCache: Sendable {
                 try DiskFile.copy(from: old, offset: stored.bodyOffset, count: stored.bodyLength, to: fd)
             }
         } catch {
-            withIndex { $0.writeErrors += 1 }
+            withIndex { $0.counters.writeErrors += 1 }
             logger.error("disk update of \(entry.key) dropped: \(error)")
             return
         }
         let nowSeconds = now().timeIntervalSince1970
         let bytes = withIndex { index in
-            index.set(name, size: header.count + stored.bodyLength, lastUsed: nowSeconds, persistedUse: nowSeconds,
-                      vary: entry.vary)
-            return index.bytes
+            index.insert(name, size: header.count + stored.bodyLength, lastUsed: nowSeconds, persistedUse: nowSeconds,
+                         vary: entry.vary)
+            return index.entries.bytes
         }
         if bytes > configuration.limitBytes { _sweep() }
     }
