@@ -384,72 +384,28 @@ public final class DiskCache: Sendable {
     }
 
     /// Reads and verifies the file `name`; nil when it is absent, bad (then removed) or a variant `fields` do not
-    /// select. No file call here changes the tree.
+    /// select. No file call here changes the tree. The steps: what the index knows of the name (`seen`), open it
+    /// (`openForLookup`), check its head (`checkedHead`), take its body (`takeBody`), record the hit (`markUsed`).
     func _lookup(key: CacheKey, name: String, fields: HTTPHeaders,
                  readsWhole: (@Sendable (_ cost: Int) -> Bool)? = nil) -> DiskLookup? {
         guard let (created, verified, persistedUse) = withIndex({ $0.seen(name) }) else { return nil }
-        let indexed = created != nil
         let path = filePath(of: name)
-        let fd: Int32
-        do {
-            fd = try DiskFile.open(path, O_RDONLY)
-        } catch {
-            if error.errno != ENOENT { logger.warning("disk lookup cannot open \(path): \(error)") }
-            // The index says the file is there: let the serial queue, which orders writes, check and forget it.
-            if indexed { queue.async { self._forgetIfMissing(name: name) } }
-            return nil
-        }
+        guard let fd = openForLookup(name: name, path: path, indexed: created != nil) else { return nil }
         var handedOut = false
         defer { if !handedOut { closeDescriptor(fd) } }
         do {
             let checkedAt = now()   // before fstat: a version is trusted only if its ctime is a second older than this
             let status = try DiskFile.status(fd)
-            // The version verified before (same identity, taken before reading): trusted as it was found then.
-            let trusted = verified?.identity == status.identity ? verified : nil
-            let version: DiskIndex.VerifiedVersion
-            let unverified: DiskEntryFormat.Header?   // the header whose body checksum is still to be checked
-            if let trusted, trusted.head != nil {
-                (version, unverified) = (trusted, nil)   // neither the header nor the body is read to check them
-            } else {
-                let (header, _) = try DiskFile.readHeader(fd, status: status)
-                guard header.key == key.description,
-                      DiskEntryFormat.fileName(for: key, variant: header.variant) == name else {
-                    throw DiskEntryFormat.Failure("holds another key (\(header.key)): a hash collision or a foreign file")
-                }
-                guard status.size == header.fileSize else {
-                    throw DiskEntryFormat.Failure("file is \(status.size) bytes, its header describes \(header.fileSize) (truncated?)")
-                }
-                version = DiskIndex.VerifiedVersion(identity: status.identity,
-                                                    head: DiskIndex.Head(makeEntry(key: key, header: header, body: [])),
-                                                    bodyOffset: header.bodyOffset, bodyLength: header.bodyLength,
-                                                    file: nil, checkedAt: 0)
-                unverified = trusted == nil ? header : nil
-            }
+            let (version, unverified) = try checkedHead(fd, status: status, key: key, name: name, verifiedBefore: verified)
             let head = version.head!.entry
             // Another variant of the URL (found by listing its directory): not this request's, and not a fault.
             guard head.vary?.matches(fields) ?? true else { return nil }
-            var kept: FileBody?   // the descriptor the index keeps, for later hits answered on the caller's thread (`lookup`)
-            let result: DiskLookup
-            if wantsWhole(cost: head.cost, bodyLength: version.bodyLength, readsWhole) {
-                let body = try DiskFile.read(fd, count: version.bodyLength, offset: version.bodyOffset)
-                guard body.count == version.bodyLength else { throw DiskEntryFormat.Failure("body truncated") }
-                if let unverified, DiskEntryFormat.checksum(body) != unverified.bodyChecksum {
-                    throw DiskEntryFormat.Failure("body checksum mismatch")
-                }
-                result = .entry(head.withBody(body))
-            } else {
-                if let unverified { try DiskFile.verifyBody(fd, header: unverified) }
-                handedOut = true
-                let file = FileBody(descriptor: fd, offset: version.bodyOffset, length: version.bodyLength)
-                kept = file
-                result = .stream(head: head, file: file)
-            }
-            // Kept for later lookups once its ctime has settled (see FileIdentity.settleSeconds).
-            var settled = version
-            settled.file = kept
-            settled.checkedAt = checkedAt.timeIntervalSince1970
+            let (result, file) = try takeBody(fd, head: head, version: version, unverified: unverified, readsWhole: readsWhole)
+            handedOut = file != nil
+            // Kept for later lookups once its ctime has settled, with the descriptor of a body sent from its file
+            // (for hits answered on the caller's thread, `lookup`).
             markUsed(name: name, size: status.size, fd: fd, persistedUse: persistedUse,
-                     verified: version.identity.isSettled(now: checkedAt) ? settled : nil, createdSeen: created,
+                     verified: version.settled(file: file, checkedAt: checkedAt), createdSeen: created,
                      hashed: unverified != nil, vary: head.vary)
             return result
         } catch let failure as DiskEntryFormat.Failure {
@@ -460,6 +416,69 @@ public final class DiskCache: Sendable {
             reportCorrupt(name: name, path: path, fd: fd, why: "unreadable: \(error)")
         }
         return nil
+    }
+
+    /// Opens `name` for a lookup; nil when it cannot (logged unless it is absent). When the index holds the name
+    /// (`indexed`), the serial queue, which orders writes, checks whether the file is really gone and forgets it.
+    private func openForLookup(name: String, path: String, indexed: Bool) -> Int32? {
+        do {
+            return try DiskFile.open(path, O_RDONLY)
+        } catch {
+            if error.errno != ENOENT { logger.warning("disk lookup cannot open \(path): \(error)") }
+            if indexed { queue.async { self._forgetIfMissing(name: name) } }
+            return nil
+        }
+    }
+
+    /// The version of the open file `fd` (`status`), and the header whose body checksum is still to be checked (nil:
+    /// the body is trusted). What is read is `VerifiedVersion.check`'s answer: nothing for the version verified
+    /// before with its head kept, the header (to decode it) when its head was dropped, else header and body.
+    private func checkedHead(_ fd: Int32, status: FileStatus, key: CacheKey, name: String,
+                             verifiedBefore: DiskIndex.VerifiedVersion?) throws
+        -> (version: DiskIndex.VerifiedVersion, unverified: DiskEntryFormat.Header?)
+    {
+        let check = DiskIndex.VerifiedVersion.check(opened: status.identity, verifiedBefore: verifiedBefore)
+        if case let .trusted(version) = check { return (version, nil) }
+        let header = try readCheckedHeader(fd, status: status, key: key, name: name)
+        let version = DiskIndex.VerifiedVersion(identity: status.identity,
+                                                head: DiskIndex.Head(makeEntry(key: key, header: header, body: [])),
+                                                bodyOffset: header.bodyOffset, bodyLength: header.bodyLength,
+                                                file: nil, checkedAt: 0)
+        if case .header = check { return (version, nil) }
+        return (version, header)
+    }
+
+    /// Reads the header of `fd` and checks that it is `key`'s, stored under `name`, for a file of the size found.
+    private func readCheckedHeader(_ fd: Int32, status: FileStatus, key: CacheKey, name: String) throws
+        -> DiskEntryFormat.Header
+    {
+        let (header, _) = try DiskFile.readHeader(fd, status: status)
+        guard header.key == key.description, DiskEntryFormat.fileName(for: key, variant: header.variant) == name else {
+            throw DiskEntryFormat.Failure("holds another key (\(header.key)): a hash collision or a foreign file")
+        }
+        guard status.size == header.fileSize else {
+            throw DiskEntryFormat.Failure("file is \(status.size) bytes, its header describes \(header.fileSize) (truncated?)")
+        }
+        return header
+    }
+
+    /// The body of a checked version, checked against `unverified`'s checksum when set: read whole when wanted
+    /// (`wantsWhole`), else handed out on `fd` as the `FileBody` returned second, which then owns the descriptor.
+    private func takeBody(_ fd: Int32, head: CacheEntry, version: DiskIndex.VerifiedVersion,
+                          unverified: DiskEntryFormat.Header?, readsWhole: (@Sendable (_ cost: Int) -> Bool)?) throws
+        -> (DiskLookup, handedOut: FileBody?)
+    {
+        if wantsWhole(cost: head.cost, bodyLength: version.bodyLength, readsWhole) {
+            let body = try DiskFile.read(fd, count: version.bodyLength, offset: version.bodyOffset)
+            guard body.count == version.bodyLength else { throw DiskEntryFormat.Failure("body truncated") }
+            if let unverified, DiskEntryFormat.checksum(body) != unverified.bodyChecksum {
+                throw DiskEntryFormat.Failure("body checksum mismatch")
+            }
+            return (.entry(head.withBody(body)), nil)
+        }
+        if let unverified { try DiskFile.verifyBody(fd, header: unverified) }
+        let file = FileBody(descriptor: fd, offset: version.bodyOffset, length: version.bodyLength)
+        return (.stream(head: head, file: file), file)
     }
 
     func makeEntry(key: CacheKey, header: DiskEntryFormat.Header, body: [UInt8]) -> CacheEntry {

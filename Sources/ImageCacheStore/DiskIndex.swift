@@ -24,6 +24,7 @@
 
 internal import ImageCacheSystem
 internal import ImageCacheHTTP
+internal import Foundation
 
 /// Guarded by `DiskCache.index` (through `DiskCache.withIndex`).
 struct DiskIndex: Sendable {
@@ -206,5 +207,35 @@ extension DiskIndex.Record {
               now - persistedUse < DiskCache.touchIntervalSeconds
         else { return nil }
         return (head, file, version.identity)
+    }
+}
+
+extension DiskIndex.VerifiedVersion {
+    /// What a lookup that opened a file version still has to check, given the version an earlier lookup verified.
+    enum Check {
+        /// The version verified before, with its head kept: neither the header nor the body is read to check them.
+        case trusted(DiskIndex.VerifiedVersion)
+        /// The version verified before, its head dropped: the header is read again to decode it; the body is trusted.
+        case header
+        /// Another version, or none verified before: the header and the body are checked.
+        case headerAndBody
+    }
+
+    /// What a lookup that opened the file version `identity` still has to check (`verifiedBefore`: the version the
+    /// record holds, nil: none). Trusting the same identity is safe: see `FileIdentity`.
+    static func check(opened identity: FileIdentity, verifiedBefore before: Self?) -> Check {
+        guard let before, before.identity == identity else { return .headerAndBody }
+        return before.head == nil ? .header : .trusted(before)
+    }
+
+    /// This version as later lookups may trust it: with the descriptor kept for them (`file`, nil: none) and the
+    /// time the name was opened and found to hold it (`checkedAt`); nil while its ctime is too recent to trust
+    /// (`FileIdentity.settleSeconds`).
+    func settled(file: FileBody?, checkedAt: Date) -> Self? {
+        guard identity.isSettled(now: checkedAt) else { return nil }
+        var settled = self
+        settled.file = file
+        settled.checkedAt = checkedAt.timeIntervalSince1970
+        return settled
     }
 }
