@@ -12,10 +12,10 @@ extension DiskIndex {
     /// - `count` is the number of records holding a head, `bytes` the sum of those heads' costs.
     /// - Each record's head has its (name, ticket) in `queue[start...]` once; tickets only grow, so a slot whose
     ///   ticket is not its record's current one (the head was dropped, replaced or kept again since) is stale.
-    /// - After `DiskIndex` drops old heads, `bytes <= limitBytes` and `count <= limitCount`, and stale slots are at
-    ///   most `2 * count + 1024` (`compact`).
+    /// - After `DiskIndex` drops old heads (at every hit), `bytes <= limitBytes`, `count <= limitCount`, and the
+    ///   queue from `start` holds at most `2 * count + 1024` slots (`compact`).
     struct KeptHeads: Sendable {
-        struct Slot: Sendable, Equatable {
+        struct Slot: Sendable, Hashable {
             var name: String
             var ticket: UInt64
         }
