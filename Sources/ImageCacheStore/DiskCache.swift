@@ -9,10 +9,12 @@
 //                         fstat, pread, futimens on the descriptor they opened). Reads need no order among
 //                         themselves; a hit costs one hop here and none through the serial queue. A lookup that
 //                         finds a bad or vanished file asks the serial queue to remove it (checked again there).
-//     shared, Mutex:      `index` (`DiskIndex`: file name -> size, last use, use sequence, the verified file
-//                         version with, for recently hit entries, its decoded head and kept descriptor; total bytes;
-//                         counters). Held only for dictionary work, never across a file call: every use goes
-//                         through `withIndex`, which drops the descriptors a mutation let go after unlocking.
+//     shared, Mutex:      `index` (`DiskIndex`, one value of six parts, see DiskIndex.swift: the entries (file name ->
+//                         size, last use, use sequence, the verified file version with, for recently hit entries, its
+//                         decoded head and kept descriptor; total bytes), each URL's variant names, the kept heads'
+//                         budget, the writes queued, the loader's state, counters). Held only for dictionary work,
+//                         never across a file call: every use goes through `withIndex`, which drops the descriptors
+//                         a mutation let go after unlocking.
 //     caller's thread:    `lookup` of a kept file (the connection's loop thread): one index lock and one fstat on a kept
 //                         descriptor, no open, no hop, nothing that waits on the device.
 //                         A `FileBody` owns the descriptor of a verified body the lookup handed out or the index
