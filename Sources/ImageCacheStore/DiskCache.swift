@@ -9,10 +9,12 @@
 //                         fstat, pread, futimens on the descriptor they opened). Reads need no order among
 //                         themselves; a hit costs one hop here and none through the serial queue. A lookup that
 //                         finds a bad or vanished file asks the serial queue to remove it (checked again there).
-//     shared, Mutex:      `index` (`DiskIndex`: file name -> size, last use, use sequence, the verified file
-//                         version with, for recently hit entries, its decoded head and kept descriptor; total bytes;
-//                         counters). Held only for dictionary work, never across a file call: every use goes
-//                         through `withIndex`, which drops the descriptors a mutation let go after unlocking.
+//     shared, Mutex:      `index` (`DiskIndex`, one value of six parts, see DiskIndex.swift: the entries (file name ->
+//                         size, last use, use sequence, the verified file version with, for recently hit entries, its
+//                         decoded head and kept descriptor; total bytes), each URL's variant names, the kept heads'
+//                         budget, the writes queued, the loader's state, counters). Held only for dictionary work,
+//                         never across a file call: every use goes through `withIndex`, which drops the descriptors
+//                         a mutation let go after unlocking.
 //     caller's thread:    `lookup` of a kept file (the connection's loop thread): one index lock and one fstat on a kept
 //                         descriptor, no open, no hop, nothing that waits on the device.
 //                         A `FileBody` owns the descriptor of a verified body the lookup handed out or the index
@@ -153,7 +155,7 @@ public final class DiskCache: Sendable {
         var index = DiskIndex()
         var files = rlimit()
         let descriptorCap = getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &files) == 0 ? Int(clamping: files.rlim_cur / 4) : 256
-        index.headLimitCount = max(0, min(configuration.openFileLimit, descriptorCap))
+        index.heads.limitCount = max(0, min(configuration.openFileLimit, descriptorCap))
         self.index = Locked(index)
         self.sweepTimer = DispatchSource.makeTimerSource(queue: queue)
 
@@ -234,10 +236,10 @@ public final class DiskCache: Sendable {
     /// Queues `work` on the serial queue, and marks the URL with primary name `name` (nil: every URL) as written until
     /// it has run, so lookups of it wait for it.
     private func enqueueWrite(_ name: String?, _ work: @escaping @Sendable () -> Void) {
-        withIndex { $0.writeQueued(name) }
+        withIndex { $0.writes.queued(name) }
         queue.async {
             work()
-            self.withIndex { $0.writeDone(name) }
+            self.withIndex { $0.writes.done(name) }
         }
     }
 
@@ -323,14 +325,13 @@ public final class DiskCache: Sendable {
 
     public var stats: DiskCacheStats { withIndex { $0.stats } }
 
-    /// Every use of the index: `body` under its lock, then the descriptors it let go (`DiskIndex.released`) are
-    /// dropped after unlocking, so no close runs under the lock the event loops take.
+    /// Every use of the index: `body` under its lock, then the descriptors it let go (`DiskIndex.KeptHeads.released`)
+    /// are dropped after unlocking, so no close runs under the lock the event loops take.
     func withIndex<T>(_ body: (inout DiskIndex) throws(Never) -> T) -> T {
         let (result, released) = index.withLock { index -> (T, [FileBody]) in
             let result = body(&index)
-            guard !index.released.isEmpty else { return (result, []) }
-            defer { index.released = [] }
-            return (result, index.released)
+            guard !index.heads.released.isEmpty else { return (result, []) }
+            return (result, index.heads.takeReleased())
         }
         _ = released  // the last references go here, outside the lock
         return result
@@ -374,7 +375,7 @@ public final class DiskCache: Sendable {
     func _lookup(key: CacheKey, primary: String, selected: String?, fields: HTTPHeaders,
                  readsWhole: (@Sendable (_ cost: Int) -> Bool)? = nil) -> DiskLookup? {
         let (name, loaded): (String?, Bool) = selected.map { ($0, true) }
-            ?? withIndex { ($0.selectedName(primary, fields: fields), $0.loaded) }
+            ?? withIndex { ($0.selectedName(primary, fields: fields), $0.load.isLoaded) }
         if let name { return _lookup(key: key, name: name, fields: fields, readsWhole: readsWhole) }
         guard !loaded else { return nil }
         let candidates = (DiskFile.list(directoryPath(of: primary)) ?? []).filter { DiskEntryFormat.isVariant($0, of: primary) }
@@ -385,77 +386,28 @@ public final class DiskCache: Sendable {
     }
 
     /// Reads and verifies the file `name`; nil when it is absent, bad (then removed) or a variant `fields` do not
-    /// select. No file call here changes the tree.
+    /// select. No file call here changes the tree. The steps: what the index knows of the name (`seen`), open it
+    /// (`openForLookup`), check its head (`checkedHead`), take its body (`takeBody`), record the hit (`markUsed`).
     func _lookup(key: CacheKey, name: String, fields: HTTPHeaders,
                  readsWhole: (@Sendable (_ cost: Int) -> Bool)? = nil) -> DiskLookup? {
-        let known = withIndex { index -> (created: UInt64?, verified: DiskIndex.VerifiedVersion?, persistedUse: Double)? in
-            guard !index.knownAbsent(name) else { return nil }
-            let record = index.records[name]
-            return (record?.created, record?.verified, record?.persistedUse ?? -Double.infinity)
-        }
-        guard let (created, verified, persistedUse) = known else { return nil }
-        let indexed = created != nil
+        guard let (created, verified, persistedUse) = withIndex({ $0.seen(name) }) else { return nil }
         let path = filePath(of: name)
-        let fd: Int32
-        do {
-            fd = try DiskFile.open(path, O_RDONLY)
-        } catch {
-            if error.errno != ENOENT { logger.warning("disk lookup cannot open \(path): \(error)") }
-            // The index says the file is there: let the serial queue, which orders writes, check and forget it.
-            if indexed { queue.async { self._forgetIfMissing(name: name) } }
-            return nil
-        }
+        guard let fd = openForLookup(name: name, path: path, indexed: created != nil) else { return nil }
         var handedOut = false
         defer { if !handedOut { closeDescriptor(fd) } }
         do {
             let checkedAt = now()   // before fstat: a version is trusted only if its ctime is a second older than this
             let status = try DiskFile.status(fd)
-            // The version verified before (same identity, taken before reading): trusted as it was found then.
-            let trusted = verified?.identity == status.identity ? verified : nil
-            let version: DiskIndex.VerifiedVersion
-            let unverified: DiskEntryFormat.Header?   // the header whose body checksum is still to be checked
-            if let trusted, trusted.head != nil {
-                (version, unverified) = (trusted, nil)   // neither the header nor the body is read to check them
-            } else {
-                let (header, _) = try DiskFile.readHeader(fd, status: status)
-                guard header.key == key.description,
-                      DiskEntryFormat.fileName(for: key, variant: header.variant) == name else {
-                    throw DiskEntryFormat.Failure("holds another key (\(header.key)): a hash collision or a foreign file")
-                }
-                guard status.size == header.fileSize else {
-                    throw DiskEntryFormat.Failure("file is \(status.size) bytes, its header describes \(header.fileSize) (truncated?)")
-                }
-                version = DiskIndex.VerifiedVersion(identity: status.identity,
-                                                    head: DiskIndex.Head(makeEntry(key: key, header: header, body: [])),
-                                                    bodyOffset: header.bodyOffset, bodyLength: header.bodyLength,
-                                                    file: nil, checkedAt: 0)
-                unverified = trusted == nil ? header : nil
-            }
+            let (version, unverified) = try checkedHead(fd, status: status, key: key, name: name, verifiedBefore: verified)
             let head = version.head!.entry
             // Another variant of the URL (found by listing its directory): not this request's, and not a fault.
             guard head.vary?.matches(fields) ?? true else { return nil }
-            var kept: FileBody?   // the descriptor the index keeps, for later hits answered on the caller's thread (`lookup`)
-            let result: DiskLookup
-            if wantsWhole(cost: head.cost, bodyLength: version.bodyLength, readsWhole) {
-                let body = try DiskFile.read(fd, count: version.bodyLength, offset: version.bodyOffset)
-                guard body.count == version.bodyLength else { throw DiskEntryFormat.Failure("body truncated") }
-                if let unverified, DiskEntryFormat.checksum(body) != unverified.bodyChecksum {
-                    throw DiskEntryFormat.Failure("body checksum mismatch")
-                }
-                result = .entry(head.withBody(body))
-            } else {
-                if let unverified { try DiskFile.verifyBody(fd, header: unverified) }
-                handedOut = true
-                let file = FileBody(descriptor: fd, offset: version.bodyOffset, length: version.bodyLength)
-                kept = file
-                result = .stream(head: head, file: file)
-            }
-            // Kept for later lookups once its ctime has settled (see FileIdentity.settleSeconds).
-            var settled = version
-            settled.file = kept
-            settled.checkedAt = checkedAt.timeIntervalSince1970
+            let (result, file) = try takeBody(fd, head: head, version: version, unverified: unverified, readsWhole: readsWhole)
+            handedOut = file != nil
+            // Kept for later lookups once its ctime has settled, with the descriptor of a body sent from its file
+            // (for hits answered on the caller's thread, `lookup`).
             markUsed(name: name, size: status.size, fd: fd, persistedUse: persistedUse,
-                     verified: version.identity.isSettled(now: checkedAt) ? settled : nil, createdSeen: created,
+                     verified: version.settled(file: file, checkedAt: checkedAt), createdSeen: created,
                      hashed: unverified != nil, vary: head.vary)
             return result
         } catch let failure as DiskEntryFormat.Failure {
@@ -466,6 +418,69 @@ public final class DiskCache: Sendable {
             reportCorrupt(name: name, path: path, fd: fd, why: "unreadable: \(error)")
         }
         return nil
+    }
+
+    /// Opens `name` for a lookup; nil when it cannot (logged unless it is absent). When the index holds the name
+    /// (`indexed`), the serial queue, which orders writes, checks whether the file is really gone and forgets it.
+    private func openForLookup(name: String, path: String, indexed: Bool) -> Int32? {
+        do {
+            return try DiskFile.open(path, O_RDONLY)
+        } catch {
+            if error.errno != ENOENT { logger.warning("disk lookup cannot open \(path): \(error)") }
+            if indexed { queue.async { self._forgetIfMissing(name: name) } }
+            return nil
+        }
+    }
+
+    /// The version of the open file `fd` (`status`), and the header whose body checksum is still to be checked (nil:
+    /// the body is trusted). What is read is `VerifiedVersion.check`'s answer: nothing for the version verified
+    /// before with its head kept, the header (to decode it) when its head was dropped, else header and body.
+    private func checkedHead(_ fd: Int32, status: FileStatus, key: CacheKey, name: String,
+                             verifiedBefore: DiskIndex.VerifiedVersion?) throws
+        -> (version: DiskIndex.VerifiedVersion, unverified: DiskEntryFormat.Header?)
+    {
+        let check = DiskIndex.VerifiedVersion.check(opened: status.identity, verifiedBefore: verifiedBefore)
+        if case let .trusted(version) = check { return (version, nil) }
+        let header = try readCheckedHeader(fd, status: status, key: key, name: name)
+        let version = DiskIndex.VerifiedVersion(identity: status.identity,
+                                                head: DiskIndex.Head(makeEntry(key: key, header: header, body: [])),
+                                                bodyOffset: header.bodyOffset, bodyLength: header.bodyLength,
+                                                file: nil, checkedAt: 0)
+        if case .header = check { return (version, nil) }
+        return (version, header)
+    }
+
+    /// Reads the header of `fd` and checks that it is `key`'s, stored under `name`, for a file of the size found.
+    private func readCheckedHeader(_ fd: Int32, status: FileStatus, key: CacheKey, name: String) throws
+        -> DiskEntryFormat.Header
+    {
+        let (header, _) = try DiskFile.readHeader(fd, status: status)
+        guard header.key == key.description, DiskEntryFormat.fileName(for: key, variant: header.variant) == name else {
+            throw DiskEntryFormat.Failure("holds another key (\(header.key)): a hash collision or a foreign file")
+        }
+        guard status.size == header.fileSize else {
+            throw DiskEntryFormat.Failure("file is \(status.size) bytes, its header describes \(header.fileSize) (truncated?)")
+        }
+        return header
+    }
+
+    /// The body of a checked version, checked against `unverified`'s checksum when set: read whole when wanted
+    /// (`wantsWhole`), else handed out on `fd` as the `FileBody` returned second, which then owns the descriptor.
+    private func takeBody(_ fd: Int32, head: CacheEntry, version: DiskIndex.VerifiedVersion,
+                          unverified: DiskEntryFormat.Header?, readsWhole: (@Sendable (_ cost: Int) -> Bool)?) throws
+        -> (DiskLookup, handedOut: FileBody?)
+    {
+        if wantsWhole(cost: head.cost, bodyLength: version.bodyLength, readsWhole) {
+            let body = try DiskFile.read(fd, count: version.bodyLength, offset: version.bodyOffset)
+            guard body.count == version.bodyLength else { throw DiskEntryFormat.Failure("body truncated") }
+            if let unverified, DiskEntryFormat.checksum(body) != unverified.bodyChecksum {
+                throw DiskEntryFormat.Failure("body checksum mismatch")
+            }
+            return (.entry(head.withBody(body)), nil)
+        }
+        if let unverified { try DiskFile.verifyBody(fd, header: unverified) }
+        let file = FileBody(descriptor: fd, offset: version.bodyOffset, length: version.bodyLength)
+        return (.stream(head: head, file: file), file)
     }
 
     func makeEntry(key: CacheKey, header: DiskEntryFormat.Header, body: [UInt8]) -> CacheEntry {
@@ -486,7 +501,7 @@ public final class DiskCache: Sendable {
         withIndex { index in
             index.markUsed(name, size: size, lastUsed: nowSeconds, persistedUse: persisted, verified: verified,
                            createdSeen: createdSeen, vary: vary)
-            if hashed { index.bodiesVerified += 1 }
+            if hashed { index.counters.bodiesVerified += 1 }
         }
     }
 
@@ -514,7 +529,7 @@ public final class DiskCache: Sendable {
         let indexed = path == filePath(of: name)  // a misplaced file does not stand for the record of its name
         withIndex { index in
             if indexed { index.remove(name) }
-            index.removedCorrupt += 1
+            index.counters.removedCorrupt += 1
         }
     }
 
@@ -551,14 +566,14 @@ public final class DiskCache: Sendable {
                 try DiskFile.write(fd, entry.body)
             }
         } catch {
-            withIndex { $0.writeErrors += 1 }
+            withIndex { $0.counters.writeErrors += 1 }
             logger.error("disk write of \(entry.key) dropped: \(error)")
             return
         }
         let nowSeconds = now().timeIntervalSince1970
         let (bytes, others) = withIndex { index in
-            index.set(name, size: size, lastUsed: nowSeconds, persistedUse: nowSeconds, vary: entry.vary)
-            return (index.bytes, index.variantsToDrop(primary, kept: name, names: names, limit: configuration.variantLimit))
+            index.insert(name, size: size, lastUsed: nowSeconds, persistedUse: nowSeconds, vary: entry.vary)
+            return (index.entries.bytes, index.variantsToDrop(primary, kept: name, names: names, limit: configuration.variantLimit))
         }
         for other in others {
             logger.debug("disk: \(entry.key) variant \(other) removed: past \(configuration.variantLimit) variants, least recently used")
@@ -606,15 +621,15 @@ public final class DiskCache: Sendable {
                 try DiskFile.copy(from: old, offset: stored.bodyOffset, count: stored.bodyLength, to: fd)
             }
         } catch {
-            withIndex { $0.writeErrors += 1 }
+            withIndex { $0.counters.writeErrors += 1 }
             logger.error("disk update of \(entry.key) dropped: \(error)")
             return
         }
         let nowSeconds = now().timeIntervalSince1970
         let bytes = withIndex { index in
-            index.set(name, size: header.count + stored.bodyLength, lastUsed: nowSeconds, persistedUse: nowSeconds,
-                      vary: entry.vary)
-            return index.bytes
+            index.insert(name, size: header.count + stored.bodyLength, lastUsed: nowSeconds, persistedUse: nowSeconds,
+                         vary: entry.vary)
+            return index.entries.bytes
         }
         if bytes > configuration.limitBytes { _sweep() }
     }

@@ -289,24 +289,24 @@ struct DiskCacheTests {
         let seen = found.withLock { $0 }
         for n in 0..<50 { #expect(seen["w\(n)"] == Array(repeating: UInt8(n), count: 2000), "w\(n)") }
         #expect(seen["w7-removed"] == [])
-        #expect(cache.index.withLock { $0.pendingWrites.isEmpty && $0.pendingRemoveAll == 0 })
+        #expect(cache.index.withLock { $0.writes.isEmpty })
     }
 
     @Test("a lookup hit keeps the indexed size and never brings back a name removed after the index loaded")
     func indexMarkUsed() {
         var index = DiskIndex()
         // While loading, a hit on a file the loader has not reached yet indexes it
-        index.markUsed("a", size: 100, lastUsed: 5, persistedUse: 5, verified: nil, createdSeen: index.records["a"]?.created)
-        #expect(index.records["a"]?.size == 100 && index.bytes == 100)
+        index.markUsed("a", size: 100, lastUsed: 5, persistedUse: 5, verified: nil, createdSeen: index.entries.records["a"]?.created)
+        #expect(index.entries.records["a"]?.size == 100 && index.entries.bytes == 100)
         // A hit on a record an insert has just replaced keeps the new size
-        index.set("a", size: 300, lastUsed: 6, persistedUse: 6)
-        index.markUsed("a", size: 100, lastUsed: 7, persistedUse: 6, verified: nil, createdSeen: index.records["a"]?.created)
-        #expect(index.records["a"]?.size == 300 && index.records["a"]?.lastUsed == 7 && index.bytes == 300)
+        index.insert("a", size: 300, lastUsed: 6, persistedUse: 6)
+        index.markUsed("a", size: 100, lastUsed: 7, persistedUse: 6, verified: nil, createdSeen: index.entries.records["a"]?.created)
+        #expect(index.entries.records["a"]?.size == 300 && index.entries.records["a"]?.lastUsed == 7 && index.entries.bytes == 300)
         // Once loaded, a name swept or purged meanwhile stays out
-        index.loaded = true
+        index.load = .loaded(seconds: 0)
         index.remove("a")
-        index.markUsed("a", size: 300, lastUsed: 8, persistedUse: 8, verified: nil, createdSeen: index.records["a"]?.created)
-        #expect(index.records["a"] == nil && index.bytes == 0)
+        index.markUsed("a", size: 300, lastUsed: 8, persistedUse: 8, verified: nil, createdSeen: index.entries.records["a"]?.created)
+        #expect(index.entries.records["a"] == nil && index.entries.bytes == 0)
         #expect(index.knownAbsent("a"))
     }
 
@@ -405,57 +405,57 @@ struct DiskCacheTests {
     @Test("decoded heads kept in the index stay within their byte budget, oldest dropped first, and leave with their records")
     func indexHeads() {
         var index = DiskIndex()
-        index.loaded = true
-        index.headLimitCount = .max
+        index.load = .loaded(seconds: 0)
+        index.heads.limitCount = .max
         let head = Self.entry("h", bytes: 0)
         let perHead = head.cost
-        let fits = DiskIndex.headLimitBytes / perHead
+        let fits = DiskIndex.KeptHeads.limitBytes / perHead
         func version(_ inode: UInt64, head: DiskIndex.Head? = DiskIndex.Head(head)) -> DiskIndex.VerifiedVersion {
             DiskIndex.VerifiedVersion(identity: FileIdentity(device: 1, inode: inode, size: 10, changeSeconds: 1, changeNanoseconds: 0),
                                       head: head, bodyOffset: 0, bodyLength: 10, file: nil, checkedAt: 0)
         }
         for n in 0..<(fits + 10) {
-            index.set("n\(n)", size: 10, lastUsed: 1, persistedUse: 1)
+            index.insert("n\(n)", size: 10, lastUsed: 1, persistedUse: 1)
             index.markUsed("n\(n)", size: 10, lastUsed: 2, persistedUse: 1, verified: version(UInt64(n)),
-                            createdSeen: index.records["n\(n)"]?.created)
+                            createdSeen: index.entries.records["n\(n)"]?.created)
         }
-        #expect(index.headBytes <= DiskIndex.headLimitBytes && index.headCount == fits)
-        #expect(index.records["n0"]?.verified?.head == nil && index.records["n0"]?.verified?.identity.inode == 0)  // identity stays
-        #expect(index.records["n\(fits + 9)"]?.verified?.head != nil)
+        #expect(index.heads.bytes <= DiskIndex.KeptHeads.limitBytes && index.heads.count == fits)
+        #expect(index.entries.records["n0"]?.verified?.head == nil && index.entries.records["n0"]?.verified?.identity.inode == 0)  // identity stays
+        #expect(index.entries.records["n\(fits + 9)"]?.verified?.head != nil)
         // A hit on the same version keeps its head; a new file under the name (set) or a removal drops it.
         index.markUsed("n\(fits + 9)", size: 10, lastUsed: 3, persistedUse: 1, verified: version(UInt64(fits + 9)),
-                            createdSeen: index.records["n\(fits + 9)"]?.created)
-        #expect(index.headCount == fits)
-        index.set("n\(fits + 9)", size: 20, lastUsed: 4, persistedUse: 4)
+                            createdSeen: index.entries.records["n\(fits + 9)"]?.created)
+        #expect(index.heads.count == fits)
+        index.insert("n\(fits + 9)", size: 20, lastUsed: 4, persistedUse: 4)
         index.remove("n\(fits + 8)")
-        #expect(index.headCount == fits - 2 && index.headBytes == (fits - 2) * perHead)
+        #expect(index.heads.count == fits - 2 && index.heads.bytes == (fits - 2) * perHead)
         // A head dropped and kept again many times (new versions of one name) leaves no slot that drops another
         // name's head early, and the queue stays bounded.
-        index.headLimitCount = 3   // applied at the next markUsed: the 3 newest heads stay
-        index.markUsed("n0", size: 10, lastUsed: 9, persistedUse: 1, verified: version(900_000), createdSeen: index.records["n0"]?.created)
-        let keptNames = Set(index.records.keys.filter { index.records[$0]?.verified?.head != nil })
-        #expect(index.headCount == 3 && keptNames.contains("n0"))
+        index.heads.limitCount = 3   // applied at the next markUsed: the 3 newest heads stay
+        index.markUsed("n0", size: 10, lastUsed: 9, persistedUse: 1, verified: version(900_000), createdSeen: index.entries.records["n0"]?.created)
+        let keptNames = Set(index.entries.records.keys.filter { index.entries.records[$0]?.verified?.head != nil })
+        #expect(index.heads.count == 3 && keptNames.contains("n0"))
         for round in 0..<5000 {
             index.markUsed("n0", size: 10, lastUsed: 10, persistedUse: 1, verified: version(UInt64(1_000_000 + round)),
-                           createdSeen: index.records["n0"]?.created)
+                           createdSeen: index.entries.records["n0"]?.created)
         }
-        #expect(Set(index.records.keys.filter { index.records[$0]?.verified?.head != nil }) == keptNames)
-        #expect(index.headQueue.count - index.headStart <= 2 * index.headCount + 1025)
+        #expect(Set(index.entries.records.keys.filter { index.entries.records[$0]?.verified?.head != nil }) == keptNames)
+        #expect(index.heads.queue.count - index.heads.start <= 2 * index.heads.count + 1025)
         // A lookup that saw the record before a new file replaced it does not attach its version to the new record.
-        let seen = index.records["n0"]?.created
-        index.set("n0", size: 10, lastUsed: 11, persistedUse: 11)
+        let seen = index.entries.records["n0"]?.created
+        index.insert("n0", size: 10, lastUsed: 11, persistedUse: 11)
         index.markUsed("n0", size: 10, lastUsed: 12, persistedUse: 1, verified: version(2_000_000), createdSeen: seen)
-        #expect(index.records["n0"]?.verified == nil)
+        #expect(index.entries.records["n0"]?.verified == nil)
         index.removeAllRecords()
-        #expect(index.headCount == 0 && index.headBytes == 0)
+        #expect(index.heads.count == 0 && index.heads.bytes == 0)
         // The count limit (open descriptors go with heads) holds as well.
-        index.headLimitCount = 5
+        index.heads.limitCount = 5
         for n in 0..<8 {
-            index.set("c\(n)", size: 10, lastUsed: 1, persistedUse: 1)
+            index.insert("c\(n)", size: 10, lastUsed: 1, persistedUse: 1)
             index.markUsed("c\(n)", size: 10, lastUsed: 2, persistedUse: 1, verified: version(UInt64(n)),
-                            createdSeen: index.records["c\(n)"]?.created)
+                            createdSeen: index.entries.records["c\(n)"]?.created)
         }
-        #expect(index.headCount == 5 && index.records["c2"]?.verified?.head == nil && index.records["c3"]?.verified?.head != nil)
+        #expect(index.heads.count == 5 && index.entries.records["c2"]?.verified?.head == nil && index.entries.records["c3"]?.verified?.head != nil)
     }
 
     @Test("a flipped byte in a streamed body is caught before the stream is handed out")
