@@ -611,6 +611,41 @@ struct TransformTests {
         #expect(harness.origin.requestCount("/slow.jpg") == 1)
     }
 
+    @Test("a client that hangs up while its rendition's source is held ends the job: its admission slot is free at once, counted as abandoned; the source's fetch goes on for the cache")
+    func abandonedJobFreesItsSlot() async throws {
+        // Given: one admission slot, a source held by its origin, and a source timeout far away
+        let harness = try ProxyHarness {
+            $0.transform.workers = 1
+            $0.transform.queueLimit = 0
+            $0.transform.sourceTimeoutSeconds = 600
+        }
+        let gate = Gate()
+        defer { gate.open() }
+        ImageFiles.serveGated(harness, "/slow.jpg", ImageFiles.bytes("photo.jpg"), gate: gate)
+        ImageFiles.serve(harness, "photo.jpg")
+        let clients = try await harness.waitingClients(1, on: Self.path("w:10", "slow.jpg"))
+        // When its only client hangs up
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            harness.waiters.onFinished = firstCallOnly { done.resume() }
+            clients[0].close()
+        }
+        harness.waiters.onFinished = nil
+        // Then the slot is free: another transform is made now, not refused with 503 for 600 s
+        let next = try await harness.get(Self.path("w:20", "photo.jpg"))
+        #expect(next.status == 200, "\(next.text)")
+        let metrics = try await harness.get("/_imagecached/metrics").text
+        #expect(metrics.contains("imagecached_transforms_total{format=\"-\",result=\"abandoned\"} 1"))
+        // ... and the source, once its origin answers, is stored: the next rendition of it asks the origin nothing
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            harness.waiters.onFinished = firstCallOnly { done.resume() }
+            gate.open()
+        }
+        harness.waiters.onFinished = nil
+        let made = try await harness.get(Self.path("w:10", "slow.jpg"))
+        #expect(made.status == 200 && Decoded.read(made.body)?.width == 10)
+        #expect(harness.origin.requestCount("/slow.jpg") == 1)
+    }
+
     @Test("the default qualities are imgproxy's: a URL without one encodes JPEG at 80, WebP at 79, AVIF at 63")
     func defaultQualities() async throws {
         let harness = try ProxyHarness()
