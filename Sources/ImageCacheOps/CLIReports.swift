@@ -1,7 +1,7 @@
 // What the `stats` and `prefetch` subcommands print. Pure formatting over the daemon's answers (no I/O except
 // PrefetchProgress drawing its bar on standard error), kept here so that tests can check it.
 
-public import ImageCacheCore
+public import ImageCacheStatus
 internal import Foundation
 
 public enum StatsReport {

@@ -15,6 +15,7 @@
 // from the proxy queue: a wedged loop or proxy queue stops the pings and systemd restarts the daemon).
 
 internal import ImageCacheHTTP
+internal import ImageCacheStatus
 public import ImageCacheConfig
 internal import ImageCacheServer
 internal import ImageCacheStore

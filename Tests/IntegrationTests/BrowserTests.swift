@@ -9,6 +9,7 @@ import Synchronization
 import Testing
 import ImageCacheTestSupport
 @testable import ImageCacheConfig
+@testable import ImageCacheStatus
 @testable import ImageCacheCore
 @testable import ImageCacheOps
 import ImageCacheSystem

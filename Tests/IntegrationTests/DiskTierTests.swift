@@ -4,6 +4,7 @@
 import Foundation
 import Synchronization
 import Testing
+import ImageCacheStatus
 @testable import ImageCacheConfig
 @testable import ImageCacheStore
 @testable import ImageCacheCore

@@ -5,6 +5,7 @@
 import Foundation
 import Testing
 @testable import ImageCacheConfig
+@testable import ImageCacheStatus
 @testable import ImageCacheCore
 @testable import ImageCacheOps
 

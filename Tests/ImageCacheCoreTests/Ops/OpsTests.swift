@@ -3,6 +3,7 @@ import Testing
 import Synchronization
 @testable import ImageCacheConfig
 @testable import ImageCacheStore
+@testable import ImageCacheStatus
 @testable import ImageCacheCore
 @testable import ImageCacheOps
 import ImageCacheSystem

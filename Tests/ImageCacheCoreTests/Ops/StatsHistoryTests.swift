@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+@testable import ImageCacheStatus
 @testable import ImageCacheCore
 
 @Suite("StatsHistory: the status page's time series, a fixed-size ring of differences", .timeLimit(.minutes(1)))

@@ -5,6 +5,7 @@
 import Foundation
 import Testing
 @testable import ImageCacheHTTP
+@testable import ImageCacheStatus
 @testable import ImageCacheCore
 
 @Suite("StatusPage", .timeLimit(.minutes(1)))

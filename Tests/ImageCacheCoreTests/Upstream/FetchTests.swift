@@ -3,6 +3,7 @@
 import Foundation
 import Logging
 import Testing
+import ImageCacheStatus
 @testable import ImageCacheHTTP
 @testable import ImageCacheConfig
 @testable import ImageCacheServer
