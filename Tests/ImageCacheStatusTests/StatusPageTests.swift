@@ -4,9 +4,8 @@
 
 import Foundation
 import Testing
-@testable import ImageCacheHTTP
+import ImageCacheHTTP
 @testable import ImageCacheStatus
-@testable import ImageCacheCore
 
 @Suite("StatusPage", .timeLimit(.minutes(1)))
 struct StatusPageTests {

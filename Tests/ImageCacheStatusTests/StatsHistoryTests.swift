@@ -1,7 +1,6 @@
 import Foundation
 import Testing
 @testable import ImageCacheStatus
-@testable import ImageCacheCore
 
 @Suite("StatsHistory: the status page's time series, a fixed-size ring of differences", .timeLimit(.minutes(1)))
 struct StatsHistoryTests {
@@ -100,20 +99,6 @@ struct StatsHistoryTests {
         after.upstream.transfers = ["ok": 5, "not_modified": 4, "cancelled": 3, "restarted": 2, "timeout": 1, "connect": 1]
         let sample = HistorySample.between(DaemonStats(), after, start: Self.start, end: Self.start.addingTimeInterval(10))
         #expect(sample.upstreamTransfers == 16 && sample.upstreamFailures == 2)
-    }
-
-    @Test("?since takes a finite number of seconds; anything else is refused", arguments: [
-        (nil, .some(nil)), ("", .some(nil)), ("since=1800000000", .some(1_800_000_000)), ("since=1e3", .some(1000)),
-        ("since=", nil), ("since=nan", nil), ("since=inf", nil), ("since=soon", nil), ("from=1", nil), ("since=1&since=2", nil),
-        ("since=1&x=2", nil),
-    ] as [(String?, Double??)])
-    func sinceQuery(query: String?, expected: Double??) {
-        switch Proxy.historySince(query) {
-        case let .success(since): #expect(expected == .some(since), "\(query ?? "nil")")
-        case let .failure(error):
-            #expect(expected == nil, "\(query ?? "nil")")
-            #expect(error.description.contains("?since=<seconds since 1970>"))
-        }
     }
 
     @Test("the document keeps the samples after ?since, and the interval in progress counts from the last sample to now")
