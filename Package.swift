@@ -66,7 +66,7 @@ let package = Package(
         .target(name: "ImageCacheStatus", dependencies: ["ImageCacheHTTP"], swiftSettings: swiftSettings),
         .target(
             name: "ImageCacheTransform",
-            dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "CVipsShim"],
+            dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "ImageCacheStatus", "CVipsShim"],
             swiftSettings: swiftSettings
         ),
         .target(
@@ -82,7 +82,7 @@ let package = Package(
         ),
         .target(
             name: "ImageCacheStore",
-            dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "CXXHash",
+            dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "ImageCacheStatus", "CXXHash",
                            .product(name: "Crypto", package: "swift-crypto"),
                            .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings

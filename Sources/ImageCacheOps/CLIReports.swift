@@ -32,8 +32,8 @@ public enum StatsReport {
              "\(bytes(stats.servedBytes[ServedOutcome.coalesced.rawValue] ?? 0)) saved")
         line("memory", "\(bytes(stats.memory.bytes)) of \(bytes(stats.memory.limitBytes)), \(stats.memory.entries) entries, \(stats.memory.evictions) evicted")
         if let disk = stats.disk {
-            line("disk", "\(bytes(disk.bytes)) of \(bytes(disk.limitBytes)), \(disk.entries) entries, \(disk.evictions) evicted, \(disk.expired ?? 0) expired" +
-                 (disk.indexLoaded == false ? " (index still loading)" : ""))
+            line("disk", "\(bytes(disk.bytes)) of \(bytes(disk.limitBytes)), \(disk.entries) entries, \(disk.evicted) evicted, \(disk.expired) expired" +
+                 (disk.indexLoaded ? "" : " (index still loading)"))
         } else {
             line("disk", "off")
         }

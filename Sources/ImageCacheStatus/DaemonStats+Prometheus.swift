@@ -57,8 +57,8 @@ extension DaemonStats {
             family("disk_limit_bytes", "gauge", "Byte budget of the disk tier.")
             sample("disk_limit_bytes", [], Double(disk.limitBytes))
             family("disk_evictions_total", "counter", "Entries evicted from the disk tier, by reason.")
-            sample("disk_evictions_total", [("reason", "limit")], Double(disk.evictions))
-            sample("disk_evictions_total", [("reason", "max_age")], Double(disk.expired ?? 0))
+            sample("disk_evictions_total", [("reason", "limit")], Double(disk.evicted))
+            sample("disk_evictions_total", [("reason", "max_age")], Double(disk.expired))
         }
         family("errors_total", "counter", "Errors, by kind.")
         for (kind, count) in errors.sorted(by: { $0.key < $1.key }) { sample("errors_total", [("kind", kind)], Double(count)) }

@@ -54,23 +54,6 @@ public struct DaemonStats: Sendable, Codable, Equatable {
         public var fetches: Int { waitersPerFetch.count }
         public var waiters: Int { Int(waitersPerFetch.sum.rounded()) }
     }
-    public struct Tier: Sendable, Codable, Equatable {
-        public var bytes = 0
-        public var entries = 0
-        public var limitBytes = 0
-        public var evictions = 0
-        public var expired: Int?
-        public var writeErrors: Int?
-        public var removedCorrupt: Int?
-        public var indexLoaded: Bool?
-
-        package init(bytes: Int = 0, entries: Int = 0, limitBytes: Int = 0, evictions: Int = 0, expired: Int? = nil,
-                     writeErrors: Int? = nil, removedCorrupt: Int? = nil, indexLoaded: Bool? = nil) {
-            (self.bytes, self.entries, self.limitBytes, self.evictions) = (bytes, entries, limitBytes, evictions)
-            (self.expired, self.writeErrors, self.removedCorrupt, self.indexLoaded) = (expired, writeErrors, removedCorrupt, indexLoaded)
-        }
-    }
-
     public var version = ""
     public var uptimeSeconds = 0.0
     /// Requests by outcome (hit, disk_hit, stale, miss, coalesced, revalidated, expired, bypass, pass, error).
@@ -79,8 +62,9 @@ public struct DaemonStats: Sendable, Codable, Equatable {
     public var servedBytes: [String: Int] = [:]
     public var upstream = Upstream()
     public var coalescing = Coalescing()
-    public var memory = Tier()
-    public var disk: Tier?
+    /// The tiers, as they count themselves (MemoryCache.stats, DiskCache.stats); no disk tier: nil.
+    public var memory = MemoryCacheStats()
+    public var disk: DiskCacheStats?
     /// Errors by kind.
     public var errors: [String: Int] = [:]
     /// Hosts with the most upstream transfers.
@@ -146,20 +130,6 @@ public struct DaemonStats: Sendable, Codable, Equatable {
         public var queued = 0
         /// The decoded levels of JPEG and PNG sources kept for their next variants (`transform-pixel-cache`).
         public var pixelCache: PixelCacheStats?
-        public struct PixelCacheStats: Sendable, Codable, Equatable {
-            public var bytes = 0
-            public var limitBytes = 0
-            public var entries = 0
-            /// Lookups that found a level (a decode saved), and those that did not.
-            public var hits = 0
-            public var misses = 0
-            public var evictions = 0
-
-            package init(bytes: Int, limitBytes: Int, entries: Int, hits: Int, misses: Int, evictions: Int) {
-                (self.bytes, self.limitBytes, self.entries) = (bytes, limitBytes, entries)
-                (self.hits, self.misses, self.evictions) = (hits, misses, evictions)
-            }
-        }
         public var total: Int { results.values.reduce(0) { $0 + $1.values.reduce(0, +) } }
         /// Mean time on a worker, milliseconds (nil before the first).
         public var meanMilliseconds: Int? { seconds.count == 0 ? nil : Int((seconds.sum / Double(seconds.count) * 1000).rounded()) }

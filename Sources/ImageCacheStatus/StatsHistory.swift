@@ -87,8 +87,8 @@ public struct HistorySample: Sendable, Codable, Equatable {
         if let disk = to.disk {
             sample.diskBytes = disk.bytes
             sample.diskEntries = disk.entries
-            let before = from.disk.map { $0.evictions + ($0.expired ?? 0) } ?? 0
-            sample.diskEvictions = delta(disk.evictions + (disk.expired ?? 0), before)
+            let before = from.disk.map { $0.evicted + $0.expired } ?? 0
+            sample.diskEvictions = delta(disk.evicted + disk.expired, before)
         }
         sample.inFlight = to.upstream.inFlight
         if let transforms = to.transforms {

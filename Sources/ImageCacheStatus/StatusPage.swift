@@ -103,14 +103,17 @@ package enum StatusPage {
             Figure(.coalescing, "coalescing.waiters", "Clients they served", .int(coalescing.waiters), .count),
             Figure(.coalescing, "coalescing.saved", "Upstream requests saved", .int(coalescing.waiters - coalescing.fetches), .count),
         ]
-        func tier(_ group: Figure.Group, _ name: String, _ tier: DaemonStats.Tier) -> [Figure] {
-            [Figure(group, "\(name).bytes", "Held", .int(tier.bytes), .bytes),
-             Figure(group, "\(name).limitBytes", "Limit", .int(tier.limitBytes), .bytes),
-             Figure(group, "\(name).entries", "Entries", .int(tier.entries), .count),
-             Figure(group, "\(name).evictions", "Evictions", .int(tier.evictions), .count)]
+        func tier(_ group: Figure.Group, _ name: String, bytes: Int, limitBytes: Int, entries: Int, evictions: Int) -> [Figure] {
+            [Figure(group, "\(name).bytes", "Held", .int(bytes), .bytes),
+             Figure(group, "\(name).limitBytes", "Limit", .int(limitBytes), .bytes),
+             Figure(group, "\(name).entries", "Entries", .int(entries), .count),
+             Figure(group, "\(name).evictions", "Evictions", .int(evictions), .count)]
         }
-        list += tier(.memory, "memory", stats.memory)
-        if let disk = stats.disk { list += tier(.disk, "disk", disk) }
+        let memory = stats.memory
+        list += tier(.memory, "memory", bytes: memory.bytes, limitBytes: memory.limitBytes, entries: memory.entries, evictions: memory.evictions)
+        if let disk = stats.disk {
+            list += tier(.disk, "disk", bytes: disk.bytes, limitBytes: disk.limitBytes, entries: disk.entries, evictions: disk.evicted)
+        }
         if let transforms = stats.transforms {
             list.append(Figure(.transforms, "transforms.total", "Transforms", .int(transforms.total), .count))
             if let mean = transforms.meanMilliseconds {

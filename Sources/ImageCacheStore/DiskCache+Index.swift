@@ -18,6 +18,7 @@
 
 internal import ImageCacheSystem
 internal import ImageCacheHTTP
+internal import ImageCacheStatus
 internal import Dispatch
 internal import Foundation
 internal import Logging

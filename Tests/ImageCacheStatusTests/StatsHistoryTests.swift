@@ -49,7 +49,7 @@ struct StatsHistoryTests {
         before.requests = ["hit": 10, "miss": 5]
         before.coalescing.waitersPerFetch = .init(buckets: [], count: 4, sum: 9)
         before.errors = ["refused_404": 2]
-        before.disk = .init(bytes: 100, entries: 1, limitBytes: 1000, evictions: 1, expired: 1)
+        before.disk = .init(bytes: 100, entries: 1, limitBytes: 1000, evicted: 1, expired: 1)
         var transformsBefore = DaemonStats.Transforms()
         transformsBefore.results = ["webp": ["ok": 3]]
         transformsBefore.seconds = .init(buckets: [.init(le: 0.01, count: 1), .init(le: 0.1, count: 3), .init(le: .infinity, count: 3)],
@@ -59,7 +59,7 @@ struct StatsHistoryTests {
         after.requests = ["hit": 14, "miss": 5, "coalesced": 2]
         after.coalescing.waitersPerFetch = .init(buckets: [], count: 5, sum: 12)
         after.errors = ["refused_404": 3, "upstream_timeout": 1]
-        after.disk = .init(bytes: 300, entries: 3, limitBytes: 1000, evictions: 2, expired: 3)
+        after.disk = .init(bytes: 300, entries: 3, limitBytes: 1000, evicted: 2, expired: 3)
         after.upstream.inFlight = 2
         var transformsAfter = transformsBefore
         transformsAfter.results = ["webp": ["ok": 5], "avif": ["ok": 1, "max_megapixels": 1]]

@@ -27,7 +27,7 @@ struct StatusPageTests {
         stats.upstream.inFlight = 3
         stats.coalescing.waitersPerFetch = .init(buckets: [.init(le: 1, count: 400), .init(le: .infinity, count: 420)], count: 420, sum: 480.4)
         stats.memory = .init(bytes: 200 << 20, entries: 1234, limitBytes: 256 << 20, evictions: 77)
-        stats.disk = .init(bytes: 3 << 30, entries: 40_000, limitBytes: 10 << 30, evictions: 12, expired: 4)
+        stats.disk = .init(bytes: 3 << 30, entries: 40_000, limitBytes: 10 << 30, evicted: 12, expired: 4)
         stats.errors = ["upstream_timeout": 5, "refused_404": 2]
         stats.topHosts = [HostStats(host: "images.\(text).example", transfers: 300, bytes: 30_000_000),
                           HostStats(host: "cdn.example.org", transfers: 115, bytes: 18_000_000)]

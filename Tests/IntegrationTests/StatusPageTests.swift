@@ -49,7 +49,7 @@ struct StatusPageTests {
             figures["disk.bytes"] = Double(disk.bytes)
             figures["disk.entries"] = Double(disk.entries)
             figures["disk.limitBytes"] = Double(disk.limitBytes)
-            figures["disk.evictions"] = Double(disk.evictions)
+            figures["disk.evictions"] = Double(disk.evicted)
         }
         figures["errors.total"] = Double(stats.errors.values.reduce(0, +))
         if let transforms = stats.transforms {

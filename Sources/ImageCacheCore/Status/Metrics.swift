@@ -9,7 +9,8 @@
 //   errors, hosts             string-keyed, rare (errors) or slow-path only (hosts: one update per upstream transfer):
 //                             each behind its own Mutex. Each error is also kept with its reason in `recentErrors`,
 //                             a ring of the last `recentErrorLimit` (its own Mutex; the status page lists them).
-//   gauges                    memory and disk bytes, entries, evictions: read from the tiers when rendering.
+//   gauges                    the tiers' own stats (MemoryCacheStats, DiskCacheStats, PixelCacheStats), read by the
+//                             caller from the tiers and carried into the document as they are.
 // Nothing here is read on a request path; rendering reads every atomic once (a snapshot that may straddle a request).
 //
 // Hand-written rather than swift-metrics + swift-prometheus: see the README's Operations section for the
@@ -19,7 +20,7 @@ internal import ImageCacheSystem
 internal import ImageCacheHTTP
 internal import ImageCacheConfig
 internal import ImageCacheServer
-package import ImageCacheStore
+internal import ImageCacheStore
 package import ImageCacheStatus
 public import Foundation
 internal import Synchronization
@@ -156,9 +157,9 @@ public final class ProxyMetrics: Sendable {
     // MARK: - Snapshot
 
     /// Everything counted, plus the tiers' gauges: the /_imagecached/stats document.
-    package func snapshot(memory: MemoryCache, memoryLimitBytes: Int, disk: DiskCache?, fetchesInFlight: Int, topHosts: Int = 10,
+    package func snapshot(memory: MemoryCacheStats, disk: DiskCacheStats?, fetchesInFlight: Int, topHosts: Int = 10,
                           transformQueue: (workers: Int, running: Int, queued: Int) = (0, 0, 0),
-                          pixelCache: DaemonStats.Transforms.PixelCacheStats? = nil,
+                          pixelCache: PixelCacheStats? = nil,
                           inFlight: [DaemonStats.InFlightFetch] = []) -> DaemonStats {
         var stats = DaemonStats()
         stats.version = imagecachedVersion
@@ -177,14 +178,8 @@ public final class ProxyMetrics: Sendable {
         stats.upstream.paused = upstreamPauses.current
         stats.upstream.inFlightBytes = inFlightBytes.load(ordering: .relaxed)
         stats.coalescing.waitersPerFetch = fetchWaiters.snapshot
-        stats.memory = .init(bytes: memory.totalCost, entries: memory.count, limitBytes: memoryLimitBytes,
-                             evictions: memory.evictionCount)
-        if let disk {
-            let tier = disk.stats
-            stats.disk = .init(bytes: tier.bytes, entries: tier.entries, limitBytes: disk.configuration.limitBytes,
-                               evictions: tier.evicted, expired: tier.expired, writeErrors: tier.writeErrors,
-                               removedCorrupt: tier.removedCorrupt, indexLoaded: tier.indexLoaded)
-        }
+        stats.memory = memory
+        stats.disk = disk
         stats.errors = errors.withLock { $0 }
         stats.topHosts = Array(hosts.withLock { Array($0.values) }
             .sorted { ($0.transfers, $0.bytes, $1.host) > ($1.transfers, $1.bytes, $0.host) }.prefix(topHosts))

@@ -23,12 +23,8 @@ extension Proxy {
     func statsSnapshot() -> DaemonStats {
         dispatchPrecondition(condition: .onQueue(queue))
         let pool = renditions.pool
-        let cache = renditions.pixelCache.stats
-        return metrics.snapshot(memory: memory, memoryLimitBytes: memory.limitBytes, disk: disk,
-                                fetchesInFlight: coalescer.count + renditions.count,
-                                transformQueue: (pool.workers, pool.running, pool.queued),
-                                pixelCache: .init(bytes: cache.bytes, limitBytes: renditions.pixelCache.limitBytes, entries: cache.entries,
-                                                  hits: cache.hits, misses: cache.misses, evictions: cache.evictions),
+        return metrics.snapshot(memory: memory.stats, disk: disk?.stats, fetchesInFlight: coalescer.count + renditions.count,
+                                transformQueue: (pool.workers, pool.running, pool.queued), pixelCache: renditions.pixelCache.stats,
                                 inFlight: coalescer.inFlight + renditions.inFlight)
     }
 
