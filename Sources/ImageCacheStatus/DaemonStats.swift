@@ -56,6 +56,9 @@ public struct DaemonStats: Sendable, Codable, Equatable {
     }
     public var version = ""
     public var uptimeSeconds = 0.0
+    /// When the counters were read, seconds since 1970 (the daemon's wall clock; absent in documents from daemons
+    /// before it).
+    public var time: Double?
     /// Requests by outcome (hit, disk_hit, stale, miss, coalesced, revalidated, expired, bypass, pass, error).
     public var requests: [String: Int] = [:]
     /// Body bytes written to clients, by outcome.
@@ -139,9 +142,10 @@ public struct DaemonStats: Sendable, Codable, Equatable {
 
     public init() {}
 
-    /// The JSON of /_imagecached/stats (+Inf histogram bounds written as "+Inf").
+    /// The JSON of /_imagecached/stats (+Inf histogram bounds written as "+Inf"), with the status page's text for it
+    /// beside the raw values (StatsDocument).
     public func json() -> [UInt8] {
-        Array(StatsJSON.encode(self, [.prettyPrinted])) + [UInt8(ascii: "\n")]
+        Array(StatsJSON.encode(StatsDocument(self), [.prettyPrinted])) + [UInt8(ascii: "\n")]
     }
 
     /// Reads what `json()` wrote.
@@ -161,6 +165,22 @@ public struct DaemonStats: Sendable, Codable, Equatable {
     /// Body bytes served from stored bytes.
     public var bytesServedFromCache: Int {
         ServedOutcome.allCases.filter(\.fromCache).reduce(0) { $0 + (servedBytes[$1.rawValue] ?? 0) }
+    }
+}
+
+/// What /_imagecached/stats sends: every field of the stats and, beside them, `display`: the status page's text for
+/// them (StatusView), which the page's script puts in place as it is. Readers of the raw values ignore it.
+package struct StatsDocument: Encodable {
+    package var stats: DaemonStats
+
+    package init(_ stats: DaemonStats) { self.stats = stats }
+
+    private enum CodingKeys: String, CodingKey { case display }
+
+    package func encode(to encoder: any Encoder) throws {
+        try stats.encode(to: encoder)
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(StatusView(stats), forKey: .display)
     }
 }
 

@@ -2,14 +2,15 @@
 // HistoryDocument in, the document's bytes out; no I/O, no clock, no state.
 //
 // Data model
-//   figures   one list, `figures(for:)`: every number on the page, by name, with its label, unit and exact value.
-//             Each is written as <span data-stat=NAME data-unit=UNIT data-value=RAW>formatted</span>; the page's
-//             script recomputes the same names from the polled /stats JSON (StatusPage+Script.swift,
-//             `figureValues`) and formats them with the same rules as `Format` below.
-//   tables    in flight, top hosts, recent errors, transforms: rendered here with every text through `escape`
-//             (URLs, hosts and reasons come from clients and origins), re-rendered by the script with textContent.
-//   charts    drawn by the script only, from the embedded initial data (<script type="application/json"
-//             id="initial-data">) and then from the polled history; `<noscript>` says so where they would be.
+//   text      every figure, table cell, gauge label and time comes from the StatusView of the stats, formatted once
+//             (StatusFormat). A figure is written as <span data-stat=NAME data-unit=UNIT data-value=RAW>text</span>,
+//             a table as rows of its cells, with every text through `escape` (URLs, hosts and reasons come from
+//             clients and origins). The stats documents carry the same view as `display` (the embedded one here,
+//             then each polled /stats), and the script puts its text in place as it is: the first render and every
+//             poll show the same strings for the same stats.
+//   charts    drawn by the script only, from the raw numbers of the embedded initial data (<script
+//             type="application/json" id="initial-data">) and then of the polled history; `<noscript>` says so
+//             where they would be. The gauges too, from the view's gauges (their arc from `fraction`).
 //   assets    the style and script are the raw string literals of StatusPage+Style.swift and StatusPage+Script.swift,
 //             inlined, and allowed by `contentSecurityPolicy` by their SHA-256 alone: the page loads nothing from
 //             anywhere (it works offline), and carries no style= attribute (the policy would block it).
@@ -34,94 +35,6 @@ package enum StatusPage {
         "default-src 'none'; script-src 'sha256-\(ContentHash.sha256Base64(script))'; "
         + "style-src 'sha256-\(ContentHash.sha256Base64(style))'; img-src data:; connect-src 'self'; "
         + "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
-
-    // MARK: - Figures
-
-    /// One number on the page.
-    struct Figure: Equatable {
-        enum Unit: String { case count, bytes, ratio, duration, milliseconds }
-        enum Value: Equatable {
-            case int(Int), double(Double)
-            /// What data-value holds: the exact number, as Swift prints it.
-            var raw: String {
-                switch self {
-                case .int(let value): String(value)
-                case .double(let value): String(describing: value)
-                }
-            }
-        }
-        /// Where on the page it goes.
-        enum Group { case header, overview, outcomes, coalescing, memory, disk, transforms }
-
-        var group: Group
-        var name: String
-        var label: String
-        var value: Value
-        var unit: Unit
-
-        init(_ group: Group, _ name: String, _ label: String, _ value: Value, _ unit: Unit) {
-            (self.group, self.name, self.label, self.value, self.unit) = (group, name, label, value, unit)
-        }
-
-        var formatted: String {
-            switch (value, unit) {
-            case (.int(let v), .count): Format.count(v)
-            case (.int(let v), .bytes): Format.bytes(Double(v))
-            case (.int(let v), .milliseconds): Format.count(v) + " ms"
-            case (.double(let v), .ratio): Format.percent(v)
-            case (.double(let v), .duration): Format.duration(v)
-            case (.int(let v), _): Format.count(v)
-            case (.double(let v), _): Format.tenths(v)
-            }
-        }
-    }
-
-    /// Every figure on the page, in page order: the one list of names (the script's `figureValues` mirrors it).
-    static func figures(for stats: DaemonStats) -> [Figure] {
-        let requests = stats.requests.values.reduce(0, +)
-        let servedBytes = stats.servedBytes.values.reduce(0, +)
-        let fromCache = stats.bytesServedFromCache
-        var list: [Figure] = [
-            Figure(.header, "uptimeSeconds", "Up", .double(stats.uptimeSeconds), .duration),
-            Figure(.overview, "requests.total", "Requests", .int(requests), .count),
-            Figure(.overview, "hitRatio", "Hit ratio (requests)", .double(stats.hitRatio), .ratio),
-            Figure(.overview, "byteHitRatio", "Hit ratio (bytes)",
-                   .double(servedBytes == 0 ? 0 : Double(fromCache) / Double(servedBytes)), .ratio),
-            Figure(.overview, "servedBytes.total", "Bytes served", .int(servedBytes), .bytes),
-            Figure(.overview, "servedBytes.fromCache", "Served from cache", .int(fromCache), .bytes),
-            Figure(.overview, "upstream.bytes", "Fetched upstream", .int(stats.upstream.bytes), .bytes),
-            Figure(.overview, "upstream.transfers", "Upstream transfers", .int(stats.upstream.transfers.values.reduce(0, +)), .count),
-            Figure(.overview, "upstream.inFlight", "Fetches in flight", .int(stats.upstream.inFlight), .count),
-            Figure(.overview, "errors.total", "Errors", .int(stats.errors.values.reduce(0, +)), .count),
-        ]
-        for outcome in ServedOutcome.allCases {
-            list.append(Figure(.outcomes, "requests.\(outcome.rawValue)", outcome.rawValue, .int(stats.requests[outcome.rawValue] ?? 0), .count))
-        }
-        let coalescing = stats.coalescing
-        list += [
-            Figure(.coalescing, "coalescing.fetches", "Fetches ended", .int(coalescing.fetches), .count),
-            Figure(.coalescing, "coalescing.waiters", "Clients they served", .int(coalescing.waiters), .count),
-            Figure(.coalescing, "coalescing.saved", "Upstream requests saved", .int(coalescing.waiters - coalescing.fetches), .count),
-        ]
-        func tier(_ group: Figure.Group, _ name: String, bytes: Int, limitBytes: Int, entries: Int, evictions: Int) -> [Figure] {
-            [Figure(group, "\(name).bytes", "Held", .int(bytes), .bytes),
-             Figure(group, "\(name).limitBytes", "Limit", .int(limitBytes), .bytes),
-             Figure(group, "\(name).entries", "Entries", .int(entries), .count),
-             Figure(group, "\(name).evictions", "Evictions", .int(evictions), .count)]
-        }
-        let memory = stats.memory
-        list += tier(.memory, "memory", bytes: memory.bytes, limitBytes: memory.limitBytes, entries: memory.entries, evictions: memory.evictions)
-        if let disk = stats.disk {
-            list += tier(.disk, "disk", bytes: disk.bytes, limitBytes: disk.limitBytes, entries: disk.entries, evictions: disk.evicted)
-        }
-        if let transforms = stats.transforms {
-            list.append(Figure(.transforms, "transforms.total", "Transforms", .int(transforms.total), .count))
-            if let mean = transforms.meanMilliseconds {
-                list.append(Figure(.transforms, "transforms.meanMilliseconds", "Mean time on a worker", .int(mean), .milliseconds))
-            }
-        }
-        return list
-    }
 
     // MARK: - Text
 
@@ -149,68 +62,14 @@ package enum StatusPage {
         return out
     }
 
-    /// Number formats, the same rules as the script's (`groupDigits`, `tenths`, `formatBytes`, ...).
-    enum Format {
-        /// 1234567 -> "1,234,567".
-        static func count(_ value: Int) -> String {
-            var digits = String(value.magnitude)
-            var out = ""
-            while digits.count > 3 {
-                out = "," + digits.suffix(3) + out
-                digits.removeLast(3)
-            }
-            return (value < 0 ? "-" : "") + digits + out
-        }
-
-        /// One decimal, rounded half up: 2.25 -> "2.3" (non-negative values).
-        static func tenths(_ value: Double) -> String {
-            let tenths = Int((value * 10).rounded())
-            return "\(tenths / 10).\(tenths % 10)"
-        }
-
-        /// Bytes in B, KiB, MiB, GiB, TiB, PiB.
-        static func bytes(_ value: Double) -> String {
-            if value < 1024 { return count(Int(value.rounded())) + " B" }
-            let units = ["KiB", "MiB", "GiB", "TiB", "PiB"]
-            var scaled = value / 1024
-            var unit = 0
-            while scaled >= 1024, unit < units.count - 1 {
-                scaled /= 1024
-                unit += 1
-            }
-            return tenths(scaled) + " " + units[unit]
-        }
-
-        /// 0.8765 -> "87.7%".
-        static func percent(_ ratio: Double) -> String { tenths(ratio * 100) + "%" }
-
-        /// Seconds as the two largest units: "3d 4h", "4h 5m", "5m 6s", "6s".
-        static func duration(_ seconds: Double) -> String {
-            let whole = Int(max(0, seconds).rounded(.down))
-            let (days, hours, minutes, rest) = (whole / 86400, whole % 86400 / 3600, whole % 3600 / 60, whole % 60)
-            if days > 0 { return "\(days)d \(hours)h" }
-            if hours > 0 { return "\(hours)h \(minutes)m" }
-            if minutes > 0 { return "\(minutes)m \(rest)s" }
-            return "\(rest)s"
-        }
-
-        /// Seconds since 1970 as "HH:MM:SS UTC" (the script shows local time).
-        static func clock(_ time: Double) -> String {
-            let second = ((Int(time.rounded(.down)) % 86400) + 86400) % 86400
-            func two(_ value: Int) -> String { value < 10 ? "0\(value)" : "\(value)" }
-            return "\(two(second / 3600)):\(two(second % 3600 / 60)):\(two(second % 60)) UTC"
-        }
-
-        static func isoTime(_ time: Double) -> String { Date(timeIntervalSince1970: time).ISO8601Format() }
-    }
-
     /// The page's data for its script, as JSON that cannot end the <script> element it sits in.
     static func initialData(stats: DaemonStats, history: HistoryDocument) -> String {
         struct InitialData: Encodable {
-            var stats: DaemonStats
+            /// As /_imagecached/stats sends it: with its `display`.
+            var stats: StatsDocument
             var history: HistoryDocument
         }
-        let data = StatsJSON.encode(InitialData(stats: stats, history: history), [.withoutEscapingSlashes])
+        let data = StatsJSON.encode(InitialData(stats: StatsDocument(stats), history: history), [.withoutEscapingSlashes])
         return replacing(String(decoding: data, as: UTF8.self)) { character in
             switch character {
             case "<": "\\u003c"
@@ -234,13 +93,13 @@ extension StatusPage {
     struct Page {
         let stats: DaemonStats
         let history: HistoryDocument
-        let figures: [Figure]
+        let view: StatusView
         var html = ""
 
         init(stats: DaemonStats, history: HistoryDocument) {
             self.stats = stats
             self.history = history
-            figures = StatusPage.figures(for: stats)
+            view = StatusView(stats)
             html.reserveCapacity(64 * 1024)
         }
 
@@ -278,33 +137,33 @@ extension StatusPage {
         // MARK: Pieces
 
         func stat(_ name: String) -> String {
-            guard let figure = figures.first(where: { $0.name == name }) else { return "" }
-            return stat(figure)
+            view.figure(name).map(stat) ?? ""
         }
 
-        func stat(_ figure: Figure) -> String {
-            "<span data-stat=\"\(escape(figure.name))\" data-unit=\"\(figure.unit.rawValue)\" data-value=\"\(figure.value.raw)\">"
-                + escape(figure.formatted) + "</span>"
+        func stat(_ figure: StatusView.Figure) -> String {
+            "<span data-stat=\"\(escape(figure.name))\" data-unit=\"\(figure.unit.rawValue)\" data-value=\"\(escape(figure.value))\">"
+                + escape(figure.text) + "</span>"
         }
 
         /// A <dl> of every figure in `group`.
-        mutating func figureList(_ group: Figure.Group, small: Bool = false) {
+        mutating func figureList(_ group: StatusView.Figure.Group, small: Bool = false) {
             html += small ? "<dl class=\"figures small\">\n" : "<dl class=\"figures\">\n"
-            for figure in figures where figure.group == group {
+            for figure in view.figures where figure.group == group {
                 html += "<div><dt>\(escape(figure.label))</dt><dd>\(stat(figure))</dd></div>\n"
             }
             html += "</dl>\n"
         }
 
         mutating func header(refreshMilliseconds: Int) {
-            let state = refreshMilliseconds > 0 ? "live" : "static: live updates are off"
+            let state = refreshMilliseconds > 0
+                ? "live, every " + StatusFormat.period(milliseconds: refreshMilliseconds) : "static: live updates are off"
             html += """
                 <header class="top">
                 <h1>imagecached</h1>
                 <span class="version">\(escape(stats.version.isEmpty ? "version unknown" : stats.version))</span>
                 <span class="meta">up \(stat("uptimeSeconds"))</span>
-                <span id="live-state" class="live-state">\(state)</span>
-                <span class="meta">last refresh <time id="last-refresh" datetime="\(Format.isoTime(history.now))">\(Format.clock(history.now))</time></span>
+                <span id="live-state" class="live-state" data-live-text="\(escape(state))">\(escape(state))</span>
+                <span class="meta">last refresh <time id="last-refresh"\(view.time.datetime.map { " datetime=\"\(escape($0))\"" } ?? "")>\(escape(view.time.text))</time></span>
                 <button type="button" id="live-toggle" hidden>Pause</button>
                 <span id="connection" class="connection" role="status" hidden></span>
                 </header>
@@ -320,7 +179,7 @@ extension StatusPage {
         mutating func chart(_ id: String, label: String, legend: [(className: String, label: String)]) {
             html += "<noscript><p class=\"noscript\">Charts need JavaScript; the figures are as of this page's load.</p></noscript>\n"
             html += "<svg id=\"\(id)\" class=\"chart\" viewBox=\"0 0 640 230\" role=\"img\" aria-label=\"\(escape(label))\" "
-                + "data-empty=\"No samples yet. The first is recorded after one interval (\(escape(Format.duration(history.interval)))).\"></svg>\n"
+                + "data-empty=\"No samples yet. The first is recorded after one interval (\(escape(StatusFormat.duration(history.interval)))).\"></svg>\n"
             html += "<ul class=\"legend\">"
             for item in legend {
                 html += "<li><span class=\"swatch \(item.className)\"></span>\(escape(item.label))</li>"
@@ -377,7 +236,8 @@ extension StatusPage {
         }
 
         /// A table: header cells (a leading "#" marks a numeric column), rows of escaped cells, a text when empty.
-        mutating func table(_ id: String, columns: [String], rows: [[Cell]], empty: String) {
+        mutating func table(_ id: String, columns: [String], empty: String) {
+            let rows = view.tables[id] ?? []
             html += "<div class=\"table-wrap\"><table id=\"\(id)\" data-empty=\"\(escape(empty))\">\n<thead><tr>"
             for column in columns {
                 html += column.hasPrefix("#") ? "<th class=\"num\">\(escape(String(column.dropFirst())))</th>" : "<th>\(escape(column))</th>"
@@ -387,7 +247,7 @@ extension StatusPage {
                 html += "<tr class=\"empty\"><td colspan=\"\(columns.count)\">\(escape(empty))</td></tr>\n"
             }
             for row in rows {
-                html += "<tr>" + row.map(\.html).joined() + "</tr>\n"
+                html += "<tr>" + row.map(StatusPage.cell).joined() + "</tr>\n"
             }
             html += "</tbody>\n</table></div>\n"
         }
@@ -395,48 +255,28 @@ extension StatusPage {
         mutating func inFlight() {
             openCard("section-in-flight", "In flight", caption: "Fetches and transforms under way, the most waited-on first; coalescing since start.")
             figureList(.coalescing, small: true)
-            let rows = (stats.inFlightFetches ?? []).map { fetch in
-                [Cell.text(fetch.url, "url"), .text(fetch.kind), .text(Format.count(fetch.waiters), "num"),
-                 .text(Format.bytes(Double(fetch.receivedBytes)), "num"), .text(Format.tenths(fetch.seconds) + " s", "num")]
-            }
-            table("in-flight", columns: ["URL", "Kind", "#Waiters", "#Received", "#Age"], rows: rows, empty: "Nothing in flight.")
+            table("in-flight", columns: ["URL", "Kind", "#Waiters", "#Received", "#Age"], empty: "Nothing in flight.")
             html += "</section>\n"
         }
 
         mutating func topHosts() {
             openCard("section-top-hosts", "Top hosts", caption: "Origins with the most upstream transfers since start.")
-            let most = max(1, stats.topHosts.map(\.transfers).max() ?? 1)
-            let rows = stats.topHosts.map { host in
-                [Cell.text(host.host, "url"), .text(Format.count(host.transfers), "num"), .text(Format.bytes(Double(host.bytes)), "num"),
-                 .bar(Double(host.transfers) / Double(most))]
-            }
-            table("top-hosts", columns: ["Host", "#Transfers", "#Bytes", ""], rows: rows, empty: "No upstream transfers yet.")
+            table("top-hosts", columns: ["Host", "#Transfers", "#Bytes", ""], empty: "No upstream transfers yet.")
             html += "</section>\n"
         }
 
         mutating func recentErrors() {
             openCard("section-recent-errors", "Recent errors", caption: "The last errors, newest first.", wide: true)
-            let rows = (stats.recentErrors ?? []).map { error in
-                [Cell.time(error.time), .text(error.kind), .text(error.status.map(String.init) ?? "–", "num"),
-                 .text(error.reason, "reason"), .text(error.target, "url")]
-            }
-            table("recent-errors", columns: ["Time", "Kind", "#Status", "Reason", "Target"], rows: rows, empty: "No errors since start.")
+            table("recent-errors", columns: ["Time", "Kind", "#Status", "Reason", "Target"], empty: "No errors since start.")
             html += "</section>\n"
         }
 
         mutating func transforms() {
-            guard let transforms = stats.transforms else { return }
             openCard("section-transforms", "Transforms",
                      caption: "Transforms ended since start, by output format and result; time on a worker per interval.", wide: true)
             figureList(.transforms, small: true)
             html += "<div class=\"split\"><div>\n"
-            var rows: [[Cell]] = []
-            for (format, results) in transforms.results.sorted(by: { $0.key < $1.key }) {
-                for (result, count) in results.sorted(by: { $0.key < $1.key }) {
-                    rows.append([.text(format), .text(result), .text(Format.count(count), "num")])
-                }
-            }
-            table("transforms", columns: ["Format", "Result", "#Count"], rows: rows, empty: "No transforms yet.")
+            table("transforms", columns: ["Format", "Result", "#Count"], empty: "No transforms yet.")
             html += "</div><div>\n"
             chart("chart-transform-latency", label: "Transform latency over time, milliseconds",
                   legend: [(Series.mean, "mean"), (Series.p95, "p95")])
@@ -444,23 +284,16 @@ extension StatusPage {
         }
     }
 
-    /// One table cell.
-    enum Cell {
-        case text(String, String? = nil)
-        case time(Double)
-        case bar(Double)
-
-        var html: String {
-            switch self {
-            case .text(let text, let className):
-                return (className.map { "<td class=\"\($0)\">" } ?? "<td>") + escape(text) + "</td>"
-            case .time(let time):
-                return "<td><time datetime=\"\(Format.isoTime(time))\">\(Format.clock(time))</time></td>"
-            case .bar(let fraction):
-                let width = Format.tenths(min(1, max(0, fraction)) * 100)
-                return "<td class=\"bar-cell\"><svg class=\"bar\" viewBox=\"0 0 100 8\" preserveAspectRatio=\"none\" aria-hidden=\"true\">"
-                    + "<rect class=\"bar-track\" width=\"100\" height=\"8\"/><rect class=\"bar-fill\" width=\"\(width)\" height=\"8\"/></svg></td>"
-            }
+    /// One table cell as HTML: its text, a <time>, or a bar (an SVG of the filled width).
+    static func cell(_ cell: StatusView.Cell) -> String {
+        let open = cell.className.map { "<td class=\"\(escape($0))\">" } ?? "<td>"
+        if let width = cell.bar {
+            return open + "<svg class=\"bar\" viewBox=\"0 0 100 8\" preserveAspectRatio=\"none\" aria-hidden=\"true\">"
+                + "<rect class=\"bar-track\" width=\"100\" height=\"8\"/><rect class=\"bar-fill\" width=\"\(escape(width))\" height=\"8\"/></svg></td>"
         }
+        if let datetime = cell.datetime {
+            return open + "<time datetime=\"\(escape(datetime))\">\(escape(cell.text))</time></td>"
+        }
+        return open + escape(cell.text) + "</td>"
     }
 }

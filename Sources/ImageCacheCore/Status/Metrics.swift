@@ -163,7 +163,9 @@ public final class ProxyMetrics: Sendable {
                           inFlight: [DaemonStats.InFlightFetch] = []) -> DaemonStats {
         var stats = DaemonStats()
         stats.version = imagecachedVersion
-        stats.uptimeSeconds = now().timeIntervalSince(started)
+        let time = now()
+        stats.time = time.timeIntervalSince1970
+        stats.uptimeSeconds = time.timeIntervalSince(started)
         stats.inFlightFetches = Array(inFlight.sorted { ($0.waiters, $0.seconds, $1.url) > ($1.waiters, $1.seconds, $0.url) }
             .prefix(Self.inFlightListLimit))
         stats.recentErrors = recentErrors.withLock { $0.reversed() }
