@@ -61,8 +61,8 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
-        // The stats documents (/stats, /stats/history, /metrics) and the status page: pure values and renderers,
-        // below every layer that fills them and beside none that does I/O.
+        // The stats documents (/stats, /stats/history, /metrics) and the status page: pure values and renderers, no
+        // I/O. Below the layers that fill them: the tiers and the pixel cache fill their own stats structs here.
         .target(name: "ImageCacheStatus", dependencies: ["ImageCacheHTTP"], swiftSettings: swiftSettings),
         .target(
             name: "ImageCacheTransform",
