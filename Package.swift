@@ -13,7 +13,7 @@ let package = Package(
     products: [
         .executable(name: "imagecached", targets: ["imagecached"]),
         .library(name: "ImageCacheCore", targets: [
-            "ImageCacheSystem", "ImageCacheHTTP", "ImageCacheConfig", "ImageCacheServer", "ImageCacheStore",
+            "ImageCacheSystem", "ImageCacheHTTP", "ImageCacheStatus", "ImageCacheConfig", "ImageCacheServer", "ImageCacheStore",
             "ImageCacheUpstream", "ImageCacheTransform", "ImageCacheCore", "ImageCacheOps",
         ]),
     ],
@@ -61,9 +61,12 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // The stats documents (/stats, /stats/history, /metrics) and the status page: pure values and renderers, no
+        // I/O. Below the layers that fill them: the tiers and the pixel cache fill their own stats structs here.
+        .target(name: "ImageCacheStatus", dependencies: ["ImageCacheHTTP"], swiftSettings: swiftSettings),
         .target(
             name: "ImageCacheTransform",
-            dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "CVipsShim"],
+            dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "ImageCacheStatus", "CVipsShim"],
             swiftSettings: swiftSettings
         ),
         .target(
@@ -79,7 +82,7 @@ let package = Package(
         ),
         .target(
             name: "ImageCacheStore",
-            dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "CXXHash",
+            dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "ImageCacheStatus", "CXXHash",
                            .product(name: "Crypto", package: "swift-crypto"),
                            .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
@@ -92,14 +95,14 @@ let package = Package(
         ),
         .target(
             name: "ImageCacheCore",
-            dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "ImageCacheConfig", "ImageCacheServer",
+            dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "ImageCacheStatus", "ImageCacheConfig", "ImageCacheServer",
                            "ImageCacheStore", "ImageCacheUpstream", "ImageCacheTransform",
                            .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
         .target(
             name: "ImageCacheOps",
-            dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "ImageCacheConfig", "ImageCacheServer",
+            dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "ImageCacheStatus", "ImageCacheConfig", "ImageCacheServer",
                            "ImageCacheStore", "ImageCacheUpstream", "ImageCacheCore", "CEpoll",
                            .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
@@ -117,7 +120,7 @@ let package = Package(
         .executableTarget(
             name: "imagecached",
             dependencies: [
-                "ImageCacheHTTP", "ImageCacheConfig", "ImageCacheTransform", "ImageCacheCore", "ImageCacheOps",
+                "ImageCacheHTTP", "ImageCacheStatus", "ImageCacheConfig", "ImageCacheTransform", "ImageCacheCore", "ImageCacheOps",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -132,12 +135,17 @@ let package = Package(
         ),
         .testTarget(
             name: "ImageCacheCoreTests",
-            dependencies: ["ImageCacheTestSupport", "ImageCacheSystem", "ImageCacheHTTP", "ImageCacheConfig", "ImageCacheServer", "ImageCacheStore", "ImageCacheUpstream", "ImageCacheTransform", "ImageCacheCore", "ImageCacheOps", "ImageCacheFuzz"],
+            dependencies: ["ImageCacheTestSupport", "ImageCacheSystem", "ImageCacheHTTP", "ImageCacheStatus", "ImageCacheConfig", "ImageCacheServer", "ImageCacheStore", "ImageCacheUpstream", "ImageCacheTransform", "ImageCacheCore", "ImageCacheOps", "ImageCacheFuzz"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "ImageCacheStatusTests",
+            dependencies: ["ImageCacheHTTP", "ImageCacheStatus"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: ["ImageCacheTestSupport", "ImageCacheSystem", "ImageCacheHTTP", "ImageCacheConfig", "ImageCacheServer", "ImageCacheStore", "ImageCacheUpstream", "ImageCacheTransform", "ImageCacheCore", "ImageCacheOps"],
+            dependencies: ["ImageCacheTestSupport", "ImageCacheSystem", "ImageCacheHTTP", "ImageCacheStatus", "ImageCacheConfig", "ImageCacheServer", "ImageCacheStore", "ImageCacheUpstream", "ImageCacheTransform", "ImageCacheCore", "ImageCacheOps"],
             swiftSettings: swiftSettings
         ),
     ],

@@ -1,7 +1,7 @@
 // What the `stats` and `prefetch` subcommands print. Pure formatting over the daemon's answers (no I/O except
 // PrefetchProgress drawing its bar on standard error), kept here so that tests can check it.
 
-public import ImageCacheCore
+public import ImageCacheStatus
 internal import Foundation
 
 public enum StatsReport {
@@ -32,8 +32,8 @@ public enum StatsReport {
              "\(bytes(stats.servedBytes[ServedOutcome.coalesced.rawValue] ?? 0)) saved")
         line("memory", "\(bytes(stats.memory.bytes)) of \(bytes(stats.memory.limitBytes)), \(stats.memory.entries) entries, \(stats.memory.evictions) evicted")
         if let disk = stats.disk {
-            line("disk", "\(bytes(disk.bytes)) of \(bytes(disk.limitBytes)), \(disk.entries) entries, \(disk.evictions) evicted, \(disk.expired ?? 0) expired" +
-                 (disk.indexLoaded == false ? " (index still loading)" : ""))
+            line("disk", "\(bytes(disk.bytes)) of \(bytes(disk.limitBytes)), \(disk.entries) entries, \(disk.evicted) evicted, \(disk.expired) expired" +
+                 (disk.indexLoaded ? "" : " (index still loading)"))
         } else {
             line("disk", "off")
         }
@@ -75,26 +75,12 @@ public enum StatsReport {
         }))
     }
 
-    public static func bytes(_ count: Int) -> String {
-        let units = ["B", "KiB", "MiB", "GiB", "TiB"]
-        var value = Double(count)
-        var unit = 0
-        while value >= 1024, unit < units.count - 1 {
-            value /= 1024
-            unit += 1
-        }
-        return unit == 0 ? "\(count) B" : String(format: "%.1f %@", value, units[unit])
-    }
+    // The status page's formats (StatusFormat), so that the terminal and the page say the same of the same numbers.
+    public static func bytes(_ count: Int) -> String { StatusFormat.bytes(count) }
 
-    static func percent(_ ratio: Double) -> String { String(format: "%.1f%%", ratio * 100) }
+    static func percent(_ ratio: Double) -> String { StatusFormat.percent(ratio) }
 
-    static func duration(_ seconds: Double) -> String {
-        let total = Int(seconds)
-        if total < 60 { return "\(total)s" }
-        if total < 3600 { return "\(total / 60)m \(total % 60)s" }
-        if total < 86_400 { return "\(total / 3600)h \(total % 3600 / 60)m" }
-        return "\(total / 86_400)d \(total % 86_400 / 3600)h"
-    }
+    static func duration(_ seconds: Double) -> String { StatusFormat.duration(seconds) }
 }
 
 /// Follows the lines of a /_imagecached/prefetch response, draws a progress bar, and sums up.

@@ -15,6 +15,7 @@
 // from the proxy queue: a wedged loop or proxy queue stops the pings and systemd restarts the daemon).
 
 internal import ImageCacheHTTP
+internal import ImageCacheStatus
 public import ImageCacheConfig
 internal import ImageCacheServer
 internal import ImageCacheStore
@@ -191,8 +192,7 @@ public final class Daemon: @unchecked Sendable {
 
     /// A one-line summary for STATUS=.
     public func statusLine() -> String {
-        let stats = proxy.metrics.snapshot(memory: proxy.memory, memoryLimitBytes: proxy.memory.limitBytes, disk: proxy.disk,
-                                           fetchesInFlight: 0)
+        let stats = proxy.metrics.snapshot(memory: proxy.memory.stats, disk: proxy.disk?.stats, fetchesInFlight: 0)
         let requests = stats.requests.values.reduce(0, +)
         var line = "serving on port \(port): \(requests) requests, hit ratio \(Int((stats.hitRatio * 100).rounded()))%, memory \(stats.memory.bytes >> 20)/\(stats.memory.limitBytes >> 20) MiB"
         if let disk = stats.disk { line += ", disk \(disk.bytes >> 20)/\(disk.limitBytes >> 20) MiB" }

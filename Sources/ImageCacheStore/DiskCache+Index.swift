@@ -13,6 +13,7 @@
 
 internal import ImageCacheSystem
 internal import ImageCacheHTTP
+internal import ImageCacheStatus
 internal import Dispatch
 internal import Foundation
 internal import Logging

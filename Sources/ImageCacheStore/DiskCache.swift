@@ -48,6 +48,7 @@
 
 public import ImageCacheSystem
 public import ImageCacheHTTP
+public import ImageCacheStatus
 internal import Crypto
 internal import Dispatch
 public import Foundation
@@ -323,7 +324,12 @@ public final class DiskCache: Sendable {
         queue.sync {}
     }
 
-    public var stats: DiskCacheStats { withIndex { $0.stats } }
+    /// The tier's counters, as the stats document carries them.
+    public var stats: DiskCacheStats {
+        var stats = withIndex { $0.stats }
+        stats.limitBytes = configuration.limitBytes
+        return stats
+    }
 
     /// Every use of the index: `body` under its lock, then the descriptors it let go (`DiskIndex.KeptHeads.released`)
     /// are dropped after unlocking, so no close runs under the lock the event loops take.
@@ -751,28 +757,6 @@ public enum DiskLookup: Sendable {
     case entry(CacheEntry)
     /// A larger body, verified; `head.body` is empty and the bytes are `file` (its descriptor closes with it).
     case stream(head: CacheEntry, file: FileBody)
-}
-
-/// Counters of the disk tier.
-public struct DiskCacheStats: Sendable, Equatable {
-    /// Entries in the index (all of them once `indexLoaded`).
-    public var entries = 0
-    /// Sum of the indexed files' sizes.
-    public var bytes = 0
-    public var indexLoaded = false
-    /// Wall time the startup loader took; nil until it finishes.
-    public var indexLoadSeconds: Double?
-    /// Writes and header rewrites dropped on an I/O error (disk full, ...).
-    public var writeErrors = 0
-    /// Files removed because they failed verification (corrupt, truncated, foreign, old format).
-    public var removedCorrupt = 0
-    /// Entries evicted to get under the byte limit.
-    public var evicted = 0
-    /// Entries removed because they were not used for max age.
-    public var expired = 0
-    /// Bodies hashed by lookups and found good (a hit on a file version verified before does not hash it again).
-    public var bodiesVerified = 0
-    public init() {}
 }
 
 /// Why the disk tier could not start.

@@ -44,6 +44,7 @@
 // read that started before the purge (the purge queues the disk removal first, then empties memory).
 
 public import ImageCacheHTTP
+public import ImageCacheStatus
 import Synchronization
 internal import ImageCacheSystem
 
@@ -271,6 +272,10 @@ public final class MemoryCache: Sendable {
     /// Entries evicted to respect the limits since creation, the per-URL variant bound included (replacements and
     /// removals not counted).
     public var evictionCount: Int { state.withLock { $0.evictionCount } }
+    /// The tier's counters, read at once, as the stats document carries them.
+    public var stats: MemoryCacheStats {
+        state.withLock { MemoryCacheStats(bytes: $0.totalCost, entries: $0.entryCount, limitBytes: $0.limitBytes, evictions: $0.evictionCount) }
+    }
 
     /// Keys from most to least recently used, once per stored variant (tests and diagnostics; O(n) under the lock).
     public var keysByRecency: [CacheKey] {

@@ -32,6 +32,7 @@ internal import Dispatch
 internal import Foundation
 internal import Synchronization
 internal import ImageCacheSystem
+public import ImageCacheStatus
 
 public final class PixelCache: Sendable {
     struct Key: Hashable {
@@ -91,15 +92,6 @@ public final class PixelCache: Sendable {
             entries[key] = entry
             return entry.image
         }
-    }
-
-    /// What the cache holds and has done, for /stats and the metrics.
-    public struct Stats: Sendable, Equatable {
-        public var bytes: Int
-        public var entries: Int
-        public var hits: Int
-        public var misses: Int
-        public var evictions: Int
     }
 
     public let limitBytes: Int
@@ -212,8 +204,12 @@ public final class PixelCache: Sendable {
         withExtendedLifetime(dropped) {}   // released here, after the lock
     }
 
-    public var stats: Stats {
-        state.withLock { Stats(bytes: $0.bytes, entries: $0.entries.count, hits: $0.hits, misses: $0.misses, evictions: $0.evictions) }
+    /// What the cache holds and has done, as the stats document carries it (`transforms.pixelCache`).
+    public var stats: PixelCacheStats {
+        state.withLock {
+            PixelCacheStats(bytes: $0.bytes, limitBytes: limitBytes, entries: $0.entries.count, hits: $0.hits, misses: $0.misses,
+                            evictions: $0.evictions)
+        }
     }
 
     /// The level a result of `scaleX` x `scaleY` of the source is made from: the largest k up to the kind's maximum

@@ -9,6 +9,7 @@ import Synchronization
 import Testing
 import ImageCacheTestSupport
 @testable import ImageCacheConfig
+@testable import ImageCacheStatus
 @testable import ImageCacheCore
 @testable import ImageCacheOps
 import ImageCacheSystem
@@ -99,6 +100,7 @@ struct BrowserTests {
         // When Chromium loads the page and lets its timers run (refresh every 2 s, five times over in virtual time)
         let (dom, log) = try await Self.chromium(["--virtual-time-budget=10000", "--dump-dom"], url: url)
         let stats = try await OperationsTests.stats(harness)
+        let display = try await StatusPageTests.display(harness)
         // Then it refreshed from the JSON endpoints at least once, without a script error
         let refreshes = dom.firstMatch(of: try Regex(#"data-refreshes="(\d+)""#))?.output[1].substring.flatMap { Int($0) } ?? 0
         #expect(refreshes >= 1, "the page never refreshed: \(dom.prefix(2000))")
@@ -116,6 +118,11 @@ struct BrowserTests {
         #expect(StatusPageTests.mismatches(page: StatusPageTests.figures(dom), stats: stats) == [])
         #expect(StatusPageTests.figures(dom)["errors.total"] == Double(stats.errors.values.reduce(0, +)))
         #expect(dom.contains("counted between the page"))   // the errors table, as the script rebuilt it
+        // ... each figure and gauge showing the text /stats sent for it, as it is
+        #expect(StatusPageTests.figureTexts(dom) == display.figureTexts)
+        for gauge in display.gauges.values {
+            #expect(dom.contains(">\(gauge.text)</text>") && dom.contains(">\(gauge.note)</text>"), "gauge text missing: \(gauge)")
+        }
         // When a screenshot is taken (light and dark)
         try FileManager.default.createDirectory(at: Self.outputDirectory, withIntermediateDirectories: true)
         for (name, scheme) in [("status-page.png", []), ("status-page-dark.png", ["--force-dark-mode", "--blink-settings=preferredColorScheme=0"])] {

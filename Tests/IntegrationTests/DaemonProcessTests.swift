@@ -3,6 +3,7 @@
 
 import Foundation
 import Testing
+@testable import ImageCacheStatus
 @testable import ImageCacheCore
 import ImageCacheTestSupport
 

@@ -4,6 +4,7 @@
 import Foundation
 import Synchronization
 import Testing
+import ImageCacheStatus
 @testable import ImageCacheConfig
 @testable import ImageCacheStore
 @testable import ImageCacheCore
@@ -130,7 +131,7 @@ struct DiskTierTests {
         #expect(conditional.status == 304 && conditional.body.isEmpty && conditional.header("ETag") == "\"L1\"")
         // And the metrics counted the bytes sent from the file (the daemon was restarted: only these requests)
         let proxy = harness.daemon.proxy
-        let served = proxy.metrics.snapshot(memory: proxy.memory, memoryLimitBytes: 1, disk: nil, fetchesInFlight: 0).servedBytes["disk_hit"] ?? 0
+        let served = proxy.metrics.snapshot(memory: proxy.memory.stats, disk: nil, fetchesInFlight: 0).servedBytes["disk_hit"] ?? 0
         #expect(served >= 10 * DiskTierTests.large.count)
     }
 

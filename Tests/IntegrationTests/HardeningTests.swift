@@ -5,6 +5,7 @@
 import Foundation
 import Synchronization
 import Testing
+import ImageCacheStatus
 @testable import ImageCacheHTTP
 @testable import ImageCacheConfig
 @testable import ImageCacheUpstream

@@ -6,6 +6,7 @@ import Synchronization
 import Testing
 @testable import ImageCacheConfig
 @testable import ImageCacheStore
+@testable import ImageCacheStatus
 @testable import ImageCacheCore
 @testable import ImageCacheOps
 import ImageCacheTestSupport

@@ -5,6 +5,7 @@
 import Foundation
 import Synchronization
 import Testing
+import ImageCacheStatus
 import ImageCacheConfig
 @testable import ImageCacheOps
 import ImageCacheUpstream

@@ -5,6 +5,7 @@
 import Foundation
 import Testing
 @testable import ImageCacheConfig
+@testable import ImageCacheStatus
 @testable import ImageCacheCore
 @testable import ImageCacheOps
 
@@ -22,6 +23,30 @@ struct StatusPageTests {
             figures[String(name)] = number
         }
         return figures
+    }
+
+    /// The page's figures as its elements show them: `data-stat` name -> text.
+    static func figureTexts(_ html: String) -> [String: String] {
+        var texts: [String: String] = [:]
+        for match in html.matches(of: try! Regex(#"<span data-stat="([^"]+)"[^>]*>([^<]*)</span>"#)) {
+            guard let name = match.output[1].substring, let text = match.output[2].substring else { continue }
+            texts[String(name)] = String(text)
+        }
+        return texts
+    }
+
+    /// The `display` of /stats as the page's script reads it: each figure's text by name, and the gauges' texts.
+    struct Display: Decodable {
+        struct Shown: Decodable { var text: String }
+        struct Gauge: Decodable { var text: String; var note: String }
+        var figures: [String: Shown]
+        var gauges: [String: Gauge]
+        var figureTexts: [String: String] { figures.mapValues(\.text) }
+    }
+
+    static func display(_ harness: ProxyHarness) async throws -> Display {
+        struct Document: Decodable { var display: Display }
+        return try JSONDecoder().decode(Document.self, from: Data(try await harness.get("/_imagecached/stats").body)).display
     }
 
     /// What each figure must say, computed from a /stats document (the page's contract; uptime aside).
@@ -48,7 +73,7 @@ struct StatusPageTests {
             figures["disk.bytes"] = Double(disk.bytes)
             figures["disk.entries"] = Double(disk.entries)
             figures["disk.limitBytes"] = Double(disk.limitBytes)
-            figures["disk.evictions"] = Double(disk.evictions)
+            figures["disk.evictions"] = Double(disk.evicted)
         }
         figures["errors.total"] = Double(stats.errors.values.reduce(0, +))
         if let transforms = stats.transforms {
@@ -126,6 +151,7 @@ struct StatusPageTests {
         await harness.flushDisk()
         // When /stats and the page are read (admin requests count in no figure)
         let stats = try await OperationsTests.stats(harness)
+        let display = try await Self.display(harness)
         let page = try await harness.get("/_imagecached/")
         let status = try await harness.get("/_imagecached/status")
         // Then every figure is the one /stats implies
@@ -134,6 +160,9 @@ struct StatusPageTests {
         #expect(Self.mismatches(page: Self.figures(page.text), stats: stats) == [])
         #expect(Self.mismatches(page: Self.figures(status.text), stats: stats) == [])
         #expect(Self.figures(page.text)["coalescing.saved"] == 3)
+        // ... and shows each as the text /stats sends for the script (formatted once, by the daemon)
+        #expect(Self.figureTexts(page.text) == display.figureTexts)
+        #expect(Self.figureTexts(page.text)["requests.total"] == "9")
         // ... and the page is served as a document no other site can frame, load scripts into, or keep
         #expect(page.header("Content-Type") == "text/html; charset=utf-8")
         #expect(page.header("Cache-Control") == "no-store")

@@ -9,6 +9,7 @@ import Testing
 @testable import ImageCacheConfig
 @testable import ImageCacheStore
 @testable import ImageCacheTransform
+@testable import ImageCacheStatus
 @testable import ImageCacheCore
 @testable import ImageCacheOps
 import ImageCacheTestSupport

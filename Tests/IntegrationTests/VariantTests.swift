@@ -3,6 +3,7 @@
 
 import Foundation
 import Testing
+import ImageCacheStatus
 @testable import ImageCacheHTTP
 @testable import ImageCacheConfig
 @testable import ImageCacheStore

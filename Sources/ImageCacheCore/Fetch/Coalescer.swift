@@ -19,6 +19,7 @@
 
 internal import ImageCacheSystem
 internal import ImageCacheHTTP
+internal import ImageCacheStatus
 internal import ImageCacheServer
 internal import ImageCacheStore
 internal import Dispatch

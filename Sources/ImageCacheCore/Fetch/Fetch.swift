@@ -28,6 +28,7 @@
 
 internal import ImageCacheSystem
 internal import ImageCacheHTTP
+internal import ImageCacheStatus
 internal import ImageCacheConfig
 internal import ImageCacheServer
 internal import ImageCacheStore

@@ -19,6 +19,7 @@
 //   DELETE /_imagecached/cache               removes everything from memory and disk
 
 internal import ImageCacheHTTP
+internal import ImageCacheStatus
 internal import ImageCacheConfig
 internal import ImageCacheServer
 internal import ImageCacheStore

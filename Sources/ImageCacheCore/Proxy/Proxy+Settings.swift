@@ -7,6 +7,7 @@
 // ConfigKeys.swift (`ConfigKey.reload`); `Configuration.restartOnlyChanges` names the ones that changed.
 
 internal import ImageCacheHTTP
+internal import ImageCacheStatus
 public import ImageCacheConfig
 internal import ImageCacheServer
 package import ImageCacheStore

@@ -24,6 +24,7 @@
 
 internal import ImageCacheSystem
 public import ImageCacheHTTP
+internal import ImageCacheStatus
 public import ImageCacheConfig
 public import ImageCacheServer
 public import ImageCacheStore

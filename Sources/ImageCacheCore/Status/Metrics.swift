@@ -1,5 +1,5 @@
-// Metrics: the daemon's counters and histograms, rendered on request as Prometheus text
-// (/_imagecached/metrics) or JSON (/_imagecached/stats).
+// Metrics: the daemon's counters and histograms, read on request into a DaemonStats (ImageCacheStatus), which is
+// rendered as Prometheus text (/_imagecached/metrics), JSON (/_imagecached/stats) or the status page.
 //
 // Data model
 //   requests, servedBytes     one relaxed atomic per cache outcome (hit, disk_hit, stale, miss, ...), bumped on the
@@ -9,7 +9,8 @@
 //   errors, hosts             string-keyed, rare (errors) or slow-path only (hosts: one update per upstream transfer):
 //                             each behind its own Mutex. Each error is also kept with its reason in `recentErrors`,
 //                             a ring of the last `recentErrorLimit` (its own Mutex; the status page lists them).
-//   gauges                    memory and disk bytes, entries, evictions: read from the tiers when rendering.
+//   gauges                    the tiers' own stats (MemoryCacheStats, DiskCacheStats, PixelCacheStats), read by the
+//                             caller from the tiers and carried into the document as they are.
 // Nothing here is read on a request path; rendering reads every atomic once (a snapshot that may straddle a request).
 //
 // Hand-written rather than swift-metrics + swift-prometheus: see docs/operations.md (Metrics) for the measured
@@ -19,7 +20,8 @@ internal import ImageCacheSystem
 internal import ImageCacheHTTP
 internal import ImageCacheConfig
 internal import ImageCacheServer
-package import ImageCacheStore
+internal import ImageCacheStore
+package import ImageCacheStatus
 public import Foundation
 internal import Synchronization
 
@@ -49,50 +51,14 @@ package final class Histogram: Sendable {
         sumMicros.add(Int((value * 1_000_000).rounded()))
     }
 
-    struct Snapshot: Sendable, Codable, Equatable {
-        /// (upper bound, cumulative count); the last bound is +Inf.
-        var buckets: [Bucket]
-        var count: Int
-        var sum: Double
-        struct Bucket: Sendable, Codable, Equatable {
-            var le: Double
-            var count: Int
-        }
-    }
-
-    var snapshot: Snapshot {
+    var snapshot: HistogramSnapshot {
         var cumulative = 0
-        var buckets: [Snapshot.Bucket] = []
+        var buckets: [HistogramSnapshot.Bucket] = []
         for (index, counter) in counts.enumerated() {
             cumulative += counter.current
-            buckets.append(Snapshot.Bucket(le: index < bounds.count ? bounds[index] : .infinity, count: cumulative))
+            buckets.append(HistogramSnapshot.Bucket(le: index < bounds.count ? bounds[index] : .infinity, count: cumulative))
         }
-        return Snapshot(buckets: buckets, count: cumulative, sum: Double(sumMicros.current) / 1_000_000)
-    }
-}
-
-/// How a request was answered, as counted (`CacheOutcome.served`: the X-Cache vocabulary, with disk hits told apart;
-/// `error` for the daemon's own error answers).
-public enum ServedOutcome: String, Sendable, CaseIterable, Codable {
-    case hit, diskHit = "disk_hit", stale, miss, coalesced, revalidated, expired, bypass, pass, error
-
-    /// Served from stored bytes without transferring the body upstream.
-    var fromCache: Bool { [.hit, .diskHit, .stale, .revalidated].contains(self) }
-}
-
-extension CacheOutcome {
-    /// The label the response is counted under (requests_total, served_bytes_total by outcome).
-    var served: ServedOutcome {
-        guard let forward else { return (ttl ?? 0) < 0 ? .stale : detail == "disk" ? .diskHit : .hit }
-        if collapsed { return .coalesced }
-        switch forward {
-        case _ where revalidated: return .revalidated
-        case .bypass: return .bypass
-        case .method: return .pass
-        case _ where forwardStatus == 304: return .pass   // a 304 that answered no conditional request (xCache)
-        case .stale: return .expired
-        case .miss, .request, .varyMiss: return .miss
-        }
+        return HistogramSnapshot(buckets: buckets, count: cumulative, sum: Double(sumMicros.current) / 1_000_000)
     }
 }
 
@@ -191,13 +157,15 @@ public final class ProxyMetrics: Sendable {
     // MARK: - Snapshot
 
     /// Everything counted, plus the tiers' gauges: the /_imagecached/stats document.
-    package func snapshot(memory: MemoryCache, memoryLimitBytes: Int, disk: DiskCache?, fetchesInFlight: Int, topHosts: Int = 10,
+    package func snapshot(memory: MemoryCacheStats, disk: DiskCacheStats?, fetchesInFlight: Int, topHosts: Int = 10,
                           transformQueue: (workers: Int, running: Int, queued: Int) = (0, 0, 0),
-                          pixelCache: DaemonStats.Transforms.PixelCacheStats? = nil,
+                          pixelCache: PixelCacheStats? = nil,
                           inFlight: [DaemonStats.InFlightFetch] = []) -> DaemonStats {
         var stats = DaemonStats()
         stats.version = imagecachedVersion
-        stats.uptimeSeconds = now().timeIntervalSince(started)
+        let time = now()
+        stats.time = time.timeIntervalSince1970
+        stats.uptimeSeconds = time.timeIntervalSince(started)
         stats.inFlightFetches = Array(inFlight.sorted { ($0.waiters, $0.seconds, $1.url) > ($1.waiters, $1.seconds, $0.url) }
             .prefix(Self.inFlightListLimit))
         stats.recentErrors = recentErrors.withLock { $0.reversed() }
@@ -212,14 +180,8 @@ public final class ProxyMetrics: Sendable {
         stats.upstream.paused = upstreamPauses.current
         stats.upstream.inFlightBytes = inFlightBytes.load(ordering: .relaxed)
         stats.coalescing.waitersPerFetch = fetchWaiters.snapshot
-        stats.memory = .init(bytes: memory.totalCost, entries: memory.count, limitBytes: memoryLimitBytes,
-                             evictions: memory.evictionCount)
-        if let disk {
-            let tier = disk.stats
-            stats.disk = .init(bytes: tier.bytes, entries: tier.entries, limitBytes: disk.configuration.limitBytes,
-                               evictions: tier.evicted, expired: tier.expired, writeErrors: tier.writeErrors,
-                               removedCorrupt: tier.removedCorrupt, indexLoaded: tier.indexLoaded)
-        }
+        stats.memory = memory
+        stats.disk = disk
         stats.errors = errors.withLock { $0 }
         stats.topHosts = Array(hosts.withLock { Array($0.values) }
             .sorted { ($0.transfers, $0.bytes, $1.host) > ($1.transfers, $1.bytes, $0.host) }.prefix(topHosts))
@@ -240,271 +202,6 @@ public final class ProxyMetrics: Sendable {
         stats.reloads = reloads.current
         stats.reloadFailures = reloadFailures.current
         return stats
-    }
-}
-
-/// Upstream traffic to one host.
-public struct HostStats: Sendable, Codable, Equatable {
-    public var host: String
-    public var transfers = 0
-    public var bytes = 0
-}
-
-/// The /_imagecached/stats document (also what `imagecached stats` reads).
-public struct DaemonStats: Sendable, Codable, Equatable {
-    public struct Upstream: Sendable, Codable, Equatable {
-        /// Transfers ended, by result ("ok" or an error kind).
-        public var transfers: [String: Int] = [:]
-        /// Body bytes received from origins.
-        public var bytes = 0
-        var seconds = Histogram.Snapshot(buckets: [], count: 0, sum: 0)
-        /// Fetches (upstream or disk) in flight now.
-        public var inFlight = 0
-        /// Transfers paused for backpressure since start.
-        public var paused = 0
-        /// Bytes of bodies in flight now (see ProxyMetrics.inFlightBytes).
-        public var inFlightBytes = 0
-        public var count: Int { seconds.count }
-        public var totalSeconds: Double { seconds.sum }
-    }
-    public struct Coalescing: Sendable, Codable, Equatable {
-        var waitersPerFetch = Histogram.Snapshot(buckets: [], count: 0, sum: 0)
-        /// Fetches finished and the clients they served.
-        public var fetches: Int { waitersPerFetch.count }
-        public var waiters: Int { Int(waitersPerFetch.sum.rounded()) }
-    }
-    public struct Tier: Sendable, Codable, Equatable {
-        public var bytes = 0
-        public var entries = 0
-        public var limitBytes = 0
-        public var evictions = 0
-        public var expired: Int?
-        public var writeErrors: Int?
-        public var removedCorrupt: Int?
-        public var indexLoaded: Bool?
-    }
-
-    public var version = ""
-    public var uptimeSeconds = 0.0
-    /// Requests by outcome (hit, disk_hit, stale, miss, coalesced, revalidated, expired, bypass, pass, error).
-    public var requests: [String: Int] = [:]
-    /// Body bytes written to clients, by outcome.
-    public var servedBytes: [String: Int] = [:]
-    public var upstream = Upstream()
-    public var coalescing = Coalescing()
-    public var memory = Tier()
-    public var disk: Tier?
-    /// Errors by kind.
-    public var errors: [String: Int] = [:]
-    /// Hosts with the most upstream transfers.
-    public var topHosts: [HostStats] = []
-    public var prefetched = 0
-    public var reloads = 0
-    public var reloadFailures = 0
-    /// Image transforms (absent in documents from daemons without them).
-    public var transforms: Transforms?
-    /// The fetches and transforms in flight now, the most waited-on first (at most `ProxyMetrics.inFlightListLimit`).
-    public var inFlightFetches: [InFlightFetch]?
-    /// The last errors, newest first (at most `ProxyMetrics.recentErrorLimit`).
-    public var recentErrors: [ErrorRecord]?
-
-    /// One fetch (from the origin, or the disk) or transform in flight.
-    public struct InFlightFetch: Sendable, Codable, Equatable {
-        /// The URL fetched (a transform: its source URL and canonical options).
-        public var url: String
-        /// "fetch" or "transform".
-        public var kind: String
-        /// Clients waiting on it (more than one: coalesced).
-        public var waiters: Int
-        /// Body bytes received so far (a fetch).
-        public var receivedBytes: Int
-        /// Seconds since it started.
-        public var seconds: Double
-        public init(url: String, kind: String, waiters: Int, receivedBytes: Int, seconds: Double) {
-            self.url = url
-            self.kind = kind
-            self.waiters = waiters
-            self.receivedBytes = receivedBytes
-            self.seconds = seconds
-        }
-    }
-
-    /// One error, as counted in `errors` and logged.
-    public struct ErrorRecord: Sendable, Codable, Equatable {
-        /// When, seconds since 1970 (the daemon's wall clock).
-        public var time: Double
-        /// The kind it is counted under in `errors` ("refused_404", "upstream_timeout", ...).
-        public var kind: String
-        /// The status answered, when a client was answered with one.
-        public var status: Int?
-        /// The one-line reason (as in the response body and the log), at most 300 characters.
-        public var reason: String
-        /// The request target or URL it concerned, at most 300 characters.
-        public var target: String
-    }
-
-    public struct Transforms: Sendable, Codable, Equatable {
-        /// Transforms ended, by output format ("-" when none was chosen) then result ("ok" or the failure's label).
-        public var results: [String: [String: Int]] = [:]
-        var seconds = Histogram.Snapshot(buckets: [], count: 0, sum: 0)
-        /// Source bytes read and result bytes produced.
-        public var bytesIn = 0
-        public var bytesOut = 0
-        public var workers = 0
-        public var running = 0
-        public var queued = 0
-        /// The decoded levels of JPEG and PNG sources kept for their next variants (`transform-pixel-cache`).
-        public var pixelCache: PixelCacheStats?
-        public struct PixelCacheStats: Sendable, Codable, Equatable {
-            public var bytes = 0
-            public var limitBytes = 0
-            public var entries = 0
-            /// Lookups that found a level (a decode saved), and those that did not.
-            public var hits = 0
-            public var misses = 0
-            public var evictions = 0
-        }
-        public var total: Int { results.values.reduce(0) { $0 + $1.values.reduce(0, +) } }
-        /// Mean time on a worker, milliseconds (nil before the first).
-        public var meanMilliseconds: Int? { seconds.count == 0 ? nil : Int((seconds.sum / Double(seconds.count) * 1000).rounded()) }
-    }
-
-    public init() {}
-
-    /// The JSON of /_imagecached/stats (+Inf histogram bounds written as "+Inf").
-    public func json() -> [UInt8] {
-        Array(StatsJSON.encode(self, [.prettyPrinted])) + [UInt8(ascii: "\n")]
-    }
-
-    /// Reads what `json()` wrote.
-    public static func decode(_ data: Data) throws -> DaemonStats {
-        let decoder = JSONDecoder()
-        decoder.nonConformingFloatDecodingStrategy = .convertFromString(positiveInfinity: "+Inf", negativeInfinity: "-Inf", nan: "NaN")
-        return try decoder.decode(DaemonStats.self, from: data)
-    }
-
-    /// Requests answered from stored bytes (hit, disk_hit, stale, revalidated) over all requests answered.
-    public var hitRatio: Double {
-        let total = requests.values.reduce(0, +)
-        let fromCache = ServedOutcome.allCases.filter(\.fromCache).reduce(0) { $0 + (requests[$1.rawValue] ?? 0) }
-        return total == 0 ? 0 : Double(fromCache) / Double(total)
-    }
-
-    /// Body bytes served from stored bytes.
-    public var bytesServedFromCache: Int {
-        ServedOutcome.allCases.filter(\.fromCache).reduce(0) { $0 + (servedBytes[$1.rawValue] ?? 0) }
-    }
-}
-
-// MARK: - Prometheus text
-
-extension DaemonStats {
-    /// The Prometheus text exposition format (version 0.0.4).
-    public var prometheusText: String {
-        var out = ""
-        func family(_ name: String, _ type: String, _ help: String) {
-            out += "# HELP imagecached_\(name) \(help)\n# TYPE imagecached_\(name) \(type)\n"
-        }
-        func sample(_ name: String, _ labels: [(String, String)] = [], _ value: Double) {
-            out += "imagecached_" + name
-            if !labels.isEmpty {
-                out += "{" + labels.map { "\($0.0)=\"\(Self.escape($0.1))\"" }.joined(separator: ",") + "}"
-            }
-            out += " " + Self.number(value) + "\n"
-        }
-        func histogram(_ name: String, _ help: String, _ snapshot: Histogram.Snapshot) {
-            family(name, "histogram", help)
-            for bucket in snapshot.buckets {
-                sample(name + "_bucket", [("le", bucket.le.isInfinite ? "+Inf" : Self.number(bucket.le))], Double(bucket.count))
-            }
-            sample(name + "_sum", [], snapshot.sum)
-            sample(name + "_count", [], Double(snapshot.count))
-        }
-
-        family("requests_total", "counter", "Requests answered through the cache, by outcome.")
-        for outcome in ServedOutcome.allCases { sample("requests_total", [("outcome", outcome.rawValue)], Double(requests[outcome.rawValue] ?? 0)) }
-        family("served_bytes_total", "counter", "Response body bytes written to clients, by outcome.")
-        for outcome in ServedOutcome.allCases { sample("served_bytes_total", [("outcome", outcome.rawValue)], Double(servedBytes[outcome.rawValue] ?? 0)) }
-        family("upstream_transfers_total", "counter", "Upstream transfers ended, by result (ok or the error kind).")
-        for (result, count) in upstream.transfers.sorted(by: { $0.key < $1.key }) { sample("upstream_transfers_total", [("result", result)], Double(count)) }
-        family("upstream_received_bytes_total", "counter", "Body bytes received from origins.")
-        sample("upstream_received_bytes_total", [], Double(upstream.bytes))
-        histogram("upstream_duration_seconds", "Time from the start of an upstream transfer to its end.", upstream.seconds)
-        family("fetches_in_flight", "gauge", "Fetches (upstream or disk) in flight.")
-        sample("fetches_in_flight", [], Double(upstream.inFlight))
-        family("upstream_paused_total", "counter", "Upstream transfers paused because a client was behind while the in-flight budget was full.")
-        sample("upstream_paused_total", [], Double(upstream.paused))
-        family("inflight_bytes", "gauge", "Bytes of bodies in flight: retained to be stored, waiting to be written to disk, or not yet taken by the slowest client.")
-        sample("inflight_bytes", [], Double(upstream.inFlightBytes))
-        histogram("fetch_waiters", "Clients served by one fetch (more than 1: coalesced).", coalescing.waitersPerFetch)
-        family("memory_bytes", "gauge", "Bytes held by the memory tier.")
-        sample("memory_bytes", [], Double(memory.bytes))
-        family("memory_entries", "gauge", "Entries in the memory tier.")
-        sample("memory_entries", [], Double(memory.entries))
-        family("memory_limit_bytes", "gauge", "Byte budget of the memory tier.")
-        sample("memory_limit_bytes", [], Double(memory.limitBytes))
-        family("memory_evictions_total", "counter", "Entries evicted from the memory tier to respect its limits.")
-        sample("memory_evictions_total", [], Double(memory.evictions))
-        if let disk {
-            family("disk_bytes", "gauge", "Bytes held by the disk tier.")
-            sample("disk_bytes", [], Double(disk.bytes))
-            family("disk_entries", "gauge", "Entries in the disk tier.")
-            sample("disk_entries", [], Double(disk.entries))
-            family("disk_limit_bytes", "gauge", "Byte budget of the disk tier.")
-            sample("disk_limit_bytes", [], Double(disk.limitBytes))
-            family("disk_evictions_total", "counter", "Entries evicted from the disk tier, by reason.")
-            sample("disk_evictions_total", [("reason", "limit")], Double(disk.evictions))
-            sample("disk_evictions_total", [("reason", "max_age")], Double(disk.expired ?? 0))
-        }
-        family("errors_total", "counter", "Errors, by kind.")
-        for (kind, count) in errors.sorted(by: { $0.key < $1.key }) { sample("errors_total", [("kind", kind)], Double(count)) }
-        family("prefetched_total", "counter", "URLs warmed through /_imagecached/prefetch.")
-        sample("prefetched_total", [], Double(prefetched))
-        family("config_reloads_total", "counter", "Configuration reloads (SIGHUP), by result.")
-        sample("config_reloads_total", [("result", "applied")], Double(reloads))
-        sample("config_reloads_total", [("result", "refused")], Double(reloadFailures))
-        if let transforms {
-            family("transforms_total", "counter", "Image transforms ended, by output format and result (ok or the refusal's limit).")
-            for (format, results) in transforms.results.sorted(by: { $0.key < $1.key }) {
-                for (result, count) in results.sorted(by: { $0.key < $1.key }) {
-                    sample("transforms_total", [("format", format), ("result", result)], Double(count))
-                }
-            }
-            histogram("transform_duration_seconds", "Time a transform ran on a worker (decode, process, encode).", transforms.seconds)
-            family("transform_source_bytes_total", "counter", "Source bytes read by transforms.")
-            sample("transform_source_bytes_total", [], Double(transforms.bytesIn))
-            family("transform_result_bytes_total", "counter", "Bytes of transform results.")
-            sample("transform_result_bytes_total", [], Double(transforms.bytesOut))
-            family("transform_workers", "gauge", "Transform workers.")
-            sample("transform_workers", [], Double(transforms.workers))
-            family("transform_running", "gauge", "Transforms running now.")
-            sample("transform_running", [], Double(transforms.running))
-            family("transform_queue_depth", "gauge", "Transforms waiting for a worker.")
-            sample("transform_queue_depth", [], Double(transforms.queued))
-            if let cache = transforms.pixelCache {
-                family("transform_pixel_cache_bytes", "gauge", "Bytes of decoded source levels (JPEG, opaque PNG) kept for their next variants.")
-                sample("transform_pixel_cache_bytes", [], Double(cache.bytes))
-                family("transform_pixel_cache_lookups_total", "counter", "Lookups of a source level: hit (a decode saved) or miss.")
-                sample("transform_pixel_cache_lookups_total", [("result", "hit")], Double(cache.hits))
-                sample("transform_pixel_cache_lookups_total", [("result", "miss")], Double(cache.misses))
-                family("transform_pixel_cache_evictions_total", "counter", "Source levels evicted to stay within transform-pixel-cache.")
-                sample("transform_pixel_cache_evictions_total", [], Double(cache.evictions))
-            }
-        }
-        family("uptime_seconds", "gauge", "Seconds since the daemon started.")
-        sample("uptime_seconds", [], uptimeSeconds)
-        return out
-    }
-
-    static func number(_ value: Double) -> String {
-        if value.isInfinite { return value > 0 ? "+Inf" : "-Inf" }
-        if value == value.rounded(), abs(value) < 1e15 { return String(Int(value)) }
-        return String(value)
-    }
-
-    static func escape(_ text: String) -> String {
-        text.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
-            .replacingOccurrences(of: "\n", with: "\\n")
     }
 }
 
@@ -595,13 +292,3 @@ final class MetricsSink: ResponseSink {
     func whenWritten(_ bytes: Int, _ callback: @escaping @Sendable () -> Void) { inner.whenWritten(bytes, callback) }
 }
 
-/// The encoding of every stats document (/stats, /stats/history, the status page's embedded data): keys sorted,
-/// numbers that are not finite as "+Inf", "-Inf" and "NaN" (a histogram's last bound), "{}" if encoding fails.
-enum StatsJSON {
-    static func encode<Value: Encodable>(_ value: Value, _ formatting: JSONEncoder.OutputFormatting = []) -> Data {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = formatting.union(.sortedKeys)
-        encoder.nonConformingFloatEncodingStrategy = .convertToString(positiveInfinity: "+Inf", negativeInfinity: "-Inf", nan: "NaN")
-        return (try? encoder.encode(value)) ?? Data("{}".utf8)
-    }
-}

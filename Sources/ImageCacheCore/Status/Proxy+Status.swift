@@ -1,5 +1,6 @@
-// The status page and the history behind it (Proxy+Admin.swift's rules decide who may ask):
-//   GET /_imagecached/ and /_imagecached/status   the page (StatusPage.swift): figures rendered here, charts drawn by its
+// The status page and the history behind it (Proxy+Admin.swift's rules decide who may ask); the documents and the page
+// are ImageCacheStatus's pure values and renderers, this file is the proxy's side (the snapshot, the queues):
+//   GET /_imagecached/ and /_imagecached/status   the page (StatusPage.swift): figures rendered there, charts drawn by its
 //                                                 own script, which polls the two JSON documents every status-refresh
 //   GET /_imagecached                             301 to /_imagecached/
 //   GET /_imagecached/stats/history[?since=T]     the history (StatsHistory.swift): samples ending after T (seconds
@@ -9,6 +10,7 @@
 // functions of the values read).
 
 internal import ImageCacheHTTP
+internal import ImageCacheStatus
 internal import ImageCacheServer
 internal import ImageCacheStore
 internal import ImageCacheConfig
@@ -21,12 +23,8 @@ extension Proxy {
     func statsSnapshot() -> DaemonStats {
         dispatchPrecondition(condition: .onQueue(queue))
         let pool = renditions.pool
-        let cache = renditions.pixelCache.stats
-        return metrics.snapshot(memory: memory, memoryLimitBytes: memory.limitBytes, disk: disk,
-                                fetchesInFlight: inFlight.count,
-                                transformQueue: (pool.workers, pool.running, pool.queued),
-                                pixelCache: .init(bytes: cache.bytes, limitBytes: renditions.pixelCache.limitBytes, entries: cache.entries,
-                                                  hits: cache.hits, misses: cache.misses, evictions: cache.evictions),
+        return metrics.snapshot(memory: memory.stats, disk: disk?.stats, fetchesInFlight: inFlight.count,
+                                transformQueue: (pool.workers, pool.running, pool.queued), pixelCache: renditions.pixelCache.stats,
                                 inFlight: inFlight.summaries)
     }
 

@@ -3,6 +3,7 @@ import Foundation
 @testable import ImageCacheStore
 @testable import ImageCacheCore
 import Testing
+import ImageCacheStatus
 
 /// The cache decision as a table: what is stored, what the request says, how old the entry is -> what happens.
 @Suite("CacheDecision", .timeLimit(.minutes(1)))

@@ -1,4 +1,5 @@
 import Foundation
+import ImageCacheStatus
 @testable import ImageCacheHTTP
 @testable import ImageCacheStore
 import Logging

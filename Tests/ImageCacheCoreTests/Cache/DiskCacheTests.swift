@@ -5,6 +5,7 @@ import Foundation
 import Logging
 import Synchronization
 import Testing
+import ImageCacheStatus
 import ImageCacheTestSupport
 
 @Suite("DiskCache", .timeLimit(.minutes(1)))

@@ -7,6 +7,7 @@ import Synchronization
 @testable import ImageCacheHTTP
 @testable import ImageCacheStore
 import Testing
+import ImageCacheStatus
 import ImageCacheSystem
 
 enum VariantFixture {

@@ -3,6 +3,7 @@ import Testing
 import Synchronization
 @testable import ImageCacheConfig
 @testable import ImageCacheStore
+@testable import ImageCacheStatus
 @testable import ImageCacheCore
 @testable import ImageCacheOps
 import ImageCacheSystem
@@ -110,7 +111,7 @@ struct OpsTests {
         var fetches = (1...25).map { DaemonStats.InFlightFetch(url: "http://o/\($0)", kind: "fetch", waiters: $0, receivedBytes: 0, seconds: 1) }
         fetches.append(.init(url: "http://o/old", kind: "transform", waiters: 25, receivedBytes: 0, seconds: 9))
         // When
-        let stats = ProxyMetrics().snapshot(memory: MemoryCache(limitBytes: 1000, objectLimitBytes: 100), memoryLimitBytes: 1000, disk: nil,
+        let stats = ProxyMetrics().snapshot(memory: MemoryCache(limitBytes: 1000, objectLimitBytes: 100).stats, disk: nil,
                                             fetchesInFlight: fetches.count, inFlight: fetches.shuffled())
         // Then
         let listed = stats.inFlightFetches ?? []
@@ -132,7 +133,7 @@ struct OpsTests {
             metrics.error(index == 21 ? "upstream_timeout" : "refused_404", status: index == 21 ? nil : 404, reason: reason,
                           target: "/image/\(index).png")
         }
-        let stats = metrics.snapshot(memory: MemoryCache(limitBytes: 1000, objectLimitBytes: 100), memoryLimitBytes: 1000, disk: nil, fetchesInFlight: 0)
+        let stats = metrics.snapshot(memory: MemoryCache(limitBytes: 1000, objectLimitBytes: 100).stats, disk: nil, fetchesInFlight: 0)
         // Then
         let records = stats.recentErrors ?? []
         #expect(records.count == ProxyMetrics.recentErrorLimit && records.count == 20)
@@ -154,7 +155,7 @@ struct OpsTests {
         metrics.upstreamFinished(host: "cdn.example", result: "ok", seconds: 0.2, bytes: 10)
         metrics.error("refused_403", status: 403, reason: "no", target: "/x")
         // When
-        let stats = metrics.snapshot(memory: MemoryCache(limitBytes: 1000, objectLimitBytes: 100), memoryLimitBytes: 1000, disk: nil, fetchesInFlight: 0)
+        let stats = metrics.snapshot(memory: MemoryCache(limitBytes: 1000, objectLimitBytes: 100).stats, disk: nil, fetchesInFlight: 0)
         let text = stats.prometheusText
         // Then
         for line in ["imagecached_requests_total{outcome=\"hit\"} 2", "imagecached_served_bytes_total{outcome=\"hit\"} 100",

@@ -2,6 +2,7 @@ import Testing
 @testable import ImageCacheHTTP
 @testable import ImageCacheConfig
 @testable import ImageCacheStore
+@testable import ImageCacheStatus
 @testable import ImageCacheCore
 
 @Suite("Routing: three ways in, one cache key", .timeLimit(.minutes(1)))

@@ -1,6 +1,7 @@
 import Foundation
 import Synchronization
 import Testing
+import ImageCacheStatus
 import ImageCacheTestSupport
 @testable import ImageCacheTransform
 import ImageCacheSystem
@@ -53,7 +54,7 @@ struct PixelCacheTests {
         // Then the least recently used (b) went; the total stays within the limit
         #expect(cache.lookup(bKey) == nil)
         #expect(cache.lookup(a) != nil && cache.lookup(c) != nil)
-        #expect(cache.stats == .init(bytes: s + b, entries: 2, hits: 3, misses: 1, evictions: 1))
+        #expect(cache.stats == .init(bytes: s + b, limitBytes: s + b + s / 2, entries: 2, hits: 3, misses: 1, evictions: 1))
         // ... exactly at the limit an entry is kept; one byte over, not at all
         let exact = PixelCache(limitBytes: b), under = PixelCache(limitBytes: b - 1)
         exact.insert(c, big)

@@ -3,6 +3,7 @@
 import Foundation
 import Logging
 import Testing
+import ImageCacheStatus
 @testable import ImageCacheHTTP
 @testable import ImageCacheConfig
 @testable import ImageCacheServer
@@ -190,7 +191,7 @@ struct FetchTests {
         let expired = try ask { $0.respond(FetchTests.imageHead([("ETag", "\"v2\"")]), body: FetchTests.png) }
         let bypass = try ask([("Authorization", "Bearer x")]) { $0.respond(FetchTests.imageHead(), body: FetchTests.png) }
         #expect([stale, revalidated, expired, bypass].map { $0.header("X-Cache") } == ["STALE", "REVALIDATED", "EXPIRED", "BYPASS"])
-        let requests = proxy.metrics.snapshot(memory: proxy.memory, memoryLimitBytes: 1, disk: nil, fetchesInFlight: 0).requests
+        let requests = proxy.metrics.snapshot(memory: proxy.memory.stats, disk: nil, fetchesInFlight: 0).requests
         #expect(requests.filter { $0.value > 0 } == ["stale": 1, "revalidated": 1, "expired": 1, "bypass": 1])
     }
 
@@ -226,7 +227,7 @@ struct FetchTests {
         proxy.handle(FetchTests.request(url.string), body: [], client: FetchTests.client, sink: next)
         #expect(next.waitForEnd() && next.header("X-Cache") == "HIT" && next.body == Array(changed))
         #expect(origin.fetchCount == 1)
-        let requests = proxy.metrics.snapshot(memory: proxy.memory, memoryLimitBytes: 1, disk: nil, fetchesInFlight: 0).requests
+        let requests = proxy.metrics.snapshot(memory: proxy.memory.stats, disk: nil, fetchesInFlight: 0).requests
         #expect(requests.filter { $0.value > 0 } == ["stale": 5, "hit": 1])
     }
 

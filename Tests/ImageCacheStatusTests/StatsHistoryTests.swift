@@ -1,6 +1,6 @@
 import Foundation
 import Testing
-@testable import ImageCacheCore
+@testable import ImageCacheStatus
 
 @Suite("StatsHistory: the status page's time series, a fixed-size ring of differences", .timeLimit(.minutes(1)))
 struct StatsHistoryTests {
@@ -49,7 +49,7 @@ struct StatsHistoryTests {
         before.requests = ["hit": 10, "miss": 5]
         before.coalescing.waitersPerFetch = .init(buckets: [], count: 4, sum: 9)
         before.errors = ["refused_404": 2]
-        before.disk = .init(bytes: 100, entries: 1, limitBytes: 1000, evictions: 1, expired: 1)
+        before.disk = .init(bytes: 100, entries: 1, limitBytes: 1000, evicted: 1, expired: 1)
         var transformsBefore = DaemonStats.Transforms()
         transformsBefore.results = ["webp": ["ok": 3]]
         transformsBefore.seconds = .init(buckets: [.init(le: 0.01, count: 1), .init(le: 0.1, count: 3), .init(le: .infinity, count: 3)],
@@ -59,7 +59,7 @@ struct StatsHistoryTests {
         after.requests = ["hit": 14, "miss": 5, "coalesced": 2]
         after.coalescing.waitersPerFetch = .init(buckets: [], count: 5, sum: 12)
         after.errors = ["refused_404": 3, "upstream_timeout": 1]
-        after.disk = .init(bytes: 300, entries: 3, limitBytes: 1000, evictions: 2, expired: 3)
+        after.disk = .init(bytes: 300, entries: 3, limitBytes: 1000, evicted: 2, expired: 3)
         after.upstream.inFlight = 2
         var transformsAfter = transformsBefore
         transformsAfter.results = ["webp": ["ok": 5], "avif": ["ok": 1, "max_megapixels": 1]]
@@ -99,20 +99,6 @@ struct StatsHistoryTests {
         after.upstream.transfers = ["ok": 5, "not_modified": 4, "cancelled": 3, "restarted": 2, "timeout": 1, "connect": 1]
         let sample = HistorySample.between(DaemonStats(), after, start: Self.start, end: Self.start.addingTimeInterval(10))
         #expect(sample.upstreamTransfers == 16 && sample.upstreamFailures == 2)
-    }
-
-    @Test("?since takes a finite number of seconds; anything else is refused", arguments: [
-        (nil, .some(nil)), ("", .some(nil)), ("since=1800000000", .some(1_800_000_000)), ("since=1e3", .some(1000)),
-        ("since=", nil), ("since=nan", nil), ("since=inf", nil), ("since=soon", nil), ("from=1", nil), ("since=1&since=2", nil),
-        ("since=1&x=2", nil),
-    ] as [(String?, Double??)])
-    func sinceQuery(query: String?, expected: Double??) {
-        switch Proxy.historySince(query) {
-        case let .success(since): #expect(expected == .some(since), "\(query ?? "nil")")
-        case let .failure(error):
-            #expect(expected == nil, "\(query ?? "nil")")
-            #expect(error.description.contains("?since=<seconds since 1970>"))
-        }
     }
 
     @Test("the document keeps the samples after ?since, and the interval in progress counts from the last sample to now")

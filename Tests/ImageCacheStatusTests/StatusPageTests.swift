@@ -4,8 +4,8 @@
 
 import Foundation
 import Testing
-@testable import ImageCacheHTTP
-@testable import ImageCacheCore
+import ImageCacheHTTP
+@testable import ImageCacheStatus
 
 @Suite("StatusPage", .timeLimit(.minutes(1)))
 struct StatusPageTests {
@@ -18,6 +18,7 @@ struct StatusPageTests {
         var stats = DaemonStats()
         stats.version = "1.4.0"
         stats.uptimeSeconds = 93784.25
+        stats.time = 1_764_150_034.5
         stats.requests = ["hit": 9000, "disk_hit": 500, "stale": 20, "miss": 400, "coalesced": 60, "revalidated": 15,
                           "expired": 3, "bypass": 2, "pass": 1, "error": 7]
         stats.servedBytes = ["hit": 900_000_000, "disk_hit": 50_000_000, "stale": 2_000_000, "miss": 40_000_000,
@@ -27,7 +28,7 @@ struct StatusPageTests {
         stats.upstream.inFlight = 3
         stats.coalescing.waitersPerFetch = .init(buckets: [.init(le: 1, count: 400), .init(le: .infinity, count: 420)], count: 420, sum: 480.4)
         stats.memory = .init(bytes: 200 << 20, entries: 1234, limitBytes: 256 << 20, evictions: 77)
-        stats.disk = .init(bytes: 3 << 30, entries: 40_000, limitBytes: 10 << 30, evictions: 12, expired: 4)
+        stats.disk = .init(bytes: 3 << 30, entries: 40_000, limitBytes: 10 << 30, evicted: 12, expired: 4)
         stats.errors = ["upstream_timeout": 5, "refused_404": 2]
         stats.topHosts = [HostStats(host: "images.\(text).example", transfers: 300, bytes: 30_000_000),
                           HostStats(host: "cdn.example.org", transfers: 115, bytes: 18_000_000)]
@@ -103,7 +104,117 @@ struct StatusPageTests {
         #expect(html.contains(#"data-stat="requests.total" data-unit="count" data-value="10008">10,008</span>"#))
         #expect(html.contains(#">95.3%</span>"#))
         #expect(html.contains(#"data-value="93784.25">1d 2h</span>"#))
-        #expect(StatusPage.Format.bytes(1023) == "1,023 B" && StatusPage.Format.bytes(1536) == "1.5 KiB")
+        #expect(StatusFormat.bytes(1023) == "1,023 B" && StatusFormat.bytes(1536) == "1.5 KiB")
+    }
+
+    /// The `display` of a stats document, as the page's script reads it.
+    struct Display: Decodable, Equatable {
+        struct Shown: Decodable, Equatable {
+            var text: String
+            var value: String
+        }
+        var figures: [String: Shown]
+        var time: StatusView.Cell
+        var tables: [String: [[StatusView.Cell]]]
+        var gauges: [String: StatusView.Gauge]
+    }
+
+    /// The `display` of a stats document's JSON.
+    static func display(ofStats json: [UInt8]) throws -> Display {
+        struct Document: Decodable { var display: Display }
+        return try JSONDecoder().decode(Document.self, from: Data(json)).display
+    }
+
+    /// HTML text back to what it says (the five characters `escape` writes as references).
+    static func unescape(_ html: String) -> String {
+        html.replacingOccurrences(of: "&lt;", with: "<").replacingOccurrences(of: "&gt;", with: ">")
+            .replacingOccurrences(of: "&quot;", with: "\"").replacingOccurrences(of: "&#39;", with: "'")
+            .replacingOccurrences(of: "&amp;", with: "&")
+    }
+
+    /// What the rendered HTML shows, read back as the script's `display` would carry it: figures by data-stat, the
+    /// tables' rows of cells, the last refresh.
+    static func shown(in html: String) throws -> (figures: [String: Display.Shown], tables: [String: [[StatusView.Cell]]], time: StatusView.Cell) {
+        var figures: [String: Display.Shown] = [:]
+        for match in html.matches(of: try Regex(#"<span data-stat="([^"]+)" data-unit="[a-z]+" data-value="([^"]+)">([^<]*)</span>"#)) {
+            let name = String(try #require(match.output[1].substring))
+            figures[name] = Display.Shown(text: unescape(String(try #require(match.output[3].substring))),
+                                          value: unescape(String(try #require(match.output[2].substring))))
+        }
+        var tables: [String: [[StatusView.Cell]]] = [:]
+        let cellPattern = try Regex(#"<td(?: class="([^"]*)")?>([\s\S]*?)</td>"#)
+        let timePattern = try Regex(#"^<time datetime="([^"]*)">([^<]*)</time>$"#)
+        let barPattern = try Regex(#"<rect class="bar-fill" width="([^"]*)""#)
+        for table in html.matches(of: try Regex(#"<table id="([^"]+)"[^>]*>[\s\S]*?<tbody>\n([\s\S]*?)</tbody>"#)) {
+            let id = String(try #require(table.output[1].substring))
+            var rows: [[StatusView.Cell]] = []
+            for row in String(try #require(table.output[2].substring)).split(separator: "\n") where row.hasPrefix("<tr>") {
+                rows.append(try String(row).matches(of: cellPattern).map { cell in
+                    let className = cell.output[1].substring.map { unescape(String($0)) }
+                    let content = String(try #require(cell.output[2].substring))
+                    if let bar = content.firstMatch(of: barPattern) {
+                        return StatusView.Cell(text: "", className: className, bar: unescape(String(try #require(bar.output[1].substring))))
+                    }
+                    if let time = content.firstMatch(of: timePattern) {
+                        return StatusView.Cell(text: unescape(String(try #require(time.output[2].substring))), className: className,
+                                               datetime: unescape(String(try #require(time.output[1].substring))))
+                    }
+                    return StatusView.Cell(text: unescape(content), className: className)
+                })
+            }
+            tables[id] = rows
+        }
+        let refresh = try #require(html.firstMatch(of: try Regex(#"<time id="last-refresh"(?: datetime="([^"]*)")?>([^<]*)</time>"#)))
+        let time = StatusView.Cell(text: unescape(String(try #require(refresh.output[2].substring))),
+                                   datetime: refresh.output[1].substring.map { unescape(String($0)) })
+        return (figures, tables, time)
+    }
+
+    @Test("the first render shows, element for element, the text the script puts there from /stats for the same stats", arguments: [
+        StatusPageTests.stats(), StatusPageTests.stats(text: StatusPageTests.hostile), DaemonStats(),
+    ])
+    func formattedOnce(stats: DaemonStats) throws {
+        // Given the page rendered for some stats, and the stats document /stats sends for the same stats
+        let html = Self.render(stats)
+        let display = try Self.display(ofStats: stats.json())
+        // When the figures, table cells and time the HTML shows are read back
+        let shown = try Self.shown(in: html)
+        // Then they are the display's: every figure's text and exact value, every row and cell, the time
+        #expect(shown.figures == display.figures)
+        #expect(shown.tables == display.tables)
+        #expect(shown.time == display.time)
+        // ... and the page's embedded stats carry the same display, from which the script draws the gauges at once
+        let embedded = try #require(Self.contents(of: html, between: #"<script type="application/json" id="initial-data">"#, and: "</script>").first)
+        struct Initial: Decodable { var stats: Stats; struct Stats: Decodable { var display: Display } }
+        #expect(try JSONDecoder().decode(Initial.self, from: Data(embedded.utf8)).stats.display == display)
+        #expect(Set(display.gauges.keys) == (stats.disk == nil ? ["gauge-memory"] : ["gauge-memory", "gauge-disk"]))
+    }
+
+    @Test("the script formats no number: the rules live in StatusFormat alone")
+    func scriptFormatsNoFigure() {
+        // Given / When the script's text
+        let script = StatusPage.script
+        // Then none of the formatting it once copied from Swift is left (the charts' axis labels are its own)
+        for gone in ["groupDigits", "formatBytes", "formatPercent", "formatDuration", "formatUnit", "swiftNumber", "figureValues", "tenths"] {
+            #expect(!script.contains(gone), "\(gone) is back in the script")
+        }
+        #expect(script.contains("state.display.figures") && script.contains("figure.text"))
+    }
+
+    @Test("the display's text: figures, table cells, gauges, the time in UTC")
+    func displayText() throws {
+        // Given / When
+        let display = try Self.display(ofStats: Self.stats().json())
+        // Then
+        #expect(display.figures["requests.total"] == .init(text: "10,008", value: "10008"))
+        #expect(display.figures["uptimeSeconds"] == .init(text: "1d 2h", value: "93784.25"))
+        #expect(display.figures["transforms.meanMilliseconds"] == .init(text: "33 ms", value: "33"))
+        #expect(display.time == StatusView.Cell(text: "09:40:34 UTC", datetime: "2025-11-26T09:40:34Z"))
+        #expect(display.tables["in-flight"]?.first?.map(\.text) == ["https://origin.example/plain.jpg", "fetch", "4", "64.0 KiB", "1.3 s"])
+        #expect(display.tables["top-hosts"]?.map { $0.last?.bar } == ["100.0", "38.3"])
+        #expect(display.tables["recent-errors"]?.first?.first == StatusView.Cell(text: "09:40:00 UTC", datetime: "2025-11-26T09:40:00Z"))
+        #expect(display.gauges["gauge-memory"] == .init(fraction: 200.0 / 256, level: "", text: "78.1%", note: "of 256.0 MiB"))
+        #expect(display.gauges["gauge-disk"] == .init(fraction: 0.3, level: "", text: "30.0%", note: "of 10.0 GiB"))
     }
 
     @Test("a URL, host, kind or reason carrying markup appears only escaped, in the tables and in the embedded JSON")

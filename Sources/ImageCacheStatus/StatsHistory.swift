@@ -87,8 +87,8 @@ public struct HistorySample: Sendable, Codable, Equatable {
         if let disk = to.disk {
             sample.diskBytes = disk.bytes
             sample.diskEntries = disk.entries
-            let before = from.disk.map { $0.evictions + ($0.expired ?? 0) } ?? 0
-            sample.diskEvictions = delta(disk.evictions + (disk.expired ?? 0), before)
+            let before = from.disk.map { $0.evicted + $0.expired } ?? 0
+            sample.diskEvictions = delta(disk.evicted + disk.expired, before)
         }
         sample.inFlight = to.upstream.inFlight
         if let transforms = to.transforms {
@@ -115,7 +115,7 @@ public struct HistorySample: Sendable, Codable, Equatable {
 
     /// The upper bound of the bucket holding the `fraction` quantile of the `count` observations made between two
     /// snapshots of one histogram (+Inf: above every bound, reported as the largest bound).
-    static func percentile(_ fraction: Double, of count: Int, now: Histogram.Snapshot, before: Histogram.Snapshot) -> Double? {
+    static func percentile(_ fraction: Double, of count: Int, now: HistogramSnapshot, before: HistogramSnapshot) -> Double? {
         let rank = Int((fraction * Double(count)).rounded(.up))
         for (index, bucket) in now.buckets.enumerated() {
             let earlier = index < before.buckets.count ? before.buckets[index].count : 0

@@ -9,9 +9,11 @@
 //             last sample>", relative URLs (the page is served at /_imagecached/ and /_imagecached/status), no-store,
 //             same-origin credentials; appends the new samples (at most `capacity` kept), redraws everything, then
 //             increments <html data-refreshes>. A failed poll shows "disconnected: <reason>" and is not a refresh.
-//   figures   `figureValues` mirrors StatusPage.figures(for:) name for name; data-value is written as Swift prints
-//             the number (`swiftNumber`), the text with the same rules as StatusPage.Format.
-// Owns: its own state object (the last stats and history), confined to the page's single thread.
+//   text      formats nothing: every figure, table cell, gauge label and the time come as text in the stats
+//             document's `display` (StatusView, formatted in Swift by StatusFormat, as the first render was), and
+//             are put in place as they are. The charts are drawn from the history's raw numbers; their axis labels
+//             are the only text made here (nothing in Swift draws a chart).
+// Owns: its own state object (the last display and history), confined to the page's single thread.
 // Data from the daemon (URLs, hosts, reasons) comes from hostile clients and origins: every DOM node is built with
 // createElement / createElementNS / textContent / setAttribute; no innerHTML, eval or Function.
 
@@ -42,131 +44,18 @@ extension StatusPage {
   const root = document.documentElement;
   const refreshMs = Math.max(0, Number(root.dataset.refreshMs) || 0);
   const initial = JSON.parse(document.getElementById("initial-data").textContent);
-  const state = { stats: initial.stats, history: initial.history, paused: false, polling: false, timer: 0 };
+  const state = { display: initial.stats.display, history: initial.history, paused: false, polling: false, timer: 0 };
 
-  // MARK: Formats (the rules of StatusPage.Format)
+  // MARK: Text (the daemon's, as it is)
 
-  const groupDigits = (value) => {
-    let digits = String(Math.abs(Math.trunc(value)));
-    let out = "";
-    while (digits.length > 3) {
-      out = "," + digits.slice(-3) + out;
-      digits = digits.slice(0, -3);
-    }
-    return (value < 0 ? "-" : "") + digits + out;
-  };
-  const tenths = (value) => {
-    const count = Math.round(value * 10);
-    return Math.trunc(count / 10) + "." + (count % 10);
-  };
-  const formatBytes = (value) => {
-    if (value < 1024) return groupDigits(Math.round(value)) + " B";
-    const units = ["KiB", "MiB", "GiB", "TiB", "PiB"];
-    let scaled = value / 1024;
-    let unit = 0;
-    while (scaled >= 1024 && unit < units.length - 1) {
-      scaled /= 1024;
-      unit += 1;
-    }
-    return tenths(scaled) + " " + units[unit];
-  };
-  const formatPercent = (ratio) => tenths(ratio * 100) + "%";
-  const formatDuration = (seconds) => {
-    const whole = Math.floor(Math.max(0, seconds));
-    const days = Math.floor(whole / 86400), hours = Math.floor(whole % 86400 / 3600);
-    const minutes = Math.floor(whole % 3600 / 60), rest = whole % 60;
-    if (days > 0) return days + "d " + hours + "h";
-    if (hours > 0) return hours + "h " + minutes + "m";
-    if (minutes > 0) return minutes + "m " + rest + "s";
-    return rest + "s";
-  };
-  const formatUnit = (unit, value) => {
-    switch (unit) {
-      case "bytes": return formatBytes(value);
-      case "ratio": return formatPercent(value);
-      case "duration": return formatDuration(value);
-      case "milliseconds": return groupDigits(value) + " ms";
-      default: return groupDigits(value);
-    }
-  };
-  const formatRate = (value) => {
-    if (value >= 1e6) return Number((value / 1e6).toFixed(2)) + "M/s";
-    if (value >= 1e3) return Number((value / 1e3).toFixed(2)) + "k/s";
-    if (value > 0 && value < 10) return Number(value.toFixed(2)) + "/s";
-    return Math.round(value) + "/s";
-  };
-  const two = (value) => (value < 10 ? "0" : "") + value;
-  const clock = (time, seconds) => {
-    const date = new Date(time * 1000);
-    return two(date.getHours()) + ":" + two(date.getMinutes()) + (seconds ? ":" + two(date.getSeconds()) : "");
-  };
-  // A number as Swift's String(describing:) prints it: a Double always with a fraction or an exponent ("0.0",
-  // "1e-05", "1e+16"), in its shortest round-trip digits (the same digits JavaScript picks).
-  const swiftNumber = (value, isDouble) => {
-    if (!isDouble) return String(value);
-    if (Number.isNaN(value)) return "nan";
-    if (!Number.isFinite(value)) return value > 0 ? "inf" : "-inf";
-    const [mantissa, exponentText] = value.toExponential().split("e");
-    const exponent = Number(exponentText);
-    if (value !== 0 && (exponent < -4 || exponent >= 16)) {
-      const magnitude = Math.abs(exponent);
-      return mantissa + "e" + (exponent < 0 ? "-" : "+") + (magnitude < 10 ? "0" : "") + magnitude;
-    }
-    const text = String(value);
-    return text.includes(".") ? text : text + ".0";
-  };
-
-  // MARK: Figures (the names of StatusPage.figures(for:))
-
-  const sumValues = (object) => Object.values(object || {}).reduce((sum, value) => sum + value, 0);
-  const sumOf = (object, names) => names.reduce((sum, name) => sum + ((object || {})[name] || 0), 0);
-
-  const figureValues = (stats, history) => {
-    const values = new Map();
-    const int = (name, value) => values.set(name, { value, isDouble: false });
-    const double = (name, value) => values.set(name, { value, isDouble: true });
-    const requests = sumValues(stats.requests);
-    const served = sumValues(stats.servedBytes);
-    const fromCacheBytes = sumOf(stats.servedBytes, history.fromCache);
-    double("uptimeSeconds", stats.uptimeSeconds);
-    int("requests.total", requests);
-    double("hitRatio", requests === 0 ? 0 : sumOf(stats.requests, history.fromCache) / requests);
-    double("byteHitRatio", served === 0 ? 0 : fromCacheBytes / served);
-    int("servedBytes.total", served);
-    int("servedBytes.fromCache", fromCacheBytes);
-    int("upstream.bytes", stats.upstream.bytes);
-    int("upstream.transfers", sumValues(stats.upstream.transfers));
-    int("upstream.inFlight", stats.upstream.inFlight);
-    int("errors.total", sumValues(stats.errors));
-    for (const outcome of history.outcomes) int("requests." + outcome, (stats.requests || {})[outcome] || 0);
-    const fetches = stats.coalescing.waitersPerFetch.count;
-    const waiters = Math.round(stats.coalescing.waitersPerFetch.sum);
-    int("coalescing.fetches", fetches);
-    int("coalescing.waiters", waiters);
-    int("coalescing.saved", waiters - fetches);
-    for (const name of ["memory", "disk"]) {
-      const tier = stats[name];
-      if (!tier) continue;
-      int(name + ".bytes", tier.bytes);
-      int(name + ".limitBytes", tier.limitBytes);
-      int(name + ".entries", tier.entries);
-      int(name + ".evictions", tier.evictions);
-    }
-    if (stats.transforms) {
-      int("transforms.total", Object.values(stats.transforms.results).reduce((sum, results) => sum + sumValues(results), 0));
-      const seconds = stats.transforms.seconds;
-      if (seconds.count > 0) int("transforms.meanMilliseconds", Math.round(seconds.sum / seconds.count * 1000));
-    }
-    return values;
-  };
-
+  // Each figure's text and exact value, by the name in its data-stat.
   const updateFigures = () => {
-    const values = figureValues(state.stats, state.history);
+    const figures = state.display.figures;
     for (const element of document.querySelectorAll("[data-stat]")) {
-      const figure = values.get(element.dataset.stat);
+      const figure = figures[element.dataset.stat];
       if (!figure) continue;
-      element.dataset.value = swiftNumber(figure.value, figure.isDouble);
-      element.textContent = formatUnit(element.dataset.unit, figure.value);
+      element.dataset.value = figure.value;
+      element.textContent = figure.text;
     }
   };
 
@@ -178,25 +67,28 @@ extension StatusPage {
     if (text !== undefined) element.textContent = text;
     return element;
   };
-  const cell = (content, className) => {
-    const td = document.createElement("td");
-    if (className) td.className = className;
-    if (content instanceof Node) td.append(content);
-    else td.textContent = content;
-    return td;
-  };
-  const timeElement = (time) => {
-    const element = document.createElement("time");
-    element.dateTime = new Date(time * 1000).toISOString();
-    element.textContent = clock(time, true);
-    return element;
-  };
-  const bar = (fraction) => {
+  // A bar `width` percent full (the daemon's number, as the first render wrote it).
+  const bar = (width) => {
     const svg = svgElement("svg", { class: "bar", viewBox: "0 0 100 8", preserveAspectRatio: "none", "aria-hidden": "true" });
-    const width = Math.min(1, Math.max(0, fraction)) * 100;
     svg.append(svgElement("rect", { class: "bar-track", width: 100, height: 8 }),
-      svgElement("rect", { class: "bar-fill", width: width.toFixed(1), height: 8 }));
+      svgElement("rect", { class: "bar-fill", width: width, height: 8 }));
     return svg;
+  };
+  // A table cell from the daemon's: its text, a <time> (`datetime`), or a bar (`bar`); StatusPage.cell in HTML.
+  const cell = (spec) => {
+    const td = document.createElement("td");
+    if (spec.class) td.className = spec.class;
+    if (spec.bar !== undefined) {
+      td.append(bar(spec.bar));
+    } else if (spec.datetime !== undefined) {
+      const time = document.createElement("time");
+      time.dateTime = spec.datetime;
+      time.textContent = spec.text;
+      td.append(time);
+    } else {
+      td.textContent = spec.text;
+    }
+    return td;
   };
   const fillTable = (id, rows) => {
     const table = document.getElementById(id);
@@ -205,7 +97,7 @@ extension StatusPage {
     if (rows.length === 0) {
       const tr = document.createElement("tr");
       tr.className = "empty";
-      const td = cell(table.dataset.empty || "None.");
+      const td = cell({ text: table.dataset.empty || "None." });
       td.colSpan = table.tHead.rows[0].cells.length;
       tr.append(td);
       body.replaceChildren(tr);
@@ -213,37 +105,12 @@ extension StatusPage {
     }
     body.replaceChildren(...rows.map((cells) => {
       const tr = document.createElement("tr");
-      tr.append(...cells);
+      tr.append(...cells.map(cell));
       return tr;
     }));
   };
-
   const updateTables = () => {
-    const stats = state.stats;
-    fillTable("in-flight", (stats.inFlightFetches || []).map((fetch) => [
-      cell(fetch.url, "url"), cell(fetch.kind), cell(groupDigits(fetch.waiters), "num"),
-      cell(formatBytes(fetch.receivedBytes), "num"), cell(tenths(fetch.seconds) + " s", "num"),
-    ]));
-    const hosts = stats.topHosts || [];
-    const most = Math.max(1, ...hosts.map((host) => host.transfers));
-    fillTable("top-hosts", hosts.map((host) => [
-      cell(host.host, "url"), cell(groupDigits(host.transfers), "num"), cell(formatBytes(host.bytes), "num"),
-      cell(bar(host.transfers / most), "bar-cell"),
-    ]));
-    fillTable("recent-errors", (stats.recentErrors || []).map((error) => [
-      cell(timeElement(error.time)), cell(error.kind), cell(error.status == null ? "–" : String(error.status), "num"),
-      cell(error.reason, "reason"), cell(error.target, "url"),
-    ]));
-    if (stats.transforms) {
-      const rows = [];
-      for (const format of Object.keys(stats.transforms.results).sort()) {
-        const results = stats.transforms.results[format];
-        for (const result of Object.keys(results).sort()) {
-          rows.push([cell(format), cell(result), cell(groupDigits(results[result]), "num")]);
-        }
-      }
-      fillTable("transforms", rows);
-    }
+    for (const [id, rows] of Object.entries(state.display.tables)) fillTable(id, rows);
   };
 
   // MARK: Gauges
@@ -254,20 +121,46 @@ extension StatusPage {
     const x = 60 + 48 * Math.cos(angle), y = 62 - 48 * Math.sin(angle);
     return "M 12 62 A 48 48 0 0 1 " + x.toFixed(2) + " " + y.toFixed(2);
   };
-  const drawGauge = (id, tier) => {
+  // A tier's gauge from the daemon's: the arc from `fraction`, its `level` class, its text and note as they are.
+  const drawGauge = (id, gauge) => {
     const svg = document.getElementById(id);
-    if (!svg || !tier) return;
-    const fraction = tier.limitBytes > 0 ? tier.bytes / tier.limitBytes : 0;
-    const level = fraction >= 0.98 ? " full" : fraction >= 0.85 ? " high" : "";
+    if (!svg) return;
     svg.replaceChildren(svgElement("path", { class: "gauge-track", d: arc(1) }));
-    if (fraction > 0) svg.append(svgElement("path", { class: "gauge-fill" + level, d: arc(fraction) }));
+    if (gauge.fraction > 0) svg.append(svgElement("path", { class: "gauge-fill" + (gauge.level ? " " + gauge.level : ""), d: arc(gauge.fraction) }));
     svg.append(
-      svgElement("text", { class: "gauge-value", x: 60, y: 58, "text-anchor": "middle" },
-        tier.limitBytes > 0 ? formatPercent(fraction) : "no limit"),
-      svgElement("text", { class: "gauge-note", x: 60, y: 70, "text-anchor": "middle" }, "of " + formatBytes(tier.limitBytes)));
+      svgElement("text", { class: "gauge-value", x: 60, y: 58, "text-anchor": "middle" }, gauge.text),
+      svgElement("text", { class: "gauge-note", x: 60, y: 70, "text-anchor": "middle" }, gauge.note));
+  };
+  const drawGauges = () => {
+    for (const [id, gauge] of Object.entries(state.display.gauges)) drawGauge(id, gauge);
   };
 
   // MARK: Charts
+
+  // Axis labels: the charts' own text (the daemon draws no chart). Times in UTC, as every time the daemon writes.
+  const two = (value) => (value < 10 ? "0" : "") + value;
+  const axisClock = (time, seconds) => {
+    const date = new Date(time * 1000);
+    return two(date.getUTCHours()) + ":" + two(date.getUTCMinutes()) + (seconds ? ":" + two(date.getUTCSeconds()) : "");
+  };
+  const axisPercent = (value) => Math.round(value * 100) + "%";
+  const axisRate = (value) => {
+    if (value >= 1e6) return Number((value / 1e6).toFixed(2)) + "M/s";
+    if (value >= 1e3) return Number((value / 1e3).toFixed(2)) + "k/s";
+    if (value > 0 && value < 10) return Number(value.toFixed(2)) + "/s";
+    return Math.round(value) + "/s";
+  };
+  // Ticks are multiples of a power of 1024 (`binary`): 512 B/s, 1.5 KiB/s, 2 MiB/s.
+  const axisBytesPerSecond = (value) => {
+    const units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let unit = 0;
+    while (value >= 1024 && unit < units.length - 1) {
+      value /= 1024;
+      unit += 1;
+    }
+    return Number(value.toFixed(1)) + " " + units[unit] + "/s";
+  };
+  const axisMilliseconds = (value) => Math.round(value) + " ms";
 
   // Charts are drawn in CSS pixels (the viewBox is the element's width), so that their text keeps its size on a phone.
   const PAD = { left: 72, right: 14, top: 12, bottom: 26 };
@@ -277,13 +170,12 @@ extension StatusPage {
     for (const step of [1, 2, 2.5, 5, 10]) if (step * power >= value) return step * power;
     return 10 * power;
   };
-  // Ticks on the time axis at round local times: about five across the span.
+  // Ticks on the time axis at round times (UTC): about five across the span.
   const timeTicks = (start, end, most) => {
     const steps = [10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400];
     const step = steps.find((candidate) => (end - start) / candidate <= most) || 86400;
-    const east = -new Date(end * 1000).getTimezoneOffset() * 60;
     const ticks = [];
-    for (let t = Math.ceil((start + east) / step) * step - east; t <= end; t += step) ticks.push(t);
+    for (let t = Math.ceil(start / step) * step; t <= end; t += step) ticks.push(t);
     return { ticks, seconds: step < 60 };
   };
   // The samples to draw: the recorded ones inside the window, a break (a point with no values) wherever samples are
@@ -304,6 +196,8 @@ extension StatusPage {
     return list;
   };
   const perSecond = (value, point) => (point.seconds > 0 ? value / point.seconds : null);
+  const sumValues = (object) => Object.values(object || {}).reduce((sum, value) => sum + value, 0);
+  const sumOf = (object, names) => names.reduce((sum, name) => sum + ((object || {})[name] || 0), 0);
 
   // series: [{ className, values: [number | null per point] }]; options: { stacked, yMax, minTop, binary, format }.
   const drawChart = (id, list, series, options) => {
@@ -340,7 +234,7 @@ extension StatusPage {
     for (const t of axis.ticks) {
       svg.append(
         svgElement("line", { class: "axis", x1: x(t), x2: x(t), y1: PAD.top + plotHeight, y2: PAD.top + plotHeight + 4 }),
-        svgElement("text", { x: x(t), y: H - 8, "text-anchor": "middle" }, clock(t, axis.seconds)));
+        svgElement("text", { x: x(t), y: H - 8, "text-anchor": "middle" }, axisClock(t, axis.seconds)));
     }
     svg.append(svgElement("line", { class: "axis", x1: PAD.left, x2: W - PAD.right, y1: PAD.top + plotHeight, y2: PAD.top + plotHeight }));
     if (list.length === 0) {
@@ -393,19 +287,19 @@ extension StatusPage {
     drawChart("chart-hit-ratio", list, [
       { className: "c0", values: list.map((point) => ratio(point.requests, history.fromCache)) },
       { className: "c5", values: list.map((point) => ratio(point.servedBytes, history.fromCache)) },
-    ], { yMax: 1, format: (value) => Math.round(value * 100) + "%" });
+    ], { yMax: 1, format: axisPercent });
     drawChart("chart-requests", list, history.outcomes.map((outcome, index) => ({
       className: "c" + (index % 10),
       values: list.map((point) => perSecond((point.requests || {})[outcome] || 0, point)),
-    })), { stacked: true, minTop: 1, format: formatRate });
+    })), { stacked: true, minTop: 1, format: axisRate });
     drawChart("chart-bytes", list, [
       { className: "c0", values: list.map((point) => perSecond(sumOf(point.servedBytes, history.fromCache), point)) },
       { className: "c3", values: list.map((point) => perSecond(point.upstreamBytes, point)) },
-    ], { minTop: 1024, binary: true, format: (value) => formatBytes(value).replace(/\.0 /, " ") + "/s" });
+    ], { minTop: 1024, binary: true, format: axisBytesPerSecond });
     drawChart("chart-transform-latency", list, [
       { className: "c5", values: list.map((point) => point.transformMeanMilliseconds ?? null) },
       { className: "c9", values: list.map((point) => point.transformP95Milliseconds ?? null) },
-    ], { minTop: 10, format: (value) => groupDigits(Math.round(value)) + " ms" });
+    ], { minTop: 10, format: axisMilliseconds });
   };
 
   // Redrawn at the new width when the window is resized (once per frame).
@@ -422,14 +316,14 @@ extension StatusPage {
   const connection = document.getElementById("connection");
   const lastRefresh = document.getElementById("last-refresh");
 
+  // The live state's text is the daemon's (data-live-text), or "paused".
   const showLive = () => {
     if (refreshMs === 0) {
       root.dataset.live = "off";
-      liveState.textContent = "static: live updates are off";
       return;
     }
     root.dataset.live = state.paused ? "paused" : "live";
-    liveState.textContent = state.paused ? "paused" : "live, every " + tenths(refreshMs / 1000).replace(/\.0$/, "") + " s";
+    liveState.textContent = state.paused ? "paused" : liveState.dataset.liveText;
     toggle.textContent = state.paused ? "Resume" : "Pause";
     toggle.setAttribute("aria-pressed", String(state.paused));
   };
@@ -447,11 +341,12 @@ extension StatusPage {
   const render = () => {
     updateFigures();
     updateTables();
-    drawGauge("gauge-memory", state.stats.memory);
-    drawGauge("gauge-disk", state.stats.disk);
+    drawGauges();
     drawCharts();
-    lastRefresh.dateTime = new Date(state.history.now * 1000).toISOString();
-    lastRefresh.textContent = clock(state.history.now, true);
+    const time = state.display.time;
+    if (time.datetime !== undefined) lastRefresh.dateTime = time.datetime;
+    else lastRefresh.removeAttribute("datetime");
+    lastRefresh.textContent = time.text;
   };
 
   // MARK: Polling
@@ -498,7 +393,7 @@ extension StatusPage {
         return;
       }
       if (state.paused) return;
-      state.stats = update.stats;
+      state.display = update.stats.display;
       state.history = update.history;
       showConnected();
       render();

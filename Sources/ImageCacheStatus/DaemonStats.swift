@@ -1,0 +1,196 @@
+// DaemonStats: the /_imagecached/stats document (also what `imagecached stats` reads and the status page polls), and
+// the encoding every stats document shares (StatsJSON). Pure values: ProxyMetrics (ImageCacheCore) fills one from
+// its counters and the tiers' own stats structs, on the proxy queue; everything here reads it on any queue.
+
+public import Foundation
+
+/// Upstream traffic to one host.
+public struct HostStats: Sendable, Codable, Equatable {
+    public var host: String
+    public var transfers = 0
+    public var bytes = 0
+
+    package init(host: String, transfers: Int = 0, bytes: Int = 0) {
+        (self.host, self.transfers, self.bytes) = (host, transfers, bytes)
+    }
+}
+
+/// A histogram's cumulative buckets, count and sum as read at one moment (ProxyMetrics' `Histogram.snapshot`).
+package struct HistogramSnapshot: Sendable, Codable, Equatable {
+    /// (upper bound, cumulative count); the last bound is +Inf.
+    package var buckets: [Bucket]
+    package var count: Int
+    package var sum: Double
+    package struct Bucket: Sendable, Codable, Equatable {
+        package var le: Double
+        package var count: Int
+        package init(le: Double, count: Int) { (self.le, self.count) = (le, count) }
+    }
+    package init(buckets: [Bucket], count: Int, sum: Double) { (self.buckets, self.count, self.sum) = (buckets, count, sum) }
+    /// No observations.
+    package static let empty = HistogramSnapshot(buckets: [], count: 0, sum: 0)
+}
+
+/// The /_imagecached/stats document (also what `imagecached stats` reads).
+public struct DaemonStats: Sendable, Codable, Equatable {
+    public struct Upstream: Sendable, Codable, Equatable {
+        /// Transfers ended, by result ("ok" or an error kind).
+        public var transfers: [String: Int] = [:]
+        /// Body bytes received from origins.
+        public var bytes = 0
+        package var seconds = HistogramSnapshot.empty
+        /// Fetches (upstream or disk) in flight now.
+        public var inFlight = 0
+        /// Transfers paused for backpressure since start.
+        public var paused = 0
+        /// Bytes of bodies in flight now (see ProxyMetrics.inFlightBytes).
+        public var inFlightBytes = 0
+        public var count: Int { seconds.count }
+        public var totalSeconds: Double { seconds.sum }
+    }
+    public struct Coalescing: Sendable, Codable, Equatable {
+        package var waitersPerFetch = HistogramSnapshot.empty
+        /// Fetches finished and the clients they served.
+        public var fetches: Int { waitersPerFetch.count }
+        public var waiters: Int { Int(waitersPerFetch.sum.rounded()) }
+    }
+    public var version = ""
+    public var uptimeSeconds = 0.0
+    /// When the counters were read, seconds since 1970 (the daemon's wall clock; absent in documents from daemons
+    /// before it).
+    public var time: Double?
+    /// Requests by outcome (hit, disk_hit, stale, miss, coalesced, revalidated, expired, bypass, pass, error).
+    public var requests: [String: Int] = [:]
+    /// Body bytes written to clients, by outcome.
+    public var servedBytes: [String: Int] = [:]
+    public var upstream = Upstream()
+    public var coalescing = Coalescing()
+    /// The tiers, as they count themselves (MemoryCache.stats, DiskCache.stats); no disk tier: nil.
+    public var memory = MemoryCacheStats()
+    public var disk: DiskCacheStats?
+    /// Errors by kind.
+    public var errors: [String: Int] = [:]
+    /// Hosts with the most upstream transfers.
+    public var topHosts: [HostStats] = []
+    public var prefetched = 0
+    public var reloads = 0
+    public var reloadFailures = 0
+    /// Image transforms (absent in documents from daemons without them).
+    public var transforms: Transforms?
+    /// The fetches and transforms in flight now, the most waited-on first (at most `ProxyMetrics.inFlightListLimit`).
+    public var inFlightFetches: [InFlightFetch]?
+    /// The last errors, newest first (at most `ProxyMetrics.recentErrorLimit`).
+    public var recentErrors: [ErrorRecord]?
+
+    /// One fetch (from the origin, or the disk) or transform in flight.
+    public struct InFlightFetch: Sendable, Codable, Equatable {
+        /// The URL fetched (a transform: its source URL and canonical options).
+        public var url: String
+        /// "fetch" or "transform".
+        public var kind: String
+        /// Clients waiting on it (more than one: coalesced).
+        public var waiters: Int
+        /// Body bytes received so far (a fetch).
+        public var receivedBytes: Int
+        /// Seconds since it started.
+        public var seconds: Double
+        public init(url: String, kind: String, waiters: Int, receivedBytes: Int, seconds: Double) {
+            self.url = url
+            self.kind = kind
+            self.waiters = waiters
+            self.receivedBytes = receivedBytes
+            self.seconds = seconds
+        }
+    }
+
+    /// One error, as counted in `errors` and logged.
+    public struct ErrorRecord: Sendable, Codable, Equatable {
+        /// When, seconds since 1970 (the daemon's wall clock).
+        public var time: Double
+        /// The kind it is counted under in `errors` ("refused_404", "upstream_timeout", ...).
+        public var kind: String
+        /// The status answered, when a client was answered with one.
+        public var status: Int?
+        /// The one-line reason (as in the response body and the log), at most 300 characters.
+        public var reason: String
+        /// The request target or URL it concerned, at most 300 characters.
+        public var target: String
+
+        package init(time: Double, kind: String, status: Int?, reason: String, target: String) {
+            (self.time, self.kind, self.status, self.reason, self.target) = (time, kind, status, reason, target)
+        }
+    }
+
+    public struct Transforms: Sendable, Codable, Equatable {
+        /// Transforms ended, by output format ("-" when none was chosen) then result ("ok" or the failure's label).
+        public var results: [String: [String: Int]] = [:]
+        package var seconds = HistogramSnapshot.empty
+        /// Source bytes read and result bytes produced.
+        public var bytesIn = 0
+        public var bytesOut = 0
+        public var workers = 0
+        public var running = 0
+        public var queued = 0
+        /// The decoded levels of JPEG and PNG sources kept for their next variants (`transform-pixel-cache`).
+        public var pixelCache: PixelCacheStats?
+        public var total: Int { results.values.reduce(0) { $0 + $1.values.reduce(0, +) } }
+        /// Mean time on a worker, milliseconds (nil before the first).
+        public var meanMilliseconds: Int? { seconds.count == 0 ? nil : Int((seconds.sum / Double(seconds.count) * 1000).rounded()) }
+
+        public init() {}
+    }
+
+    public init() {}
+
+    /// The JSON of /_imagecached/stats (+Inf histogram bounds written as "+Inf"), with the status page's text for it
+    /// beside the raw values (StatsDocument).
+    public func json() -> [UInt8] {
+        Array(StatsJSON.encode(StatsDocument(self), [.prettyPrinted])) + [UInt8(ascii: "\n")]
+    }
+
+    /// Reads what `json()` wrote.
+    public static func decode(_ data: Data) throws -> DaemonStats {
+        let decoder = JSONDecoder()
+        decoder.nonConformingFloatDecodingStrategy = .convertFromString(positiveInfinity: "+Inf", negativeInfinity: "-Inf", nan: "NaN")
+        return try decoder.decode(DaemonStats.self, from: data)
+    }
+
+    /// Requests answered from stored bytes (hit, disk_hit, stale, revalidated) over all requests answered.
+    public var hitRatio: Double {
+        let total = requests.values.reduce(0, +)
+        let fromCache = ServedOutcome.allCases.filter(\.fromCache).reduce(0) { $0 + (requests[$1.rawValue] ?? 0) }
+        return total == 0 ? 0 : Double(fromCache) / Double(total)
+    }
+
+    /// Body bytes served from stored bytes.
+    public var bytesServedFromCache: Int {
+        ServedOutcome.allCases.filter(\.fromCache).reduce(0) { $0 + (servedBytes[$1.rawValue] ?? 0) }
+    }
+}
+
+/// What /_imagecached/stats sends: every field of the stats and, beside them, `display`: the status page's text for
+/// them (StatusView), which the page's script puts in place as it is. Readers of the raw values ignore it.
+package struct StatsDocument: Encodable {
+    package var stats: DaemonStats
+
+    package init(_ stats: DaemonStats) { self.stats = stats }
+
+    private enum CodingKeys: String, CodingKey { case display }
+
+    package func encode(to encoder: any Encoder) throws {
+        try stats.encode(to: encoder)
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(StatusView(stats), forKey: .display)
+    }
+}
+
+/// The encoding of every stats document (/stats, /stats/history, the status page's embedded data): keys sorted,
+/// numbers that are not finite as "+Inf", "-Inf" and "NaN" (a histogram's last bound), "{}" if encoding fails.
+package enum StatsJSON {
+    package static func encode<Value: Encodable>(_ value: Value, _ formatting: JSONEncoder.OutputFormatting = []) -> Data {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = formatting.union(.sortedKeys)
+        encoder.nonConformingFloatEncodingStrategy = .convertToString(positiveInfinity: "+Inf", negativeInfinity: "-Inf", nan: "NaN")
+        return (try? encoder.encode(value)) ?? Data("{}".utf8)
+    }
+}

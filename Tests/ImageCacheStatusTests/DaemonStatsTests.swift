@@ -1,0 +1,45 @@
+// DaemonStatsTests: the /_imagecached/stats document as scripts and `imagecached stats` read it: its keys, and
+// documents from daemons that sent fewer of them.
+
+import Foundation
+import Testing
+@testable import ImageCacheStatus
+
+@Suite("DaemonStats: the stats document's JSON", .timeLimit(.minutes(1)))
+struct DaemonStatsTests {
+    @Test("the tiers' and the pixel cache's own stats structs are the document's: the keys scripts read are kept")
+    func tierKeys() throws {
+        // Given stats whose tiers and pixel cache are the structs the caches fill
+        var stats = DaemonStats()
+        stats.memory = MemoryCacheStats(bytes: 10, entries: 1, limitBytes: 100, evictions: 2)
+        var disk = DiskCacheStats(bytes: 20, entries: 3, limitBytes: 200, evicted: 4, expired: 5)
+        disk.indexLoaded = true
+        disk.bodiesVerified = 6
+        stats.disk = disk
+        var transforms = DaemonStats.Transforms()
+        transforms.pixelCache = PixelCacheStats(bytes: 30, limitBytes: 300, entries: 7, hits: 8, misses: 9, evictions: 1)
+        stats.transforms = transforms
+        // When the document is written
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(stats.json())) as? [String: Any])
+        // Then each part carries the keys it always had (the disk's evictions under that name), and reads back equal
+        let memory = try #require(object["memory"] as? [String: Any])
+        #expect(Set(memory.keys) == ["bytes", "entries", "limitBytes", "evictions"])
+        let diskObject = try #require(object["disk"] as? [String: Any])
+        #expect(diskObject["evictions"] as? Int == 4 && diskObject["evicted"] == nil && diskObject["expired"] as? Int == 5)
+        #expect(Set(diskObject.keys).isSuperset(of: ["bytes", "entries", "limitBytes", "evictions", "expired", "writeErrors",
+                                                     "removedCorrupt", "indexLoaded"]))
+        let pixelCache = try #require((object["transforms"] as? [String: Any])?["pixelCache"] as? [String: Any])
+        #expect(Set(pixelCache.keys) == ["bytes", "limitBytes", "entries", "hits", "misses", "evictions"])
+        #expect(try DaemonStats.decode(Data(stats.json())) == stats)
+    }
+
+    @Test("a disk tier from a daemon that did not send the index's load time or the bodies verified still reads")
+    func olderDiskTier() throws {
+        // Given the disk part as daemons before them wrote it
+        let json = #"{"bytes": 20, "entries": 3, "limitBytes": 200, "evictions": 4, "expired": 5, "writeErrors": 0, "removedCorrupt": 1, "indexLoaded": true}"#
+        // When
+        let disk = try JSONDecoder().decode(DiskCacheStats.self, from: Data(json.utf8))
+        // Then
+        #expect(disk.evicted == 4 && disk.removedCorrupt == 1 && disk.indexLoaded && disk.bodiesVerified == 0 && disk.indexLoadSeconds == nil)
+    }
+}
