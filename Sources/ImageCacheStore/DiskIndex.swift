@@ -24,6 +24,7 @@
 
 internal import ImageCacheSystem
 internal import ImageCacheHTTP
+internal import ImageCacheStatus
 internal import Foundation
 
 /// Guarded by `DiskCache.index` (through `DiskCache.withIndex`).

@@ -6,6 +6,7 @@
 // `closeToNewcomers` or `finish`) and says so through the `closed` callback its user gave it, which removes it here.
 // A piece of work does not know the table: as in Nuke, the task does not know its pool.
 
+internal import ImageCacheStatus
 internal import ImageCacheStore
 internal import Dispatch
 

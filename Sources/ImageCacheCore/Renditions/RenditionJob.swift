@@ -7,6 +7,7 @@
 internal import ImageCacheSystem
 internal import ImageCacheHTTP
 internal import ImageCacheServer
+internal import ImageCacheStatus
 internal import ImageCacheStore
 internal import ImageCacheTransform
 internal import Dispatch
