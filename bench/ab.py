@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """A/B of two imagecached builds on memory hits (the hot path), runs taken in turns.
 
-    bench/ab.py --a OLD_BINARY --b NEW_BINARY [--label NAME] [--runs 5] [--duration 10]
+    bench/ab.py --a OLD_BINARY --b NEW_BINARY [--label NAME] [--runs 5] [--duration 10] [--corpus small,mixed,renditions]
 
 Both daemons run side by side (as `nobody` when root, loops pinned as by default) in front of bench/origin.py with
 the bench corpus (`python3 bench/corpus.py` first), each loaded with the mixed corpus twice; then wrk (2 threads,
 64 connections) over the thumbnails and over the mixed corpus, A and B alternating and the order flipping each run.
+`renditions` adds warm renditions: a 64 px WebP of each thumbnail (`/transform/insecure/rs:fit:64:0/f:webp/plain/...`),
+made once while loading, then served from memory like any hit.
 Prints one line per run (requests/s, p50, p99, the daemon's CPU per request, wrk's, the machine's idle share) and the
 medians; with --label also writes bench/results/<date>-ab-<label>.md. Only 127.0.0.1; every load is bounded in time.
 A change on the hit path comes with such a run: the same machine, the same minutes, so drift cancels out."""
@@ -30,7 +32,7 @@ def main():
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--base-port", type=int, default=18180)
     parser.add_argument("--label", default="")
-    parser.add_argument("--corpus", default="small,mixed", help="small, mixed, or both (default)")
+    parser.add_argument("--corpus", default="small,mixed", help="small, mixed and/or renditions (default small,mixed)")
     args = parser.parse_args()
 
     with open(os.path.join(bench.CORPUS, "manifest.json")) as f:
@@ -38,6 +40,8 @@ def main():
     sha = {"/" + x["path"]: x["sha256"] for x in manifest["files"]}
     small = sorted(p for p in sha if p.startswith("/small/"))
     mixed = sorted(p for p in sha if not p.startswith("/stream/"))
+    renditions = [f"/transform/insecure/rs:fit:64:0/f:webp/plain{p}" for p in small]
+    corpora = (("small", small), ("mixed", mixed), ("renditions", renditions))
 
     os.makedirs(bench.WORK, exist_ok=True)
     if os.getuid() == 0:
@@ -47,18 +51,20 @@ def main():
     ports = {"origin": args.base_port, "a": args.base_port + 1, "b": args.base_port + 2}
     procs = {"origin": bench.Proc("origin", [sys.executable, os.path.join(bench.BENCH, "origin.py"), "--port",
                                             str(ports["origin"])], ports["origin"], f"{bench.WORK}/ab-origin.log")}
-    lines, results = [], {"a": {"small": [], "mixed": []}, "b": {"small": [], "mixed": []}}
+    lines, results = [], {name: {corpus: [] for corpus, _ in corpora} for name in ("a", "b")}
     try:
         for name in ("a", "b"):
             procs[name] = bench.Proc(name, bench.unprivileged() + [
                 getattr(args, name), "--listen", f"127.0.0.1:{ports[name]}", "--origin", f"http://127.0.0.1:{ports['origin']}",
                 "--memory-limit", "256MiB", "--disk-limit", "0", "--log-level", "warning"], ports[name], f"{bench.WORK}/ab-{name}.log")
             bad = bench.fetch_all(ports[name], mixed, sha) + bench.fetch_all(ports[name], mixed, sha)
+            if "renditions" in args.corpus.split(","):
+                bad += bench.fetch_all(ports[name], renditions) + bench.fetch_all(ports[name], renditions)
             if bad:
                 raise RuntimeError(f"{name}: {bad} wrong answers while loading the corpus")
         for run in range(args.runs):
             order = ("a", "b") if run % 2 == 0 else ("b", "a")
-            for corpus_name, paths in (("small", small), ("mixed", mixed)):
+            for corpus_name, paths in corpora:
                 if corpus_name not in args.corpus.split(","):
                     continue
                 for name in order:
@@ -78,11 +84,11 @@ def main():
             proc.stop()
 
     summary = []
-    for corpus_name in [c for c in ("small", "mixed") if c in args.corpus.split(",")]:
+    for corpus_name in [c for c, _ in corpora if c in args.corpus.split(",")]:
         def med(name, key):
             return statistics.median(r[key] for r in results[name][corpus_name])
         a_rps, b_rps = med("a", "rps"), med("b", "rps")
-        summary.append(f"{corpus_name:5} medians: A {a_rps:8.0f} req/s p99 {med('a', 'p99_ms'):6.2f} cpu {med('a', 'cpu_us_per_req'):5.1f} us | "
+        summary.append(f"{corpus_name:10} medians: A {a_rps:8.0f} req/s p99 {med('a', 'p99_ms'):6.2f} cpu {med('a', 'cpu_us_per_req'):5.1f} us | "
                        f"B {b_rps:8.0f} req/s p99 {med('b', 'p99_ms'):6.2f} cpu {med('b', 'cpu_us_per_req'):5.1f} us | "
                        f"B/A {b_rps / a_rps:.3f}")
     print("\n".join(summary))
