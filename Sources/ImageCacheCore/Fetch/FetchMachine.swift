@@ -382,8 +382,30 @@ struct FetchMachine {
                 actions.append(.promote(stored, removalsSeen: removalsSeen))
             }
         }
-        // Who the stored copy serves: everyone after a confirmation; else whom it is fresh for (or whose max-stale
-        // or the response's stale-while-revalidate allows it).
+        let (served, remaining, revalidatesInBackground) = whomServes(stored, among: waiters, confirmed: confirmed, now: now)
+        if let file {
+            return serveLargeCopy(stored, file: file, served: served, allServed: remaining.isEmpty,
+                                  revalidatesInBackground: revalidatesInBackground, fallback: fallback, now: now)
+        }
+        for (waiter, outcome) in served {
+            actions.append(.respondStored(stored, outcome: outcome, file: nil, now: now, to: waiter.id))
+        }
+        waiters = remaining
+        let revalidating = stored.hasValidators ? Revalidation(entry: stored, bodyInFile: false)
+            : fallback ?? Revalidation(entry: stored, bodyInFile: false)
+        if waiters.isEmpty {
+            guard revalidatesInBackground else { return finish() }
+            fillsCache = true
+            return restartUpstream(revalidating: revalidating, now: now)
+        }
+        goUpstream(revalidating: revalidating, now: now)
+    }
+
+    /// Who the stored copy serves: everyone after a confirmation; else whom it is fresh for (or whose max-stale
+    /// or the response's stale-while-revalidate allows it). `revalidatesInBackground`: one was served stale by
+    /// stale-while-revalidate.
+    private func whomServes(_ stored: CacheEntry, among waiters: [Waiter], confirmed: CacheOutcome?, now: Date)
+        -> (served: [(Waiter, CacheOutcome)], remaining: [Waiter], revalidatesInBackground: Bool) {
         var served: [(Waiter, CacheOutcome)] = []
         var remaining: [Waiter] = []
         var revalidatesInBackground = false
@@ -401,38 +423,29 @@ struct FetchMachine {
                 remaining.append(waiter)
             }
         }
-        if let file {
-            // A large body: sent to all from its file (one FileBody, sendfile per connection) only when it serves
-            // all; else the origin is asked once for all of them.
-            guard remaining.isEmpty else {
-                // (A copy without validators is fetched whole, and is still what stale-if-error may serve.)
-                let revalidating = stored.hasValidators ? Revalidation(entry: stored, bodyInFile: true)
-                    : fallback ?? Revalidation(entry: stored, bodyInFile: true)
-                return goUpstream(revalidating: revalidating, now: now)
-            }
-            if !revalidatesInBackground { closeToNewcomers() }
-            for (waiter, outcome) in served {
-                actions.append(.respondStored(stored, outcome: outcome, file: file, now: now, to: waiter.id))
-            }
-            waiters = []
-            guard revalidatesInBackground else { return finish() }
-            // Served stale: the copy is revalidated with no one waiting (newcomers join).
-            fillsCache = true
-            return restartUpstream(revalidating: Revalidation(entry: stored, bodyInFile: true),
-                                   now: now)
+        return (served, remaining, revalidatesInBackground)
+    }
+
+    /// A stored copy whose large body is in `file`: sent to all from its file (one FileBody, sendfile per
+    /// connection) only when it serves all (`allServed`); else the origin is asked once for all of them.
+    private mutating func serveLargeCopy(_ stored: CacheEntry, file: FileBody, served: [(Waiter, CacheOutcome)],
+                                         allServed: Bool, revalidatesInBackground: Bool, fallback: Revalidation?,
+                                         now: Date) {
+        guard allServed else {
+            // (A copy without validators is fetched whole, and is still what stale-if-error may serve.)
+            let revalidating = stored.hasValidators ? Revalidation(entry: stored, bodyInFile: true)
+                : fallback ?? Revalidation(entry: stored, bodyInFile: true)
+            return goUpstream(revalidating: revalidating, now: now)
         }
+        if !revalidatesInBackground { closeToNewcomers() }
         for (waiter, outcome) in served {
-            actions.append(.respondStored(stored, outcome: outcome, file: nil, now: now, to: waiter.id))
+            actions.append(.respondStored(stored, outcome: outcome, file: file, now: now, to: waiter.id))
         }
-        waiters = remaining
-        let revalidating = stored.hasValidators ? Revalidation(entry: stored, bodyInFile: false)
-            : fallback ?? Revalidation(entry: stored, bodyInFile: false)
-        if waiters.isEmpty {
-            guard revalidatesInBackground else { return finish() }
-            fillsCache = true
-            return restartUpstream(revalidating: revalidating, now: now)
-        }
-        goUpstream(revalidating: revalidating, now: now)
+        waiters = []
+        guard revalidatesInBackground else { return finish() }
+        // Served stale: the copy is revalidated with no one waiting (newcomers join).
+        fillsCache = true
+        restartUpstream(revalidating: Revalidation(entry: stored, bodyInFile: true), now: now)
     }
 
     /// Leaves the disk stage for the origin. (No waiter said only-if-cached: CacheDecision refused those where they
