@@ -163,111 +163,152 @@ public struct HTTPParser: Sendable {
             return .streamedRequest(head, bodyLength: phase == .body ? remaining : nil)
         }
         while true {
+            let step: Step
             switch phase {
-            case let .failed(error):
-                return .error(error)
-
-            case .requestLine:
-                switch nextLine() {
-                case let .incomplete(pending):
-                    if pending > limits.maxRequestLineBytes + 1 { return requestLineTooLong() }
-                    return nil
-                case .bareCR:
-                    return fail(400, "bare CR in request line")
-                case let .complete(line, next):
-                    consume(upTo: next)
-                    if line.isEmpty {
-                        leadingBytes += 2
-                        if leadingBytes > limits.maxRequestLineBytes { return fail(400, "too many empty lines before the request line") }
-                        continue
-                    }
-                    if line.count > limits.maxRequestLineBytes { return requestLineTooLong() }
-                    if let error = parseRequestLine(line) { return fail(error) }
-                    sectionBytes = 0
-                    phase = .headers
-                }
-
-            case .headers:
-                switch nextLine() {
-                case let .incomplete(pending):
-                    if sectionBytes + pending > limits.maxHeaderBytes { return headerSectionTooLarge() }
-                    return nil
-                case .bareCR:
-                    return fail(400, "bare CR in header section")
-                case let .complete(line, next):
-                    sectionBytes += next - start
-                    if sectionBytes > limits.maxHeaderBytes { return headerSectionTooLarge() }
-                    consume(upTo: next)
-                    if line.isEmpty {
-                        if let event = finishHead() { return event }
-                        continue
-                    }
-                    if let error = parseField(line) { return fail(error) }
-                }
-
-            case .body:
-                take(max: remaining)
-                if streaming && !body.isEmpty { return .bodyChunk(takeBody()) }
-                if remaining > 0 { return nil }
-                return complete()
-
-            case .chunkSize:
-                switch nextLine() {
-                case let .incomplete(pending):
-                    // The limit is the line's, without its line ending (a CR may be pending), whether its end has
-                    // arrived in the same read or not.
-                    if pending > Self.maxChunkLineBytes + 1 { return fail(400, "chunk size line too long") }
-                    return nil
-                case .bareCR:
-                    return fail(400, "bare CR in chunk size line")
-                case let .complete(line, next):
-                    if line.count > Self.maxChunkLineBytes { return fail(400, "chunk size line too long") }
-                    consume(upTo: next)
-                    guard let size = parseChunkSize(line) else { return fail(400, "invalid chunk size") }
-                    if size == 0 {
-                        sectionBytes = 0
-                        phase = .trailers
-                    } else {
-                        if size > limits.maxRequestBodyBytes - bodyBytes { return bodyTooLarge() }
-                        remaining = size
-                        phase = .chunkData
-                    }
-                }
-
-            case .chunkData:
-                take(max: remaining)
-                if remaining == 0 { phase = .chunkDataEnd }
-                if streaming && !body.isEmpty { return .bodyChunk(takeBody()) }
-                if remaining > 0 { return nil }
-
-            case .chunkDataEnd:
-                switch nextLine() {
-                case let .incomplete(pending):
-                    if pending > 1 { return fail(400, "chunk data not followed by CRLF") }
-                    return nil
-                case .bareCR:
-                    return fail(400, "chunk data not followed by CRLF")
-                case let .complete(line, next):
-                    if !line.isEmpty { return fail(400, "chunk data not followed by CRLF") }
-                    consume(upTo: next)
-                    phase = .chunkSize
-                }
-
-            case .trailers:
-                switch nextLine() {
-                case let .incomplete(pending):
-                    if sectionBytes + pending > limits.maxHeaderBytes { return fail(431, "trailer section too large (limit \(limits.maxHeaderBytes) bytes)") }
-                    return nil
-                case .bareCR:
-                    return fail(400, "bare CR in trailer section")
-                case let .complete(line, next):
-                    sectionBytes += next - start
-                    if sectionBytes > limits.maxHeaderBytes { return fail(431, "trailer section too large (limit \(limits.maxHeaderBytes) bytes)") }
-                    consume(upTo: next)
-                    if line.isEmpty { return complete() }
-                    // Trailer fields are discarded.
-                }
+            case let .failed(error): return .error(error)
+            case .requestLine: step = requestLineStep()
+            case .headers: step = headerLineStep()
+            case .body: return fixedBodyStep()
+            case .chunkSize: step = chunkSizeStep()
+            case .chunkData: step = chunkDataStep()
+            case .chunkDataEnd: step = chunkDataEndStep()
+            case .trailers: step = trailerLineStep()
             }
+            if case let .done(event) = step { return event }
+        }
+    }
+
+    // MARK: - Steps (one per phase)
+
+    /// What one step of `next()` did.
+    private enum Step {
+        /// It consumed a line or moved to another phase: parse on.
+        case proceed
+        /// `next()` returns this (nil: more bytes are needed).
+        case done(Event?)
+    }
+
+    /// The request line, or an empty line before it.
+    @inline(__always)
+    private mutating func requestLineStep() -> Step {
+        switch nextLine() {
+        case let .incomplete(pending):
+            if pending > limits.maxRequestLineBytes + 1 { return .done(requestLineTooLong()) }
+            return .done(nil)
+        case .bareCR:
+            return .done(fail(400, "bare CR in request line"))
+        case let .complete(line, next):
+            consume(upTo: next)
+            if line.isEmpty {
+                leadingBytes += 2
+                if leadingBytes > limits.maxRequestLineBytes { return .done(fail(400, "too many empty lines before the request line")) }
+                return .proceed
+            }
+            if line.count > limits.maxRequestLineBytes { return .done(requestLineTooLong()) }
+            if let error = parseRequestLine(line) { return .done(fail(error)) }
+            sectionBytes = 0
+            phase = .headers
+            return .proceed
+        }
+    }
+
+    /// One header field line, or the empty line that ends the head.
+    @inline(__always)
+    private mutating func headerLineStep() -> Step {
+        switch nextLine() {
+        case let .incomplete(pending):
+            if sectionBytes + pending > limits.maxHeaderBytes { return .done(headerSectionTooLarge()) }
+            return .done(nil)
+        case .bareCR:
+            return .done(fail(400, "bare CR in header section"))
+        case let .complete(line, next):
+            sectionBytes += next - start
+            if sectionBytes > limits.maxHeaderBytes { return .done(headerSectionTooLarge()) }
+            consume(upTo: next)
+            if line.isEmpty {
+                if let event = finishHead() { return .done(event) }
+                return .proceed
+            }
+            if let error = parseField(line) { return .done(fail(error)) }
+            return .proceed
+        }
+    }
+
+    /// Bytes of a Content-Length body.
+    @inline(__always)
+    private mutating func fixedBodyStep() -> Event? {
+        take(max: remaining)
+        if streaming && !body.isEmpty { return .bodyChunk(takeBody()) }
+        if remaining > 0 { return nil }
+        return complete()
+    }
+
+    /// A chunk's size line (the last chunk, size 0, leads to the trailers).
+    private mutating func chunkSizeStep() -> Step {
+        switch nextLine() {
+        case let .incomplete(pending):
+            // The limit is the line's, without its line ending (a CR may be pending), whether its end has
+            // arrived in the same read or not.
+            if pending > Self.maxChunkLineBytes + 1 { return .done(fail(400, "chunk size line too long")) }
+            return .done(nil)
+        case .bareCR:
+            return .done(fail(400, "bare CR in chunk size line"))
+        case let .complete(line, next):
+            if line.count > Self.maxChunkLineBytes { return .done(fail(400, "chunk size line too long")) }
+            consume(upTo: next)
+            guard let size = parseChunkSize(line) else { return .done(fail(400, "invalid chunk size")) }
+            if size == 0 {
+                sectionBytes = 0
+                phase = .trailers
+            } else {
+                if size > limits.maxRequestBodyBytes - bodyBytes { return .done(bodyTooLarge()) }
+                remaining = size
+                phase = .chunkData
+            }
+            return .proceed
+        }
+    }
+
+    /// Bytes of the current chunk.
+    private mutating func chunkDataStep() -> Step {
+        take(max: remaining)
+        if remaining == 0 { phase = .chunkDataEnd }
+        if streaming && !body.isEmpty { return .done(.bodyChunk(takeBody())) }
+        if remaining > 0 { return .done(nil) }
+        return .proceed
+    }
+
+    /// The line ending after a chunk's data.
+    private mutating func chunkDataEndStep() -> Step {
+        switch nextLine() {
+        case let .incomplete(pending):
+            if pending > 1 { return .done(fail(400, "chunk data not followed by CRLF")) }
+            return .done(nil)
+        case .bareCR:
+            return .done(fail(400, "chunk data not followed by CRLF"))
+        case let .complete(line, next):
+            if !line.isEmpty { return .done(fail(400, "chunk data not followed by CRLF")) }
+            consume(upTo: next)
+            phase = .chunkSize
+            return .proceed
+        }
+    }
+
+    /// One trailer field line (discarded), or the empty line that ends the request.
+    private mutating func trailerLineStep() -> Step {
+        switch nextLine() {
+        case let .incomplete(pending):
+            if sectionBytes + pending > limits.maxHeaderBytes { return .done(trailerSectionTooLarge()) }
+            return .done(nil)
+        case .bareCR:
+            return .done(fail(400, "bare CR in trailer section"))
+        case let .complete(line, next):
+            sectionBytes += next - start
+            if sectionBytes > limits.maxHeaderBytes { return .done(trailerSectionTooLarge()) }
+            consume(upTo: next)
+            if line.isEmpty { return .done(complete()) }
+            // Trailer fields are discarded.
+            return .proceed
         }
     }
 
@@ -562,6 +603,10 @@ public struct HTTPParser: Sendable {
 
     private mutating func headerSectionTooLarge() -> Event {
         fail(431, "header section too large (limit \(limits.maxHeaderBytes) bytes)")
+    }
+
+    private mutating func trailerSectionTooLarge() -> Event {
+        fail(431, "trailer section too large (limit \(limits.maxHeaderBytes) bytes)")
     }
 
     private mutating func bodyTooLarge() -> Event {

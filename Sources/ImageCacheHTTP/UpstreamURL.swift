@@ -71,15 +71,7 @@ public struct UpstreamURL: Sendable, Hashable, CustomStringConvertible {
         guard !bytes.contains(where: { $0 <= 0x20 || $0 == 0x7F }) else {
             throw URLParseError(reason: "invalid character in URL")
         }
-
-        // scheme ":"
-        guard let colon = bytes.firstIndex(of: 0x3A), colon > 0, isAlpha(bytes[0]),
-              bytes[1..<colon].allSatisfy({ isAlpha($0) || isDigit($0) || $0 == 0x2B || $0 == 0x2D || $0 == 0x2E })
-        else { throw URLParseError(reason: "not an absolute URL") }
-        let scheme = String(decoding: bytes[..<colon].map(lowercased), as: UTF8.self)
-        guard scheme == "http" || scheme == "https" else {
-            throw URLParseError(reason: "unsupported scheme \"\(scheme)\" (only http and https)")
-        }
+        let (scheme, colon) = try parseScheme(bytes)
 
         // "//" authority
         var i = colon + 1
@@ -89,30 +81,45 @@ public struct UpstreamURL: Sendable, Hashable, CustomStringConvertible {
         while i < bytes.count, bytes[i] != 0x2F, bytes[i] != 0x3F, bytes[i] != 0x23 { i += 1 }
         let authority = bytes[authorityStart..<i]
         guard !authority.contains(0x40) else { throw URLParseError(reason: "user credentials in URLs are not allowed") }
+        let (hostBytes, portBytes, isIPv6) = try splitAuthority(authority)
+        let host = try parseHost(hostBytes, isIPv6: isIPv6)
+        let port = try parsePort(portBytes, scheme: scheme)
 
-        let hostBytes: ArraySlice<UInt8>
-        let portBytes: ArraySlice<UInt8>?
-        let isIPv6: Bool
+        let path = normalisedPathAndQuery(bytes[i...])
+        return UpstreamURL(scheme: scheme, host: host, port: port, pathAndQuery: String(decoding: path, as: UTF8.self))
+    }
+
+    /// scheme ":": the scheme lower-cased (http or https) and the index of its colon.
+    private static func parseScheme(_ bytes: [UInt8]) throws(URLParseError) -> (scheme: String, colon: Int) {
+        guard let colon = bytes.firstIndex(of: 0x3A), colon > 0, isAlpha(bytes[0]),
+              bytes[1..<colon].allSatisfy({ isAlpha($0) || isDigit($0) || $0 == 0x2B || $0 == 0x2D || $0 == 0x2E })
+        else { throw URLParseError(reason: "not an absolute URL") }
+        let scheme = String(decoding: bytes[..<colon].map(lowercased), as: UTF8.self)
+        guard scheme == "http" || scheme == "https" else {
+            throw URLParseError(reason: "unsupported scheme \"\(scheme)\" (only http and https)")
+        }
+        return (scheme, colon)
+    }
+
+    /// The authority's host (an IPv6 literal without its brackets) and port (nil: none; may be empty).
+    private static func splitAuthority(_ authority: ArraySlice<UInt8>) throws(URLParseError)
+        -> (host: ArraySlice<UInt8>, port: ArraySlice<UInt8>?, isIPv6: Bool) {
         if authority.first == 0x5B {  // "[" IPv6 "]"
             guard let close = authority.firstIndex(of: 0x5D) else { throw URLParseError(reason: "invalid host") }
-            hostBytes = authority[(authority.startIndex + 1)..<close]
-            isIPv6 = true
+            let host = authority[(authority.startIndex + 1)..<close]
             let rest = authority[(close + 1)...]
-            if rest.isEmpty {
-                portBytes = nil
-            } else {
-                guard rest.first == 0x3A else { throw URLParseError(reason: "invalid host") }
-                portBytes = rest.dropFirst()
-            }
+            if rest.isEmpty { return (host, nil, true) }
+            guard rest.first == 0x3A else { throw URLParseError(reason: "invalid host") }
+            return (host, rest.dropFirst(), true)
         } else if let portColon = authority.lastIndex(of: 0x3A) {
-            hostBytes = authority[..<portColon]
-            portBytes = authority[(portColon + 1)...]
-            isIPv6 = false
+            return (authority[..<portColon], authority[(portColon + 1)...], false)
         } else {
-            hostBytes = authority
-            portBytes = nil
-            isIPv6 = false
+            return (authority, nil, false)
         }
+    }
+
+    /// The host, checked and lower-cased.
+    private static func parseHost(_ hostBytes: ArraySlice<UInt8>, isIPv6: Bool) throws(URLParseError) -> String {
         guard !hostBytes.isEmpty else { throw URLParseError(reason: "missing host") }
         if isIPv6 {
             guard hostBytes.allSatisfy({ isHexDigit($0) || $0 == 0x3A || $0 == 0x2E }), hostBytes.contains(0x3A) else {
@@ -122,28 +129,32 @@ public struct UpstreamURL: Sendable, Hashable, CustomStringConvertible {
             guard hostBytes.allSatisfy({ isAlpha($0) || isDigit($0) || $0 == 0x2D || $0 == 0x2E || $0 == 0x5F || $0 == 0x7E })
             else { throw URLParseError(reason: "invalid host") }
         }
-        let host = String(decoding: hostBytes.map(lowercased), as: UTF8.self)
+        return String(decoding: hostBytes.map(lowercased), as: UTF8.self)
+    }
 
-        var port: Int?
-        if let portBytes, !portBytes.isEmpty {
-            guard portBytes.count <= 5, portBytes.allSatisfy(isDigit) else { throw URLParseError(reason: "invalid port") }
-            let value = portBytes.reduce(0) { $0 * 10 + Int($1 - 0x30) }
-            guard value >= 1, value <= 65_535 else { throw URLParseError(reason: "invalid port") }
-            port = value == (scheme == "https" ? 443 : 80) ? nil : value
-        }
+    /// The port, nil when absent, empty or the scheme's default.
+    private static func parsePort(_ portBytes: ArraySlice<UInt8>?, scheme: String) throws(URLParseError) -> Int? {
+        guard let portBytes, !portBytes.isEmpty else { return nil }
+        guard portBytes.count <= 5, portBytes.allSatisfy(isDigit) else { throw URLParseError(reason: "invalid port") }
+        let value = portBytes.reduce(0) { $0 * 10 + Int($1 - 0x30) }
+        guard value >= 1, value <= 65_535 else { throw URLParseError(reason: "invalid port") }
+        return value == (scheme == "https" ? 443 : 80) ? nil : value
+    }
 
-        // path [ "?" query ] [ "#" fragment ]
-        let pathStart = i
-        while i < bytes.count, bytes[i] != 0x3F, bytes[i] != 0x23 { i += 1 }
-        var path = normaliseEscapes(bytes[pathStart..<i], allowingQueryCharacters: false)
+    /// path [ "?" query ] [ "#" fragment ]: the path and query normalised ("/" for an empty path), the fragment
+    /// dropped.
+    private static func normalisedPathAndQuery(_ rest: ArraySlice<UInt8>) -> [UInt8] {
+        var i = rest.startIndex
+        while i < rest.endIndex, rest[i] != 0x3F, rest[i] != 0x23 { i += 1 }
+        var path = normaliseEscapes(rest[rest.startIndex..<i], allowingQueryCharacters: false)
         path = removeDotSegments(path)
         if path.isEmpty { path = [0x2F] }
-        if i < bytes.count, bytes[i] == 0x3F {
+        if i < rest.endIndex, rest[i] == 0x3F {
             let queryStart = i
-            while i < bytes.count, bytes[i] != 0x23 { i += 1 }
-            path += normaliseEscapes(bytes[queryStart..<i], allowingQueryCharacters: true)
+            while i < rest.endIndex, rest[i] != 0x23 { i += 1 }
+            path += normaliseEscapes(rest[queryStart..<i], allowingQueryCharacters: true)
         }
-        return UpstreamURL(scheme: scheme, host: host, port: port, pathAndQuery: String(decoding: path, as: UTF8.self))
+        return path
     }
 
     /// `origin`'s scheme, host and port with `pathAndQuery`, without a parse, when `pathAndQuery` is already in

@@ -231,7 +231,23 @@ final class Fetch: InFlightWork, @unchecked Sendable {
         }
     }
 
+    /// Carries out one action, by kind: the transfer, the waiters' sinks, the tiers, or the fetch itself.
     private func perform(_ action: FetchMachine.Action) {
+        switch action {
+        case .startTransfer, .cancelTransfer, .lookOnDisk:
+            performTransferAction(action)
+        case .sendInterim, .sendHead, .sendBody, .respondWhole, .respondStored, .end, .fail, .refuseRange, .abort:
+            performSinkAction(action)
+        case .store, .refresh, .keepInMemory, .promote, .remove, .removeRenditions:
+            performStoreAction(action)
+        case .waiterAttached, .redispatchToVariants, .redispatchAlone, .passUpstream, .closeToNewcomers, .finish, .log,
+             .countError:
+            performFetchAction(action)
+        }
+    }
+
+    /// The upstream transfer and the disk read that may replace it.
+    private func performTransferAction(_ action: FetchMachine.Action) {
         switch action {
         case let .startTransfer(conditional):
             startTransfer(conditional: conditional)
@@ -239,23 +255,21 @@ final class Fetch: InFlightWork, @unchecked Sendable {
             transfer?.cancel()
         case .lookOnDisk:
             readDisk()
-        case let .waiterAttached(waiters):
-            context.events?(.waiterAttached(key: key, waiters: waiters))
+        default:
+            preconditionFailure("not a transfer action: \(action)")
+        }
+    }
+
+    /// What the waiters' connections are sent.
+    private func performSinkAction(_ action: FetchMachine.Action) {
+        switch action {
         case let .sendInterim(head, ids):
             for id in ids {
                 guard let sink = clients[id]?.sink else { continue }
                 deliver(to: sink) { sink.interim(head) }
             }
         case let .sendHead(head, outcome, bodyLength, id, ends):
-            guard let client = clients[id] else { return }
-            let sink = client.sink
-            sink.note(outcome)
-            deliver(to: sink) {
-                sink.head(head, bodyLength: bodyLength)
-                // A HEAD client has what it asked for; the transfer goes on for the cache.
-                if ends { sink.end() }
-            }
-            if ends { clients[id] = nil }
+            sendHead(head, outcome: outcome, bodyLength: bodyLength, to: id, ends: ends)
         case let .sendBody(chunk, ids):
             for id in ids {
                 guard let sink = clients[id]?.sink else { continue }
@@ -279,28 +293,43 @@ final class Fetch: InFlightWork, @unchecked Sendable {
                 deliver(to: sink) { sink.fail(status: status, reason: reason) }
             }
         case let .refuseRange(outcome, length, id):
-            guard let sink = clients.removeValue(forKey: id)?.sink else { return }
-            sink.note(outcome)
-            deliver(to: sink) {
-                sink.fail(status: 416, reason: "Range: no part of the \(length)-byte response is in the range asked",
-                          headers: ["Content-Range": "bytes */\(length)"])
-            }
+            refuseRange(outcome: outcome, length: length, to: id)
         case let .abort(ids):
             for id in ids {
                 guard let sink = clients.removeValue(forKey: id)?.sink else { continue }
                 deliver(to: sink) { sink.abort() }
             }
+        default:
+            preconditionFailure("not a sink action: \(action)")
+        }
+    }
+
+    private func sendHead(_ head: HTTPResponseHead, outcome: CacheOutcome, bodyLength: Int?, to id: Int, ends: Bool) {
+        guard let client = clients[id] else { return }
+        let sink = client.sink
+        sink.note(outcome)
+        deliver(to: sink) {
+            sink.head(head, bodyLength: bodyLength)
+            // A HEAD client has what it asked for; the transfer goes on for the cache.
+            if ends { sink.end() }
+        }
+        if ends { clients[id] = nil }
+    }
+
+    private func refuseRange(outcome: CacheOutcome, length: Int, to id: Int) {
+        guard let sink = clients.removeValue(forKey: id)?.sink else { return }
+        sink.note(outcome)
+        deliver(to: sink) {
+            sink.fail(status: 416, reason: "Range: no part of the \(length)-byte response is in the range asked",
+                      headers: ["Content-Range": "bytes */\(length)"])
+        }
+    }
+
+    /// What the tiers keep.
+    private func performStoreAction(_ action: FetchMachine.Action) {
+        switch action {
         case let .store(entry):
-            if settings.rules.writesToDisk {
-                // The body waits for the disk queue as one more copy (the clients may still hold the chunks): it
-                // counts in flight until written.
-                let bytes = entry.body.count, metrics = context.metrics
-                metrics.inFlightBytes.wrappingAdd(bytes, ordering: .relaxed)
-                context.store.store(entry) { metrics.inFlightBytes.wrappingSubtract(bytes, ordering: .relaxed) }
-            } else {
-                context.store.store(entry)
-            }
-            context.store.sourceStored(entry)
+            store(entry)
         case let .refresh(entry, bodyInFile):
             context.store.refresh(entry, bodyInFile: bodyInFile)
         case let .keepInMemory(entry):
@@ -311,18 +340,35 @@ final class Fetch: InFlightWork, @unchecked Sendable {
             if let variant { context.store.remove(key, variant: variant) } else { context.store.remove(key) }
         case .removeRenditions:
             context.store.removeRenditions(of: key)
+        default:
+            preconditionFailure("not a store action: \(action)")
+        }
+    }
+
+    private func store(_ entry: CacheEntry) {
+        if settings.rules.writesToDisk {
+            // The body waits for the disk queue as one more copy (the clients may still hold the chunks): it
+            // counts in flight until written.
+            let bytes = entry.body.count, metrics = context.metrics
+            metrics.inFlightBytes.wrappingAdd(bytes, ordering: .relaxed)
+            context.store.store(entry) { metrics.inFlightBytes.wrappingSubtract(bytes, ordering: .relaxed) }
+        } else {
+            context.store.store(entry)
+        }
+        context.store.sourceStored(entry)
+    }
+
+    /// The fetch's waiters going elsewhere, its place in the table, its end, and what it reports.
+    private func performFetchAction(_ action: FetchMachine.Action) {
+        switch action {
+        case let .waiterAttached(waiters):
+            context.events?(.waiterAttached(key: key, waiters: waiters))
         case let .redispatchToVariants(waiters, head):
             hand(waiters) { handoff.toVariants($0, head, key) }
         case let .redispatchAlone(waiters):
             hand(waiters) { handoff.alone($0, key) }
         case let .passUpstream(waiters):
-            for waiter in waiters {
-                guard let client = clients.removeValue(forKey: waiter.id) else { continue }
-                let request = waiter.request
-                Passthrough.start(request.head, body: .bytes([]), url: request.url, sink: client.sink, context: context,
-                                  fields: request.fields, policy: settings.rules.freshnessPolicy,
-                                  writeBuffer: settings.writeBufferBytes, maxForwards: nil, reason: .bypass)
-            }
+            passUpstream(waiters)
         case .closeToNewcomers:
             handoff.closed(self)
         case .finish:
@@ -331,6 +377,19 @@ final class Fetch: InFlightWork, @unchecked Sendable {
             context.logger.log(level: level, "\(message)")
         case let .countError(kind, status, reason):
             context.metrics.error(kind, status: status, reason: reason, target: key.url.string)
+        default:
+            preconditionFailure("not a fetch action: \(action)")
+        }
+    }
+
+    /// Sends these waiters' requests to the origin as they are, uncached (Passthrough).
+    private func passUpstream(_ waiters: [FetchMachine.Waiter]) {
+        for waiter in waiters {
+            guard let client = clients.removeValue(forKey: waiter.id) else { continue }
+            let request = waiter.request
+            Passthrough.start(request.head, body: .bytes([]), url: request.url, sink: client.sink, context: context,
+                              fields: request.fields, policy: settings.rules.freshnessPolicy,
+                              writeBuffer: settings.writeBufferBytes, maxForwards: nil, reason: .bypass)
         }
     }
 

@@ -382,8 +382,30 @@ struct FetchMachine {
                 actions.append(.promote(stored, removalsSeen: removalsSeen))
             }
         }
-        // Who the stored copy serves: everyone after a confirmation; else whom it is fresh for (or whose max-stale
-        // or the response's stale-while-revalidate allows it).
+        let (served, remaining, revalidatesInBackground) = whomServes(stored, among: waiters, confirmed: confirmed, now: now)
+        if let file {
+            return serveLargeCopy(stored, file: file, served: served, allServed: remaining.isEmpty,
+                                  revalidatesInBackground: revalidatesInBackground, fallback: fallback, now: now)
+        }
+        for (waiter, outcome) in served {
+            actions.append(.respondStored(stored, outcome: outcome, file: nil, now: now, to: waiter.id))
+        }
+        waiters = remaining
+        let revalidating = stored.hasValidators ? Revalidation(entry: stored, bodyInFile: false)
+            : fallback ?? Revalidation(entry: stored, bodyInFile: false)
+        if waiters.isEmpty {
+            guard revalidatesInBackground else { return finish() }
+            fillsCache = true
+            return restartUpstream(revalidating: revalidating, now: now)
+        }
+        goUpstream(revalidating: revalidating, now: now)
+    }
+
+    /// Who the stored copy serves: everyone after a confirmation; else whom it is fresh for (or whose max-stale
+    /// or the response's stale-while-revalidate allows it). `revalidatesInBackground`: one was served stale by
+    /// stale-while-revalidate.
+    private func whomServes(_ stored: CacheEntry, among waiters: [Waiter], confirmed: CacheOutcome?, now: Date)
+        -> (served: [(Waiter, CacheOutcome)], remaining: [Waiter], revalidatesInBackground: Bool) {
         var served: [(Waiter, CacheOutcome)] = []
         var remaining: [Waiter] = []
         var revalidatesInBackground = false
@@ -401,38 +423,29 @@ struct FetchMachine {
                 remaining.append(waiter)
             }
         }
-        if let file {
-            // A large body: sent to all from its file (one FileBody, sendfile per connection) only when it serves
-            // all; else the origin is asked once for all of them.
-            guard remaining.isEmpty else {
-                // (A copy without validators is fetched whole, and is still what stale-if-error may serve.)
-                let revalidating = stored.hasValidators ? Revalidation(entry: stored, bodyInFile: true)
-                    : fallback ?? Revalidation(entry: stored, bodyInFile: true)
-                return goUpstream(revalidating: revalidating, now: now)
-            }
-            if !revalidatesInBackground { closeToNewcomers() }
-            for (waiter, outcome) in served {
-                actions.append(.respondStored(stored, outcome: outcome, file: file, now: now, to: waiter.id))
-            }
-            waiters = []
-            guard revalidatesInBackground else { return finish() }
-            // Served stale: the copy is revalidated with no one waiting (newcomers join).
-            fillsCache = true
-            return restartUpstream(revalidating: Revalidation(entry: stored, bodyInFile: true),
-                                   now: now)
+        return (served, remaining, revalidatesInBackground)
+    }
+
+    /// A stored copy whose large body is in `file`: sent to all from its file (one FileBody, sendfile per
+    /// connection) only when it serves all (`allServed`); else the origin is asked once for all of them.
+    private mutating func serveLargeCopy(_ stored: CacheEntry, file: FileBody, served: [(Waiter, CacheOutcome)],
+                                         allServed: Bool, revalidatesInBackground: Bool, fallback: Revalidation?,
+                                         now: Date) {
+        guard allServed else {
+            // (A copy without validators is fetched whole, and is still what stale-if-error may serve.)
+            let revalidating = stored.hasValidators ? Revalidation(entry: stored, bodyInFile: true)
+                : fallback ?? Revalidation(entry: stored, bodyInFile: true)
+            return goUpstream(revalidating: revalidating, now: now)
         }
+        if !revalidatesInBackground { closeToNewcomers() }
         for (waiter, outcome) in served {
-            actions.append(.respondStored(stored, outcome: outcome, file: nil, now: now, to: waiter.id))
+            actions.append(.respondStored(stored, outcome: outcome, file: file, now: now, to: waiter.id))
         }
-        waiters = remaining
-        let revalidating = stored.hasValidators ? Revalidation(entry: stored, bodyInFile: false)
-            : fallback ?? Revalidation(entry: stored, bodyInFile: false)
-        if waiters.isEmpty {
-            guard revalidatesInBackground else { return finish() }
-            fillsCache = true
-            return restartUpstream(revalidating: revalidating, now: now)
-        }
-        goUpstream(revalidating: revalidating, now: now)
+        waiters = []
+        guard revalidatesInBackground else { return finish() }
+        // Served stale: the copy is revalidated with no one waiting (newcomers join).
+        fillsCache = true
+        restartUpstream(revalidating: Revalidation(entry: stored, bodyInFile: true), now: now)
     }
 
     /// Leaves the disk stage for the origin. (No waiter said only-if-cached: CacheDecision refused those where they
@@ -477,7 +490,7 @@ struct FetchMachine {
         }
         // Any other 304 answers a request that was not conditional (the client's own conditionals never go upstream
         // on a fetch): nothing was revalidated. Reverse mode passes it on as the origin's status, uncached and
-        // labelled PASS (below); forward and fetch modes answer 502, as for any status that is not an image.
+        // labelled PASS (`passOn`); forward and fetch modes answer 502, as for any status that is not an image.
         let notConditional = head.status == 304
         if notConditional && leader.mode != .reverse {
             return refuseAll(status: 502, reason: "upstream answered 304 Not Modified to a request that was not conditional",
@@ -486,56 +499,93 @@ struct FetchMachine {
         // 200 and 203 are the images; reverse mode passes every other status on as it is.
         let isImage = head.status == 200 || head.status == 203
         if !isImage {
-            if upstream.revalidating != nil && (head.status == 404 || head.status == 410) {
-                actions.append(.remove(variant: nil))   // the resource is gone: every variant of it
-            }
-            if head.status >= 500, serveStaleIfError(because: "upstream answered \(head.status)", now: now) { return }
-            guard leader.mode == .reverse else {
-                let status = (400...599).contains(head.status) ? head.status : 502
-                return refuseAll(status: status, reason: "upstream answered \(head.status) \(head.reason)",
-                                 kind: "upstream_status_\(head.status / 100)xx")
-            }
-            if head.status >= 400 {
-                actions.append(.countError(kind: "upstream_status_\(head.status / 100)xx", status: head.status,
-                                           reason: "upstream answered \(head.status) \(head.reason) (passed on)"))
-            }
-            head.markErrorPage()
+            guard let passed = passOn(head, revalidating: upstream.revalidating != nil, now: now) else { return }
+            head = passed
         }
         let responseCacheControl = rules.freshnessPolicy.cacheControl(head.headers, trusted: leader.trusted)
-        // HEAD requests are fetched with GET (as nginx's proxy_cache_convert_head does), so judge the GET.
-        var fetched = leader.head
-        fetched.method = "GET"
-        var storeDecision = Storability.decide(request: fetched, requestCacheControl: leader.cacheControl,
-                                               response: head, responseCacheControl: responseCacheControl,
-                                               allStatuses: leader.mode == .reverse,
-                                               negativeTTL: rules.freshnessPolicy.negativeTTLSeconds)
-        // Reached through a redirect: keeping it under this URL is right only if every hop was permanent (301, 308);
-        // a temporary one (302, 303, 307) may point elsewhere tomorrow.
-        if let temporary = redirects.first(where: { $0 != 301 && $0 != 308 }) {
-            storeDecision = .dontStore(reason: "reached through a \(temporary) redirect to \(url)")
-        }
-        if notConditional { storeDecision = .dontStore(reason: "a 304 to a request that was not conditional") }
+        let storeDecision = storeDecision(for: head, cacheControl: responseCacheControl, url: url, redirects: redirects,
+                                          notConditional: notConditional)
         // Another status (reverse mode) is shared, stored or streamed by the same rules as an image, without the image
         // checks.
-        if isImage {
-            let contentType: String?
-            switch ContentPolicy.declaredType(head.headers) {
-            case let .ambiguous(why): return refuseAll(status: 502, reason: why)
-            case .none: contentType = nil
-            case let .one(value): contentType = value
-            }
-            if case let .refused(why) = rules.contentPolicy.checkContentType(contentType) {
-                return refuseAll(status: 502, reason: why)
-            }
-        }
+        if isImage, let why = refusedImageType(head) { return refuseAll(status: 502, reason: why) }
         // A 204 or 304 has no body whatever its Content-Length says (RFC 9110 8.6).
         let bodyLength = head.status == 204 || head.status == 304 ? 0
             : head.headers["Content-Length"].flatMap { Int($0.trimmingOWS()) }
         if bodyLength.map({ $0 > rules.maxObjectSizeBytes }) ?? false {
             return fail(.tooLarge(limit: rules.maxObjectSizeBytes), now: now)
         }
-        // Share the response only with waiters who may have it.
-        if !Storability.isShareable(head, cacheControl: responseCacheControl) {
+        let shareable = Storability.isShareable(head, cacheControl: responseCacheControl)
+        keepWaitersWhoMayHave(head, shareable: shareable)
+        if waiters.isEmpty && !rules.completeAbandonedFetches && !fillsCache {
+            actions.append(.cancelTransfer)
+            return finish()
+        }
+        let response = Response(head: head, revalidating: upstream.revalidating, requestTime: upstream.requestTime,
+                                responseTime: now, bodyLength: bodyLength, storeDecision: storeDecision,
+                                privateFields: responseCacheControl.privateFields)
+        if abandonsUselessFill(response, shareable: shareable) { return }
+        state = .checkingBody(response, prefix: [], heldBack: [])
+        checkBody(complete: false)
+    }
+
+    /// A status other than 200 or 203 (`revalidating`: a stored copy was being revalidated). Reverse mode passes it
+    /// on as it is: the head marked as an error page. Nil when the fetch ends here instead: served stale, or refused
+    /// (forward and fetch modes).
+    private mutating func passOn(_ upstreamHead: HTTPResponseHead, revalidating: Bool, now: Date) -> HTTPResponseHead? {
+        var head = upstreamHead
+        if revalidating && (head.status == 404 || head.status == 410) {
+            actions.append(.remove(variant: nil))   // the resource is gone: every variant of it
+        }
+        if head.status >= 500, serveStaleIfError(because: "upstream answered \(head.status)", now: now) { return nil }
+        guard leader.mode == .reverse else {
+            let status = (400...599).contains(head.status) ? head.status : 502
+            refuseAll(status: status, reason: "upstream answered \(head.status) \(head.reason)",
+                      kind: "upstream_status_\(head.status / 100)xx")
+            return nil
+        }
+        if head.status >= 400 {
+            actions.append(.countError(kind: "upstream_status_\(head.status / 100)xx", status: head.status,
+                                       reason: "upstream answered \(head.status) \(head.reason) (passed on)"))
+        }
+        head.markErrorPage()
+        return head
+    }
+
+    /// Whether the response `head` (reached at `url` through `redirects`) may be stored. `notConditional`: a 304 to
+    /// a request that was not conditional (passed on in reverse mode, never stored).
+    private func storeDecision(for head: HTTPResponseHead, cacheControl responseCacheControl: CacheControl, url: String,
+                               redirects: [Int], notConditional: Bool) -> StoreDecision {
+        if notConditional { return .dontStore(reason: "a 304 to a request that was not conditional") }
+        // Reached through a redirect: keeping it under this URL is right only if every hop was permanent (301, 308);
+        // a temporary one (302, 303, 307) may point elsewhere tomorrow.
+        if let temporary = redirects.first(where: { $0 != 301 && $0 != 308 }) {
+            return .dontStore(reason: "reached through a \(temporary) redirect to \(url)")
+        }
+        // HEAD requests are fetched with GET (as nginx's proxy_cache_convert_head does), so judge the GET.
+        var fetched = leader.head
+        fetched.method = "GET"
+        return Storability.decide(request: fetched, requestCacheControl: leader.cacheControl,
+                                  response: head, responseCacheControl: responseCacheControl,
+                                  allStatuses: leader.mode == .reverse,
+                                  negativeTTL: rules.freshnessPolicy.negativeTTLSeconds)
+    }
+
+    /// Why an image response's declared Content-Type is refused; nil when it is accepted.
+    private func refusedImageType(_ head: HTTPResponseHead) -> String? {
+        let contentType: String?
+        switch ContentPolicy.declaredType(head.headers) {
+        case let .ambiguous(why): return why
+        case .none: contentType = nil
+        case let .one(value): contentType = value
+        }
+        if case let .refused(why) = rules.contentPolicy.checkContentType(contentType) { return why }
+        return nil
+    }
+
+    /// Share the response only with waiters who may have it: the collapsed ones go upstream alone when it is not
+    /// shareable, or to their own variant's fetch when its Vary does not match them.
+    private mutating func keepWaitersWhoMayHave(_ head: HTTPResponseHead, shareable: Bool) {
+        if !shareable {
             closeToNewcomers()
             let others = waiters.filter(\.collapsed)
             waiters.removeAll(where: \.collapsed)
@@ -545,16 +595,6 @@ struct FetchMachine {
             waiters.removeAll { waiter in mismatched.contains { $0.id == waiter.id } }
             redispatch(mismatched, of: head)
         }
-        if waiters.isEmpty && !rules.completeAbandonedFetches && !fillsCache {
-            actions.append(.cancelTransfer)
-            return finish()
-        }
-        let response = Response(head: head, revalidating: upstream.revalidating, requestTime: upstream.requestTime,
-                                responseTime: now, bodyLength: bodyLength, storeDecision: storeDecision,
-                                privateFields: responseCacheControl.privateFields)
-        if abandonsUselessFill(response, shareable: Storability.isShareable(head, cacheControl: responseCacheControl)) { return }
-        state = .checkingBody(response, prefix: [], heldBack: [])
-        checkBody(complete: false)
     }
 
     /// A 304 for the copy being revalidated.

@@ -99,20 +99,7 @@ extension Route {
         if request.method == "CONNECT" {
             return .error(status: 501, reason: "CONNECT tunnels are not supported; fetch https images with GET /fetch?url=<percent-encoded URL>")
         }
-        if raw.utf8.first != UInt8(ascii: "/") {
-            // Absolute form: forward proxy (curl -x). Any other form is malformed here.
-            guard raw.contains("://") else {
-                return .error(status: 400, reason: "request target '\(raw.prefix(200))' is not a path or an absolute URL")
-            }
-            if signing.required {
-                return .error(status: 403, reason: "this daemon requires signed URLs, which a forward-proxy request cannot carry: use /fetch?url=<percent-encoded URL>&sig=<signature> (imagecached sign URL)")
-            }
-            do {
-                return .upstream(try UpstreamURL.parse(raw), mode: .forward, trusted: false)
-            } catch {
-                return .error(status: 400, reason: "bad URL: \(error.reason)")
-            }
-        }
+        if raw.utf8.first != UInt8(ascii: "/") { return absoluteForm(raw, signing: signing) }
         // Every decision below is made on the normalised path, as the cache key is: "/img/%70rivate/x",
         // "/img/./private/x" and "/img/x/../private/x" all go where "/img/private/x" goes, and "/%5Fimagecached/"
         // and "/%66etch" are the daemon's own paths. A target already in normal form (the common case) is used as is.
@@ -125,27 +112,7 @@ extension Route {
         // The daemon's own paths read their parameters from the query as the client sent it (the normal form would
         // turn a malformed escape into a literal "%25").
         if second == UInt8(ascii: "f"), path == "/fetch" {
-            let (_, query) = splitQuery(raw)
-            guard let query, let encoded = queryParameter("url", in: query) else {
-                return .error(status: 400, reason: "missing url parameter: use /fetch?url=<percent-encoded absolute http or https URL>")
-            }
-            guard let url = PercentDecoding.decode(encoded), !url.isEmpty else {
-                return .error(status: 400, reason: "the url parameter is not valid percent-encoding")
-            }
-            let parsed: UpstreamURL
-            do {
-                parsed = try UpstreamURL.parse(url)
-            } catch {
-                return .error(status: 400, reason: "bad url parameter: \(error.reason)")
-            }
-            if let sig = queryParameter("sig", in: query) {
-                if let refusal = signing.verify(sig: sig, url: url, normalised: parsed.string) {
-                    return .error(status: 403, reason: refusal.reason)
-                }
-            } else if signing.required {
-                return .error(status: 403, reason: "this daemon requires signed fetch URLs: add &sig=<signature> (imagecached sign URL)")
-            }
-            return .upstream(parsed, mode: .fetch, trusted: false)
+            return fetchQuery(splitQuery(raw).query, signing: signing)
         }
         if second == UInt8(ascii: "f"), path.hasPrefix("/fetch/") {
             return signedPath(path.dropFirst("/fetch/".count), signing: signing)
@@ -160,6 +127,52 @@ extension Route {
             // The signed text is the path as the client sent it (imgproxy signs the raw path).
             return transforms.resolve(raw.dropFirst(transforms.prefix.utf8.count + 1), origins: origins)
         }
+        return originPath(target, path: path, targetIsNormal: targetIsNormal, origins: origins, signing: signing)
+    }
+
+    /// A target in absolute form: forward proxy (curl -x). Any other form that is not a path is malformed here.
+    private static func absoluteForm(_ raw: String, signing: URLSigning) -> Route {
+        guard raw.contains("://") else {
+            return .error(status: 400, reason: "request target '\(raw.prefix(200))' is not a path or an absolute URL")
+        }
+        if signing.required {
+            return .error(status: 403, reason: "this daemon requires signed URLs, which a forward-proxy request cannot carry: use /fetch?url=<percent-encoded URL>&sig=<signature> (imagecached sign URL)")
+        }
+        do {
+            return .upstream(try UpstreamURL.parse(raw), mode: .forward, trusted: false)
+        } catch {
+            return .error(status: 400, reason: "bad URL: \(error.reason)")
+        }
+    }
+
+    /// `/fetch?url=<percent-encoded URL>[&sig=<signature>]`, its `query` as the client sent it.
+    private static func fetchQuery(_ query: String?, signing: URLSigning) -> Route {
+        guard let query, let encoded = queryParameter("url", in: query) else {
+            return .error(status: 400, reason: "missing url parameter: use /fetch?url=<percent-encoded absolute http or https URL>")
+        }
+        guard let url = PercentDecoding.decode(encoded), !url.isEmpty else {
+            return .error(status: 400, reason: "the url parameter is not valid percent-encoding")
+        }
+        let parsed: UpstreamURL
+        do {
+            parsed = try UpstreamURL.parse(url)
+        } catch {
+            return .error(status: 400, reason: "bad url parameter: \(error.reason)")
+        }
+        if let sig = queryParameter("sig", in: query) {
+            if let refusal = signing.verify(sig: sig, url: url, normalised: parsed.string) {
+                return .error(status: 403, reason: refusal.reason)
+            }
+        } else if signing.required {
+            return .error(status: 403, reason: "this daemon requires signed fetch URLs: add &sig=<signature> (imagecached sign URL)")
+        }
+        return .upstream(parsed, mode: .fetch, trusted: false)
+    }
+
+    /// Any other path (`target` normalised, `path` its part before the query): the reverse proxy's origin with the
+    /// longest matching prefix.
+    private static func originPath(_ target: String, path: Substring, targetIsNormal: Bool, origins: [OriginRoute],
+                                   signing: URLSigning) -> Route {
         guard let mapping = OriginRoute.longest(matching: path, in: origins) else {
             // With no origin, "/" serves the camo path form too: /<digest>/<encoded URL>.
             if origins.isEmpty, URLSigning.looksSigned(path.dropFirst()) {
