@@ -126,23 +126,49 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
-        // What both test targets share (byte comparisons that never make Swift Testing diff two bodies).
+        // What the test targets share: RepositoryPath, byte comparisons that never make Swift Testing diff two
+        // bodies, and the store's fixtures (keys, heads, entries at a fixed time).
         .target(
             name: "ImageCacheTestSupport",
-            dependencies: [.product(name: "Crypto", package: "swift-crypto")],
+            dependencies: ["ImageCacheHTTP", "ImageCacheStore", .product(name: "Crypto", package: "swift-crypto")],
             path: "Tests/TestSupport",
             swiftSettings: swiftSettings
         ),
-        .testTarget(
-            name: "ImageCacheCoreTests",
-            dependencies: ["ImageCacheTestSupport", "ImageCacheSystem", "ImageCacheHTTP", "ImageCacheStatus", "ImageCacheConfig", "ImageCacheServer", "ImageCacheStore", "ImageCacheUpstream", "ImageCacheTransform", "ImageCacheCore", "ImageCacheOps", "ImageCacheFuzz"],
-            swiftSettings: swiftSettings
-        ),
-        .testTarget(
-            name: "ImageCacheStatusTests",
-            dependencies: ["ImageCacheHTTP", "ImageCacheStatus"],
-            swiftSettings: swiftSettings
-        ),
+        // One unit-test target per library target, named after it (docs/reliability.md); the integration tests run the
+        // whole daemon.
+        .testTarget(name: "ImageCacheHTTPTests", dependencies: ["ImageCacheTestSupport", "ImageCacheHTTP"],
+                    swiftSettings: swiftSettings),
+        .testTarget(name: "ImageCacheStatusTests", dependencies: ["ImageCacheHTTP", "ImageCacheStatus"],
+                    swiftSettings: swiftSettings),
+        .testTarget(name: "ImageCacheStoreTests",
+                    dependencies: ["ImageCacheTestSupport", "ImageCacheSystem", "ImageCacheHTTP", "ImageCacheStatus", "ImageCacheStore",
+                                   .product(name: "Logging", package: "swift-log")],
+                    swiftSettings: swiftSettings),
+        .testTarget(name: "ImageCacheTransformTests",
+                    dependencies: ["ImageCacheTestSupport", "ImageCacheSystem", "ImageCacheHTTP", "ImageCacheTransform"],
+                    swiftSettings: swiftSettings),
+        .testTarget(name: "ImageCacheConfigTests",
+                    dependencies: ["ImageCacheTestSupport", "ImageCacheHTTP", "ImageCacheConfig", "ImageCacheStore", "ImageCacheTransform"],
+                    swiftSettings: swiftSettings),
+        .testTarget(name: "ImageCacheServerTests",
+                    dependencies: ["ImageCacheTestSupport", "ImageCacheSystem", "ImageCacheHTTP", "ImageCacheConfig", "ImageCacheServer",
+                                   "ImageCacheStore"],
+                    swiftSettings: swiftSettings),
+        .testTarget(name: "ImageCacheUpstreamTests",
+                    dependencies: ["ImageCacheTestSupport", "ImageCacheSystem", "ImageCacheHTTP", "ImageCacheConfig", "ImageCacheUpstream"],
+                    swiftSettings: swiftSettings),
+        .testTarget(name: "ImageCacheCoreTests",
+                    dependencies: ["ImageCacheTestSupport", "ImageCacheSystem", "ImageCacheHTTP", "ImageCacheStatus", "ImageCacheConfig",
+                                   "ImageCacheServer", "ImageCacheStore", "ImageCacheUpstream", "ImageCacheTransform", "ImageCacheCore"],
+                    swiftSettings: swiftSettings),
+        .testTarget(name: "ImageCacheOpsTests",
+                    dependencies: ["ImageCacheTestSupport", "ImageCacheSystem", "ImageCacheStatus", "ImageCacheConfig", "ImageCacheStore",
+                                   "ImageCacheCore", "ImageCacheOps"],
+                    swiftSettings: swiftSettings),
+        .testTarget(name: "ImageCacheFuzzTests", dependencies: ["ImageCacheTestSupport", "ImageCacheFuzz"],
+                    swiftSettings: swiftSettings),
+        // The repository's own documents: every relative link in the README and docs/ resolves.
+        .testTarget(name: "DocsTests", dependencies: ["ImageCacheTestSupport"], swiftSettings: swiftSettings),
         .testTarget(
             name: "IntegrationTests",
             dependencies: ["ImageCacheTestSupport", "ImageCacheSystem", "ImageCacheHTTP", "ImageCacheStatus", "ImageCacheConfig", "ImageCacheServer", "ImageCacheStore", "ImageCacheUpstream", "ImageCacheTransform", "ImageCacheCore", "ImageCacheOps"],

@@ -3,6 +3,7 @@
 // returns. No sockets, queues, sinks or libvips: a transform's result is a value made here; the time is a fixed date.
 
 import Foundation
+import ImageCacheTestSupport
 import Testing
 @testable import ImageCacheHTTP
 @testable import ImageCacheServer

@@ -1,4 +1,5 @@
 import Foundation
+import ImageCacheTestSupport
 import Dispatch
 @testable import ImageCacheStore
 import Testing

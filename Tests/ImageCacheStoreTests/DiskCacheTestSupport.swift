@@ -1,4 +1,5 @@
 import Foundation
+import ImageCacheTestSupport
 import ImageCacheStatus
 @testable import ImageCacheHTTP
 @testable import ImageCacheStore

@@ -1,4 +1,5 @@
 import Foundation
+import ImageCacheTestSupport
 import ImageCacheHTTP
 import ImageCacheStore
 import Testing

@@ -1,7 +1,7 @@
 import Foundation
+import ImageCacheTestSupport
 @testable import ImageCacheHTTP
 @testable import ImageCacheStore
-@testable import ImageCacheCore
 import Testing
 import ImageCacheStatus
 

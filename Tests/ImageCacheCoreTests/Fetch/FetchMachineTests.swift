@@ -2,6 +2,7 @@
 // chunks, the end or a failure) and the actions each returns. No sockets, queues or sinks; the time is a fixed date.
 
 import Foundation
+import ImageCacheTestSupport
 import Testing
 @testable import ImageCacheHTTP
 @testable import ImageCacheServer

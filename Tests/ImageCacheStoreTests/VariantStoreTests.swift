@@ -3,6 +3,7 @@
 // the file names, the restart (indexed and before the index is loaded) and the purge of files the index does not know.
 
 import Foundation
+import ImageCacheTestSupport
 import Synchronization
 @testable import ImageCacheHTTP
 @testable import ImageCacheStore

@@ -1,3 +1,4 @@
+import ImageCacheTestSupport
 import ImageCacheHTTP
 import ImageCacheStore
 import Testing
