@@ -38,44 +38,6 @@ internal import Foundation
 internal import Logging
 internal import Synchronization
 
-/// What a fetch needs from the daemon, handed in when it starts (no reference back to the proxy).
-struct FetchContext: Sendable {
-    let origin: any Origin
-    let store: TieredStore
-    let metrics: ProxyMetrics
-    let logger: Logger
-    let events: (@Sendable (ProxyEvent) -> Void)?
-    /// This daemon's Via value, sent upstream (LoopGuard).
-    let via: String
-    let now: @Sendable () -> Date
-    /// The proxy queue every fetch and the coalescer are confined to.
-    let queue: DispatchQueue
-}
-
-/// The settings a fetch runs with, read once when it starts.
-struct FetchSettings {
-    let rules: FetchMachine.Rules
-    let inFlightLimitBytes: Int
-    let writeBufferBytes: Int
-    /// Forward and fetch modes follow redirects unless `allowed-sources` is set (a redirect could leave the list).
-    let followsRedirects: Bool
-
-    init(_ settings: ProxySettings, writesToDisk: Bool) {
-        let configuration = settings.configuration
-        rules = FetchMachine.Rules(
-            maxObjectSizeBytes: configuration.maxObjectSizeBytes,
-            memoryObjectLimitBytes: configuration.effectiveMemoryObjectLimitBytes,
-            writesToDisk: writesToDisk,
-            completeAbandonedFetches: configuration.completeAbandonedFetches,
-            staleIfErrorSeconds: configuration.staleIfErrorSeconds,
-            contentPolicy: settings.contentPolicy,
-            freshnessPolicy: settings.freshnessPolicy)
-        inFlightLimitBytes = configuration.inFlightLimitBytes
-        writeBufferBytes = configuration.server.writeBufferBytes
-        followsRedirects = configuration.allowedSources.isEmpty
-    }
-}
-
 final class Fetch: InFlightWork, @unchecked Sendable {
     /// Where the fetch sends waiters it does not serve, and says it takes no more (set by the coalescer). The two
     /// redispatches return false when nobody takes the waiters any more (the daemon is stopping).
@@ -563,42 +525,5 @@ extension UpstreamError {
         case .loop: "loop"
         case .other: "other"
         }
-    }
-}
-
-/// Keeps the body bytes a finished fetch handed to clients that have not taken them yet counted in
-/// `inFlightBytes` (as the fetch did: the largest backlog, since the clients share the same chunks) until each client
-/// has taken its response or gone. Owned by the callbacks it registers; guarded by its Mutex.
-final class InFlightDrain: Sendable {
-    private struct State {
-        var sinks: [(sink: any ResponseSink, sentBytes: Int)]
-        var accounted = 0
-    }
-
-    private let state: Locked<State>
-    private let metrics: ProxyMetrics
-
-    private init(_ sinks: [(sink: any ResponseSink, sentBytes: Int)], metrics: ProxyMetrics) {
-        state = Locked(State(sinks: sinks))
-        self.metrics = metrics
-    }
-
-    static func start(_ sinks: [(sink: any ResponseSink, sentBytes: Int)], metrics: ProxyMetrics) {
-        let drain = InFlightDrain(sinks, metrics: metrics)
-        drain.recount()
-        for (sink, sentBytes) in sinks {
-            sink.whenWritten(sentBytes) { drain.recount() }
-        }
-    }
-
-    /// Sets the count to the largest backlog left (0 once every client took its bytes or went).
-    private func recount() {
-        let delta = state.withLock { state -> Int in
-            state.sinks.removeAll { $0.sink.bytesWritten >= $0.sentBytes }
-            let backlog = state.sinks.map { $0.sentBytes - $0.sink.bytesWritten }.max() ?? 0
-            defer { state.accounted = backlog }
-            return backlog - state.accounted
-        }
-        if delta != 0 { metrics.inFlightBytes.wrappingAdd(delta, ordering: .relaxed) }
     }
 }

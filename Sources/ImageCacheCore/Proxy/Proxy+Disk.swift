@@ -19,15 +19,6 @@ internal import ImageCacheStore
 internal import Dispatch
 internal import Foundation
 
-/// Whether the disk tier was already asked for a request that reaches `Coalescer.dispatch`.
-enum DiskProbe: Sendable {
-    /// Not asked (no disk tier, or a path that does not look on disk first).
-    case notAsked
-    /// Asked; its answer (nil: not on disk, or unreadable), and the memory tier's removal count read before asking
-    /// (for `MemoryCache.promote`).
-    case answered(DiskLookup?, removalsSeen: UInt64)
-}
-
 extension Proxy {
     /// Called on the disk's read queue with a lookup's answer (or on the connection's loop thread when the index knew at
     /// once that the key is absent, or answered from a descriptor it kept open).
@@ -49,4 +40,3 @@ extension Proxy {
             probe: .answered(result, removalsSeen: removalsSeen))
     }
 }
-

@@ -16,58 +16,6 @@ internal import Foundation
 internal import Synchronization
 internal import ImageCacheSystem
 
-/// A verified transform request: where the source is and what to do to it. Immutable; a class, so that the memo
-/// hands out one reference per request, not a copy of every option.
-package final class TransformTarget: Equatable, Sendable {
-    package let source: UpstreamURL
-    package let mode: Route.Mode
-    package let trusted: Bool
-    package let options: TransformOptions
-    /// `options.canonical`, made once.
-    package let canonical: String
-    /// The rendition when its format does not depend on the request (explicit, or the source's without automatic
-    /// WebP/AVIF): made once, key included; nil when Accept decides.
-    let fixed: RenditionRequest?
-
-    init(source: UpstreamURL, mode: Route.Mode, trusted: Bool, options: TransformOptions,
-         autoAVIF: Bool = false, autoWebP: Bool = false) {
-        self.source = source
-        self.mode = mode
-        self.trusted = trusted
-        self.options = options
-        canonical = options.canonical
-        let varies: Bool
-        switch options.format {
-        case .explicit: varies = false
-        case .auto: varies = true
-        case .source: varies = autoAVIF || autoWebP
-        }
-        fixed = varies ? nil : RenditionRequest(source: source, options: options, canonical: canonical,
-                                                 choice: FormatNegotiation.choose(options.format, accept: nil, autoAVIF: false, autoWebP: false))
-    }
-
-    package static func == (a: TransformTarget, b: TransformTarget) -> Bool {
-        a.source == b.source && a.mode == b.mode && a.trusted == b.trusted && a.options == b.options
-    }
-}
-
-/// Transform targets already resolved, by the raw text after the prefix: a warm rendition is asked for by the same
-/// URL again and again, and its signature, options and source need checking once per settings version (a reload
-/// makes new settings, with an empty memo). Bounded: emptied when it reaches `limit`. Only successes are kept.
-final class TransformRouteMemo: Sendable {
-    static let limit = 4096
-    private let targets = Locked<[Substring: TransformTarget]>([:])
-
-    func target(_ rest: Substring) -> TransformTarget? { targets.withLock { $0[rest] } }
-
-    func keep(_ rest: Substring, _ target: TransformTarget) {
-        targets.withLock { targets in
-            if targets.count >= Self.limit { targets.removeAll(keepingCapacity: true) }
-            targets[rest] = target
-        }
-    }
-}
-
 /// What routing needs of the transform settings. Immutable, built with ProxySettings.
 package struct TransformRouting: Sendable {
     /// Without a trailing "/" ("" for "/").
@@ -154,48 +102,5 @@ package struct TransformRouting: Sendable {
         if let refusal = allowedSources.refusal(url) { return .error(status: 403, reason: refusal) }
         return .transform(TransformTarget(source: url, mode: .fetch, trusted: false, options: options,
                                               autoAVIF: autoAVIF, autoWebP: autoWebP))
-    }
-}
-
-/// `allowed-sources`: the URL prefixes forward mode, fetch mode and transform sources may reach (empty: any). An
-/// item is "scheme://host[:port][/path]"; a host "*.example.com" matches its subdomains (not example.com itself).
-/// Matched against the normalised URL, so "%2e%2e" or a default port cannot step around it.
-package struct AllowedSources: Sendable, Equatable {
-    struct Item: Sendable, Equatable {
-        let scheme: String
-        let host: String
-        let wildcard: Bool
-        let port: Int
-        let path: String
-    }
-    let items: [Item]
-
-    package init(_ texts: [String]) {
-        items = texts.compactMap { text in
-            var host = text
-            var wildcard = false
-            if let range = text.range(of: "://*.") {
-                wildcard = true
-                host = text.replacingCharacters(in: range, with: "://")
-            }
-            guard let url = try? UpstreamURL.parse(host) else { return nil }
-            return Item(scheme: url.scheme, host: url.host, wildcard: wildcard, port: url.effectivePort,
-                        path: url.pathAndQuery == "/" ? "" : url.pathAndQuery)
-        }
-    }
-
-    /// nil when `url` may be reached; else why not.
-    func refusal(_ url: UpstreamURL) -> String? {
-        if items.isEmpty { return nil }
-        for item in items where item.scheme == url.scheme && item.port == url.effectivePort {
-            let hostMatches = item.wildcard ? url.host.hasSuffix("." + item.host) : url.host == item.host
-            guard hostMatches else { continue }
-            let path = url.pathAndQuery
-            if item.path.isEmpty || path == item.path || path.hasPrefix(item.path.hasSuffix("/") ? item.path : item.path + "/")
-                || (!item.path.hasSuffix("/") && path.hasPrefix(item.path + "?")) {
-                return nil
-            }
-        }
-        return "\(url.scheme)://\(url.authority) is not under allowed-sources"
     }
 }

@@ -1,0 +1,25 @@
+internal import ImageCacheSystem
+internal import ImageCacheHTTP
+internal import ImageCacheStatus
+internal import ImageCacheConfig
+internal import ImageCacheServer
+internal import ImageCacheStore
+internal import ImageCacheUpstream
+internal import Dispatch
+internal import Foundation
+internal import Logging
+internal import Synchronization
+
+/// What a fetch needs from the daemon, handed in when it starts (no reference back to the proxy).
+struct FetchContext: Sendable {
+    let origin: any Origin
+    let store: TieredStore
+    let metrics: ProxyMetrics
+    let logger: Logger
+    let events: (@Sendable (ProxyEvent) -> Void)?
+    /// This daemon's Via value, sent upstream (LoopGuard).
+    let via: String
+    let now: @Sendable () -> Date
+    /// The proxy queue every fetch and the coalescer are confined to.
+    let queue: DispatchQueue
+}

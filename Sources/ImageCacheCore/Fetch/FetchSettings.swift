@@ -1,0 +1,35 @@
+internal import ImageCacheSystem
+internal import ImageCacheHTTP
+internal import ImageCacheStatus
+internal import ImageCacheConfig
+internal import ImageCacheServer
+internal import ImageCacheStore
+internal import ImageCacheUpstream
+internal import Dispatch
+internal import Foundation
+internal import Logging
+internal import Synchronization
+
+/// The settings a fetch runs with, read once when it starts.
+struct FetchSettings {
+    let rules: FetchMachine.Rules
+    let inFlightLimitBytes: Int
+    let writeBufferBytes: Int
+    /// Forward and fetch modes follow redirects unless `allowed-sources` is set (a redirect could leave the list).
+    let followsRedirects: Bool
+
+    init(_ settings: ProxySettings, writesToDisk: Bool) {
+        let configuration = settings.configuration
+        rules = FetchMachine.Rules(
+            maxObjectSizeBytes: configuration.maxObjectSizeBytes,
+            memoryObjectLimitBytes: configuration.effectiveMemoryObjectLimitBytes,
+            writesToDisk: writesToDisk,
+            completeAbandonedFetches: configuration.completeAbandonedFetches,
+            staleIfErrorSeconds: configuration.staleIfErrorSeconds,
+            contentPolicy: settings.contentPolicy,
+            freshnessPolicy: settings.freshnessPolicy)
+        inFlightLimitBytes = configuration.inFlightLimitBytes
+        writeBufferBytes = configuration.server.writeBufferBytes
+        followsRedirects = configuration.allowedSources.isEmpty
+    }
+}

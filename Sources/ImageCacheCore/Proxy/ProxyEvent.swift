@@ -1,0 +1,27 @@
+internal import ImageCacheSystem
+public import ImageCacheHTTP
+internal import ImageCacheStatus
+public import ImageCacheConfig
+public import ImageCacheServer
+public import ImageCacheStore
+public import ImageCacheUpstream
+internal import ImageCacheTransform
+internal import Dispatch
+public import Foundation
+public import Logging
+
+/// What happens to fetches, as seen from the proxy queue.
+public enum ProxyEvent: Sendable, Equatable {
+    /// A client now waits on the upstream fetch for `key`; `waiters` counts them, this one included.
+    case waiterAttached(key: CacheKey, waiters: Int)
+    /// The fetch for `key` ended (stored or not, failed or cancelled).
+    case fetchFinished(key: CacheKey)
+    /// A request passed through to the origin (`Passthrough`) ended and its transfer was counted. A client may have
+    /// read the whole response before this: its last bytes go out before the transfer's end arrives.
+    case passFinished(key: CacheKey)
+    /// The fetch for `key` paused its upstream transfer: a client was behind and the in-flight budget full.
+    case transferPaused(key: CacheKey)
+    /// /_imagecached/stats is about to be read (a test changes a counter here, to tell the status page's figures as
+    /// its script computes them from those rendered with the page).
+    case statsRead
+}
