@@ -13,8 +13,8 @@ let package = Package(
     products: [
         .executable(name: "imagecached", targets: ["imagecached"]),
         .library(name: "ImageCacheCore", targets: [
-            "ImageCacheSystem", "ImageCacheHTTP", "ImageCacheConfig", "ImageCacheServer", "ImageCacheStore",
-            "ImageCacheUpstream", "ImageCacheTransform", "ImageCacheCore", "ImageCacheOps",
+            "ImageCacheSystem", "ImageCacheHTTP", "ImageCacheTransform", "ImageCacheServer", "ImageCacheStore",
+            "ImageCacheUpstream", "ImageCacheConfig", "ImageCacheCore", "ImageCacheOps",
         ]),
     ],
     dependencies: [
@@ -67,13 +67,8 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .target(
-            name: "ImageCacheConfig",
-            dependencies: ["ImageCacheHTTP", "ImageCacheTransform", .product(name: "Yams", package: "Yams")],
-            swiftSettings: swiftSettings
-        ),
-        .target(
             name: "ImageCacheServer",
-            dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "ImageCacheConfig", "CEpoll",
+            dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "CEpoll",
                            .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
@@ -86,8 +81,15 @@ let package = Package(
         ),
         .target(
             name: "ImageCacheUpstream",
-            dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "ImageCacheConfig", "CCurl", "CCurlShim",
+            dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "CCurl", "CCurlShim",
                            .product(name: "Logging", package: "swift-log")],
+            swiftSettings: swiftSettings
+        ),
+        // Above the layers it configures: each owns its settings and their defaults; this one builds them from the keys.
+        .target(
+            name: "ImageCacheConfig",
+            dependencies: ["ImageCacheHTTP", "ImageCacheServer", "ImageCacheUpstream", "ImageCacheTransform",
+                           .product(name: "Yams", package: "Yams")],
             swiftSettings: swiftSettings
         ),
         .target(
@@ -100,7 +102,7 @@ let package = Package(
         .target(
             name: "ImageCacheOps",
             dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "ImageCacheConfig", "ImageCacheServer",
-                           "ImageCacheStore", "ImageCacheUpstream", "ImageCacheCore", "CEpoll",
+                           "ImageCacheStore", "ImageCacheUpstream", "ImageCacheTransform", "ImageCacheCore", "CEpoll",
                            .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
@@ -117,7 +119,7 @@ let package = Package(
         .executableTarget(
             name: "imagecached",
             dependencies: [
-                "ImageCacheHTTP", "ImageCacheConfig", "ImageCacheTransform", "ImageCacheCore", "ImageCacheOps",
+                "ImageCacheHTTP", "ImageCacheServer", "ImageCacheConfig", "ImageCacheTransform", "ImageCacheCore", "ImageCacheOps",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],

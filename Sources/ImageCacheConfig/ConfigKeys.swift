@@ -12,7 +12,9 @@
 
 internal import ImageCacheHTTP
 internal import Foundation
+internal import ImageCacheServer
 internal import ImageCacheTransform
+internal import ImageCacheUpstream
 
 public struct ConfigKey: Sendable {
     public enum Reload: Sendable, Equatable {
@@ -300,12 +302,12 @@ extension ConfigKey {
         key("transform-keys", "LIST", "none", "hex keys that verify transform URLs (HMAC-SHA256, paired in order with transform-salts; else IMGPROXY_KEY); none: URLs are not checked",
             exposure: .notAsFlag) { configuration, value throws(ConfigError) in
             try value.notAFlag("transform keys are")
-            configuration.transform.keyTexts = try value.items("a list of hex keys")
+            configuration.transformKeyTexts = try value.items("a list of hex keys")
         },
         key("transform-salts", "LIST", "none", "hex salts, one per transform key, in the same order (else IMGPROXY_SALT)",
             exposure: .notAsFlag) { configuration, value throws(ConfigError) in
             try value.notAFlag("transform salts are")
-            configuration.transform.saltTexts = try value.items("a list of hex salts")
+            configuration.transformSaltTexts = try value.items("a list of hex salts")
         },
         key("transform-signature-size", "N", "32", "bytes of the HMAC a transform signature carries (imgproxy's IMGPROXY_SIGNATURE_SIZE), 8-32") { configuration, value throws(ConfigError) in
             let size = try value.integer(min: 8)
@@ -523,7 +525,7 @@ extension ConfigKey {
         key("server.max-connections", "N", "10000", "connections served at once; more are closed as they arrive",
             restart: .field(\.server.maxConnections)) { $0.server.maxConnections = try $1.integer(min: 1) },
         key("server.cpu-affinity", "auto|off", "auto", "auto pins event loop i to the i-th CPU the daemon may use; off lets the kernel place them",
-            restart: .field(\.server.cpuAffinity)) { $0.server.cpuAffinity = try $1.choice(ServerConfiguration.CPUAffinity.self, "auto or off") },
+            restart: .field(\.server.cpuAffinity)) { $0.server.cpuAffinity = try $1.choice(ServerSettings.CPUAffinity.self, "auto or off") },
         key("upstream.connect-timeout", "DURATION", "10s", "upstream connect timeout (DNS, TCP, TLS)", restart: .field(\.upstream.connectTimeoutSeconds)) {
             $0.upstream.connectTimeoutSeconds = try $1.seconds()
         },
@@ -544,7 +546,7 @@ extension ConfigKey {
             $0.upstream.maxHostConnections = try $1.integer(min: 1)
         },
         key("upstream.queue-order", "fifo|lifo", "fifo", "order of waiting upstream transfers: fifo, or lifo (newest first)",
-            restart: .field(\.upstream.queueOrder)) { $0.upstream.queueOrder = try $1.choice(UpstreamConfiguration.QueueOrder.self, "fifo or lifo") },
+            restart: .field(\.upstream.queueOrder)) { $0.upstream.queueOrder = try $1.choice(UpstreamSettings.QueueOrder.self, "fifo or lifo") },
         key("upstream.queue-timeout", "DURATION", "30s", "time a transfer may wait for a slot before the client gets 504",
             restart: .field(\.upstream.queueTimeoutSeconds)) { $0.upstream.queueTimeoutSeconds = try $1.seconds() },
         key("upstream.user-agent", "TEXT", "imagecached/VERSION", "User-Agent sent upstream when the client sent none",

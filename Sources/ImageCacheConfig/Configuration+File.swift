@@ -49,9 +49,36 @@ extension Configuration {
         for setting in try settings(fromEnvironment: environment) { try configuration.apply(setting) }
         for setting in flags { try configuration.apply(setting) }
         configuration.applyCgroupMemoryLimit(cgroupMemoryLimitBytes)
-        try configuration.transform.resolveSigning(environment: environment)
+        try configuration.resolveTransformSigning(environment: environment)
         try configuration.validate()
         return configuration
+    }
+
+    /// Pairs the configured transform keys and salts into `transform.signing`; without them, imgproxy's
+    /// IMGPROXY_KEY / IMGPROXY_SALT (one pair) or IMGPROXY_KEYS / IMGPROXY_SALTS (comma-separated pairs), and
+    /// IMGPROXY_SIGNATURE_SIZE, are read.
+    mutating func resolveTransformSigning(environment: [String: String]) throws(ConfigError) {
+        var keys = transformKeyTexts, salts = transformSaltTexts, source = "transform-keys"
+        transform.signingFromIMGPROXY = false
+        if keys.isEmpty && salts.isEmpty {
+            func list(_ name: String) -> [String] {
+                (environment[name] ?? "").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+            }
+            keys = list("IMGPROXY_KEYS") + list("IMGPROXY_KEY")
+            salts = list("IMGPROXY_SALTS") + list("IMGPROXY_SALT")
+            source = "IMGPROXY_KEY"
+            transform.signingFromIMGPROXY = !keys.isEmpty
+            if let size = environment["IMGPROXY_SIGNATURE_SIZE"], transform.signingFromIMGPROXY {
+                guard let bytes = Int(size), (8...32).contains(bytes) else {
+                    throw ConfigError(key: "IMGPROXY_SIGNATURE_SIZE", reason: "'\(size)' is not 8 to 32")
+                }
+                transform.signing.signatureSize = bytes
+            }
+        }
+        switch TransformSigning.pairs(keys: keys, salts: salts) {
+        case let .success(pairs): transform.signing.pairs = pairs
+        case let .failure(refusal): throw ConfigError(key: source, reason: refusal.reason)
+        }
     }
 
     /// Signing keys as configured (URLSigning.decodeKey), each at least `URLSigning.minimumKeyBytes`.
@@ -218,28 +245,6 @@ extension Configuration {
     /// Paths the daemon keeps for itself: /fetch and everything under /_imagecached/.
     public static func isReservedPath(_ path: String) -> Bool {
         path == "/fetch" || path.hasPrefix("/fetch?") || path == "/_imagecached" || path.hasPrefix("/_imagecached/")
-    }
-}
-
-extension ListenAddress {
-    /// "HOST:PORT", "[V6]:PORT", or ":PORT" (all IPv4 interfaces).
-    public static func parse(_ text: String) -> ListenAddress? {
-        let host: Substring
-        let portText: Substring
-        if text.hasPrefix("[") {
-            guard let close = text.firstIndex(of: "]") else { return nil }
-            host = text[text.index(after: text.startIndex)..<close]
-            let rest = text[text.index(after: close)...]
-            guard rest.hasPrefix(":") else { return nil }
-            portText = rest.dropFirst()
-        } else {
-            guard let colon = text.lastIndex(of: ":") else { return nil }
-            host = text[..<colon]
-            portText = text[text.index(after: colon)...]
-            if host.contains(":") { return nil }
-        }
-        guard let port = Int(portText), (0...65535).contains(port) else { return nil }
-        return ListenAddress(host: host.isEmpty ? "0.0.0.0" : String(host), port: port)
     }
 }
 

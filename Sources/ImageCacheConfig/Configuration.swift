@@ -2,8 +2,15 @@
 // file, environment variables and flags (flags win), validated in Configuration+File.swift.
 // Every field has a `///` line and its default; the keys that set them (name, form, default, meaning, reload or
 // restart, file/environment/flag) are defined once in ConfigKeys.swift.
+//
+// Each layer owns its settings and their defaults (the Hummingbird way): `server` is the server's `ServerSettings`,
+// `upstream` the upstream layer's `UpstreamSettings`, `transform` the transform layer's `TransformSettings`.
 
 internal import Foundation
+public import ImageCacheHTTP
+public import ImageCacheServer
+public import ImageCacheTransform
+public import ImageCacheUpstream
 
 public struct Configuration: Sendable, Equatable {
     /// `listen`: address and port to serve on, "HOST:PORT" or "[V6]:PORT". Port 0 picks a free port. Default 127.0.0.1:8080.
@@ -73,8 +80,12 @@ public struct Configuration: Sendable, Equatable {
     public var dropRequestFields: [String] = []
     /// `pass-trace`: pass TRACE requests to configured origins; off, they get 405. Default false.
     public var passTrace = false
-    /// The `transform-*` keys: image transforms (imgproxy-compatible URLs, libvips). See TransformConfiguration.
-    public var transform = TransformConfiguration()
+    /// The `transform*` keys: image transforms (imgproxy-compatible URLs, libvips). See TransformSettings.
+    public var transform = TransformSettings()
+    /// `transform-keys` and `transform-salts` as given; paired into `transform.signing` once every source is read
+    /// (`resolveTransformSigning`).
+    var transformKeyTexts: [String] = []
+    var transformSaltTexts: [String] = []
     /// `complete-abandoned-fetches`: keep an upstream transfer running to fill the cache when every client has gone. Default false.
     public var completeAbandonedFetches: Bool = false
     /// `log-level`: trace, debug, info, notice, warning, error, critical. Default info.
@@ -124,8 +135,10 @@ public struct Configuration: Sendable, Equatable {
     /// `shutdown-timeout`: on SIGTERM/SIGINT, how long responses in flight may take to finish before their
     /// connections are closed, seconds. Default 30.
     public var shutdownTimeoutSeconds: Double = 30
-    public var server = ServerConfiguration()
-    public var upstream = UpstreamConfiguration()
+    /// The `server.*` keys: the HTTP server's limits. See ServerSettings.
+    public var server = ServerSettings()
+    /// The `upstream.*` keys: how upstream transfers are made. See UpstreamSettings.
+    public var upstream = UpstreamSettings()
 
     public init() {}
 
@@ -168,17 +181,6 @@ public struct Configuration: Sendable, Equatable {
     }
 }
 
-/// Where to listen.
-public struct ListenAddress: Sendable, Equatable, CustomStringConvertible {
-    public var host: String
-    public var port: Int
-    public init(host: String, port: Int) {
-        self.host = host
-        self.port = port
-    }
-    public var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
-}
-
 /// A reverse-proxy mapping: requests whose path starts with `prefix` go to `url` + the rest of the path.
 public struct OriginMapping: Sendable, Equatable {
     /// Path prefix, starting with "/". "/" maps everything.
@@ -190,76 +192,3 @@ public struct OriginMapping: Sendable, Equatable {
         self.url = url
     }
 }
-
-/// Limits of the HTTP server.
-public struct ServerConfiguration: Sendable, Equatable {
-    /// `server.max-request-line`: longest request line, bytes; longer gets 414. Default 8192.
-    public var maxRequestLineBytes: Int = 8192
-    /// `server.max-header-bytes`: largest header section, bytes; larger gets 431. Default 16384.
-    public var maxHeaderBytes: Int = 16_384
-    /// `server.max-header-count`: most header fields; more gets 431. Default 100.
-    public var maxHeaderCount: Int = 100
-    /// `server.max-request-body`: largest request body read (admin endpoints take lists); larger gets 413. Default 1 MiB.
-    public var maxRequestBodyBytes: Int = 1 << 20
-    /// `server.header-timeout`: seconds to receive a whole request head once it has started. Default 10.
-    public var headerTimeoutSeconds: Double = 10
-    /// `server.body-timeout`: seconds to receive a whole request body once its head is in (a body trickled a byte at
-    /// a time is cut off); 408 beyond. Default 30.
-    public var bodyTimeoutSeconds: Double = 30
-    /// `server.idle-timeout`: seconds a keep-alive connection may sit idle between requests. Default 60.
-    public var idleTimeoutSeconds: Double = 60
-    /// `server.write-timeout`: seconds a client may take to accept written bytes before it is dropped. Default 60.
-    public var writeTimeoutSeconds: Double = 60
-    /// `server.write-buffer`: bytes of a streamed response handed to a client and not yet taken by it, past which the
-    /// client is "behind" (see `in-flight-limit`); also the most of a fetch's body between libcurl and the fetch (the
-    /// transfer's delivery window). Default 256 KiB.
-    public var writeBufferBytes: Int = 256 << 10
-    /// `server.max-connections`: connections served at once; more are accepted and closed at once. Default 10000.
-    public var maxConnections: Int = 10_000
-    /// Where the event loops run (one loop per CPU the process may use, which taskset, systemd's CPUAffinity= and
-    /// cpusets narrow).
-    public enum CPUAffinity: String, Sendable, Equatable, CaseIterable {
-        /// Loop i is pinned to the i-th allowed CPU (nginx's `worker_cpu_affinity auto`). Default.
-        case auto
-        /// The kernel places and moves the loops.
-        case off
-    }
-    /// `server.cpu-affinity`: auto or off. Default auto.
-    public var cpuAffinity: CPUAffinity = .auto
-    public init() {}
-}
-
-/// How upstream transfers are made.
-public struct UpstreamConfiguration: Sendable, Equatable {
-    public enum QueueOrder: String, Sendable, Equatable, CaseIterable {
-        /// First queued, first started (default).
-        case fifo
-        /// Last queued, first started: the newest request (the image on screen now) goes first.
-        case lifo
-    }
-    /// `upstream.connect-timeout`: seconds to connect (DNS, TCP, TLS). Default 10.
-    public var connectTimeoutSeconds: Double = 10
-    /// `upstream.timeout`: seconds for a whole transfer. Default 60.
-    public var totalTimeoutSeconds: Double = 60
-    /// `upstream.low-speed-limit`: bytes/s under which a transfer counts as stalled. Default 1024.
-    public var lowSpeedLimitBytesPerSecond: Int = 1024
-    /// `upstream.low-speed-time`: seconds below low-speed-limit before the transfer is aborted. Default 20.
-    public var lowSpeedTimeSeconds: Int = 20
-    /// `upstream.max-redirects`: redirects followed before failing. Default 5.
-    public var maxRedirects: Int = 5
-    /// `upstream.max-transfers`: upstream transfers running at once; more wait in a queue. Default 64.
-    public var maxConcurrentTransfers: Int = 64
-    /// `upstream.max-host-connections`: connections to one host at once. Default 8.
-    public var maxHostConnections: Int = 8
-    /// `upstream.queue-order`: fifo or lifo order of waiting transfers. Default fifo.
-    public var queueOrder: QueueOrder = .fifo
-    /// `upstream.queue-timeout`: seconds a transfer may wait for a slot before failing with 504. Default 30.
-    public var queueTimeoutSeconds: Double = 30
-    /// `upstream.user-agent`: User-Agent sent when the client sent none. Default "imagecached/<version>".
-    public var userAgent: String = "imagecached/\(imagecachedVersion)"
-    /// `upstream.ca-bundle`: CA bundle file for TLS verification; empty uses the system store. Default empty.
-    public var caBundle: String = ""
-    public init() {}
-}
-
-public let imagecachedVersion = "0.1.0"

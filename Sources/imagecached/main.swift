@@ -1,6 +1,7 @@
 // imagecached: parse the command line, load the configuration, run the daemon until a signal stops it.
 
 import ImageCacheHTTP
+import ImageCacheServer
 import ImageCacheConfig
 import ImageCacheTransform
 import ImageCacheCore

@@ -7,6 +7,7 @@ import Synchronization
 import Testing
 @testable import ImageCacheHTTP
 @testable import ImageCacheConfig
+import ImageCacheServer
 @testable import ImageCacheUpstream
 @testable import ImageCacheCore
 @testable import ImageCacheOps

@@ -6,6 +6,8 @@ import Foundation
 import Synchronization
 import Testing
 import ImageCacheConfig
+import ImageCacheHTTP
+import ImageCacheServer
 @testable import ImageCacheOps
 import ImageCacheUpstream
 import ImageCacheCore

@@ -9,6 +9,7 @@
 internal import ImageCacheHTTP
 public import ImageCacheConfig
 internal import ImageCacheServer
+internal import ImageCacheTransform
 package import ImageCacheStore
 internal import Foundation
 internal import Synchronization

@@ -6,6 +6,8 @@ import Testing
 import ImageCacheTestSupport
 @testable import ImageCacheConfig
 @testable import ImageCacheStore
+import ImageCacheServer
+import ImageCacheUpstream
 
 @Suite("Configuration keys, defined once", .timeLimit(.minutes(1)))
 struct ConfigKeysTests {

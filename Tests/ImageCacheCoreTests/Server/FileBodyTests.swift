@@ -28,7 +28,7 @@ struct FileBodyTests {
     }
 
     static func handling(_ request: String) -> Machine {
-        var machine = Machine(configuration: ServerConfiguration())
+        var machine = Machine(settings: ServerSettings())
         _ = machine.bytesReceived(Array(request.utf8), date: date)
         return machine
     }
