@@ -88,7 +88,7 @@ let package = Package(
         // Above the layers it configures: each owns its settings and their defaults; this one builds them from the keys.
         .target(
             name: "ImageCacheConfig",
-            dependencies: ["ImageCacheHTTP", "ImageCacheServer", "ImageCacheUpstream", "ImageCacheTransform",
+            dependencies: ["ImageCacheHTTP", "ImageCacheServer", "ImageCacheStore", "ImageCacheUpstream", "ImageCacheTransform",
                            .product(name: "Yams", package: "Yams")],
             swiftSettings: swiftSettings
         ),

@@ -250,6 +250,15 @@ extension Configuration {
 
 /// Byte sizes written by people: "256MiB", "50MB", "1G", "1048576".
 public enum ByteSize {
+    /// A size as the documentation writes it: in the largest binary unit that divides it ("10GiB", "256KiB"), else
+    /// in bytes ("1000"); 0 is "0". `parse` reads it back.
+    public static func text(_ bytes: Int) -> String {
+        for (shift, unit) in [(30, "GiB"), (20, "MiB"), (10, "KiB")] where bytes != 0 && bytes % (1 << shift) == 0 {
+            return "\(bytes >> shift)\(unit)"
+        }
+        return String(bytes)
+    }
+
     public static func parse(_ text: String) -> Int? {
         let trimmed = text.trimmingCharacters(in: .whitespaces)
         let digits = trimmed.prefix { $0.isNumber || $0 == "." }
@@ -274,6 +283,16 @@ public enum ByteSize {
 
 /// Durations written by people: "10" (seconds), "500ms", "10s", "5m", "1h", "1d".
 public enum DurationText {
+    /// A duration as the documentation writes it: in whole days or hours when it is some ("7d", "1h"), else in
+    /// seconds ("60s", "2.5s"); 0 is "0". `parse` reads it back.
+    public static func text(_ seconds: Double) -> String {
+        if seconds == 0 { return "0" }
+        for (length, unit) in [(86_400.0, "d"), (3600.0, "h"), (1.0, "s")] where (seconds / length).rounded() == seconds / length {
+            return "\(Int(seconds / length))\(unit)"
+        }
+        return "\(seconds)s"
+    }
+
     public static func parse(_ text: String) -> Double? {
         let trimmed = text.trimmingCharacters(in: .whitespaces).lowercased()
         let digits = trimmed.prefix { $0.isNumber || $0 == "." }

@@ -4,11 +4,16 @@
 // restart, file/environment/flag) are defined once in ConfigKeys.swift.
 //
 // Each layer owns its settings and their defaults (the Hummingbird way): `server` is the server's `ServerSettings`,
-// `upstream` the upstream layer's `UpstreamSettings`, `transform` the transform layer's `TransformSettings`.
+// `upstream` the upstream layer's `UpstreamSettings`, `transform` the transform layer's `TransformSettings`; the
+// fields the store reads take their defaults from the store (`DiskCache.Configuration`, `FreshnessPolicy`,
+// `MemoryCache.defaultVariantLimit`), and `max-object-size` from the upstream layer's `UpstreamRequest`. The rest
+// belong to the proxy and the daemon and have their defaults here. Each default is written once: ConfigKeys renders
+// the documented defaults from these values.
 
 internal import Foundation
 public import ImageCacheHTTP
 public import ImageCacheServer
+internal import ImageCacheStore
 public import ImageCacheTransform
 public import ImageCacheUpstream
 
@@ -19,14 +24,14 @@ public struct Configuration: Sendable, Equatable {
     public var origins: [OriginMapping] = []
     /// `cache-dir`: directory of the on-disk tier. Default `$CACHE_DIRECTORY` (systemd), else `$XDG_CACHE_HOME/imagecached`, else `~/.cache/imagecached`.
     public var cacheDirectory: String = Configuration.defaultCacheDirectory()
-    /// `disk-limit`: byte budget of the on-disk tier (files, headers included); 0 turns the disk tier off. Default 10 GiB.
-    public var diskLimitBytes: Int = 10 << 30
-    /// `disk-max-age`: disk entries not used for this long are removed, fresh or not, seconds. Default 7 days.
-    public var diskMaxAgeSeconds: Double = 7 * 86_400
-    /// `disk-low-water`: over disk-limit, least recently used entries are evicted down to this fraction of it. Default 0.9.
-    public var diskLowWaterFraction: Double = 0.9
-    /// `disk-fsync`: fsync each disk entry (and its directory) when it is written; slower, survives power loss. Default false.
-    public var diskFsync: Bool = false
+    /// `disk-limit`: byte budget of the on-disk tier (files, headers included); 0 turns the disk tier off. Default the disk tier's, 10 GiB.
+    public var diskLimitBytes: Int = Configuration.diskDefaults.limitBytes
+    /// `disk-max-age`: disk entries not used for this long are removed, fresh or not, seconds. Default the disk tier's, 7 days.
+    public var diskMaxAgeSeconds: Double = Configuration.diskDefaults.maxAgeSeconds
+    /// `disk-low-water`: over disk-limit, least recently used entries are evicted down to this fraction of it. Default the disk tier's, 0.9.
+    public var diskLowWaterFraction: Double = Configuration.diskDefaults.lowWaterFraction
+    /// `disk-fsync`: fsync each disk entry (and its directory) when it is written; slower, survives power loss. Default the disk tier's, false.
+    public var diskFsync: Bool = Configuration.diskDefaults.fsync
     /// `memory-limit`: byte budget of the memory tier. Default 256 MiB; under a cgroup memory limit (systemd
     /// `MemoryMax=`), `cgroupMemoryFraction` of that limit instead (see `applyCgroupMemoryLimit`).
     public var memoryLimitBytes: Int = 256 << 20
@@ -36,8 +41,8 @@ public struct Configuration: Sendable, Equatable {
     public var memoryCountLimit: Int = 0
     /// `max-variants`: most stored variants of one URL (responses with Vary, one per set of request field values),
     /// in memory and on disk each; storing one more evicts the URL's least recently used variant. At least 1.
-    /// Default 16. Restart only.
-    public var maxVariants: Int = 16
+    /// Default the memory tier's (`MemoryCache.defaultVariantLimit`), 16. Restart only.
+    public var maxVariants: Int = MemoryCache.defaultVariantLimit
     /// `memory-object-limit`: larger objects are streamed but not kept in memory. Default: 1/8 of memory-limit.
     public var memoryObjectLimitBytes: Int? = nil
     /// `stale-if-error`: offline policy: how long past its freshness a stored entry may still be served when the
@@ -49,8 +54,9 @@ public struct Configuration: Sendable, Equatable {
     /// every response, like Varnish's default grace); never for must-revalidate, proxy-revalidate or s-maxage
     /// entries, nor for requests with max-age, min-fresh or max-stale. 0 = only where the response says so. Default 0.
     public var staleWhileRevalidateSeconds: Double = 0
-    /// `max-object-size`: largest upstream body served or stored; larger transfers are stopped. Default 50 MiB.
-    public var maxObjectSizeBytes: Int = 50 << 20
+    /// `max-object-size`: largest upstream body served or stored; larger transfers are stopped. Default the upstream layer's
+    /// (`UpstreamRequest.defaultMaxBodyBytes`), 50 MiB.
+    public var maxObjectSizeBytes: Int = UpstreamRequest.defaultMaxBodyBytes
     /// `content-types`: media types served and stored; "*/*" turns the image checks off. Default JPEG, PNG, GIF, WebP, AVIF.
     public var contentTypes: [String] = Configuration.defaultContentTypes
     /// `allow-svg`: add image/svg+xml to the allowlist (SVG can carry script). Default false.
@@ -59,19 +65,20 @@ public struct Configuration: Sendable, Equatable {
     public var allowPrivateNetworks: Bool = false
     /// `allowed-sources`: URL prefixes forward mode, fetch mode and transform sources may reach; empty: any. Default none.
     public var allowedSources: [String] = []
-    /// `heuristic-fraction`: fraction of (Date - Last-Modified) used as freshness when the origin gives none. Default 0.1.
-    public var heuristicFraction: Double = 0.1
+    /// `heuristic-fraction`: fraction of (Date - Last-Modified) used as freshness when the origin gives none. Default
+    /// `FreshnessPolicy`'s, 0.1 (as are the defaults of the next four).
+    public var heuristicFraction: Double = Configuration.freshnessDefaults.heuristicFraction
     /// `heuristic-max`: cap on heuristic freshness, seconds. Default 86400 (1 day).
-    public var heuristicMaxSeconds: Double = 86_400
+    public var heuristicMaxSeconds: Double = Configuration.freshnessDefaults.heuristicMaxSeconds
     /// `targeted-cache-control`: targeted cache-control fields (RFC 9213), in order; for a response from a configured
     /// origin the first one present governs storing and reuse instead of Cache-Control. Default CDN-Cache-Control.
     /// Restart only.
-    public var targetedCacheControl: [String] = ["CDN-Cache-Control"]
+    public var targetedCacheControl: [String] = Configuration.freshnessDefaults.targetedFields
     /// `strip-targeted-cache-control`: remove those fields from what clients receive. Default false. Restart only.
-    public var stripTargetedCacheControl = false
+    public var stripTargetedCacheControl: Bool = Configuration.freshnessDefaults.stripsTargetedFields
     /// `negative-ttl`: lifetime of a configured origin's 404 or 410 without explicit freshness, seconds (0: such
     /// responses are stored only with a validator, and heuristically). Default 10. Restart only.
-    public var negativeTTLSeconds: Double = 10
+    public var negativeTTLSeconds: Double = Configuration.freshnessDefaults.negativeTTLSeconds
     /// `forward-request-fields`: the request fields forward and fetch modes send upstream (Authorization too, which
     /// makes the request bypass the cache). Default Accept, Accept-Language, User-Agent.
     public var forwardRequestFields: [String] = ["Accept", "Accept-Language", "User-Agent"]
@@ -141,6 +148,10 @@ public struct Configuration: Sendable, Equatable {
     public var upstream = UpstreamSettings()
 
     public init() {}
+
+    /// The store's defaults for the keys of the disk tier and of freshness (the directory is not one of them).
+    private static let diskDefaults = DiskCache.Configuration(directory: "")
+    private static let freshnessDefaults = FreshnessPolicy()
 
     /// The memory tier's per-object limit in force.
     public var effectiveMemoryObjectLimitBytes: Int { memoryObjectLimitBytes ?? max(memoryLimitBytes / 8, 0) }

@@ -1,5 +1,5 @@
 // The server layer's settings (the `server.*` keys) and their defaults. ImageCacheConfig sets them from the keys
-// (ConfigKeys.swift); the layer reads nothing else.
+// (ConfigKeys.swift, whose documented defaults are rendered from this struct's); the layer reads nothing else.
 
 /// Limits of the HTTP server.
 public struct ServerSettings: Sendable, Equatable {

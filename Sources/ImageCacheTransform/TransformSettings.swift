@@ -1,6 +1,6 @@
 // The transform layer's settings (the `transform*` keys, docs/transforms.md) and their defaults. ImageCacheConfig
-// sets them from the keys (ConfigKeys.swift) and keeps the keys and salts as given until every source is read
-// (Configuration.resolveTransformSigning).
+// sets them from the keys (ConfigKeys.swift, whose documented defaults are rendered from this struct's) and keeps
+// the keys and salts as given until every source is read (Configuration.resolveTransformSigning).
 
 public import ImageCacheHTTP
 

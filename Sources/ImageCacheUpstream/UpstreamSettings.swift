@@ -1,5 +1,5 @@
 // The upstream layer's settings (the `upstream.*` keys) and their defaults. ImageCacheConfig sets them from the
-// keys (ConfigKeys.swift); the layer reads nothing else.
+// keys (ConfigKeys.swift, whose documented defaults are rendered from this struct's); the layer reads nothing else.
 
 internal import ImageCacheHTTP
 
