@@ -13,8 +13,8 @@ let package = Package(
     products: [
         .executable(name: "imagecached", targets: ["imagecached"]),
         .library(name: "ImageCacheCore", targets: [
-            "ImageCacheSystem", "ImageCacheHTTP", "ImageCacheStatus", "ImageCacheConfig", "ImageCacheServer", "ImageCacheStore",
-            "ImageCacheUpstream", "ImageCacheTransform", "ImageCacheCore", "ImageCacheOps",
+            "ImageCacheSystem", "ImageCacheHTTP", "ImageCacheStatus", "ImageCacheTransform", "ImageCacheServer", "ImageCacheStore",
+            "ImageCacheUpstream", "ImageCacheConfig", "ImageCacheCore", "ImageCacheOps",
         ]),
     ],
     dependencies: [
@@ -70,13 +70,8 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .target(
-            name: "ImageCacheConfig",
-            dependencies: ["ImageCacheHTTP", "ImageCacheTransform", .product(name: "Yams", package: "Yams")],
-            swiftSettings: swiftSettings
-        ),
-        .target(
             name: "ImageCacheServer",
-            dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "ImageCacheConfig", "CEpoll",
+            dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "CEpoll",
                            .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
@@ -89,8 +84,15 @@ let package = Package(
         ),
         .target(
             name: "ImageCacheUpstream",
-            dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "ImageCacheConfig", "CCurl", "CCurlShim",
+            dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "CCurl", "CCurlShim",
                            .product(name: "Logging", package: "swift-log")],
+            swiftSettings: swiftSettings
+        ),
+        // Above the layers it configures: each owns its settings and their defaults; this one builds them from the keys.
+        .target(
+            name: "ImageCacheConfig",
+            dependencies: ["ImageCacheHTTP", "ImageCacheServer", "ImageCacheStore", "ImageCacheUpstream", "ImageCacheTransform",
+                           .product(name: "Yams", package: "Yams")],
             swiftSettings: swiftSettings
         ),
         .target(
@@ -103,7 +105,7 @@ let package = Package(
         .target(
             name: "ImageCacheOps",
             dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "ImageCacheStatus", "ImageCacheConfig", "ImageCacheServer",
-                           "ImageCacheStore", "ImageCacheUpstream", "ImageCacheCore", "CEpoll",
+                           "ImageCacheStore", "ImageCacheUpstream", "ImageCacheTransform", "ImageCacheCore", "CEpoll",
                            .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
@@ -120,7 +122,8 @@ let package = Package(
         .executableTarget(
             name: "imagecached",
             dependencies: [
-                "ImageCacheHTTP", "ImageCacheStatus", "ImageCacheConfig", "ImageCacheTransform", "ImageCacheCore", "ImageCacheOps",
+                "ImageCacheHTTP", "ImageCacheStatus", "ImageCacheServer", "ImageCacheConfig", "ImageCacheTransform", "ImageCacheCore",
+                "ImageCacheOps",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -148,14 +151,14 @@ let package = Package(
                     dependencies: ["ImageCacheTestSupport", "ImageCacheSystem", "ImageCacheHTTP", "ImageCacheTransform"],
                     swiftSettings: swiftSettings),
         .testTarget(name: "ImageCacheConfigTests",
-                    dependencies: ["ImageCacheTestSupport", "ImageCacheHTTP", "ImageCacheConfig", "ImageCacheStore", "ImageCacheTransform"],
+                    dependencies: ["ImageCacheTestSupport", "ImageCacheHTTP", "ImageCacheConfig", "ImageCacheServer", "ImageCacheStore",
+                                   "ImageCacheUpstream", "ImageCacheTransform"],
                     swiftSettings: swiftSettings),
         .testTarget(name: "ImageCacheServerTests",
-                    dependencies: ["ImageCacheTestSupport", "ImageCacheSystem", "ImageCacheHTTP", "ImageCacheConfig", "ImageCacheServer",
-                                   "ImageCacheStore"],
+                    dependencies: ["ImageCacheTestSupport", "ImageCacheSystem", "ImageCacheHTTP", "ImageCacheServer", "ImageCacheStore"],
                     swiftSettings: swiftSettings),
         .testTarget(name: "ImageCacheUpstreamTests",
-                    dependencies: ["ImageCacheTestSupport", "ImageCacheSystem", "ImageCacheHTTP", "ImageCacheConfig", "ImageCacheUpstream"],
+                    dependencies: ["ImageCacheTestSupport", "ImageCacheSystem", "ImageCacheHTTP", "ImageCacheUpstream"],
                     swiftSettings: swiftSettings),
         .testTarget(name: "ImageCacheCoreTests",
                     dependencies: ["ImageCacheTestSupport", "ImageCacheSystem", "ImageCacheHTTP", "ImageCacheStatus", "ImageCacheConfig",

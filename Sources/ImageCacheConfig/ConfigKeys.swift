@@ -9,10 +9,18 @@
 //     checks that Config/imagecached.yaml names every key and holds the defaults.
 // Sizes: a number of bytes, or with a unit: KiB MiB GiB (1024), KB MB GB (1000), K M G (1024).
 // Durations: seconds, or with a unit: ms, s, m, h, d. Unknown keys are refused, so that a typo is reported.
+//
+// One default per key: a default lives once, as the initial value of its field in its layer's settings struct
+// (ServerSettings, UpstreamSettings, TransformSettings, the store's) or in Configuration, and the documented default
+// is rendered from `Configuration()` (`defaults` below). The few said in words (a rule, a secret, "the system
+// store") are checked against the values by ConfigKeysTests, which also reads every default text back through its
+// key and expects `Configuration()`.
 
 internal import ImageCacheHTTP
 internal import Foundation
+internal import ImageCacheServer
 internal import ImageCacheTransform
+internal import ImageCacheUpstream
 
 public struct ConfigKey: Sendable {
     public enum Reload: Sendable, Equatable {
@@ -106,10 +114,10 @@ struct ConfigValue {
         return bytes
     }
 
-    /// A size of at least `minimum` bytes (`shown`: the minimum as the error says it).
-    func size(atLeast minimum: Int, shown: String) throws(ConfigError) -> Int {
+    /// A size of at least `minimum` bytes.
+    func size(atLeast minimum: Int) throws(ConfigError) -> Int {
         let bytes = try size()
-        guard bytes >= minimum else { throw ConfigError(key: source, reason: "must be at least \(shown)") }
+        guard bytes >= minimum else { throw ConfigError(key: source, reason: "must be at least \(ByteSize.text(minimum))") }
         return bytes
     }
 
@@ -184,7 +192,7 @@ struct ConfigValue {
 extension ConfigKey {
     /// Every key, in the order of the documentation.
     public static let all: [ConfigKey] = [
-        key("listen", "HOST:PORT", "127.0.0.1:8080", "address to serve on, HOST:PORT or [V6]:PORT; port 0 picks a free one",
+        key("listen", "HOST:PORT", defaults.listen.description, "address to serve on, HOST:PORT or [V6]:PORT; port 0 picks a free one",
             restart: .field(\.listen)) { configuration, value throws(ConfigError) in
             let text = try value.scalar()
             guard let address = ListenAddress.parse(text) else {
@@ -220,40 +228,40 @@ extension ConfigKey {
             guard !text.isEmpty else { throw ConfigError(key: value.source, reason: "must not be empty") }
             configuration.cacheDirectory = text
         },
-        key("disk-limit", "SIZE", "10GiB", "byte budget of the on-disk tier (whole files, headers included); 0 turns it off",
+        key("disk-limit", "SIZE", ByteSize.text(defaults.diskLimitBytes), "byte budget of the on-disk tier (whole files, headers included); 0 turns it off",
             restart: .field(\.diskLimitBytes)) { $0.diskLimitBytes = try $1.size() },
-        key("disk-max-age", "DURATION", "7d", "disk entries not used for this long are removed, fresh or not",
+        key("disk-max-age", "DURATION", DurationText.text(defaults.diskMaxAgeSeconds), "disk entries not used for this long are removed, fresh or not",
             restart: .field(\.diskMaxAgeSeconds)) { $0.diskMaxAgeSeconds = try $1.seconds() },
-        key("disk-low-water", "FRACTION", "0.9", "over disk-limit, evict down to this fraction of it",
+        key("disk-low-water", "FRACTION", String(defaults.diskLowWaterFraction), "over disk-limit, evict down to this fraction of it",
             restart: .field(\.diskLowWaterFraction)) { configuration, value throws(ConfigError) in
             let fraction = try value.fraction()
             guard fraction > 0 else { throw ConfigError(key: value.source, reason: "must be more than 0") }
             configuration.diskLowWaterFraction = fraction
         },
-        key("disk-fsync", "true|false", "false", "fsync each disk entry as it is written (slower, survives power loss)",
+        key("disk-fsync", "true|false", String(defaults.diskFsync), "fsync each disk entry as it is written (slower, survives power loss)",
             isSwitch: true, restart: .field(\.diskFsync)) { $0.diskFsync = try $1.boolean() },
-        key("memory-limit", "SIZE", "256MiB, or half the cgroup's memory.max", "byte budget of the memory tier") { configuration, value throws(ConfigError) in
+        key("memory-limit", "SIZE", ByteSize.text(defaults.memoryLimitBytes) + ", or half the cgroup's memory.max", "byte budget of the memory tier") { configuration, value throws(ConfigError) in
             configuration.memoryLimitBytes = try value.size()
             configuration.memoryLimitIsExplicit = true
         },
-        key("memory-count-limit", "N", "0", "most entries in the memory tier; 0 means no count limit") { $0.memoryCountLimit = try $1.integer() },
+        key("memory-count-limit", "N", String(defaults.memoryCountLimit), "most entries in the memory tier; 0 means no count limit") { $0.memoryCountLimit = try $1.integer() },
         key("memory-object-limit", "SIZE", "1/8 of memory-limit", "larger objects are streamed to clients but not kept in memory") {
             $0.memoryObjectLimitBytes = try $1.size()
         },
-        key("max-variants", "N", "16", "most stored variants of one URL (responses with Vary), in memory and on disk each; the least recently used goes past it",
+        key("max-variants", "N", String(defaults.maxVariants), "most stored variants of one URL (responses with Vary), in memory and on disk each; the least recently used goes past it",
             restart: .field(\.maxVariants)) { $0.maxVariants = try $1.integer(min: 1) },
-        key("max-object-size", "SIZE", "50MiB", "largest upstream object served or stored; a larger transfer is stopped (502)") { configuration, value throws(ConfigError) in
+        key("max-object-size", "SIZE", ByteSize.text(defaults.maxObjectSizeBytes), "largest upstream object served or stored; a larger transfer is stopped (502)") { configuration, value throws(ConfigError) in
             let bytes = try value.size()
             guard bytes > 0 else { throw ConfigError(key: value.source, reason: "must be more than 0 bytes") }
             configuration.maxObjectSizeBytes = bytes
         },
-        key("stale-if-error", "DURATION", "0", "offline policy: how long past its freshness a stored entry may be served when the origin fails (0: only where stale-if-error says so)") {
+        key("stale-if-error", "DURATION", DurationText.text(defaults.staleIfErrorSeconds), "offline policy: how long past its freshness a stored entry may be served when the origin fails (0: only where stale-if-error says so)") {
             $0.staleIfErrorSeconds = try $1.seconds(allowingZero: true)
         },
-        key("stale-while-revalidate", "DURATION", "0", "how long past its freshness a stored entry whose response names no stale-while-revalidate is served at once while one background request revalidates it (0: only where the response says so; never past must-revalidate, proxy-revalidate or s-maxage)") {
+        key("stale-while-revalidate", "DURATION", DurationText.text(defaults.staleWhileRevalidateSeconds), "how long past its freshness a stored entry whose response names no stale-while-revalidate is served at once while one background request revalidates it (0: only where the response says so; never past must-revalidate, proxy-revalidate or s-maxage)") {
             $0.staleWhileRevalidateSeconds = try $1.seconds(allowingZero: true)
         },
-        key("content-types", "LIST", "image/jpeg,image/png,image/gif,image/webp,image/avif", "media types served and stored; */* turns the image checks off") { configuration, value throws(ConfigError) in
+        key("content-types", "LIST", list(defaults.contentTypes), "media types served and stored; */* turns the image checks off") { configuration, value throws(ConfigError) in
             let types = try value.items("a list of media types").map { $0.lowercased() }
             guard !types.isEmpty else { throw ConfigError(key: value.source, reason: "must name at least one media type, or */*") }
             for type in types where type != "*/*" {
@@ -264,8 +272,8 @@ extension ConfigKey {
             }
             configuration.contentTypes = types
         },
-        key("allow-svg", "true|false", "false", "also allow image/svg+xml (SVG can carry script)", isSwitch: true) { $0.allowSVG = try $1.boolean() },
-        key("allow-private-networks", "true|false", "false", "let forward and fetch modes reach loopback, private and link-local addresses",
+        key("allow-svg", "true|false", String(defaults.allowSVG), "also allow image/svg+xml (SVG can carry script)", isSwitch: true) { $0.allowSVG = try $1.boolean() },
+        key("allow-private-networks", "true|false", String(defaults.allowPrivateNetworks), "let forward and fetch modes reach loopback, private and link-local addresses",
             isSwitch: true, restart: .field(\.allowPrivateNetworks)) { $0.allowPrivateNetworks = try $1.boolean() },
         key("allowed-sources", "LIST", "none (any)", "URL prefixes forward mode, fetch mode and transform sources may reach (scheme://host[:port][/path], host *.example.com for subdomains); others get 403") { configuration, value throws(ConfigError) in
             let items = try value.items("a list of URL prefixes")
@@ -277,37 +285,37 @@ extension ConfigKey {
             }
             configuration.allowedSources = items
         },
-        key("heuristic-fraction", "FRACTION", "0.1", "fraction of (Date - Last-Modified) used as freshness when the origin gives none") {
+        key("heuristic-fraction", "FRACTION", String(defaults.heuristicFraction), "fraction of (Date - Last-Modified) used as freshness when the origin gives none") {
             $0.heuristicFraction = try $1.fraction()
         },
-        key("heuristic-max", "DURATION", "1d", "cap on heuristic freshness") { $0.heuristicMaxSeconds = try $1.seconds() },
-        key("targeted-cache-control", "LIST", "CDN-Cache-Control", "targeted cache-control fields (RFC 9213), in order: for a response from a configured origin the first one present governs storing and reuse instead of Cache-Control",
+        key("heuristic-max", "DURATION", DurationText.text(defaults.heuristicMaxSeconds), "cap on heuristic freshness") { $0.heuristicMaxSeconds = try $1.seconds() },
+        key("targeted-cache-control", "LIST", list(defaults.targetedCacheControl), "targeted cache-control fields (RFC 9213), in order: for a response from a configured origin the first one present governs storing and reuse instead of Cache-Control",
             restart: .field(\.targetedCacheControl)) { configuration, value throws(ConfigError) in
             configuration.targetedCacheControl = try value.fieldNames(like: "CDN-Cache-Control")
         },
-        key("strip-targeted-cache-control", "true|false", "false", "remove the targeted cache-control fields from what clients receive",
+        key("strip-targeted-cache-control", "true|false", String(defaults.stripTargetedCacheControl), "remove the targeted cache-control fields from what clients receive",
             isSwitch: true, restart: .field(\.stripTargetedCacheControl)) { $0.stripTargetedCacheControl = try $1.boolean() },
-        key("transforms", "true|false", "true", "serve image transform URLs (imgproxy's syntax) under transform-prefix", isSwitch: true) {
+        key("transforms", "true|false", String(defaults.transform.enabled), "serve image transform URLs (imgproxy's syntax) under transform-prefix", isSwitch: true) {
             $0.transform.enabled = try $1.boolean()
         },
-        key("transform-prefix", "PATH", "/transform", "the path transform URLs live under; / only when no origin is configured") { configuration, value throws(ConfigError) in
+        key("transform-prefix", "PATH", defaults.transform.prefix, "the path transform URLs live under; / only when no origin is configured") { configuration, value throws(ConfigError) in
             let text = try value.scalar()
             guard text.hasPrefix("/"), !text.contains("?"), !text.contains("%"), !Configuration.isReservedPath(text) else {
                 throw ConfigError(key: value.source, reason: "'\(text)' is not a path of its own (starts with /, no query, not /fetch or /_imagecached)")
             }
             configuration.transform.prefix = text
         },
-        key("transform-keys", "LIST", "none", "hex keys that verify transform URLs (HMAC-SHA256, paired in order with transform-salts; else IMGPROXY_KEY); none: URLs are not checked",
+        key("transform-keys", "LIST", list(defaults.transformKeyTexts), "hex keys that verify transform URLs (HMAC-SHA256, paired in order with transform-salts; else IMGPROXY_KEY); none: URLs are not checked",
             exposure: .notAsFlag) { configuration, value throws(ConfigError) in
             try value.notAFlag("transform keys are")
-            configuration.transform.keyTexts = try value.items("a list of hex keys")
+            configuration.transformKeyTexts = try value.items("a list of hex keys")
         },
-        key("transform-salts", "LIST", "none", "hex salts, one per transform key, in the same order (else IMGPROXY_SALT)",
+        key("transform-salts", "LIST", list(defaults.transformSaltTexts), "hex salts, one per transform key, in the same order (else IMGPROXY_SALT)",
             exposure: .notAsFlag) { configuration, value throws(ConfigError) in
             try value.notAFlag("transform salts are")
-            configuration.transform.saltTexts = try value.items("a list of hex salts")
+            configuration.transformSaltTexts = try value.items("a list of hex salts")
         },
-        key("transform-signature-size", "N", "32", "bytes of the HMAC a transform signature carries (imgproxy's IMGPROXY_SIGNATURE_SIZE), 8-32") { configuration, value throws(ConfigError) in
+        key("transform-signature-size", "N", String(defaults.transform.signing.signatureSize), "bytes of the HMAC a transform signature carries (imgproxy's IMGPROXY_SIGNATURE_SIZE), 8-32") { configuration, value throws(ConfigError) in
             let size = try value.integer(min: 8)
             guard size <= 32 else { throw ConfigError(key: value.source, reason: "at most 32 (the whole HMAC-SHA256)") }
             configuration.transform.signing.signatureSize = size
@@ -324,57 +332,57 @@ extension ConfigKey {
             // Checked once every key is read (Configuration.validate: against transform-max-dimension).
             configuration.transform.presets = presets
         },
-        key("transform-only-presets", "true|false", "false", "transform URLs may name presets only (pr:NAME); other options get 400", isSwitch: true) {
+        key("transform-only-presets", "true|false", String(defaults.transform.onlyPresets), "transform URLs may name presets only (pr:NAME); other options get 400", isSwitch: true) {
             $0.transform.onlyPresets = try $1.boolean()
         },
-        key("transform-workers", "N", "0", "transforms run at once; 0: one per CPU this process may use (affinity, cgroup quota)",
+        key("transform-workers", "N", String(defaults.transform.workers), "transforms run at once; 0: one per CPU this process may use (affinity, cgroup quota)",
             restart: .field(\.transform.workers)) { $0.transform.workers = try $1.integer() },
-        key("transform-queue", "N", "64", "transforms admitted beyond the workers (fetching their source or waiting for a worker); past it a request gets 503",
+        key("transform-queue", "N", String(defaults.transform.queueLimit), "transforms admitted beyond the workers (fetching their source or waiting for a worker); past it a request gets 503",
             restart: .field(\.transform.queueLimit)) { $0.transform.queueLimit = try $1.integer() },
-        key("transform-queue-timeout", "DURATION", "10s", "how long a transform waits for a worker before its clients get 503",
+        key("transform-queue-timeout", "DURATION", DurationText.text(defaults.transform.queueTimeoutSeconds), "how long a transform waits for a worker before its clients get 503",
             restart: .field(\.transform.queueTimeoutSeconds)) { $0.transform.queueTimeoutSeconds = try $1.seconds() },
-        key("transform-timeout", "DURATION", "10s", "one transform's time (decoding, processing, encoding); past it 422") {
+        key("transform-timeout", "DURATION", DurationText.text(defaults.transform.limits.timeoutSeconds), "one transform's time (decoding, processing, encoding); past it 422") {
             $0.transform.limits.timeoutSeconds = try $1.seconds()
         },
-        key("transform-max-megapixels", "N", "50", "largest source, width x height in millions of pixels (an animation's frames together), read from the header before decoding; 422 past it") { configuration, value throws(ConfigError) in
+        key("transform-max-megapixels", "N", megapixels(defaults.transform.limits.maxPixels), "largest source, width x height in millions of pixels (an animation's frames together), read from the header before decoding; 422 past it") { configuration, value throws(ConfigError) in
             let text = try value.scalar()
             guard let megapixels = Double(text), megapixels > 0, megapixels <= 10_000 else {
                 throw ConfigError(key: value.source, reason: "'\(text)' is not a number of megapixels in (0, 10000]")
             }
             configuration.transform.limits.maxPixels = Int(megapixels * 1_000_000)
         },
-        key("transform-max-result-megapixels", "N", "16", "largest result, width x height in millions of pixels (an animation's frames together); 422 past it") { configuration, value throws(ConfigError) in
+        key("transform-max-result-megapixels", "N", megapixels(defaults.transform.limits.maxResultPixels), "largest result, width x height in millions of pixels (an animation's frames together); 422 past it") { configuration, value throws(ConfigError) in
             let text = try value.scalar()
             guard let megapixels = Double(text), megapixels > 0, megapixels <= 1_000 else {
                 throw ConfigError(key: value.source, reason: "'\(text)' is not a number of megapixels in (0, 1000]")
             }
             configuration.transform.limits.maxResultPixels = Int(megapixels * 1_000_000)
         },
-        key("transform-max-source-bytes", "SIZE", "32MiB", "largest source a transform reads; 413 past it") { configuration, value throws(ConfigError) in
-            configuration.transform.maxSourceBytes = try value.size(atLeast: 1024, shown: "1KiB")
+        key("transform-max-source-bytes", "SIZE", ByteSize.text(defaults.transform.maxSourceBytes), "largest source a transform reads; 413 past it") { configuration, value throws(ConfigError) in
+            configuration.transform.maxSourceBytes = try value.size(atLeast: 1024)
         },
-        key("transform-source-timeout", "DURATION", "10s", "how long a transform waits for its whole source; past it 504 (the fetch goes on for the cache)") {
+        key("transform-source-timeout", "DURATION", DurationText.text(defaults.transform.sourceTimeoutSeconds), "how long a transform waits for its whole source; past it 504 (the fetch goes on for the cache)") {
             $0.transform.sourceTimeoutSeconds = try $1.seconds()
         },
-        key("transform-max-frames", "N", "100", "most frames of an animation kept animated (at most 10000); 422 past it") { configuration, value throws(ConfigError) in
+        key("transform-max-frames", "N", String(defaults.transform.limits.maxFrames), "most frames of an animation kept animated (at most 10000); 422 past it") { configuration, value throws(ConfigError) in
             let frames = try value.integer(min: 1)
             guard frames <= 10_000 else { throw ConfigError(key: value.source, reason: "at most 10000") }
             configuration.transform.limits.maxFrames = frames
         },
-        key("transform-max-dimension", "N", "8192", "largest width or height of a result and of any size option (16 to 65500); 422 past it") { configuration, value throws(ConfigError) in
+        key("transform-max-dimension", "N", String(defaults.transform.limits.maxDimension), "largest width or height of a result and of any size option (16 to 65500); 422 past it") { configuration, value throws(ConfigError) in
             let pixels = try value.integer(min: 16)
             guard pixels <= 65_500 else { throw ConfigError(key: value.source, reason: "at most 65500 (libvips's limit for one side)") }
             configuration.transform.limits.maxDimension = pixels
         },
-        key("transform-allow-svg", "true|false", "false", "transform SVG sources (rendered by librsvg); off: 422", isSwitch: true,
+        key("transform-allow-svg", "true|false", String(defaults.transform.limits.allowSVG), "transform SVG sources (rendered by librsvg); off: 422", isSwitch: true,
             restart: .field(\.transform.limits.allowSVG)) { $0.transform.limits.allowSVG = try $1.boolean() },
-        key("transform-auto-webp", "true|false", "false", "a transform URL without a format gets WebP when Accept lists image/webp (Vary: Accept)", isSwitch: true) {
+        key("transform-auto-webp", "true|false", String(defaults.transform.autoWebP), "a transform URL without a format gets WebP when Accept lists image/webp (Vary: Accept)", isSwitch: true) {
             $0.transform.autoWebP = try $1.boolean()
         },
-        key("transform-auto-avif", "true|false", "false", "a transform URL without a format gets AVIF when Accept lists image/avif (before WebP; Vary: Accept)", isSwitch: true) {
+        key("transform-auto-avif", "true|false", String(defaults.transform.autoAVIF), "a transform URL without a format gets AVIF when Accept lists image/avif (before WebP; Vary: Accept)", isSwitch: true) {
             $0.transform.autoAVIF = try $1.boolean()
         },
-        key("transform-quality", "LIST", "jpeg=80,png=80,webp=79,avif=63,gif=80", "default quality per output format, FORMAT=1..100") { configuration, value throws(ConfigError) in
+        key("transform-quality", "LIST", list(ImageOutputFormat.allCases.compactMap { format in defaults.transform.quality[format].map { "\(format.rawValue)=\($0)" } }), "default quality per output format, FORMAT=1..100") { configuration, value throws(ConfigError) in
             for item in try value.items("a list of FORMAT=QUALITY") {
                 let parts = item.split(separator: "=").map { $0.trimmingCharacters(in: .whitespaces) }
                 guard parts.count == 2, let format = ImageOutputFormat(name: parts[0]), let q = Int(parts[1]), (1...100).contains(q) else {
@@ -383,21 +391,21 @@ extension ConfigKey {
                 configuration.transform.quality[format] = q
             }
         },
-        key("transform-avif-effort", "N", "2", "AVIF encoder effort, 0 (fastest) to 9 (smallest files)") { configuration, value throws(ConfigError) in
+        key("transform-avif-effort", "N", String(defaults.transform.avifEffort), "AVIF encoder effort, 0 (fastest) to 9 (smallest files)") { configuration, value throws(ConfigError) in
             let effort = try value.integer()
             guard effort <= 9 else { throw ConfigError(key: value.source, reason: "0 to 9") }
             configuration.transform.avifEffort = effort
         },
-        key("transform-webp-effort", "N", "4", "WebP encoder effort, 0 (fastest) to 6 (smallest files)") { configuration, value throws(ConfigError) in
+        key("transform-webp-effort", "N", String(defaults.transform.webpEffort), "WebP encoder effort, 0 (fastest) to 6 (smallest files)") { configuration, value throws(ConfigError) in
             let effort = try value.integer()
             guard effort <= 6 else { throw ConfigError(key: value.source, reason: "0 to 6") }
             configuration.transform.webpEffort = effort
         },
-        key("transform-pixel-cache", "SIZE", "128MiB", "decoded pixels of recent JPEG and opaque PNG sources (whole up to an eighth of it, and shrunk) kept for their next variants (one decode for all); 0 keeps none",
+        key("transform-pixel-cache", "SIZE", ByteSize.text(defaults.transform.pixelCacheBytes), "decoded pixels of recent JPEG and opaque PNG sources (whole up to an eighth of it, and shrunk) kept for their next variants (one decode for all); 0 keeps none",
             restart: .field(\.transform.pixelCacheBytes)) { $0.transform.pixelCacheBytes = try $1.size() },
-        key("negative-ttl", "DURATION", "10s", "how long a configured origin's 404 or 410 without explicit freshness is served from the cache (nginx's proxy_cache_valid 404); 0: not stored without a validator",
+        key("negative-ttl", "DURATION", DurationText.text(defaults.negativeTTLSeconds), "how long a configured origin's 404 or 410 without explicit freshness is served from the cache (nginx's proxy_cache_valid 404); 0: not stored without a validator",
             restart: .field(\.negativeTTLSeconds)) { $0.negativeTTLSeconds = try $1.seconds(allowingZero: true) },
-        key("forward-request-fields", "LIST", "Accept,Accept-Language,User-Agent", "request fields forward and fetch modes send upstream (and Authorization, which bypasses the cache)") {
+        key("forward-request-fields", "LIST", list(defaults.forwardRequestFields), "request fields forward and fetch modes send upstream (and Authorization, which bypasses the cache)") {
             let names = try $1.fieldNames(like: "Accept")
             // The daemon's own (framing, hop-by-hop, Via) and those that would make a shared fetch one client's answer.
             let reserved = ["Host", "Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "TE", "Trailer",
@@ -408,22 +416,22 @@ extension ConfigKey {
             }
             $0.forwardRequestFields = names
         },
-        key("drop-request-fields", "LIST", "none", "request fields never sent to a configured origin (reverse mode sends every other end-to-end field)") {
+        key("drop-request-fields", "LIST", list(defaults.dropRequestFields), "request fields never sent to a configured origin (reverse mode sends every other end-to-end field)") {
             $0.dropRequestFields = try $1.fieldNames(like: "X-Debug")
         },
-        key("pass-trace", "true|false", "false", "pass TRACE requests to configured origins; off, they get 405 (a TRACE echoes credentials to a page's script)",
+        key("pass-trace", "true|false", String(defaults.passTrace), "pass TRACE requests to configured origins; off, they get 405 (a TRACE echoes credentials to a page's script)",
             isSwitch: true) { $0.passTrace = try $1.boolean() },
-        key("complete-abandoned-fetches", "true|false", "false", "keep an upstream transfer running to fill the cache when every client waiting on it has gone",
+        key("complete-abandoned-fetches", "true|false", String(defaults.completeAbandonedFetches), "keep an upstream transfer running to fill the cache when every client waiting on it has gone",
             isSwitch: true) { $0.completeAbandonedFetches = try $1.boolean() },
-        key("log-level", "LEVEL", "info", "trace, debug, info, notice, warning, error or critical", restart: .field(\.logLevel)) { configuration, value throws(ConfigError) in
+        key("log-level", "LEVEL", defaults.logLevel, "trace, debug, info, notice, warning, error or critical", restart: .field(\.logLevel)) { configuration, value throws(ConfigError) in
             let text = try value.scalar().lowercased()
             guard ["trace", "debug", "info", "notice", "warning", "error", "critical"].contains(text) else {
                 throw ConfigError(key: value.source, reason: "'\(text)' is not one of trace, debug, info, notice, warning, error, critical")
             }
             configuration.logLevel = text
         },
-        key("access-log", "true|false", "false", "one log line per request (text, and the same fields as log metadata)") { $0.accessLog = try $1.boolean() },
-        key("admin-allow", "LIST", "127.0.0.0/8,::1/128", "address ranges (CIDR) that may use /_imagecached/; others get 403") { configuration, value throws(ConfigError) in
+        key("access-log", "true|false", String(defaults.accessLog), "one log line per request (text, and the same fields as log metadata)") { $0.accessLog = try $1.boolean() },
+        key("admin-allow", "LIST", list(defaults.adminAllow.map(\.description)), "address ranges (CIDR) that may use /_imagecached/; others get 403") { configuration, value throws(ConfigError) in
             var ranges: [AddressRange] = []
             for item in try value.items("a list of address ranges like 127.0.0.1/32") {
                 guard let range = AddressRange(item) else {
@@ -433,7 +441,7 @@ extension ConfigKey {
             }
             configuration.adminAllow = ranges
         },
-        key("admin-hosts", "LIST", "none", "host names an admin request may give in Host besides IP literals and localhost; others get 403") { configuration, value throws(ConfigError) in
+        key("admin-hosts", "LIST", list(defaults.adminHosts), "host names an admin request may give in Host besides IP literals and localhost; others get 403") { configuration, value throws(ConfigError) in
             var hosts: [String] = []
             for item in try value.items("a list of host names").map({ $0.lowercased() }) {
                 guard HTTPParser.isValidHost(item), !item.contains(":") else {
@@ -455,14 +463,14 @@ extension ConfigKey {
             }
             configuration.adminToken = try Configuration.adminToken(String(decoding: data, as: UTF8.self), source: value.source)
         },
-        key("status-refresh", "DURATION", "2s", "how often the status page at /_imagecached/ polls for new numbers; 0: no live updates") { configuration, value throws(ConfigError) in
+        key("status-refresh", "DURATION", DurationText.text(defaults.statusRefreshSeconds), "how often the status page at /_imagecached/ polls for new numbers; 0: no live updates") { configuration, value throws(ConfigError) in
             let seconds = try value.seconds(allowingZero: true)
             guard seconds == 0 || (seconds >= 0.25 && seconds <= 3600) else {
                 throw ConfigError(key: value.source, reason: "\(seconds)s is not 0 or between 250ms and 1h")
             }
             configuration.statusRefreshSeconds = seconds
         },
-        key("status-history-interval", "DURATION", "10s", "time between two samples of the history the status page draws (/_imagecached/stats/history)",
+        key("status-history-interval", "DURATION", DurationText.text(defaults.historyIntervalSeconds), "time between two samples of the history the status page draws (/_imagecached/stats/history)",
             restart: .field(\.historyIntervalSeconds)) { configuration, value throws(ConfigError) in
             let seconds = try value.seconds()
             guard seconds >= 1 && seconds <= 3600 else {
@@ -470,7 +478,7 @@ extension ConfigKey {
             }
             configuration.historyIntervalSeconds = seconds
         },
-        key("status-history-length", "DURATION", "1h", "how far back that history reaches (length / interval samples, at most 2880)",
+        key("status-history-length", "DURATION", DurationText.text(defaults.historyLengthSeconds), "how far back that history reaches (length / interval samples, at most 2880)",
             restart: .field(\.historyLengthSeconds)) { $0.historyLengthSeconds = try $1.seconds() },
         key("signing-keys", "LIST", "none", "keys that verify signed fetch URLs (hex:..., base64:..., text:...), at least 16 bytes each; the first signs",
             exposure: .notAsFlag) { configuration, value throws(ConfigError) in
@@ -487,65 +495,65 @@ extension ConfigKey {
                 .map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty && !$0.hasPrefix("#") }
             configuration.signingKeys = try Configuration.signingKeys(lines, source: value.source)
         },
-        key("require-signature", "auto|true|false", "auto", "refuse unsigned /fetch and forward-proxy requests (403); auto: on unless listen is a loopback address; the bare flag means true", isSwitch: true) { configuration, value throws(ConfigError) in
+        key("require-signature", "auto|true|false", defaults.requireSignature.map { String($0) } ?? "auto", "refuse unsigned /fetch and forward-proxy requests (403); auto: on unless listen is a loopback address; the bare flag means true", isSwitch: true) { configuration, value throws(ConfigError) in
             configuration.requireSignature = try value.scalar().lowercased() == "auto" ? nil : try value.boolean()
         },
-        key("in-flight-limit", "SIZE", "64MiB", "bytes of response bodies in flight past which backpressure applies (bodies not kept for the cache, transfers paused while a client is behind); at least 1MiB") {
-            $0.inFlightLimitBytes = try $1.size(atLeast: 1 << 20, shown: "1MiB")
+        key("in-flight-limit", "SIZE", ByteSize.text(defaults.inFlightLimitBytes), "bytes of response bodies in flight past which backpressure applies (bodies not kept for the cache, transfers paused while a client is behind); at least 1MiB") {
+            $0.inFlightLimitBytes = try $1.size(atLeast: 1 << 20)
         },
-        key("shutdown-timeout", "DURATION", "30s", "on SIGTERM, how long responses in flight may take to finish") {
+        key("shutdown-timeout", "DURATION", DurationText.text(defaults.shutdownTimeoutSeconds), "on SIGTERM, how long responses in flight may take to finish") {
             $0.shutdownTimeoutSeconds = try $1.seconds(allowingZero: true)
         },
-        key("server.max-request-line", "N", "8192", "longest request line in bytes (414 beyond)", restart: .field(\.server.maxRequestLineBytes)) {
+        key("server.max-request-line", "N", String(defaults.server.maxRequestLineBytes), "longest request line in bytes (414 beyond)", restart: .field(\.server.maxRequestLineBytes)) {
             $0.server.maxRequestLineBytes = try $1.integer(min: 64)
         },
-        key("server.max-header-bytes", "N", "16384", "largest request header section in bytes (431 beyond)", restart: .field(\.server.maxHeaderBytes)) {
+        key("server.max-header-bytes", "N", String(defaults.server.maxHeaderBytes), "largest request header section in bytes (431 beyond)", restart: .field(\.server.maxHeaderBytes)) {
             $0.server.maxHeaderBytes = try $1.integer(min: 256)
         },
-        key("server.max-header-count", "N", "100", "most request header fields (431 beyond)", restart: .field(\.server.maxHeaderCount)) {
+        key("server.max-header-count", "N", String(defaults.server.maxHeaderCount), "most request header fields (431 beyond)", restart: .field(\.server.maxHeaderCount)) {
             $0.server.maxHeaderCount = try $1.integer(min: 1)
         },
-        key("server.max-request-body", "SIZE", "1MiB", "largest request body (413 beyond): what reverse mode passes to its origin (POST, PUT, ...) and POST /_imagecached/prefetch",
+        key("server.max-request-body", "SIZE", ByteSize.text(defaults.server.maxRequestBodyBytes), "largest request body (413 beyond): what reverse mode passes to its origin (POST, PUT, ...) and POST /_imagecached/prefetch",
             restart: .field(\.server.maxRequestBodyBytes)) { $0.server.maxRequestBodyBytes = try $1.size() },
-        key("server.write-buffer", "SIZE", "256KiB", "bytes of a streamed response a client may have been handed and not taken before it is behind; also a fetch's delivery window; at least 16KiB",
-            restart: .field(\.server.writeBufferBytes)) { $0.server.writeBufferBytes = try $1.size(atLeast: 16 << 10, shown: "16KiB") },
-        key("server.header-timeout", "DURATION", "10s", "time to receive a whole request head", restart: .field(\.server.headerTimeoutSeconds)) {
+        key("server.write-buffer", "SIZE", ByteSize.text(defaults.server.writeBufferBytes), "bytes of a streamed response a client may have been handed and not taken before it is behind; also a fetch's delivery window; at least 16KiB",
+            restart: .field(\.server.writeBufferBytes)) { $0.server.writeBufferBytes = try $1.size(atLeast: 16 << 10) },
+        key("server.header-timeout", "DURATION", DurationText.text(defaults.server.headerTimeoutSeconds), "time to receive a whole request head", restart: .field(\.server.headerTimeoutSeconds)) {
             $0.server.headerTimeoutSeconds = try $1.seconds()
         },
-        key("server.body-timeout", "DURATION", "30s", "time to receive a whole request body once its head is in (408 beyond)",
+        key("server.body-timeout", "DURATION", DurationText.text(defaults.server.bodyTimeoutSeconds), "time to receive a whole request body once its head is in (408 beyond)",
             restart: .field(\.server.bodyTimeoutSeconds)) { $0.server.bodyTimeoutSeconds = try $1.seconds() },
-        key("server.idle-timeout", "DURATION", "60s", "time a keep-alive connection may sit idle", restart: .field(\.server.idleTimeoutSeconds)) {
+        key("server.idle-timeout", "DURATION", DurationText.text(defaults.server.idleTimeoutSeconds), "time a keep-alive connection may sit idle", restart: .field(\.server.idleTimeoutSeconds)) {
             $0.server.idleTimeoutSeconds = try $1.seconds()
         },
-        key("server.write-timeout", "DURATION", "60s", "time a client may take to accept written bytes", restart: .field(\.server.writeTimeoutSeconds)) {
+        key("server.write-timeout", "DURATION", DurationText.text(defaults.server.writeTimeoutSeconds), "time a client may take to accept written bytes", restart: .field(\.server.writeTimeoutSeconds)) {
             $0.server.writeTimeoutSeconds = try $1.seconds()
         },
-        key("server.max-connections", "N", "10000", "connections served at once; more are closed as they arrive",
+        key("server.max-connections", "N", String(defaults.server.maxConnections), "connections served at once; more are closed as they arrive",
             restart: .field(\.server.maxConnections)) { $0.server.maxConnections = try $1.integer(min: 1) },
-        key("server.cpu-affinity", "auto|off", "auto", "auto pins event loop i to the i-th CPU the daemon may use; off lets the kernel place them",
-            restart: .field(\.server.cpuAffinity)) { $0.server.cpuAffinity = try $1.choice(ServerConfiguration.CPUAffinity.self, "auto or off") },
-        key("upstream.connect-timeout", "DURATION", "10s", "upstream connect timeout (DNS, TCP, TLS)", restart: .field(\.upstream.connectTimeoutSeconds)) {
+        key("server.cpu-affinity", "auto|off", defaults.server.cpuAffinity.rawValue, "auto pins event loop i to the i-th CPU the daemon may use; off lets the kernel place them",
+            restart: .field(\.server.cpuAffinity)) { $0.server.cpuAffinity = try $1.choice(ServerSettings.CPUAffinity.self, "auto or off") },
+        key("upstream.connect-timeout", "DURATION", DurationText.text(defaults.upstream.connectTimeoutSeconds), "upstream connect timeout (DNS, TCP, TLS)", restart: .field(\.upstream.connectTimeoutSeconds)) {
             $0.upstream.connectTimeoutSeconds = try $1.seconds()
         },
-        key("upstream.timeout", "DURATION", "60s", "upstream whole-transfer timeout", restart: .field(\.upstream.totalTimeoutSeconds)) {
+        key("upstream.timeout", "DURATION", DurationText.text(defaults.upstream.totalTimeoutSeconds), "upstream whole-transfer timeout", restart: .field(\.upstream.totalTimeoutSeconds)) {
             $0.upstream.totalTimeoutSeconds = try $1.seconds()
         },
-        key("upstream.low-speed-limit", "SIZE", "1024", "bytes per second under which an upstream transfer counts as stalled",
+        key("upstream.low-speed-limit", "SIZE", String(defaults.upstream.lowSpeedLimitBytesPerSecond), "bytes per second under which an upstream transfer counts as stalled",
             restart: .field(\.upstream.lowSpeedLimitBytesPerSecond)) { $0.upstream.lowSpeedLimitBytesPerSecond = try $1.size() },
-        key("upstream.low-speed-time", "DURATION", "20s", "time under the low-speed limit before the transfer is aborted",
+        key("upstream.low-speed-time", "DURATION", DurationText.text(Double(defaults.upstream.lowSpeedTimeSeconds)), "time under the low-speed limit before the transfer is aborted",
             restart: .field(\.upstream.lowSpeedTimeSeconds)) { $0.upstream.lowSpeedTimeSeconds = Int(try $1.seconds().rounded(.up)) },
-        key("upstream.max-redirects", "N", "5", "redirects followed upstream", restart: .field(\.upstream.maxRedirects)) {
+        key("upstream.max-redirects", "N", String(defaults.upstream.maxRedirects), "redirects followed upstream", restart: .field(\.upstream.maxRedirects)) {
             $0.upstream.maxRedirects = try $1.integer()
         },
-        key("upstream.max-transfers", "N", "64", "upstream transfers at once; more wait in a queue", restart: .field(\.upstream.maxConcurrentTransfers)) {
+        key("upstream.max-transfers", "N", String(defaults.upstream.maxConcurrentTransfers), "upstream transfers at once; more wait in a queue", restart: .field(\.upstream.maxConcurrentTransfers)) {
             $0.upstream.maxConcurrentTransfers = try $1.integer(min: 1)
         },
-        key("upstream.max-host-connections", "N", "8", "connections to one upstream host at once", restart: .field(\.upstream.maxHostConnections)) {
+        key("upstream.max-host-connections", "N", String(defaults.upstream.maxHostConnections), "connections to one upstream host at once", restart: .field(\.upstream.maxHostConnections)) {
             $0.upstream.maxHostConnections = try $1.integer(min: 1)
         },
-        key("upstream.queue-order", "fifo|lifo", "fifo", "order of waiting upstream transfers: fifo, or lifo (newest first)",
-            restart: .field(\.upstream.queueOrder)) { $0.upstream.queueOrder = try $1.choice(UpstreamConfiguration.QueueOrder.self, "fifo or lifo") },
-        key("upstream.queue-timeout", "DURATION", "30s", "time a transfer may wait for a slot before the client gets 504",
+        key("upstream.queue-order", "fifo|lifo", defaults.upstream.queueOrder.rawValue, "order of waiting upstream transfers: fifo, or lifo (newest first)",
+            restart: .field(\.upstream.queueOrder)) { $0.upstream.queueOrder = try $1.choice(UpstreamSettings.QueueOrder.self, "fifo or lifo") },
+        key("upstream.queue-timeout", "DURATION", DurationText.text(defaults.upstream.queueTimeoutSeconds), "time a transfer may wait for a slot before the client gets 504",
             restart: .field(\.upstream.queueTimeoutSeconds)) { $0.upstream.queueTimeoutSeconds = try $1.seconds() },
         key("upstream.user-agent", "TEXT", "imagecached/VERSION", "User-Agent sent upstream when the client sent none",
             restart: .field(\.upstream.userAgent)) { $0.upstream.userAgent = try $1.scalar() },
@@ -553,6 +561,17 @@ extension ConfigKey {
             $0.upstream.caBundle = try $1.scalar()
         },
     ]
+
+    /// The defaults, from which the table's default texts are rendered.
+    private static let defaults = Configuration()
+
+    /// A list's default text: its items, comma-separated, or "none".
+    private static func list(_ items: [String]) -> String { items.isEmpty ? "none" : items.joined(separator: ",") }
+
+    /// Pixels as the `*-megapixels` keys take them: "50" for 50,000,000.
+    private static func megapixels(_ pixels: Int) -> String {
+        pixels % 1_000_000 == 0 ? String(pixels / 1_000_000) : String(Double(pixels) / 1_000_000)
+    }
 
     /// The keys by name.
     static let byName: [String: ConfigKey] = Dictionary(uniqueKeysWithValues: all.map { ($0.name, $0) })

@@ -49,9 +49,36 @@ extension Configuration {
         for setting in try settings(fromEnvironment: environment) { try configuration.apply(setting) }
         for setting in flags { try configuration.apply(setting) }
         configuration.applyCgroupMemoryLimit(cgroupMemoryLimitBytes)
-        try configuration.transform.resolveSigning(environment: environment)
+        try configuration.resolveTransformSigning(environment: environment)
         try configuration.validate()
         return configuration
+    }
+
+    /// Pairs the configured transform keys and salts into `transform.signing`; without them, imgproxy's
+    /// IMGPROXY_KEY / IMGPROXY_SALT (one pair) or IMGPROXY_KEYS / IMGPROXY_SALTS (comma-separated pairs), and
+    /// IMGPROXY_SIGNATURE_SIZE, are read.
+    mutating func resolveTransformSigning(environment: [String: String]) throws(ConfigError) {
+        var keys = transformKeyTexts, salts = transformSaltTexts, source = "transform-keys"
+        transform.signingFromIMGPROXY = false
+        if keys.isEmpty && salts.isEmpty {
+            func list(_ name: String) -> [String] {
+                (environment[name] ?? "").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+            }
+            keys = list("IMGPROXY_KEYS") + list("IMGPROXY_KEY")
+            salts = list("IMGPROXY_SALTS") + list("IMGPROXY_SALT")
+            source = "IMGPROXY_KEY"
+            transform.signingFromIMGPROXY = !keys.isEmpty
+            if let size = environment["IMGPROXY_SIGNATURE_SIZE"], transform.signingFromIMGPROXY {
+                guard let bytes = Int(size), (8...32).contains(bytes) else {
+                    throw ConfigError(key: "IMGPROXY_SIGNATURE_SIZE", reason: "'\(size)' is not 8 to 32")
+                }
+                transform.signing.signatureSize = bytes
+            }
+        }
+        switch TransformSigning.pairs(keys: keys, salts: salts) {
+        case let .success(pairs): transform.signing.pairs = pairs
+        case let .failure(refusal): throw ConfigError(key: source, reason: refusal.reason)
+        }
     }
 
     /// Signing keys as configured (URLSigning.decodeKey), each at least `URLSigning.minimumKeyBytes`.
@@ -221,30 +248,17 @@ extension Configuration {
     }
 }
 
-extension ListenAddress {
-    /// "HOST:PORT", "[V6]:PORT", or ":PORT" (all IPv4 interfaces).
-    public static func parse(_ text: String) -> ListenAddress? {
-        let host: Substring
-        let portText: Substring
-        if text.hasPrefix("[") {
-            guard let close = text.firstIndex(of: "]") else { return nil }
-            host = text[text.index(after: text.startIndex)..<close]
-            let rest = text[text.index(after: close)...]
-            guard rest.hasPrefix(":") else { return nil }
-            portText = rest.dropFirst()
-        } else {
-            guard let colon = text.lastIndex(of: ":") else { return nil }
-            host = text[..<colon]
-            portText = text[text.index(after: colon)...]
-            if host.contains(":") { return nil }
-        }
-        guard let port = Int(portText), (0...65535).contains(port) else { return nil }
-        return ListenAddress(host: host.isEmpty ? "0.0.0.0" : String(host), port: port)
-    }
-}
-
 /// Byte sizes written by people: "256MiB", "50MB", "1G", "1048576".
 public enum ByteSize {
+    /// A size as the documentation writes it: in the largest binary unit that divides it ("10GiB", "256KiB"), else
+    /// in bytes ("1000"); 0 is "0". `parse` reads it back.
+    public static func text(_ bytes: Int) -> String {
+        for (shift, unit) in [(30, "GiB"), (20, "MiB"), (10, "KiB")] where bytes != 0 && bytes % (1 << shift) == 0 {
+            return "\(bytes >> shift)\(unit)"
+        }
+        return String(bytes)
+    }
+
     public static func parse(_ text: String) -> Int? {
         let trimmed = text.trimmingCharacters(in: .whitespaces)
         let digits = trimmed.prefix { $0.isNumber || $0 == "." }
@@ -269,6 +283,16 @@ public enum ByteSize {
 
 /// Durations written by people: "10" (seconds), "500ms", "10s", "5m", "1h", "1d".
 public enum DurationText {
+    /// A duration as the documentation writes it: in whole days or hours when it is some ("7d", "1h"), else in
+    /// seconds ("60s", "2.5s"); 0 is "0". `parse` reads it back.
+    public static func text(_ seconds: Double) -> String {
+        if seconds == 0 { return "0" }
+        for (length, unit) in [(86_400.0, "d"), (3600.0, "h"), (1.0, "s")] where (seconds / length).rounded() == seconds / length {
+            return "\(Int(seconds / length))\(unit)"
+        }
+        return "\(seconds)s"
+    }
+
     public static func parse(_ text: String) -> Double? {
         let trimmed = text.trimmingCharacters(in: .whitespaces).lowercased()
         let digits = trimmed.prefix { $0.isNumber || $0 == "." }

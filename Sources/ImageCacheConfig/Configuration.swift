@@ -2,8 +2,20 @@
 // file, environment variables and flags (flags win), validated in Configuration+File.swift.
 // Every field has a `///` line and its default; the keys that set them (name, form, default, meaning, reload or
 // restart, file/environment/flag) are defined once in ConfigKeys.swift.
+//
+// Each layer owns its settings and their defaults (the Hummingbird way): `server` is the server's `ServerSettings`,
+// `upstream` the upstream layer's `UpstreamSettings`, `transform` the transform layer's `TransformSettings`; the
+// fields the store reads take their defaults from the store (`DiskCache.Configuration`, `FreshnessPolicy`,
+// `MemoryCache.defaultVariantLimit`), and `max-object-size` from the upstream layer's `UpstreamRequest`. The rest
+// belong to the proxy and the daemon and have their defaults here. Each default is written once: ConfigKeys renders
+// the documented defaults from these values.
 
 internal import Foundation
+public import ImageCacheHTTP
+public import ImageCacheServer
+internal import ImageCacheStore
+public import ImageCacheTransform
+public import ImageCacheUpstream
 
 public struct Configuration: Sendable, Equatable {
     /// `listen`: address and port to serve on, "HOST:PORT" or "[V6]:PORT". Port 0 picks a free port. Default 127.0.0.1:8080.
@@ -12,14 +24,14 @@ public struct Configuration: Sendable, Equatable {
     public var origins: [OriginMapping] = []
     /// `cache-dir`: directory of the on-disk tier. Default `$CACHE_DIRECTORY` (systemd), else `$XDG_CACHE_HOME/imagecached`, else `~/.cache/imagecached`.
     public var cacheDirectory: String = Configuration.defaultCacheDirectory()
-    /// `disk-limit`: byte budget of the on-disk tier (files, headers included); 0 turns the disk tier off. Default 10 GiB.
-    public var diskLimitBytes: Int = 10 << 30
-    /// `disk-max-age`: disk entries not used for this long are removed, fresh or not, seconds. Default 7 days.
-    public var diskMaxAgeSeconds: Double = 7 * 86_400
-    /// `disk-low-water`: over disk-limit, least recently used entries are evicted down to this fraction of it. Default 0.9.
-    public var diskLowWaterFraction: Double = 0.9
-    /// `disk-fsync`: fsync each disk entry (and its directory) when it is written; slower, survives power loss. Default false.
-    public var diskFsync: Bool = false
+    /// `disk-limit`: byte budget of the on-disk tier (files, headers included); 0 turns the disk tier off. Default the disk tier's, 10 GiB.
+    public var diskLimitBytes: Int = Configuration.diskDefaults.limitBytes
+    /// `disk-max-age`: disk entries not used for this long are removed, fresh or not, seconds. Default the disk tier's, 7 days.
+    public var diskMaxAgeSeconds: Double = Configuration.diskDefaults.maxAgeSeconds
+    /// `disk-low-water`: over disk-limit, least recently used entries are evicted down to this fraction of it. Default the disk tier's, 0.9.
+    public var diskLowWaterFraction: Double = Configuration.diskDefaults.lowWaterFraction
+    /// `disk-fsync`: fsync each disk entry (and its directory) when it is written; slower, survives power loss. Default the disk tier's, false.
+    public var diskFsync: Bool = Configuration.diskDefaults.fsync
     /// `memory-limit`: byte budget of the memory tier. Default 256 MiB; under a cgroup memory limit (systemd
     /// `MemoryMax=`), `cgroupMemoryFraction` of that limit instead (see `applyCgroupMemoryLimit`).
     public var memoryLimitBytes: Int = 256 << 20
@@ -29,8 +41,8 @@ public struct Configuration: Sendable, Equatable {
     public var memoryCountLimit: Int = 0
     /// `max-variants`: most stored variants of one URL (responses with Vary, one per set of request field values),
     /// in memory and on disk each; storing one more evicts the URL's least recently used variant. At least 1.
-    /// Default 16. Restart only.
-    public var maxVariants: Int = 16
+    /// Default the memory tier's (`MemoryCache.defaultVariantLimit`), 16. Restart only.
+    public var maxVariants: Int = MemoryCache.defaultVariantLimit
     /// `memory-object-limit`: larger objects are streamed but not kept in memory. Default: 1/8 of memory-limit.
     public var memoryObjectLimitBytes: Int? = nil
     /// `stale-if-error`: offline policy: how long past its freshness a stored entry may still be served when the
@@ -42,8 +54,9 @@ public struct Configuration: Sendable, Equatable {
     /// every response, like Varnish's default grace); never for must-revalidate, proxy-revalidate or s-maxage
     /// entries, nor for requests with max-age, min-fresh or max-stale. 0 = only where the response says so. Default 0.
     public var staleWhileRevalidateSeconds: Double = 0
-    /// `max-object-size`: largest upstream body served or stored; larger transfers are stopped. Default 50 MiB.
-    public var maxObjectSizeBytes: Int = 50 << 20
+    /// `max-object-size`: largest upstream body served or stored; larger transfers are stopped. Default the upstream layer's
+    /// (`UpstreamRequest.defaultMaxBodyBytes`), 50 MiB.
+    public var maxObjectSizeBytes: Int = UpstreamRequest.defaultMaxBodyBytes
     /// `content-types`: media types served and stored; "*/*" turns the image checks off. Default JPEG, PNG, GIF, WebP, AVIF.
     public var contentTypes: [String] = Configuration.defaultContentTypes
     /// `allow-svg`: add image/svg+xml to the allowlist (SVG can carry script). Default false.
@@ -52,19 +65,20 @@ public struct Configuration: Sendable, Equatable {
     public var allowPrivateNetworks: Bool = false
     /// `allowed-sources`: URL prefixes forward mode, fetch mode and transform sources may reach; empty: any. Default none.
     public var allowedSources: [String] = []
-    /// `heuristic-fraction`: fraction of (Date - Last-Modified) used as freshness when the origin gives none. Default 0.1.
-    public var heuristicFraction: Double = 0.1
+    /// `heuristic-fraction`: fraction of (Date - Last-Modified) used as freshness when the origin gives none. Default
+    /// `FreshnessPolicy`'s, 0.1 (as are the defaults of the next four).
+    public var heuristicFraction: Double = Configuration.freshnessDefaults.heuristicFraction
     /// `heuristic-max`: cap on heuristic freshness, seconds. Default 86400 (1 day).
-    public var heuristicMaxSeconds: Double = 86_400
+    public var heuristicMaxSeconds: Double = Configuration.freshnessDefaults.heuristicMaxSeconds
     /// `targeted-cache-control`: targeted cache-control fields (RFC 9213), in order; for a response from a configured
     /// origin the first one present governs storing and reuse instead of Cache-Control. Default CDN-Cache-Control.
     /// Restart only.
-    public var targetedCacheControl: [String] = ["CDN-Cache-Control"]
+    public var targetedCacheControl: [String] = Configuration.freshnessDefaults.targetedFields
     /// `strip-targeted-cache-control`: remove those fields from what clients receive. Default false. Restart only.
-    public var stripTargetedCacheControl = false
+    public var stripTargetedCacheControl: Bool = Configuration.freshnessDefaults.stripsTargetedFields
     /// `negative-ttl`: lifetime of a configured origin's 404 or 410 without explicit freshness, seconds (0: such
     /// responses are stored only with a validator, and heuristically). Default 10. Restart only.
-    public var negativeTTLSeconds: Double = 10
+    public var negativeTTLSeconds: Double = Configuration.freshnessDefaults.negativeTTLSeconds
     /// `forward-request-fields`: the request fields forward and fetch modes send upstream (Authorization too, which
     /// makes the request bypass the cache). Default Accept, Accept-Language, User-Agent.
     public var forwardRequestFields: [String] = ["Accept", "Accept-Language", "User-Agent"]
@@ -73,8 +87,12 @@ public struct Configuration: Sendable, Equatable {
     public var dropRequestFields: [String] = []
     /// `pass-trace`: pass TRACE requests to configured origins; off, they get 405. Default false.
     public var passTrace = false
-    /// The `transform-*` keys: image transforms (imgproxy-compatible URLs, libvips). See TransformConfiguration.
-    public var transform = TransformConfiguration()
+    /// The `transform*` keys: image transforms (imgproxy-compatible URLs, libvips). See TransformSettings.
+    public var transform = TransformSettings()
+    /// `transform-keys` and `transform-salts` as given; paired into `transform.signing` once every source is read
+    /// (`resolveTransformSigning`).
+    var transformKeyTexts: [String] = []
+    var transformSaltTexts: [String] = []
     /// `complete-abandoned-fetches`: keep an upstream transfer running to fill the cache when every client has gone. Default false.
     public var completeAbandonedFetches: Bool = false
     /// `log-level`: trace, debug, info, notice, warning, error, critical. Default info.
@@ -124,10 +142,16 @@ public struct Configuration: Sendable, Equatable {
     /// `shutdown-timeout`: on SIGTERM/SIGINT, how long responses in flight may take to finish before their
     /// connections are closed, seconds. Default 30.
     public var shutdownTimeoutSeconds: Double = 30
-    public var server = ServerConfiguration()
-    public var upstream = UpstreamConfiguration()
+    /// The `server.*` keys: the HTTP server's limits. See ServerSettings.
+    public var server = ServerSettings()
+    /// The `upstream.*` keys: how upstream transfers are made. See UpstreamSettings.
+    public var upstream = UpstreamSettings()
 
     public init() {}
+
+    /// The store's defaults for the keys of the disk tier and of freshness (the directory is not one of them).
+    private static let diskDefaults = DiskCache.Configuration(directory: "")
+    private static let freshnessDefaults = FreshnessPolicy()
 
     /// The memory tier's per-object limit in force.
     public var effectiveMemoryObjectLimitBytes: Int { memoryObjectLimitBytes ?? max(memoryLimitBytes / 8, 0) }
@@ -168,17 +192,6 @@ public struct Configuration: Sendable, Equatable {
     }
 }
 
-/// Where to listen.
-public struct ListenAddress: Sendable, Equatable, CustomStringConvertible {
-    public var host: String
-    public var port: Int
-    public init(host: String, port: Int) {
-        self.host = host
-        self.port = port
-    }
-    public var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
-}
-
 /// A reverse-proxy mapping: requests whose path starts with `prefix` go to `url` + the rest of the path.
 public struct OriginMapping: Sendable, Equatable {
     /// Path prefix, starting with "/". "/" maps everything.
@@ -190,76 +203,3 @@ public struct OriginMapping: Sendable, Equatable {
         self.url = url
     }
 }
-
-/// Limits of the HTTP server.
-public struct ServerConfiguration: Sendable, Equatable {
-    /// `server.max-request-line`: longest request line, bytes; longer gets 414. Default 8192.
-    public var maxRequestLineBytes: Int = 8192
-    /// `server.max-header-bytes`: largest header section, bytes; larger gets 431. Default 16384.
-    public var maxHeaderBytes: Int = 16_384
-    /// `server.max-header-count`: most header fields; more gets 431. Default 100.
-    public var maxHeaderCount: Int = 100
-    /// `server.max-request-body`: largest request body read (admin endpoints take lists); larger gets 413. Default 1 MiB.
-    public var maxRequestBodyBytes: Int = 1 << 20
-    /// `server.header-timeout`: seconds to receive a whole request head once it has started. Default 10.
-    public var headerTimeoutSeconds: Double = 10
-    /// `server.body-timeout`: seconds to receive a whole request body once its head is in (a body trickled a byte at
-    /// a time is cut off); 408 beyond. Default 30.
-    public var bodyTimeoutSeconds: Double = 30
-    /// `server.idle-timeout`: seconds a keep-alive connection may sit idle between requests. Default 60.
-    public var idleTimeoutSeconds: Double = 60
-    /// `server.write-timeout`: seconds a client may take to accept written bytes before it is dropped. Default 60.
-    public var writeTimeoutSeconds: Double = 60
-    /// `server.write-buffer`: bytes of a streamed response handed to a client and not yet taken by it, past which the
-    /// client is "behind" (see `in-flight-limit`); also the most of a fetch's body between libcurl and the fetch (the
-    /// transfer's delivery window). Default 256 KiB.
-    public var writeBufferBytes: Int = 256 << 10
-    /// `server.max-connections`: connections served at once; more are accepted and closed at once. Default 10000.
-    public var maxConnections: Int = 10_000
-    /// Where the event loops run (one loop per CPU the process may use, which taskset, systemd's CPUAffinity= and
-    /// cpusets narrow).
-    public enum CPUAffinity: String, Sendable, Equatable, CaseIterable {
-        /// Loop i is pinned to the i-th allowed CPU (nginx's `worker_cpu_affinity auto`). Default.
-        case auto
-        /// The kernel places and moves the loops.
-        case off
-    }
-    /// `server.cpu-affinity`: auto or off. Default auto.
-    public var cpuAffinity: CPUAffinity = .auto
-    public init() {}
-}
-
-/// How upstream transfers are made.
-public struct UpstreamConfiguration: Sendable, Equatable {
-    public enum QueueOrder: String, Sendable, Equatable, CaseIterable {
-        /// First queued, first started (default).
-        case fifo
-        /// Last queued, first started: the newest request (the image on screen now) goes first.
-        case lifo
-    }
-    /// `upstream.connect-timeout`: seconds to connect (DNS, TCP, TLS). Default 10.
-    public var connectTimeoutSeconds: Double = 10
-    /// `upstream.timeout`: seconds for a whole transfer. Default 60.
-    public var totalTimeoutSeconds: Double = 60
-    /// `upstream.low-speed-limit`: bytes/s under which a transfer counts as stalled. Default 1024.
-    public var lowSpeedLimitBytesPerSecond: Int = 1024
-    /// `upstream.low-speed-time`: seconds below low-speed-limit before the transfer is aborted. Default 20.
-    public var lowSpeedTimeSeconds: Int = 20
-    /// `upstream.max-redirects`: redirects followed before failing. Default 5.
-    public var maxRedirects: Int = 5
-    /// `upstream.max-transfers`: upstream transfers running at once; more wait in a queue. Default 64.
-    public var maxConcurrentTransfers: Int = 64
-    /// `upstream.max-host-connections`: connections to one host at once. Default 8.
-    public var maxHostConnections: Int = 8
-    /// `upstream.queue-order`: fifo or lifo order of waiting transfers. Default fifo.
-    public var queueOrder: QueueOrder = .fifo
-    /// `upstream.queue-timeout`: seconds a transfer may wait for a slot before failing with 504. Default 30.
-    public var queueTimeoutSeconds: Double = 30
-    /// `upstream.user-agent`: User-Agent sent when the client sent none. Default "imagecached/<version>".
-    public var userAgent: String = "imagecached/\(imagecachedVersion)"
-    /// `upstream.ca-bundle`: CA bundle file for TLS verification; empty uses the system store. Default empty.
-    public var caBundle: String = ""
-    public init() {}
-}
-
-public let imagecachedVersion = "0.1.0"

@@ -25,7 +25,7 @@
 
 /// An incremental HTTP/1.x request parser.
 public struct HTTPParser: Sendable {
-    /// The sizes past which a request is refused. Built from `ServerConfiguration`.
+    /// The sizes past which a request is refused. Built from `ServerSettings`.
     public struct Limits: Sendable, Equatable {
         /// Longest request line, bytes, without its line ending; longer gets 414.
         public var maxRequestLineBytes: Int

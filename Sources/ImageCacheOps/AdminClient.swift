@@ -2,7 +2,7 @@
 // running daemon's /_imagecached/ endpoints on its loopback address. `stream` hands over the body line by line as
 // it arrives (prefetch progress), decoding chunked transfer coding.
 
-public import ImageCacheConfig
+public import ImageCacheServer
 internal import Foundation
 #if canImport(Glibc)
 internal import Glibc

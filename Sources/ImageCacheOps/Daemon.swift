@@ -19,6 +19,7 @@ internal import ImageCacheStatus
 public import ImageCacheConfig
 internal import ImageCacheServer
 internal import ImageCacheStore
+internal import ImageCacheTransform
 internal import ImageCacheUpstream
 public import ImageCacheCore
 internal import Dispatch
@@ -54,7 +55,7 @@ public final class Daemon: @unchecked Sendable {
         self.logger = logger
         let loopGuard = LoopGuard()
         self.loopGuard = loopGuard
-        origin = try CurlOrigin(configuration: configuration.upstream, allowPrivateNetworks: configuration.allowPrivateNetworks,
+        origin = try CurlOrigin(settings: configuration.upstream, allowPrivateNetworks: configuration.allowPrivateNetworks,
                                 loopGuard: loopGuard, logger: logger)
         var disk: DiskCache?
         if configuration.diskLimitBytes > 0 {
@@ -72,7 +73,7 @@ public final class Daemon: @unchecked Sendable {
         }
         proxy = Proxy(configuration: configuration, origin: origin, disk: disk, logger: logger, now: now, events: events,
                       loopGuard: loopGuard)
-        listener = Listener(configuration: configuration.server, handler: proxy, logger: logger)
+        listener = Listener(settings: configuration.server, handler: proxy, logger: logger)
     }
 
     /// Binds the listening socket, or adopts the sockets systemd passed (socket activation), and starts serving.
@@ -88,7 +89,7 @@ public final class Daemon: @unchecked Sendable {
             loopGuard.recordListening(host: nil, port: port)
             do {
                 for fd in passed.dropFirst() {
-                    let extra = Listener(configuration: configuration.server, handler: proxy, logger: logger)
+                    let extra = Listener(settings: configuration.server, handler: proxy, logger: logger)
                     loopGuard.recordListening(host: nil, port: try extra.start(listeningFD: fd))
                     extraListeners.append(extra)
                 }

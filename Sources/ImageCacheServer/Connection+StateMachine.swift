@@ -36,7 +36,6 @@
 
 internal import ImageCacheSystem
 internal import ImageCacheHTTP
-internal import ImageCacheConfig
 
 extension Connection {
     struct StateMachine {
@@ -111,7 +110,7 @@ extension Connection {
 
         private(set) var state: State = .idle
         private var parser: HTTPParser
-        private let configuration: ServerConfiguration
+        private let settings: ServerSettings
         private var nextExchangeID: UInt64 = 1
         /// The exchange whose client went away (onCancel registered late for it runs at once).
         private var cancelledExchange: UInt64?
@@ -121,17 +120,17 @@ extension Connection {
         static let lingerSeconds: Double = 2
 
         /// `bodyDecision` answers, for a head that announces a body, whether it is read, streamed or refused (HTTPParser).
-        init(configuration: ServerConfiguration, bodyDecision: @escaping HTTPParser.BodyDecision = { _ in .read }) {
-            self.configuration = configuration
-            self.parser = HTTPParser(configuration: configuration, bodyDecision: bodyDecision)
+        init(settings: ServerSettings, bodyDecision: @escaping HTTPParser.BodyDecision = { _ in .read }) {
+            self.settings = settings
+            self.parser = HTTPParser(settings: settings, bodyDecision: bodyDecision)
         }
 
         /// Bytes held while the current request is handled; reading stops beyond this.
-        private var bufferLimit: Int { configuration.maxRequestLineBytes + configuration.maxHeaderBytes }
+        private var bufferLimit: Int { settings.maxRequestLineBytes + settings.maxHeaderBytes }
 
         /// The actions to run once the connection is set up.
         mutating func start() -> [Action] {
-            [.armReadTimer(.idle, seconds: configuration.idleTimeoutSeconds)]
+            [.armReadTimer(.idle, seconds: settings.idleTimeoutSeconds)]
         }
 
         // MARK: - Read side
@@ -176,11 +175,11 @@ extension Connection {
             case (.idle, .idle), (.lingering, .linger):
                 return close()
             case (.readingHead, .header):
-                return refuse(HTTPParser.ParseError(status: 408, reason: "request head not received within \(Self.seconds(configuration.headerTimeoutSeconds)) seconds"), date: date)
+                return refuse(HTTPParser.ParseError(status: 408, reason: "request head not received within \(Self.seconds(settings.headerTimeoutSeconds)) seconds"), date: date)
             case (.readingBody, .body):
-                return refuse(HTTPParser.ParseError(status: 408, reason: "request body not received within \(Self.seconds(configuration.bodyTimeoutSeconds)) seconds"), date: date)
+                return refuse(HTTPParser.ParseError(status: 408, reason: "request body not received within \(Self.seconds(settings.bodyTimeoutSeconds)) seconds"), date: date)
             case let (.handling(exchange), .body) where exchange.bodyOpen:
-                return bodyFailed(HTTPParser.ParseError(status: 408, reason: "request body not received within \(Self.seconds(configuration.bodyTimeoutSeconds)) seconds"), date: date)
+                return bodyFailed(HTTPParser.ParseError(status: 408, reason: "request body not received within \(Self.seconds(settings.bodyTimeoutSeconds)) seconds"), date: date)
             default:
                 return []  // a timer that was re-armed or is stale
             }
@@ -312,10 +311,10 @@ extension Connection {
             guard case var .handling(exchange) = state, exchange.id == id, exchange.bodyOpen else { return [] }
             exchange.bodyUnconsumed = max(0, exchange.bodyUnconsumed - bytes)
             state = .handling(exchange)
-            guard readingSuspended, exchange.bodyUnconsumed <= configuration.writeBufferBytes / 2 else { return [] }
+            guard readingSuspended, exchange.bodyUnconsumed <= settings.writeBufferBytes / 2 else { return [] }
             readingSuspended = false
             // The body timer measures the client: it ran only while the connection was read.
-            return [.resumeReading, .armReadTimer(.body, seconds: configuration.bodyTimeoutSeconds)]
+            return [.resumeReading, .armReadTimer(.body, seconds: settings.bodyTimeoutSeconds)]
         }
 
         mutating func registerCancel(exchange id: UInt64) -> CancelRegistration {
@@ -334,17 +333,17 @@ extension Connection {
                     if parser.isReadingBody {
                         state = .readingBody
                         if before != .readingBody {
-                            actions.append(.armReadTimer(.body, seconds: configuration.bodyTimeoutSeconds))
+                            actions.append(.armReadTimer(.body, seconds: settings.bodyTimeoutSeconds))
                         }
                     } else if parser.isReadingHead {
                         state = .readingHead
                         if before != .readingHead {
-                            actions.append(.armReadTimer(.header, seconds: configuration.headerTimeoutSeconds))
+                            actions.append(.armReadTimer(.header, seconds: settings.headerTimeoutSeconds))
                         }
                     } else {
                         state = .idle
                         if before != .idle || actions.isEmpty {
-                            actions.append(.armReadTimer(.idle, seconds: configuration.idleTimeoutSeconds))
+                            actions.append(.armReadTimer(.idle, seconds: settings.idleTimeoutSeconds))
                         }
                     }
                     return actions
@@ -356,8 +355,8 @@ extension Connection {
                     // The response may end before the body: the connection is not kept (the rest is not read).
                     let writer = ResponseWriter(request: .init(version: head.version, isHEAD: head.method == "HEAD", keepAlive: false))
                     state = .handling(Exchange(id: id, writer: writer, bodyOpen: true))
-                    if !actions.contains(.armReadTimer(.body, seconds: configuration.bodyTimeoutSeconds)) {
-                        actions.append(.armReadTimer(.body, seconds: configuration.bodyTimeoutSeconds))
+                    if !actions.contains(.armReadTimer(.body, seconds: settings.bodyTimeoutSeconds)) {
+                        actions.append(.armReadTimer(.body, seconds: settings.bodyTimeoutSeconds))
                     }
                     actions.append(.openBody(length: bodyLength, exchange: id))
                     actions += pumpBody(date: date)
@@ -419,7 +418,7 @@ extension Connection {
                 case let .error(error)?:
                     return actions + bodyFailed(error, date: date)
                 case nil:
-                    if exchange.bodyUnconsumed > configuration.writeBufferBytes && !readingSuspended {
+                    if exchange.bodyUnconsumed > settings.writeBufferBytes && !readingSuspended {
                         // Held back by the handler (a slow origin), not by the client: no body timer meanwhile.
                         readingSuspended = true
                         actions.append(.suspendReading)

@@ -22,7 +22,6 @@
 
 internal import ImageCacheSystem
 internal import ImageCacheHTTP
-internal import ImageCacheConfig
 #if canImport(Glibc)
 internal import Glibc
 #elseif canImport(Darwin)
@@ -43,7 +42,7 @@ final class Connection: @unchecked Sendable {
     let client: ClientInfo
     private let fd: Int32
     private let handler: any RequestHandler
-    private let configuration: ServerConfiguration
+    private let settings: ServerSettings
     private let logger: Logger
     /// Called once on the loop thread when the connection has closed (the listener forgets it).
     private let onClose: @Sendable (Connection) -> Void
@@ -73,19 +72,19 @@ final class Connection: @unchecked Sendable {
     private var closed = false
     private var registered = false
 
-    init(fd: Int32, id: UInt64, client: ClientInfo, handler: any RequestHandler, configuration: ServerConfiguration,
+    init(fd: Int32, id: UInt64, client: ClientInfo, handler: any RequestHandler, settings: ServerSettings,
          loop: EventLoop, logger: Logger, onClose: @escaping @Sendable (Connection) -> Void) {
         self.fd = fd
         self.id = id
         self.client = client
         self.handler = handler
-        self.configuration = configuration
+        self.settings = settings
         self.onClose = onClose
         var logger = logger
         logger[metadataKey: "client"] = "\(client.address)"
         self.logger = logger
         self.loop = loop
-        self.stateMachine = StateMachine(configuration: configuration, bodyDecision: { [handler] in handler.bodyHandling(for: $0) })
+        self.stateMachine = StateMachine(settings: settings, bodyDecision: { [handler] in handler.bodyHandling(for: $0) })
     }
 
     /// Runs `body` on the loop thread: at once when already there, else asynchronously.
@@ -316,7 +315,7 @@ final class Connection: @unchecked Sendable {
                 }
             } catch where error.isWouldBlock {
                 if progressed || writeTimerDeadline == nil {
-                    writeTimerDeadline = DispatchTime.now() + configuration.writeTimeoutSeconds
+                    writeTimerDeadline = DispatchTime.now() + settings.writeTimeoutSeconds
                 }
                 return
             } catch {

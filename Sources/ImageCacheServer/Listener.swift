@@ -15,7 +15,6 @@
 // `Daemon.start`) and relies on that for it, as for any other code that writes to sockets.
 
 internal import ImageCacheSystem
-public import ImageCacheConfig
 #if canImport(Glibc)
 internal import Glibc
 #elseif canImport(Darwin)
@@ -47,7 +46,7 @@ public final class Listener: @unchecked Sendable {
     private static let acceptPause: DispatchTimeInterval = .milliseconds(100)
 
     // MARK: immutable
-    private let configuration: ServerConfiguration
+    private let settings: ServerSettings
     private let handler: any RequestHandler
     private let logger: Logger
     private let queue = DispatchQueue(label: "imagecached.listener")
@@ -73,8 +72,8 @@ public final class Listener: @unchecked Sendable {
     }
     private let openConnections = Locked(Open())
 
-    public init(configuration: ServerConfiguration, handler: any RequestHandler, logger: Logger) {
-        self.configuration = configuration
+    public init(settings: ServerSettings, handler: any RequestHandler, logger: Logger) {
+        self.settings = settings
         self.handler = handler
         self.logger = logger
     }
@@ -162,14 +161,14 @@ public final class Listener: @unchecked Sendable {
                     throw error
                 }
                 loops.append(loop)
-                if configuration.cpuAffinity == .auto, let cpu = allowed?[index] {
+                if settings.cpuAffinity == .auto, let cpu = allowed?[index] {
                     let error = loop.pin(to: cpu)
                     if error != 0 {
                         logger.warning("cannot pin \(loop.name) to CPU \(cpu) (\(String(cString: strerror(error)))); the kernel places it")
                     }
                 }
             }
-            if configuration.cpuAffinity == .auto, let allowed {
+            if settings.cpuAffinity == .auto, let allowed {
                 logger.debug("\(count) event loop(s), pinned to CPUs \(allowed.map(String.init).joined(separator: ","))")
             } else {
                 logger.debug("\(count) event loop(s), unpinned")
@@ -278,12 +277,12 @@ public final class Listener: @unchecked Sendable {
                 return
             }
             let admitted = openConnections.withLock { open in
-                guard open.count < configuration.maxConnections else { return false }
+                guard open.count < settings.maxConnections else { return false }
                 open.count += 1
                 return true
             }
             guard admitted else {
-                logger.warning("connection limit reached (\(configuration.maxConnections)); closing new client")
+                logger.warning("connection limit reached (\(settings.maxConnections)); closing new client")
                 closeDescriptor(fd)
                 continue
             }
@@ -297,7 +296,7 @@ public final class Listener: @unchecked Sendable {
             nextConnectionID += 1
             let loop = loops[nextLoop]
             nextLoop = (nextLoop + 1) % loops.count
-            let connection = Connection(fd: fd, id: id, client: client, handler: handler, configuration: configuration,
+            let connection = Connection(fd: fd, id: id, client: client, handler: handler, settings: settings,
                                         loop: loop, logger: logger) { [self] closed in
                 let idle = openConnections.withLock { open -> [@Sendable () -> Void] in
                     open.count -= 1

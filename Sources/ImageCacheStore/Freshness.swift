@@ -38,19 +38,21 @@ public import ImageCacheHTTP
 public import Foundation
 
 /// Tunables of the heuristic freshness rule (configuration `heuristic-fraction`, `heuristic-max`).
+/// The defaults are the init's (one place): the `heuristic-*`, `targeted-cache-control`,
+/// `strip-targeted-cache-control` and `negative-ttl` keys take theirs from `FreshnessPolicy()`.
 public struct FreshnessPolicy: Sendable, Equatable {
     /// Fraction of (Date - Last-Modified) used as lifetime. Default 0.1 (RFC 9111 section 4.2.2's example).
-    public var heuristicFraction: Double = 0.1
+    public var heuristicFraction: Double
     /// Cap on heuristic lifetime, seconds. Default 86400.
-    public var heuristicMaxSeconds: Double = 86_400
+    public var heuristicMaxSeconds: Double
     /// Targeted cache-control fields (RFC 9213), in order: for a response from a configured origin, the first one
     /// present takes the place of Cache-Control in the daemon's own decisions. Default CDN-Cache-Control.
-    public var targetedFields: [String] = ["CDN-Cache-Control"]
+    public var targetedFields: [String]
     /// The targeted fields are removed from what clients receive. Default false.
-    public var stripsTargetedFields = false
+    public var stripsTargetedFields: Bool
     /// Lifetime of a 404 or 410 without explicit freshness (configuration `negative-ttl`), seconds; 0: none (only
     /// the heuristic). Only reverse mode stores these statuses (Storability). Default 10.
-    public var negativeTTLSeconds: Double = 10
+    public var negativeTTLSeconds: Double
 
     public init(heuristicFraction: Double = 0.1, heuristicMaxSeconds: Double = 86_400,
                 targetedFields: [String] = ["CDN-Cache-Control"], stripsTargetedFields: Bool = false,

@@ -57,7 +57,8 @@ public struct TransformSpec: Sendable {
     public var pixelCache: PixelCache?
 
     public init(options: TransformOptions, format: ImageOutputFormat?, limits: TransformLimits,
-                defaultQuality: [ImageOutputFormat: Int] = TransformSpec.imgproxyQuality, avifEffort: Int = 2, webpEffort: Int = 4,
+                defaultQuality: [ImageOutputFormat: Int] = TransformSpec.imgproxyQuality,
+                avifEffort: Int = TransformSettings().avifEffort, webpEffort: Int = TransformSettings().webpEffort,
                 pixelCache: PixelCache? = nil) {
         self.pixelCache = pixelCache
         self.options = options

@@ -17,7 +17,7 @@
 //   - Teredo (2001::/32) is refused whole: its embedded client address is obfuscated and its server may be anywhere.
 // The most specific row wins (rows are tried longest prefix first).
 
-public import ImageCacheConfig
+public import ImageCacheHTTP
 internal import Foundation
 
 /// The private-network policy for untrusted upstream destinations.

@@ -10,7 +10,6 @@
 // A slot is freed just before the transfer's terminal event (`.end`/`.failed`) is delivered, or at once on cancel.
 // This file sees only Swift types: the C lives in Curl/ (house rule 4).
 
-public import ImageCacheConfig
 internal import Foundation
 public import Logging
 internal import Synchronization
@@ -28,7 +27,7 @@ public final class CurlOrigin: Origin, @unchecked Sendable {
     }
 
     // MARK: immutable after init
-    private let configuration: UpstreamConfiguration
+    private let settings: UpstreamSettings
     private let allowPrivateNetworks: Bool
     private let loopGuard: LoopGuard?
     private let logger: Logger
@@ -39,17 +38,17 @@ public final class CurlOrigin: Origin, @unchecked Sendable {
 
     /// Makes the multi handle and starts its thread.
     /// `loopGuard`: refuses requests to the daemon's own listening sockets (508).
-    public init(configuration: UpstreamConfiguration, allowPrivateNetworks: Bool, loopGuard: LoopGuard? = nil, logger: Logger) throws {
-        self.configuration = configuration
+    public init(settings: UpstreamSettings, allowPrivateNetworks: Bool, loopGuard: LoopGuard? = nil, logger: Logger) throws {
+        self.settings = settings
         self.allowPrivateNetworks = allowPrivateNetworks
         self.loopGuard = loopGuard
         self.logger = logger
-        let maxTotalConnections = max(configuration.maxConcurrentTransfers, configuration.maxHostConnections)
-        multi = try CurlMulti(maxHostConnections: configuration.maxHostConnections,
+        let maxTotalConnections = max(settings.maxConcurrentTransfers, settings.maxHostConnections)
+        multi = try CurlMulti(maxHostConnections: settings.maxHostConnections,
                               maxTotalConnections: maxTotalConnections, logger: logger)
-        state = Locked(State(queue: TransferQueue(maxConcurrent: max(configuration.maxConcurrentTransfers, 1),
-                                                 order: configuration.queueOrder,
-                                                 timeout: .milliseconds(Int64(configuration.queueTimeoutSeconds * 1000)))))
+        state = Locked(State(queue: TransferQueue(maxConcurrent: max(settings.maxConcurrentTransfers, 1),
+                                                 order: settings.queueOrder,
+                                                 timeout: .milliseconds(Int64(settings.queueTimeoutSeconds * 1000)))))
         multi.start { [weak self] in self?.expireWaiting() }
         logger.debug("upstream ready", metadata: ["libcurl": "\(CurlGlobal.version)"])
     }
@@ -120,7 +119,7 @@ public final class CurlOrigin: Origin, @unchecked Sendable {
         let guardMode: CurlEasy.AddressGuard = allowPrivateNetworks ? .off : (transfer.request.trusted ? .redirectsOnly : .always)
         let easy: CurlEasy
         do {
-            easy = try CurlEasy(id: transfer.id, request: transfer.request, configuration: configuration,
+            easy = try CurlEasy(id: transfer.id, request: transfer.request, settings: settings,
                                 addressGuard: guardMode, guardedConnections: multi.guardedConnections,
                                 loopGuard: loopGuard, flow: transfer.flow, logger: logger) { [weak self] event in
                 // The slot is free before the last event is passed on: whoever sees a transfer end sees its slot

@@ -12,7 +12,6 @@
 // the listeners are bound (Daemon.start) and read by the curl thread, under one Mutex.
 
 public import ImageCacheHTTP
-public import ImageCacheConfig
 public import Foundation
 internal import Synchronization
 internal import ImageCacheSystem

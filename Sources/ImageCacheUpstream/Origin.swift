@@ -30,8 +30,11 @@ public struct UpstreamRequest: Sendable, Equatable {
     public var headers: HTTPHeaders
     /// True for configured reverse-proxy origins: the private-network check is skipped.
     public var trusted: Bool
-    /// The transfer fails with `.tooLarge` when Content-Length or the bytes received exceed this.
+    /// The transfer fails with `.tooLarge` when Content-Length or the bytes received exceed this. Default
+    /// `defaultMaxBodyBytes`.
     public var maxBodyBytes: Int
+    /// 50 MiB: the default of `max-object-size`, the largest upstream body served or stored.
+    public static let defaultMaxBodyBytes = 50 << 20
     /// Higher runs first when transfers wait for a free slot (unused by FIFO/LIFO order between equals).
     public var priority: Int
     /// Body bytes that may be delivered and not yet `consumed` before the transfer holds back (stops reading from
@@ -42,7 +45,7 @@ public struct UpstreamRequest: Sendable, Equatable {
     public init(url: String, method: String = "GET", body: [UInt8]? = nil, streamedBody: StreamedBody? = nil,
                 followsRedirects: Bool = true,
                 headers: HTTPHeaders = HTTPHeaders(), trusted: Bool = false,
-                maxBodyBytes: Int = 50 << 20, priority: Int = 0, deliveryWindow: Int? = nil) {
+                maxBodyBytes: Int = UpstreamRequest.defaultMaxBodyBytes, priority: Int = 0, deliveryWindow: Int? = nil) {
         self.url = url
         self.method = method
         self.body = body

@@ -8,8 +8,6 @@
 // under its lock and performs the starts and failures the methods return.
 
 /// Decides which upstream transfers run and which wait.
-public import ImageCacheConfig
-
 public struct TransferQueue<ID: Hashable & Sendable>: Sendable {
     public typealias Instant = ContinuousClock.Instant
 
@@ -38,13 +36,13 @@ public struct TransferQueue<ID: Hashable & Sendable>: Sendable {
     }
 
     public let maxConcurrent: Int
-    public let order: UpstreamConfiguration.QueueOrder
+    public let order: UpstreamSettings.QueueOrder
     public let timeout: Duration
 
     private var running: Set<ID> = []
     private var waiting: [Waiter] = []
 
-    public init(maxConcurrent: Int, order: UpstreamConfiguration.QueueOrder, timeout: Duration) {
+    public init(maxConcurrent: Int, order: UpstreamSettings.QueueOrder, timeout: Duration) {
         precondition(maxConcurrent > 0, "maxConcurrent must be positive")
         self.maxConcurrent = maxConcurrent
         self.order = order

@@ -2,6 +2,7 @@
 
 import ImageCacheHTTP
 import ImageCacheStatus
+import ImageCacheServer
 import ImageCacheConfig
 import ImageCacheTransform
 import ImageCacheCore
@@ -189,7 +190,7 @@ struct Purge: ParsableCommand {
     @Flag(help: "Remove everything.")
     var all = false
     // Not --listen: that is the daemon's own flag (where it serves); this names where to reach one.
-    @Option(name: .customLong("address"), help: "The daemon's address, HOST:PORT. Default: listen from --config / IMAGECACHED_LISTEN, else 127.0.0.1:8080.")
+    @Option(name: .customLong("address"), help: "The daemon's address, HOST:PORT. Default: listen from --config / IMAGECACHED_LISTEN, else \(Configuration().listen).")
     var address: String?
     @Option(name: .customLong("daemon-config"), help: "The daemon's configuration file, to find where it listens.")
     var daemonConfig: String?
@@ -227,7 +228,7 @@ struct Purge: ParsableCommand {
 /// The daemon's address for a subcommand: --address, else listen from --daemon-config / the environment.
 struct DaemonAddress: ParsableArguments {
     // Not --listen: that is the daemon's own flag (where it serves); this names where to reach one.
-    @Option(name: .customLong("address"), help: "The daemon's address, HOST:PORT. Default: listen from --daemon-config / IMAGECACHED_LISTEN, else 127.0.0.1:8080.")
+    @Option(name: .customLong("address"), help: "The daemon's address, HOST:PORT. Default: listen from --daemon-config / IMAGECACHED_LISTEN, else \(Configuration().listen).")
     var address: String?
     @Option(name: .customLong("daemon-config"), help: "The daemon's configuration file, to find where it listens.")
     var daemonConfig: String?

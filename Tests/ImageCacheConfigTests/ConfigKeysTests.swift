@@ -5,7 +5,9 @@ import Foundation
 import Testing
 import ImageCacheTestSupport
 @testable import ImageCacheConfig
-@testable import ImageCacheStore
+import ImageCacheHTTP
+import ImageCacheServer
+import ImageCacheUpstream
 
 @Suite("Configuration keys, defined once", .timeLimit(.minutes(1)))
 struct ConfigKeysTests {
@@ -26,10 +28,53 @@ struct ConfigKeysTests {
         #expect(ConfigKey.byName["server.idle-timeout"]?.environmentVariable == "IMAGECACHED_SERVER_IDLE_TIMEOUT")
     }
 
-    @Test("max-variants' default is the memory tier's (Config and the store are separate layers: neither imports the other)")
-    func variantDefault() {
-        #expect(Configuration().maxVariants == MemoryCache.defaultVariantLimit)
-        #expect(ConfigKey.byName["max-variants"]?.defaultText == String(MemoryCache.defaultVariantLimit))
+    /// The keys whose default the table says in words rather than as a value (a rule, a secret, a place).
+    static let defaultsInWords = ["origin", "origins", "cache-dir", "memory-limit", "memory-object-limit", "admin-token",
+                                  "admin-token-file", "signing-keys-file", "upstream.user-agent", "upstream.ca-bundle"]
+
+    @Test("one default per key: every default the table states reads back through its own key as the default in force")
+    func defaultsReadBack() throws {
+        for key in ConfigKey.all where !Self.defaultsInWords.contains(key.name) {
+            // Given the defaults
+            var configuration = Configuration()
+            // When the key's documented default is applied ("none": an empty list)
+            let value: ConfigSetting.Value = key.defaultText.hasPrefix("none") ? .list([]) : .scalar(key.defaultText)
+            try configuration.apply(ConfigSetting(key: key.name, value: value, source: "the default of \(key.name)"))
+            // Then nothing changed
+            #expect(configuration == Configuration(), "\(key.name): \(key.defaultText)")
+        }
+    }
+
+    @Test("the defaults said in words say what the defaults are")
+    func defaultsInWords() {
+        let defaults = Configuration()
+        func text(_ name: String) -> String { ConfigKey.byName[name]?.defaultText ?? "" }
+        #expect(text("origin") == "none" && text("origins") == "none" && defaults.origins.isEmpty)
+        #expect(text("memory-limit") == ByteSize.text(defaults.memoryLimitBytes) + ", or half the cgroup's memory.max")
+        #expect(Configuration.cgroupMemoryFraction == 0.5)
+        #expect(text("memory-object-limit") == "1/8 of memory-limit" && defaults.memoryObjectLimitBytes == nil)
+        #expect(defaults.effectiveMemoryObjectLimitBytes == defaults.memoryLimitBytes / 8)
+        #expect(text("admin-token") == "none" && defaults.adminToken == nil)
+        #expect(text("upstream.user-agent") == "imagecached/VERSION" && defaults.upstream.userAgent == "imagecached/\(imagecachedVersion)")
+        #expect(text("upstream.ca-bundle") == "the system store" && defaults.upstream.caBundle.isEmpty)
+        #expect(text("cache-dir").hasPrefix("$CACHE_DIRECTORY")
+                && Configuration.defaultCacheDirectory(environment: ["CACHE_DIRECTORY": "/var/cache/x"]) == "/var/cache/x")
+    }
+
+    @Test("sizes are written in the largest binary unit that divides them, else in bytes, and read back", arguments: [
+        (0, "0"), (1000, "1000"), (1024, "1KiB"), (1536, "1536"), (256 << 10, "256KiB"), (1 << 20, "1MiB"), (10 << 30, "10GiB"),
+    ] as [(Int, String)])
+    func sizeText(bytes: Int, expected: String) {
+        #expect(ByteSize.text(bytes) == expected)
+        #expect(ByteSize.parse(expected) == bytes)
+    }
+
+    @Test("durations are written in whole days or hours when they are some, else in seconds, and read back", arguments: [
+        (0, "0"), (0.5, "0.5s"), (2, "2s"), (60, "60s"), (5400, "5400s"), (3600, "1h"), (86_400, "1d"), (7 * 86_400, "7d"),
+    ] as [(Double, String)])
+    func durationText(seconds: Double, expected: String) {
+        #expect(DurationText.text(seconds) == expected)
+        #expect(DurationText.parse(expected) == seconds)
     }
 
     @Test("the key names are a contract (flags, environment variables, files): renaming one is deliberate")

@@ -3,7 +3,9 @@ import Testing
 import ImageCacheTestSupport
 @testable import ImageCacheConfig
 import ImageCacheHTTP
+import ImageCacheServer
 import ImageCacheTransform
+import ImageCacheUpstream
 
 @Suite("Configuration", .timeLimit(.minutes(1)))
 struct ConfigurationTests {

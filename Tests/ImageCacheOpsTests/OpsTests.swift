@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import Synchronization
 @testable import ImageCacheConfig
+import ImageCacheHTTP
 @testable import ImageCacheStore
 @testable import ImageCacheStatus
 @testable import ImageCacheCore

@@ -1,6 +1,5 @@
 import Testing
 @testable import ImageCacheHTTP
-@testable import ImageCacheConfig
 @testable import ImageCacheServer
 
 @Suite("Connection.StateMachine", .timeLimit(.minutes(1)))
@@ -29,7 +28,7 @@ struct ConnectionStateMachineTests {
     @Test("a complete request goes to the handler and the read timer stops")
     func requestIsHandled() {
         // Given
-        var machine = Machine(configuration: ServerConfiguration())
+        var machine = Machine(settings: ServerSettings())
         // When
         let actions = machine.bytesReceived(Self.bytes("GET /a HTTP/1.1\r\nHost: x\r\n\r\n"), date: Self.date)
         // Then
@@ -41,9 +40,9 @@ struct ConnectionStateMachineTests {
     @Test("a streamed body: the head goes to the handler at once with the bytes so far, then each read's bytes; reading (and the body timer) stops past a write buffer not consumed and resumes at half; the end stops the body timer; the connection is not kept")
     func streamedBody() {
         // Given a handler that streams every body, and a 16 KiB write buffer
-        var configuration = ServerConfiguration()
+        var configuration = ServerSettings()
         configuration.writeBufferBytes = 16 << 10
-        var machine = Machine(configuration: configuration, bodyDecision: { _ in .stream })
+        var machine = Machine(settings: configuration, bodyDecision: { _ in .stream })
         // When the head and 10 KiB of a 40 KiB body arrive
         let head = "PUT /u HTTP/1.1\r\nHost: x\r\nContent-Length: 40960\r\n\r\n"
         let first = machine.bytesReceived(Self.bytes(head) + Array(repeating: 1, count: 10 << 10), date: Self.date)
@@ -67,14 +66,14 @@ struct ConnectionStateMachineTests {
 
     @Test("a streamed body: a body that fails in the head's own bytes is refused, never handled; a response that ends before the body ends the body's stream")
     func streamedBodyEdges() {
-        var configuration = ServerConfiguration()
+        var configuration = ServerSettings()
         configuration.maxRequestBodyBytes = 8
-        var early = Machine(configuration: configuration, bodyDecision: { _ in .stream })
+        var early = Machine(settings: configuration, bodyDecision: { _ in .stream })
         let refused = early.bytesReceived(Self.bytes("POST /u HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n20\r\n"), date: Self.date)
         #expect(!refused.contains { if case .handleStreamed = $0 { true } else { false } })
         #expect(Self.written(refused).hasPrefix("HTTP/1.1 413 "))
 
-        var answered = Machine(configuration: ServerConfiguration(), bodyDecision: { _ in .stream })
+        var answered = Machine(settings: ServerSettings(), bodyDecision: { _ in .stream })
         _ = answered.bytesReceived(Self.bytes("PUT /u HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nabc"), date: Self.date)
         let actions = answered.respond(HTTPResponseHead(status: 403), body: Self.bytes("no"), exchange: 1, date: Self.date)
         #expect(actions.suffix(2) == [.deliverBody(.failed("the response ended before the request body")), .cancelReadTimer])
@@ -84,23 +83,23 @@ struct ConnectionStateMachineTests {
 
     @Test("a streamed body that times out or grows past its limit fails its stream and is answered 408 / 413; with the response begun, the connection resets; a client that leaves fails it too")
     func streamedBodyFails() {
-        var configuration = ServerConfiguration()
+        var configuration = ServerSettings()
         configuration.maxRequestBodyBytes = 8
         let head = "POST /u HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
-        var slow = Machine(configuration: configuration, bodyDecision: { _ in .stream })
+        var slow = Machine(settings: configuration, bodyDecision: { _ in .stream })
         _ = slow.bytesReceived(Self.bytes(head + "3\r\nabc\r\n"), date: Self.date)
         let timedOut = slow.readTimerFired(.body, date: Self.date)
         #expect(timedOut.prefix(2) == [.deliverBody(.failed("request body not received within 30 seconds")), .cancelExchange])
         #expect(Self.written(timedOut).hasPrefix("HTTP/1.1 408 "))
 
-        var large = Machine(configuration: configuration, bodyDecision: { _ in .stream })
+        var large = Machine(settings: configuration, bodyDecision: { _ in .stream })
         _ = large.bytesReceived(Self.bytes(head + "3\r\nabc\r\n"), date: Self.date)
         _ = large.responseHead(HTTPResponseHead(status: 200), bodyLength: nil, exchange: 1, date: Self.date)
         let tooLarge = large.bytesReceived(Self.bytes("9\r\n"), date: Self.date)
         #expect(tooLarge.first == .deliverBody(.failed("request body too large (limit 8 bytes)")))
         #expect(tooLarge.last == .reset && large.state == .closed)
 
-        var left = Machine(configuration: configuration, bodyDecision: { _ in .stream })
+        var left = Machine(settings: configuration, bodyDecision: { _ in .stream })
         _ = left.bytesReceived(Self.bytes(head), date: Self.date)
         #expect(left.readClosed() == [.deliverBody(.failed("the client went away")), .cancelExchange, .close])
     }
@@ -108,7 +107,7 @@ struct ConnectionStateMachineTests {
     @Test("a partial head arms the header timer once")
     func headerTimerArmedOnFirstByte() {
         // Given
-        var machine = Machine(configuration: ServerConfiguration())
+        var machine = Machine(settings: ServerSettings())
         // When
         let first = machine.bytesReceived(Self.bytes("GET /a HT"), date: Self.date)
         let second = machine.bytesReceived(Self.bytes("TP/1.1\r\n"), date: Self.date)
@@ -121,7 +120,7 @@ struct ConnectionStateMachineTests {
     @Test("an HTTP/1.1 connection is kept alive after the response is written")
     func keepAlive() {
         // Given
-        var machine = Machine(configuration: ServerConfiguration())
+        var machine = Machine(settings: ServerSettings())
         _ = machine.bytesReceived(Self.bytes("GET /a HTTP/1.1\r\nHost: x\r\n\r\n"), date: Self.date)
         // When
         let respond = machine.respond(HTTPResponseHead(status: 200), body: Self.bytes("hi"), exchange: 1, date: Self.date)
@@ -135,7 +134,7 @@ struct ConnectionStateMachineTests {
     @Test("Connection: close gets Connection: close and a lingering close after the write")
     func connectionClose() {
         // Given
-        var machine = Machine(configuration: ServerConfiguration())
+        var machine = Machine(settings: ServerSettings())
         _ = machine.bytesReceived(Self.bytes("GET /a HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"), date: Self.date)
         // When
         let respond = machine.respond(HTTPResponseHead(status: 204), body: [], exchange: 1, date: Self.date)
@@ -149,7 +148,7 @@ struct ConnectionStateMachineTests {
     @Test("HTTP/1.0 keep-alive is answered with Connection: keep-alive")
     func http10KeepAlive() {
         // Given
-        var machine = Machine(configuration: ServerConfiguration())
+        var machine = Machine(settings: ServerSettings())
         _ = machine.bytesReceived(Self.bytes("GET /a HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"), date: Self.date)
         // When
         let respond = machine.respond(HTTPResponseHead(status: 200), body: Self.bytes("x"), exchange: 1, date: Self.date)
@@ -161,7 +160,7 @@ struct ConnectionStateMachineTests {
     @Test("an HTTP/1.0 stream of unknown length is close-delimited")
     func http10Streaming() {
         // Given
-        var machine = Machine(configuration: ServerConfiguration())
+        var machine = Machine(settings: ServerSettings())
         _ = machine.bytesReceived(Self.bytes("GET /a HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"), date: Self.date)
         // When
         let head = machine.responseHead(HTTPResponseHead(status: 200), bodyLength: nil, exchange: 1, date: Self.date)
@@ -177,7 +176,7 @@ struct ConnectionStateMachineTests {
     @Test("an HTTP/1.1 stream of unknown length is chunked and hop-by-hop fields are removed")
     func chunkedStreaming() {
         // Given
-        var machine = Machine(configuration: ServerConfiguration())
+        var machine = Machine(settings: ServerSettings())
         _ = machine.bytesReceived(Self.bytes("GET /a HTTP/1.1\r\nHost: x\r\n\r\n"), date: Self.date)
         // When
         let head = machine.responseHead(HTTPResponseHead(status: 200, headers: ["Keep-Alive": "timeout=5", "X-A": "1"]),
@@ -194,7 +193,7 @@ struct ConnectionStateMachineTests {
     @Test("a HEAD response carries the head only, Content-Length kept")
     func headRequest() {
         // Given
-        var machine = Machine(configuration: ServerConfiguration())
+        var machine = Machine(settings: ServerSettings())
         _ = machine.bytesReceived(Self.bytes("HEAD /a HTTP/1.1\r\nHost: x\r\n\r\n"), date: Self.date)
         // When
         let respond = machine.respond(HTTPResponseHead(status: 200), body: Self.bytes("hello"), exchange: 1, date: Self.date)
@@ -205,7 +204,7 @@ struct ConnectionStateMachineTests {
     @Test("pipelined requests are handled one at a time, in order")
     func pipelining() {
         // Given
-        var machine = Machine(configuration: ServerConfiguration())
+        var machine = Machine(settings: ServerSettings())
         let both = Self.bytes("GET /1 HTTP/1.1\r\nHost: x\r\n\r\nGET /2 HTTP/1.1\r\nHost: x\r\n\r\n")
         // When
         let first = machine.bytesReceived(both, date: Self.date)
@@ -221,7 +220,7 @@ struct ConnectionStateMachineTests {
     @Test("a late call for an earlier exchange is ignored")
     func staleSinkCallIgnored() {
         // Given
-        var machine = Machine(configuration: ServerConfiguration())
+        var machine = Machine(settings: ServerSettings())
         _ = machine.bytesReceived(Self.bytes("GET /1 HTTP/1.1\r\nHost: x\r\n\r\nGET /2 HTTP/1.1\r\nHost: x\r\n\r\n"), date: Self.date)
         _ = machine.respond(HTTPResponseHead(status: 200), body: [], exchange: 1, date: Self.date)
         _ = machine.writesDrained(date: Self.date)
@@ -236,7 +235,7 @@ struct ConnectionStateMachineTests {
     @Test("the client closing while the handler is pending cancels the exchange")
     func cancelOnPeerClose() {
         // Given
-        var machine = Machine(configuration: ServerConfiguration())
+        var machine = Machine(settings: ServerSettings())
         _ = machine.bytesReceived(Self.bytes("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n"), date: Self.date)
         #expect(machine.registerCancel(exchange: 1) == .store)
         // When
@@ -251,7 +250,7 @@ struct ConnectionStateMachineTests {
     @Test("the client closing after the response ended does not cancel")
     func closeAfterResponseIsNotCancel() {
         // Given
-        var machine = Machine(configuration: ServerConfiguration())
+        var machine = Machine(settings: ServerSettings())
         _ = machine.bytesReceived(Self.bytes("GET /a HTTP/1.1\r\nHost: x\r\n\r\n"), date: Self.date)
         _ = machine.respond(HTTPResponseHead(status: 200), body: Self.bytes("x"), exchange: 1, date: Self.date)
         // When
@@ -264,7 +263,7 @@ struct ConnectionStateMachineTests {
     @Test("abort resets the connection at once without running onCancel")
     func abortCloses() {
         // Given
-        var machine = Machine(configuration: ServerConfiguration())
+        var machine = Machine(settings: ServerSettings())
         _ = machine.bytesReceived(Self.bytes("GET /a HTTP/1.1\r\nHost: x\r\n\r\n"), date: Self.date)
         _ = machine.responseHead(HTTPResponseHead(status: 200), bodyLength: 10, exchange: 1, date: Self.date)
         // When
@@ -277,7 +276,7 @@ struct ConnectionStateMachineTests {
     @Test("a refused request is answered with its status and Connection: close, then the connection lingers")
     func refusedRequest() {
         // Given
-        var machine = Machine(configuration: ServerConfiguration())
+        var machine = Machine(settings: ServerSettings())
         // When
         let actions = machine.bytesReceived(Self.bytes("GET / HTTP/1.1\r\n\r\n"), date: Self.date)
         let drained = machine.writesDrained(date: Self.date)
@@ -292,7 +291,7 @@ struct ConnectionStateMachineTests {
     @Test("a head not complete within the header timeout gets 408")
     func headerTimeout() {
         // Given
-        var machine = Machine(configuration: ServerConfiguration())
+        var machine = Machine(settings: ServerSettings())
         _ = machine.bytesReceived(Self.bytes("GET / HTTP/1.1\r\n"), date: Self.date)
         // When
         let stale = machine.readTimerFired(.idle, date: Self.date)
@@ -306,9 +305,9 @@ struct ConnectionStateMachineTests {
     @Test("a body arms the body timer once: bytes do not extend it, and when it fires the client gets 408")
     func bodyTimeout() {
         // Given a head announcing 10 body bytes
-        var configuration = ServerConfiguration()
+        var configuration = ServerSettings()
         configuration.bodyTimeoutSeconds = 5
-        var machine = Machine(configuration: configuration)
+        var machine = Machine(settings: configuration)
         let head = machine.bytesReceived(Self.bytes("POST /p HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n"), date: Self.date)
         // When bytes trickle in, then the timer fires
         let trickle = machine.bytesReceived(Self.bytes("a"), date: Self.date)
@@ -326,7 +325,7 @@ struct ConnectionStateMachineTests {
     @Test("an idle keep-alive connection closes when the idle timer fires")
     func idleTimeout() {
         // Given
-        var machine = Machine(configuration: ServerConfiguration())
+        var machine = Machine(settings: ServerSettings())
         // When
         let actions = machine.readTimerFired(.idle, date: Self.date)
         // Then
@@ -336,10 +335,10 @@ struct ConnectionStateMachineTests {
     @Test("reading stops while a full header section is buffered during handling, and resumes after")
     func readingSuspendedWhenBufferFull() {
         // Given
-        var configuration = ServerConfiguration()
+        var configuration = ServerSettings()
         configuration.maxRequestLineBytes = 32
         configuration.maxHeaderBytes = 64
-        var machine = Machine(configuration: configuration)
+        var machine = Machine(settings: configuration)
         _ = machine.bytesReceived(Self.bytes("GET /a HTTP/1.1\r\nHost: x\r\n\r\n"), date: Self.date)
         // When
         let small = machine.bytesReceived([UInt8](repeating: 65, count: 50), date: Self.date)
@@ -356,7 +355,7 @@ struct ConnectionStateMachineTests {
     @Test("Expect: 100-continue gets 100 Continue before the body is read")
     func expectContinue() {
         // Given
-        var machine = Machine(configuration: ServerConfiguration())
+        var machine = Machine(settings: ServerSettings())
         // When
         let actions = machine.bytesReceived(Self.bytes("PUT /a HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n"), date: Self.date)
         let body = machine.bytesReceived(Self.bytes("ok"), date: Self.date)

@@ -2,7 +2,6 @@ import Foundation
 import Glibc
 @testable import ImageCacheSystem
 @testable import ImageCacheHTTP
-@testable import ImageCacheConfig
 @testable import ImageCacheServer
 @testable import ImageCacheStore
 import Testing
@@ -28,7 +27,7 @@ struct FileBodyTests {
     }
 
     static func handling(_ request: String) -> Machine {
-        var machine = Machine(configuration: ServerConfiguration())
+        var machine = Machine(settings: ServerSettings())
         _ = machine.bytesReceived(Array(request.utf8), date: date)
         return machine
     }

@@ -1,6 +1,5 @@
 import Testing
 @testable import ImageCacheHTTP
-@testable import ImageCacheConfig
 @testable import ImageCacheServer
 
 @Suite("HTTPParser", .timeLimit(.minutes(1)))
@@ -234,7 +233,7 @@ struct HTTPParserTests {
     @Test("reports the limit in the reason of a refused request")
     func reasonNamesTheLimit() {
         // Given
-        var parser = HTTPParser(limits: HTTPParser.Limits(ServerConfiguration()))
+        var parser = HTTPParser(limits: HTTPParser.Limits(ServerSettings()))
         // When
         parser.feed(Array(("GET /" + String(repeating: "x", count: 9000) + " HTTP/1.1\r\n").utf8))
         // Then

@@ -1,6 +1,5 @@
 import Testing
 @testable import ImageCacheHTTP
-@testable import ImageCacheConfig
 @testable import ImageCacheServer
 @testable import ImageCacheStore
 import ImageCacheTestSupport
@@ -67,7 +66,7 @@ struct SerializedHeadTests {
     func stateMachineRespond() {
         for (method, expectBody) in [("GET", true), ("HEAD", false)] {
             // Given
-            var machine = Connection.StateMachine(configuration: ServerConfiguration())
+            var machine = Connection.StateMachine(settings: ServerSettings())
             _ = machine.bytesReceived(Array("\(method) /a HTTP/1.1\r\nHost: x\r\n\r\n".utf8), date: Self.date)
             let prepared = SerializedResponseHead(HTTPResponseHead(status: 200, headers: Self.stored[0]))
             // When

@@ -1,5 +1,5 @@
 import Testing
-@testable import ImageCacheConfig
+@testable import ImageCacheHTTP
 @testable import ImageCacheUpstream
 
 @Suite("AddressPolicy", .timeLimit(.minutes(1)))

@@ -1,5 +1,4 @@
 import Testing
-@testable import ImageCacheConfig
 @testable import ImageCacheUpstream
 
 @Suite("TransferQueue", .timeLimit(.minutes(1)))
@@ -8,7 +7,7 @@ struct TransferQueueTests {
     let t0 = ContinuousClock.now
 
     /// Submits 1...n into a queue with `cap` slots, then finishes the running ones one by one and returns the start order.
-    static func startOrder(cap: Int, order: UpstreamConfiguration.QueueOrder, submitted n: Int, priorities: [Int: Int] = [:]) -> [Int] {
+    static func startOrder(cap: Int, order: UpstreamSettings.QueueOrder, submitted n: Int, priorities: [Int: Int] = [:]) -> [Int] {
         var queue = Queue(maxConcurrent: cap, order: order, timeout: .seconds(30))
         var started: [Int] = []
         var running: [Int] = []
@@ -27,7 +26,7 @@ struct TransferQueueTests {
 
     struct OrderCase: Sendable, CustomTestStringConvertible {
         var cap: Int
-        var order: UpstreamConfiguration.QueueOrder
+        var order: UpstreamSettings.QueueOrder
         var submitted: Int
         var priorities: [Int: Int] = [:]
         var expected: [Int]

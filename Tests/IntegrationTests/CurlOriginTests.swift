@@ -1,6 +1,5 @@
 import Foundation
 import ImageCacheHTTP
-import ImageCacheConfig
 import ImageCacheUpstream
 import Logging
 import Synchronization
@@ -10,13 +9,13 @@ import ImageCacheSystem
 
 @Suite("CurlOrigin against a local TestOrigin", .timeLimit(.minutes(2)))
 struct CurlOriginTests {
-    static func makeOrigin(_ adjust: (inout UpstreamConfiguration) -> Void = { _ in },
+    static func makeOrigin(_ adjust: (inout UpstreamSettings) -> Void = { _ in },
                            allowPrivateNetworks: Bool = false) throws -> CurlOrigin {
-        var configuration = UpstreamConfiguration()
+        var configuration = UpstreamSettings()
         configuration.connectTimeoutSeconds = 5
         configuration.totalTimeoutSeconds = 60
         adjust(&configuration)
-        return try CurlOrigin(configuration: configuration, allowPrivateNetworks: allowPrivateNetworks,
+        return try CurlOrigin(settings: configuration, allowPrivateNetworks: allowPrivateNetworks,
                               logger: Logger(label: "test.upstream"))
     }
 

@@ -8,6 +8,7 @@ import Testing
 import ImageCacheStatus
 @testable import ImageCacheHTTP
 @testable import ImageCacheConfig
+import ImageCacheServer
 @testable import ImageCacheUpstream
 @testable import ImageCacheCore
 @testable import ImageCacheOps

@@ -5,6 +5,8 @@ import Foundation
 import Synchronization
 import Testing
 @testable import ImageCacheConfig
+import ImageCacheHTTP
+import ImageCacheServer
 @testable import ImageCacheStore
 @testable import ImageCacheStatus
 @testable import ImageCacheCore

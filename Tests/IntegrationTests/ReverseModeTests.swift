@@ -7,6 +7,8 @@ import Synchronization
 import Testing
 import ImageCacheStatus
 import ImageCacheConfig
+import ImageCacheHTTP
+import ImageCacheServer
 @testable import ImageCacheOps
 import ImageCacheUpstream
 import ImageCacheCore

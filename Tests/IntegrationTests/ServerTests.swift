@@ -5,7 +5,6 @@ import Synchronization
 import Testing
 @testable import ImageCacheSystem
 @testable import ImageCacheHTTP
-@testable import ImageCacheConfig
 @testable import ImageCacheServer
 import ImageCacheTestSupport
 
@@ -53,10 +52,10 @@ final class TestServer: Sendable {
     let listener: Listener
     let port: Int
 
-    init(handler: any RequestHandler = standardHandler(), configuration: ServerConfiguration = ServerConfiguration()) throws {
+    init(handler: any RequestHandler = standardHandler(), configuration: ServerSettings = ServerSettings()) throws {
         var logger = Logger(label: "test")
         logger.logLevel = .critical
-        listener = Listener(configuration: configuration, handler: handler, logger: logger)
+        listener = Listener(settings: configuration, handler: handler, logger: logger)
         port = try listener.start(address: ListenAddress(host: "127.0.0.1", port: 0))
     }
 
@@ -67,7 +66,7 @@ final class TestServer: Sendable {
 }
 
 /// Starts a server, runs `body` (blocking client code) on its own thread, then stops the server.
-func withServer<T: Sendable>(handler: any RequestHandler = standardHandler(), configuration: ServerConfiguration = ServerConfiguration(),
+func withServer<T: Sendable>(handler: any RequestHandler = standardHandler(), configuration: ServerSettings = ServerSettings(),
                              _ body: @escaping @Sendable (TestServer) throws -> T) async throws -> T {
     let server = try TestServer(handler: handler, configuration: configuration)
     do {
@@ -343,7 +342,7 @@ struct ServerTests {
     @Test("closes a connection whose head does not arrive in time with 408")
     func headerTimeout() async throws {
         // Given
-        var configuration = ServerConfiguration()
+        var configuration = ServerSettings()
         configuration.headerTimeoutSeconds = 0.2
         let (response, closed) = try await withServer(configuration: configuration) { server in
             let client = try server.client()
@@ -403,7 +402,7 @@ struct ServerTests {
     @Test("closes a client over the connection limit at once")
     func connectionLimit() async throws {
         // Given
-        var configuration = ServerConfiguration()
+        var configuration = ServerSettings()
         configuration.maxConnections = 1
         let (served, overLimitClosed) = try await withServer(configuration: configuration) { server in
             let first = try server.client()

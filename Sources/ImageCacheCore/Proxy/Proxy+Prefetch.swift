@@ -15,6 +15,7 @@ internal import ImageCacheSystem
 internal import ImageCacheHTTP
 internal import ImageCacheConfig
 internal import ImageCacheServer
+internal import ImageCacheUpstream
 internal import Dispatch
 internal import Foundation
 internal import Logging

@@ -10,6 +10,7 @@ internal import ImageCacheHTTP
 internal import ImageCacheStatus
 public import ImageCacheConfig
 internal import ImageCacheServer
+internal import ImageCacheTransform
 package import ImageCacheStore
 internal import Foundation
 internal import Synchronization

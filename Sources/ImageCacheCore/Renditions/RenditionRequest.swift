@@ -26,7 +26,7 @@ final class RenditionRequest: Sendable {
     }
 
     /// The rendition a request asks for: the target's own when its format is fixed, else negotiated from Accept.
-    static func of(_ target: TransformTarget, accept: String?, settings: TransformConfiguration) -> RenditionRequest {
+    static func of(_ target: TransformTarget, accept: String?, settings: TransformSettings) -> RenditionRequest {
         if let fixed = target.fixed { return fixed }
         return RenditionRequest(source: target.source, options: target.options, canonical: target.canonical,
                                 choice: FormatNegotiation.choose(target.options.format, accept: accept,

@@ -16,7 +16,6 @@
 // follows, and reports the others at once as `.head` (with the effective URL), before any body byte.
 
 internal import ImageCacheHTTP
-internal import ImageCacheConfig
 internal import CCurl
 internal import CCurlShim
 internal import Foundation
@@ -76,7 +75,7 @@ final class CurlEasy: @unchecked Sendable {
 
     /// Configures a handle for `request`. `addressGuard` says which connections the private-network guard judges;
     /// under `.always` the transfer uses `guardedConnections` as its connection cache.
-    init(id: UInt64, request: UpstreamRequest, configuration: UpstreamConfiguration, addressGuard: AddressGuard,
+    init(id: UInt64, request: UpstreamRequest, settings: UpstreamSettings, addressGuard: AddressGuard,
          guardedConnections: UnsafeMutableRawPointer, loopGuard: LoopGuard? = nil, flow: FlowControl = FlowControl(),
          logger: Logger,
          events: @escaping @Sendable (UpstreamEvent) -> Void) throws(CurlError) {
@@ -92,13 +91,13 @@ final class CurlEasy: @unchecked Sendable {
         self.addressGuard = addressGuard
         self.loopGuard = loopGuard
         self.flow = flow
-        self.followsRedirects = configuration.maxRedirects > 0 && request.followsRedirects
-        self.maxRedirects = configuration.maxRedirects
+        self.followsRedirects = settings.maxRedirects > 0 && request.followsRedirects
+        self.maxRedirects = settings.maxRedirects
         self.maxBodyBytes = request.maxBodyBytes
         self.forwardsInterim = request.forwardsInterim
         self.logger = logger
         self.method = request.method
-        try configure(request: request, configuration: configuration)
+        try configure(request: request, settings: settings)
         if addressGuard == .always {
             try ccurl_easy_setopt_ptr(handle, CURLOPT_SHARE, guardedConnections).check("CURLOPT_SHARE")
         }
@@ -110,7 +109,7 @@ final class CurlEasy: @unchecked Sendable {
         errorBuffer.deallocate()
     }
 
-    private func configure(request: UpstreamRequest, configuration c: UpstreamConfiguration) throws(CurlError) {
+    private func configure(request: UpstreamRequest, settings c: UpstreamSettings) throws(CurlError) {
         let h = handle
         let me = Unmanaged.passUnretained(self).toOpaque()
         try ccurl_easy_setopt_string(h, CURLOPT_URL, request.url).check("CURLOPT_URL")

@@ -1,6 +1,7 @@
 import Testing
 @testable import ImageCacheHTTP
 @testable import ImageCacheConfig
+import ImageCacheServer
 @testable import ImageCacheCore
 
 @Suite("URLSigning: signed fetch URLs", .timeLimit(.minutes(1)))

@@ -7,6 +7,7 @@ import Synchronization
 import Testing
 @testable import ImageCacheConfig
 @testable import ImageCacheServer
+import ImageCacheTransform
 @testable import ImageCacheStore
 @testable import ImageCacheCore
 @testable import ImageCacheOps
