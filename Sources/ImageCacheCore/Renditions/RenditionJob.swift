@@ -86,7 +86,10 @@ final class RenditionJob: InFlightWork, @unchecked Sendable {
         weak let job = self
         sink.onCancel { [queue] in queue.async { job?.detach(id) } }
         run(machine.attach(id, request: request, collapsed: collapsed, now: context.now()))
-        if !machine.isDone { context.events?(.waiterAttached(key: key, waiters: machine.waiters.count)) }
+        // (A client that came while the entry is stored was answered at once: it waits on nothing.)
+        if machine.waiters.contains(where: { $0.id == id }) {
+            context.events?(.waiterAttached(key: key, waiters: machine.waiters.count))
+        }
     }
 
     private func detach(_ id: Int) {
