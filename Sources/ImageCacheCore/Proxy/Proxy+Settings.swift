@@ -44,17 +44,6 @@ final class ProxySettings: Sendable {
     }
 }
 
-/// The settings in force, replaced whole on reload. Shared by the proxy and the coalescer.
-final class SettingsCell: Sendable {
-    private let lock: Locked<ProxySettings>
-
-    init(_ settings: ProxySettings) { lock = Locked(settings) }
-
-    var current: ProxySettings { lock.withLock { $0 } }
-
-    func replace(with settings: ProxySettings) { lock.withLock { $0 = settings } }
-}
-
 extension Proxy {
     /// The settings in force. Read once per request.
     var settings: ProxySettings { settingsCell.current }
