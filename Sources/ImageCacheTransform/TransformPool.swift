@@ -5,6 +5,8 @@
 //        │ all busy: queue holds < transform-queue? ──> wait in order; refused with 503 once it has waited
 //        │                                             transform-queue-timeout
 //        └ queue full ──> 503 at once ("the transform queue is full")
+//   withdraw(ticket) ── still queued? ──> out of the queue, its completion never called (a job whose clients all left)
+//   a worker takes a job ──> its `started` callback, then the transform, then its completion
 //
 // Workers: `transform-workers` (default: the CPUs this process may use, Proxy.defaultTransformWorkers), each job one libvips
 // thread (VipsRuntime.start's threadsPerImage), so at most that many images are decoded at once and the memory they

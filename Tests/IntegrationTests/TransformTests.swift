@@ -612,7 +612,7 @@ struct TransformTests {
         #expect(harness.origin.requestCount("/slow.jpg") == 1)
     }
 
-    @Test("a client that hangs up while its rendition's source is held ends the job: its admission slot is free at once, counted as abandoned; the source's fetch goes on for the cache")
+    @Test("a client that hangs up while its rendition's source is held ends the job: its admission slot is free at once, counted as abandoned, and the source's fetch, with no client left, stops as any fetch does")
     func abandonedJobFreesItsSlot() async throws {
         // Given: one admission slot, a source held by its origin, and a source timeout far away
         let harness = try ProxyHarness {
@@ -625,9 +625,12 @@ struct TransformTests {
         ImageFiles.serveGated(harness, "/slow.jpg", ImageFiles.bytes("photo.jpg"), gate: gate)
         ImageFiles.serve(harness, "photo.jpg")
         let clients = try await harness.waitingClients(1, on: Self.path("w:10", "slow.jpg"))
-        // When its only client hangs up
+        // When its only client hangs up: the job ends, then the source's fetch it left
+        let finished = Locked(0)
         await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
-            harness.waiters.onFinished = firstCallOnly { done.resume() }
+            harness.waiters.onFinished = {
+                if finished.withLock({ $0 += 1; return $0 }) == 2 { done.resume() }
+            }
             clients[0].close()
         }
         harness.waiters.onFinished = nil
@@ -636,15 +639,11 @@ struct TransformTests {
         #expect(next.status == 200, "\(next.text)")
         let metrics = try await harness.get("/_imagecached/metrics").text
         #expect(metrics.contains("imagecached_transforms_total{format=\"-\",result=\"abandoned\"} 1"))
-        // ... and the source, once its origin answers, is stored: the next rendition of it asks the origin nothing
-        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
-            harness.waiters.onFinished = firstCallOnly { done.resume() }
-            gate.open()
-        }
-        harness.waiters.onFinished = nil
+        // ... and nothing of the source was kept: the next rendition of it asks the origin again
+        gate.open()
         let made = try await harness.get(Self.path("w:10", "slow.jpg"))
         #expect(made.status == 200 && Decoded.read(made.body)?.width == 10)
-        #expect(harness.origin.requestCount("/slow.jpg") == 1)
+        #expect(harness.origin.requestCount("/slow.jpg") == 2)
     }
 
     @Test("the default qualities are imgproxy's: a URL without one encodes JPEG at 80, WebP at 79, AVIF at 63")

@@ -3,7 +3,8 @@
 //
 // The table only finds, holds and lists work. Who joins what is decided by its two users (Coalescer for fetches,
 // Renditions for jobs); each piece of work decides for itself when it takes no more clients (its machine's
-// `closeToNewcomers` or `finish`) and says so through the `closed` callback its user gave it, which removes it here.
+// `closeToNewcomers` or `finish`) and says so through the callback its user gave it (`Fetch.Handoff.closed`,
+// `RenditionJob.Handoff.finished`), which removes it here.
 // A piece of work does not know the table: as in Nuke, the task does not know its pool.
 
 internal import ImageCacheStatus

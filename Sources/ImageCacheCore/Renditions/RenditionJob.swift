@@ -3,6 +3,8 @@
 // collector, the deadline timer, the pool's job, the store, metrics and the log. Confined to the proxy queue
 // (`context.queue`); the collector, the timer and the pool's callbacks hop there. It holds no reference to the proxy
 // or its table: what it needs is its `FetchContext`, the pool, and its `Handoff` (callbacks from Renditions).
+// Lifetime: the in-flight table holds the job from its start to `.finish` (Renditions never replaces a job in it);
+// every callback (collector, deadline, pool, a client's cancel) holds it weakly.
 
 internal import ImageCacheSystem
 internal import ImageCacheHTTP
@@ -85,7 +87,7 @@ final class RenditionJob: InFlightWork, @unchecked Sendable {
         clients[id] = Client(sink: sink, request: request)
         weak let job = self
         sink.onCancel { [queue] in queue.async { job?.detach(id) } }
-        run(machine.attach(id, request: request, collapsed: collapsed, now: context.now()))
+        run(machine.attach(id, request: request, collapsed: collapsed))
         // (A client that came while the entry is stored was answered at once: it waits on nothing.)
         if machine.waiters.contains(where: { $0.id == id }) {
             context.events?(.waiterAttached(key: key, waiters: machine.waiters.count))
@@ -129,6 +131,9 @@ final class RenditionJob: InFlightWork, @unchecked Sendable {
         case .dropSource:
             collector?.drop()
             collector = nil
+        case .abandonSource:
+            collector?.abandon()
+            collector = nil
         case let .submit(source):
             weak let job = self
             ticket = pool.submit(TransformPool.Job(source: source, spec: spec, started: { [queue] in
@@ -171,21 +176,25 @@ final class RenditionJob: InFlightWork, @unchecked Sendable {
     }
 
     private func sourceArrived(_ result: Result<RenditionMachine.Source, RenditionMachine.SourceFailure>) {
+        dispatchPrecondition(condition: .onQueue(queue))
         collector = nil
         run(machine.sourceArrived(result, now: context.now()))
     }
 
     private func deadlinePassed() {
+        dispatchPrecondition(condition: .onQueue(queue))
         deadline = nil
         run(machine.deadline(now: context.now()))
     }
 
     private func workerStarted() {
+        dispatchPrecondition(condition: .onQueue(queue))
         ticket = nil
         run(machine.workerStarted())
     }
 
     private func transformed(_ result: Result<TransformedImage, TransformFailure>, seconds: Double) {
+        dispatchPrecondition(condition: .onQueue(queue))
         ticket = nil
         run(machine.transformed(result, seconds: seconds, now: context.now()))
     }

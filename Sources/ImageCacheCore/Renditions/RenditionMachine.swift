@@ -8,6 +8,7 @@
 //
 // States (each carries its own data; `done` is terminal)
 //
+//   idle ── start ──> waitingForSource (the source asked for through the cache, the deadline armed)
 //   waitingForSource ── source 200/203, same validator as the stale rendition ──> refreshed (new freshness, same
 //        │                                                                      bytes, no transform) ──> storing/done
 //        ├─ source 200/203, new (or no) validator ──> queued(Source, etag)    (a source revalidated into another
@@ -17,19 +18,23 @@
 //        └─ source 404/410 → 404, other status → 502
 //   queued ── a worker takes it ──> transforming(Source, etag)
 //          ── withdrawn from the pool's queue (every client left) ──> done
-//   queued / transforming ── result ──> storing(entry) (its clients answered at once) ── stored ──> done
+//   queued / transforming ── result ──> storing(entry) ── stored ──> done (a result not stored: done at once)
 //                         ── failure (422, 503 queue full or timed out, ...) ──> every client gets it ──> done
-//   any state but storing ── every client gone, nothing to fill ──> done (waitingForSource: the source's collection
-//                            is dropped; queued: withdrawn first; transforming: the worker's result is dropped)
+//   every client gone, nothing to fill ── waitingForSource: done, the job's place among the source fetch's clients
+//                                         given up (that fetch then follows its own rules for clients that leave)
+//                                      ── queued: withdrawn from the pool's queue, then done
+//                                      ── transforming: runs on (a worker cannot be stopped); its result is stored
+//                                         if the job stores, else dropped
 //
 // Rules
 //   - A result whose source may not be shared (private, no-store) goes to the leader only; the other clients ask
 //     again, each for themselves (Storability.isShareable, as for a fetch).
 //   - A client's no-store: the result is not stored (RFC 9111 5.2.1.5); it is still shared with whoever joins.
-//   - Clients are answered before the store completes; one that joins while the entry is stored gets it at once.
-//   - When the last client goes, the job ends unless complete-abandoned-fetches is on or it was started with no client
-//     (a stale-while-revalidate refresh): then it runs on to fill the cache. A worker that has started cannot be
-//     stopped; its result is stored (if the job stores) or dropped.
+//   - The entry is handed to the store before any client is answered; the job leaves the table after the answers,
+//     once the store has it (today at once; a remote tier may take longer: a client that joins meanwhile is answered
+//     from the entry at once).
+//   - When the last client goes, the job ends unless it was started with no client (a stale-while-revalidate refresh)
+//     or complete-abandoned-fetches is on and the job stores its result: then it runs on to fill the cache.
 //   - Late events (a source after the deadline, a result after the job ended) change nothing.
 
 internal import ImageCacheSystem
@@ -101,6 +106,9 @@ struct RenditionMachine {
         case cancelDeadline
         /// Stop collecting the source; whatever it reports later is dropped. The fetch itself goes on for the cache.
         case dropSource
+        /// Stop collecting the source and leave the source fetch as any client that hangs up does (its clients all
+        /// gone, it stops unless complete-abandoned-fetches is on).
+        case abandonSource
         /// Hand the transform to the pool (a worker reports `workerStarted`, then `transformed`).
         case submit(source: [UInt8])
         /// Take the transform out of the pool's queue if no worker has it yet (reported as `withdrawn`).
@@ -165,7 +173,7 @@ struct RenditionMachine {
     }
 
     /// A client waits for the rendition (the first one, or one that joined: `collapsed`).
-    mutating func attach(_ id: Int, request: ClientRequest, collapsed: Bool, now: Date) -> [Action] {
+    mutating func attach(_ id: Int, request: ClientRequest, collapsed: Bool) -> [Action] {
         switch state {
         case .done:
             return [.fail(ids: [id], status: 503, reason: "the rendition job ended")]
@@ -181,11 +189,11 @@ struct RenditionMachine {
     mutating func detach(_ id: Int) -> [Action] {
         guard waiters.contains(where: { $0.id == id }) else { return [] }
         waiters.removeAll { $0.id == id }
-        guard waiters.isEmpty, !rules.completeAbandonedJobs, !fillsCache else { return [] }
+        guard waiters.isEmpty, !fillsCache, !(rules.completeAbandonedJobs && stores) else { return [] }
         switch state {
         case .waitingForSource:
             state = .done
-            return [.cancelDeadline, .dropSource, .log(.debug, "every client left; dropping the rendition job \(key)"),
+            return [.cancelDeadline, .abandonSource, .log(.debug, "every client left; dropping the rendition job \(key)"),
                     .count(format: formatLabel, result: "abandoned", seconds: 0, bytesIn: 0, bytesOut: 0), .finish]
         case .queued:
             return [.withdraw]
@@ -227,9 +235,11 @@ struct RenditionMachine {
         return []
     }
 
-    /// The pool took the transform out of its queue (asked by `withdraw`).
+    /// The pool took the transform out of its queue (asked by `withdraw`). A client that joined since is not left
+    /// without an answer: the transform is submitted again.
     mutating func withdrawn() -> [Action] {
-        guard case .queued = state else { return [] }
+        guard case let .queued(source, _) = state else { return [] }
+        if !waiters.isEmpty { return [.submit(source: source.body)] }
         state = .done
         return [.log(.debug, "every client left; the queued transform of \(key) was withdrawn"),
                 .count(format: formatLabel, result: "abandoned", seconds: 0, bytesIn: 0, bytesOut: 0), .finish]

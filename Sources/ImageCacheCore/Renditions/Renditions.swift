@@ -144,9 +144,15 @@ final class Renditions: @unchecked Sendable {
                 fetchSource(request, sink)
             },
             finished: { renditions?.finished($0) },
-            redispatch: { job, waiters in
+            redispatch: { [context] job, waiters in
+                guard let renditions else {
+                    for (_, sink) in waiters {
+                        context.metrics.error("stopping", status: 503, reason: "the daemon is stopping", target: job.key.url.string)
+                        sink.fail(status: 503, reason: "the daemon is stopping")
+                    }
+                    return
+                }
                 for (waiter, sink) in waiters {
-                    guard let renditions else { return sink.fail(status: 503, reason: "the daemon is stopping") }
                     renditions.dispatch(waiter.request, rendition: job.rendition, key: job.key, sink: sink, stale: nil)
                 }
             })
@@ -156,6 +162,7 @@ final class Renditions: @unchecked Sendable {
                                  pixelCache: pixelCache.limitBytes > 0 ? pixelCache : nil)
         let job = RenditionJob(machine, spec: spec, maxSourceBytes: configuration.transform.maxSourceBytes, pool: pool,
                                context: context, handoff: handoff)
+        precondition(self.job(key) == nil, "one rendition job per key: the table is a job's only owner")
         table.insert(job, for: .rendition(key))
         active += 1
         return job

@@ -18,6 +18,9 @@ final class SourceCollector: ResponseSink, @unchecked Sendable {
     private var head: HTTPResponseHead?
     private var body: [UInt8] = []
     private var reported = false
+    /// What whoever answers the source request runs when this client leaves (`abandon`).
+    private var cancelCallbacks: [@Sendable () -> Void] = []
+    private var abandoned = false
     private let limit: Int
     private let report: @Sendable (Result<Source, Failure>) -> Void
 
@@ -26,12 +29,26 @@ final class SourceCollector: ResponseSink, @unchecked Sendable {
         self.report = report
     }
 
-    /// Ends the collection without a report (the job gave up on it); bytes arriving later are dropped.
+    /// Ends the collection without a report (the job gave up on it: its deadline); bytes arriving later are dropped.
+    /// The source's fetch goes on for the cache.
     func drop() {
         lock.withLock {
             reported = true
             body = []
         }
+    }
+
+    /// Ends the collection without a report and leaves the source's fetch as a client that hangs up does (every
+    /// client of a job gone): the fetch, if no other client waits on it, stops unless complete-abandoned-fetches.
+    func abandon() {
+        let callbacks: [@Sendable () -> Void] = lock.withLock {
+            reported = true
+            abandoned = true
+            body = []
+            defer { cancelCallbacks = [] }
+            return cancelCallbacks
+        }
+        for callback in callbacks { callback() }
     }
 
     private func finish(_ result: Result<Source, Failure>) {
@@ -94,6 +111,7 @@ final class SourceCollector: ResponseSink, @unchecked Sendable {
     }
 
     func respond(_ head: SerializedResponseHead, extra: HTTPHeaders, file: FileBody) {
+        guard !lock.withLock({ reported }) else { return }
         guard file.length <= limit else { return finish(.failure(tooLarge(file.length))) }
         guard let bytes = file.readAll() else {
             return finish(.failure(Failure(status: 502, reason: "the stored source could not be read from disk", label: "source_failed")))
@@ -109,5 +127,12 @@ final class SourceCollector: ResponseSink, @unchecked Sendable {
         finish(.failure(Failure(status: 502, reason: "the source transfer broke off", label: "source_failed")))
     }
 
-    func onCancel(_ callback: @escaping @Sendable () -> Void) {}
+    func onCancel(_ callback: @escaping @Sendable () -> Void) {
+        let now: Bool = lock.withLock {
+            if abandoned { return true }
+            cancelCallbacks.append(callback)
+            return false
+        }
+        if now { callback() }
+    }
 }
