@@ -111,6 +111,41 @@ struct TransformPoolTests {
         #expect(!pool.withdraw(third))
     }
 
+    @Test("a job's started callback comes as a worker takes it, before it runs; never for a job withdrawn or refused")
+    func startedCallback() async throws {
+        // Given: one worker, one place in the queue, every callback recorded in order
+        let gate = WorkerGate()
+        defer { gate.open() }
+        let (events, sink) = AsyncStream<String>.makeStream()
+        let pool = TransformPool(workers: 1, queueLimit: 1, queueTimeout: .seconds(60)) { job in
+            sink.yield("run \(job.source[0])")
+            gate.wait()
+            return .failure(TransformFailure(status: 200, reason: "ran", label: "ran"))
+        }
+        let spec = TransformSpec(options: TransformOptions(), format: .png, limits: TransformLimits())
+        func submit(_ id: Int) -> UInt64? {
+            pool.submit(TransformPool.Job(source: [UInt8(id)], spec: spec, started: { sink.yield("started \(id)") }) { result, _ in
+                if case let .failure(failure) = result { sink.yield("done \(id) \(failure.label)") }
+            })
+        }
+        var iterator = events.makeAsyncIterator()
+        // When: 1 runs (held), 2 waits and is withdrawn, 3 waits, 4 finds no room
+        _ = submit(1)
+        #expect(await iterator.next() == "started 1")
+        #expect(await iterator.next() == "run 1")
+        let second = try #require(submit(2))
+        #expect(pool.withdraw(second))
+        _ = submit(3)
+        #expect(submit(4) == nil)
+        // Then: 4's refusal, then 1 ends, then 3 starts and runs; 2 and 4 never start
+        #expect(await iterator.next() == "done 4 queue_full")
+        gate.open()
+        #expect(await iterator.next() == "done 1 ran")
+        #expect(await iterator.next() == "started 3")
+        #expect(await iterator.next() == "run 3")
+        #expect(await iterator.next() == "done 3 ran")
+    }
+
     @Test("the refusal's reason names the queue")
     func queueFullReason() {
         // Given: no queue at all and the only worker held
