@@ -639,11 +639,13 @@ struct TransformTests {
         #expect(next.status == 200, "\(next.text)")
         let metrics = try await harness.get("/_imagecached/metrics").text
         #expect(metrics.contains("imagecached_transforms_total{format=\"-\",result=\"abandoned\"} 1"))
-        // ... and nothing of the source was kept: the next rendition of it asks the origin again
+        // ... and nothing of the source was kept: the next rendition of it asks the origin again (the stopped fetch may
+        // or may not have reached the origin before it stopped; it sends nothing more, it has finished)
         gate.open()
+        let before = harness.origin.requestCount("/slow.jpg")
         let made = try await harness.get(Self.path("w:10", "slow.jpg"))
         #expect(made.status == 200 && Decoded.read(made.body)?.width == 10)
-        #expect(harness.origin.requestCount("/slow.jpg") == 2)
+        #expect(harness.origin.requestCount("/slow.jpg") == before + 1)
     }
 
     @Test("the default qualities are imgproxy's: a URL without one encodes JPEG at 80, WebP at 79, AVIF at 63")
