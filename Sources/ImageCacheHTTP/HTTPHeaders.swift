@@ -106,11 +106,19 @@ extension String {
 
 extension Substring {
     /// Drops leading and trailing optional white space (SP and HTAB, RFC 9110 section 5.6.3).
+    /// Without leading and trailing SP and HTAB. By Unicode scalars, not Characters: a space followed by a combining
+    /// mark is one Character, and a value that begins with a combining mark must come back the same once serialised
+    /// after ": " and parsed again.
     public func trimmingOWS() -> Substring {
-        var s = self
-        while let c = s.first, c == " " || c == "\t" { s.removeFirst() }
-        while let c = s.last, c == " " || c == "\t" { s.removeLast() }
-        return s
+        let scalars = unicodeScalars
+        var start = scalars.startIndex, end = scalars.endIndex
+        while start < end, scalars[start] == " " || scalars[start] == "\t" { start = scalars.index(after: start) }
+        while end > start {
+            let last = scalars.index(before: end)
+            guard scalars[last] == " " || scalars[last] == "\t" else { break }
+            end = last
+        }
+        return self[start..<end]
     }
 }
 

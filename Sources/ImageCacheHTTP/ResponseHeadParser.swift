@@ -7,8 +7,10 @@ package enum ResponseHeadParser {
     /// client as a header it did not mean (no injection through a bare CR).
     package static func parse(_ lines: [String]) -> HTTPResponseHead? {
         guard let statusLine = lines.first, statusLine.hasPrefix("HTTP/") else { return nil }
-        let parts = statusLine.split(separator: " ", maxSplits: 2, omittingEmptySubsequences: true)
-        guard parts.count >= 2, parts[1].count == 3, let status = Int(parts[1]), status >= 100 else { return nil }
+        // Split by Unicode scalars: " " and a combining mark after it are one Character.
+        let parts = statusLine.unicodeScalars.split(separator: " ", maxSplits: 2, omittingEmptySubsequences: true)
+            .map { Substring($0) }
+        guard parts.count >= 2, parts[1].utf8.count == 3, let status = Int(parts[1]), status >= 100 else { return nil }
         var reason = parts.count > 2 ? String(parts[2].trimmingOWS()) : ""
         if !isFieldValue(reason[...]) { reason = "" }
         var headers = HTTPHeaders()

@@ -1,3 +1,4 @@
+import Foundation
 import Testing
 @testable import ImageCacheHTTP
 
@@ -16,6 +17,18 @@ struct ResponseHeadParserTests {
         #expect(head.reason == reason)
         #expect(head.headers["Content-Type"] == "image/png")
         #expect(head.headers["etag"] == "\"v1\"")
+    }
+
+    @Test("a reason or field value that begins with a combining mark comes back the same once serialised and parsed again (a space and the mark are one Character: lines are split and trimmed by Unicode scalars)")
+    func combiningMarkRoundTrips() throws {
+        // Given: U+07F0, a combining mark, right after the status code's space and after a field's colon
+        let head = try #require(ResponseHeadParser.parse(["HTTP/1.1 199 \u{07F0}#C", "E: \u{07F0}x", "F:\t \u{0301}y "]))
+        #expect(head.status == 199 && head.reason == "\u{07F0}#C")
+        #expect(head.headers["E"] == "\u{07F0}x" && head.headers["F"] == "\u{0301}y")
+        // When: serialised ("HTTP/1.1 199 " + reason, "E: " + value) and parsed again
+        let lines = String(decoding: head.serialized(), as: UTF8.self).components(separatedBy: "\r\n").filter { !$0.isEmpty }
+        // Then: the same head
+        #expect(ResponseHeadParser.parse(lines) == head)
     }
 
     @Test("refuses a section without a status line")
