@@ -14,6 +14,7 @@ CURLcode ccurl_easy_getinfo_long(CURL *handle, CURLINFO info, long *value) { ret
 CURLcode ccurl_easy_getinfo_off_t(CURL *handle, CURLINFO info, curl_off_t *value) { return curl_easy_getinfo(handle, info, value); }
 CURLcode ccurl_easy_getinfo_string(CURL *handle, CURLINFO info, const char **value) { return curl_easy_getinfo(handle, info, value); }
 CURLcode ccurl_easy_getinfo_ptr(CURL *handle, CURLINFO info, void **value) { return curl_easy_getinfo(handle, info, value); }
+CURLcode ccurl_easy_getinfo_socket(CURL *handle, CURLINFO info, curl_socket_t *value) { return curl_easy_getinfo(handle, info, value); }
 
 CURLMcode ccurl_multi_setopt_long(CURLM *multi, CURLMoption option, long value) { return curl_multi_setopt(multi, option, value); }
 CURLSHcode ccurl_share_setopt_long(CURLSH *share, CURLSHoption option, long value) { return curl_share_setopt(share, option, value); }

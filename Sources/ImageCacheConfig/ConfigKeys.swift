@@ -285,6 +285,20 @@ extension ConfigKey {
             }
             configuration.allowedSources = items
         },
+        key("connect-ports", "LIST", list(defaults.connectPorts.map(String.init)), "ports a CONNECT tunnel (HTTPS_PROXY) may reach; others get 403") { configuration, value throws(ConfigError) in
+            var ports: [Int] = []
+            for item in try value.items("a list of ports like 443,8443") {
+                guard let port = Int(item), (1...65535).contains(port) else {
+                    throw ConfigError(key: value.source, reason: "'\(item)' is not a port (1-65535)")
+                }
+                ports.append(port)
+            }
+            configuration.connectPorts = ports
+        },
+        key("max-tunnels", "N", String(defaults.maxTunnels), "CONNECT tunnels open at once; past it a CONNECT gets 503") { $0.maxTunnels = try $1.integer(min: 1) },
+        key("tunnel-idle-timeout", "DURATION", DurationText.text(defaults.tunnelIdleTimeoutSeconds), "a tunnel with no byte either way for this long is closed (new tunnels take a reloaded value)") {
+            $0.tunnelIdleTimeoutSeconds = try $1.seconds()
+        },
         key("heuristic-fraction", "FRACTION", String(defaults.heuristicFraction), "fraction of (Date - Last-Modified) used as freshness when the origin gives none") {
             $0.heuristicFraction = try $1.fraction()
         },

@@ -65,6 +65,12 @@ public struct Configuration: Sendable, Equatable {
     public var allowPrivateNetworks: Bool = false
     /// `allowed-sources`: URL prefixes forward mode, fetch mode and transform sources may reach; empty: any. Default none.
     public var allowedSources: [String] = []
+    /// `connect-ports`: the ports a CONNECT tunnel may reach; others get 403. Default 443.
+    public var connectPorts: [Int] = [443]
+    /// `max-tunnels`: CONNECT tunnels open at once; past it a CONNECT gets 503. Default 1000.
+    public var maxTunnels: Int = 1000
+    /// `tunnel-idle-timeout`: a tunnel with no byte either way for this long is closed, seconds. Default 300 (5 minutes).
+    public var tunnelIdleTimeoutSeconds: Double = 300
     /// `heuristic-fraction`: fraction of (Date - Last-Modified) used as freshness when the origin gives none. Default
     /// `FreshnessPolicy`'s, 0.1 (as are the defaults of the next four).
     public var heuristicFraction: Double = Configuration.freshnessDefaults.heuristicFraction

@@ -156,6 +156,19 @@ public struct HTTPParser: Sendable {
         buffer.append(contentsOf: bytes)
     }
 
+    /// Hands out the bytes received after the last complete request and empties the parser: what a client sent after
+    /// a CONNECT head (an early TLS ClientHello) belongs to the tunnel, not to HTTP. Call only between requests.
+    public mutating func takeBuffered() -> [UInt8] {
+        precondition(phase == .requestLine, "takeBuffered is for the bytes after a complete request")
+        defer {
+            buffer = []
+            start = 0
+            scanned = 0
+            leadingBytes = 0
+        }
+        return Array(buffer[start...])
+    }
+
     /// Parses as far as the buffered bytes allow and returns the next event, or nil when more bytes are needed.
     public mutating func next() -> Event? {
         if streamHeadPending, let head {

@@ -33,6 +33,15 @@
 //                client closes or the linger timer fires (closing with unread bytes would reset the connection
 //                and could destroy the response before the client reads it).  EOF/timeout -> closed
 //   closed       final.
+//
+// CONNECT (RFC 9110 9.3.6): a complete CONNECT head is an exchange in `handling` whose answer is not a response but
+// `connectRefused` (the error goes out with Connection: close, so bytes after the head are never read as HTTP) or
+// `connectAccepted`. Bytes that arrive meanwhile wait in the parser (an early TLS ClientHello).
+//   switching    "200 Connection established" is being written.  drained -> tunnelled, with `startTunnel` carrying the
+//                bytes that came after the head;  EOF/errors -> closed
+//   tunnelled    the connection's bytes are the tunnel's (Tunnel.swift); the machine takes no more events. Final but
+//                for `stop`/errors -> closed.
+// A CONNECT with a body is refused (400).
 
 internal import ImageCacheSystem
 internal import ImageCacheHTTP
@@ -46,6 +55,8 @@ extension Connection {
             case handling(Exchange)
             case writing(keepAlive: Bool)
             case lingering
+            case switching
+            case tunnelled
             case closed
         }
 
@@ -59,6 +70,8 @@ extension Connection {
             var bodyOpen = false
             /// Streamed body bytes delivered and not yet consumed by the handler.
             var bodyUnconsumed = 0
+            /// A CONNECT: answered by `connectRefused` or `connectAccepted`, never by a response sink.
+            var isConnect = false
         }
 
         /// Timers on the read side (the write timer belongs to `Connection`, which sees partial writes).
@@ -88,6 +101,11 @@ extension Connection {
             case deliverBody(RequestBodyEvent)
             /// Give a request whose body is streamed to the handler (after `openBody`); the last action of its batch.
             case handleStreamed(HTTPRequestHead, exchange: UInt64)
+            /// Give a CONNECT to the handler; the last action of its batch.
+            case connect(HTTPRequestHead, exchange: UInt64)
+            /// The 200 is written: from now on the connection's bytes are the tunnel's, `leftover` (what the client sent
+            /// after its CONNECT head) first.
+            case startTunnel(leftover: [UInt8])
             /// Run the onCancel callbacks registered for the current exchange.
             case cancelExchange
             /// Log a refused request at `.notice`.
@@ -143,14 +161,14 @@ extension Connection {
             case let .handling(exchange) where exchange.bodyOpen:
                 parser.feed(bytes)
                 return pumpBody(date: date)
-            case .handling, .writing:
+            case .handling, .writing, .switching:
                 parser.feed(bytes)
                 if parser.bufferedByteCount >= bufferLimit && !readingSuspended {
                     readingSuspended = true
                     return [.suspendReading]
                 }
                 return []
-            case .lingering, .closed:
+            case .lingering, .tunnelled, .closed:
                 return []
             }
         }
@@ -192,8 +210,13 @@ extension Connection {
 
         // MARK: - Write side
 
-        /// The write queue is empty. Moves on from `writing`; otherwise nothing to do.
+        /// The write queue is empty. Moves on from `writing` and `switching`; otherwise nothing to do.
         mutating func writesDrained(date: String) -> [Action] {
+            if state == .switching {
+                state = .tunnelled
+                readingSuspended = false
+                return [.startTunnel(leftover: parser.takeBuffered())]
+            }
             guard case let .writing(keepAlive) = state else { return [] }
             if keepAlive {
                 state = .idle
@@ -317,6 +340,22 @@ extension Connection {
             return [.resumeReading, .armReadTimer(.body, seconds: settings.bodyTimeoutSeconds)]
         }
 
+        // MARK: - CONNECT
+
+        /// The handler refused the tunnel: the error, then close.
+        mutating func connectRefused(status: Int, reason: String, exchange id: UInt64, date: String) -> [Action] {
+            guard case let .handling(exchange) = state, exchange.id == id, exchange.isConnect else { return [] }
+            return refuse(HTTPParser.ParseError(status: status, reason: reason), date: date)
+        }
+
+        /// The handler opened the tunnel: the 200 goes out; once it is written the tunnel starts. False: the exchange is
+        /// over (the client went away), and the tunnel must not start.
+        mutating func connectAccepted(exchange id: UInt64) -> [Action]? {
+            guard case let .handling(exchange) = state, exchange.id == id, exchange.isConnect else { return nil }
+            state = .switching
+            return [.write([ResponseWriter.connectEstablished])]
+        }
+
         mutating func registerCancel(exchange id: UInt64) -> CancelRegistration {
             if case let .handling(exchange) = state, exchange.id == id { return .store }
             return cancelledExchange == id ? .runNow : .drop
@@ -365,6 +404,17 @@ extension Connection {
                     return actions
                 case .bodyChunk, .bodyEnd:
                     preconditionFailure("body events come only while an exchange streams its body (pumpBody)")
+                case let .request(head, body) where head.method == "CONNECT":
+                    guard body.isEmpty else {
+                        return actions + refuse(HTTPParser.ParseError(status: 400, reason: "a CONNECT request must not have a body"), date: date)
+                    }
+                    let id = nextExchangeID
+                    nextExchangeID += 1
+                    let writer = ResponseWriter(request: .init(version: head.version, isHEAD: false, keepAlive: false))
+                    state = .handling(Exchange(id: id, writer: writer, isConnect: true))
+                    actions.append(.cancelReadTimer)
+                    actions.append(.connect(head, exchange: id))
+                    return actions
                 case let .request(head, body):
                     let id = nextExchangeID
                     nextExchangeID += 1

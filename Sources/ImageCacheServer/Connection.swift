@@ -71,6 +71,10 @@ final class Connection: @unchecked Sendable {
     private var running = false
     private var closed = false
     private var registered = false
+    /// The tunnel accepted for the current CONNECT, waiting for its 200 to be written.
+    private var acceptedTunnel: (socket: OwnedSocket, options: TunnelOptions, ended: @Sendable (TunnelReport) -> Void)?
+    /// The tunnel this connection has become (CONNECT): its bytes are the tunnel's from then on.
+    private var tunnel: Tunnel?
 
     init(fd: Int32, id: UInt64, client: ClientInfo, handler: any RequestHandler, settings: ServerSettings,
          loop: EventLoop, logger: Logger, onClose: @escaping @Sendable (Connection) -> Void) {
@@ -100,7 +104,11 @@ final class Connection: @unchecked Sendable {
     /// Closes the connection (server stopping); a pending exchange is cancelled. `completion` runs on the loop thread.
     func stop(completion: @escaping @Sendable () -> Void) {
         loop.execute {
-            self.run(self.stateMachine.stop())
+            if let tunnel = self.tunnel, !tunnel.isClosed {
+                tunnel.stop()   // reports its end, then closes this connection
+            } else {
+                self.run(self.stateMachine.stop())
+            }
             completion()
         }
     }
@@ -117,7 +125,7 @@ final class Connection: @unchecked Sendable {
                 // Its last response is out and its write side shut; closing now with unread input would reset the
                 // connection and could destroy that response in the client's buffer. Its linger timer closes it.
                 completion(false)
-            case .readingHead, .readingBody, .handling, .writing:
+            case .readingHead, .readingBody, .handling, .writing, .switching, .tunnelled:
                 completion(true)
             }
         }
@@ -142,6 +150,10 @@ final class Connection: @unchecked Sendable {
     func ready(readable: Bool, writable: Bool) {
         loop.preconditionInLoop()
         guard !closed else { return }
+        if let tunnel {
+            tunnel.clientReady(readable: readable, writable: writable)
+            return
+        }
         if readable {
             readReady = true
             self.readable()
@@ -187,6 +199,10 @@ final class Connection: @unchecked Sendable {
     /// Fires the read and write timeouts whose deadlines have passed. Called by the loop's tick. On the loop thread.
     func checkDeadlines(now: DispatchTime) {
         loop.preconditionInLoop()
+        if let tunnel {
+            tunnel.checkDeadlines(now: now)
+            return
+        }
         if !closed, let armed = readTimerArmed, now >= armed.deadline {
             readTimerArmed = nil
             run(stateMachine.readTimerFired(armed.timer, date: HTTPDateCache.shared.current()))
@@ -270,6 +286,15 @@ final class Connection: @unchecked Sendable {
             let sink = ConnectionResponseSink(connection: self, exchange: exchange)
             guard let body = requestBody else { preconditionFailure("handleStreamed comes after openBody") }
             handler.handle(head, streamedBody: body, client: client, sink: sink)
+        case let .connect(head, exchange):
+            cancelCallbacks = []
+            if let previous = progress {
+                previous.clientGone()
+                progress = nil
+            }
+            handler.connect(head, client: client, reply: ConnectionConnectReply(connection: self, exchange: exchange))
+        case let .startTunnel(leftover):
+            startTunnel(leftover: leftover)
         case .cancelExchange:
             let callbacks = cancelCallbacks
             cancelCallbacks = []
@@ -327,10 +352,39 @@ final class Connection: @unchecked Sendable {
         writeTimerDeadline = nil
     }
 
+    /// The 200 for a CONNECT is written: the tunnel takes over the socket.
+    private func startTunnel(leftover: [UInt8]) {
+        guard let accepted = acceptedTunnel, let upstream = accepted.socket.take() else {
+            preconditionFailure("startTunnel follows connectAccepted")
+        }
+        acceptedTunnel = nil
+        readTimerArmed = nil
+        writeTimerDeadline = nil
+        readSuspended = false
+        let ended = accepted.ended
+        let tunnel = Tunnel(connectionID: id, loop: loop, clientFD: fd, upstream: upstream, leftover: leftover,
+                            clientReadReady: readReady, options: accepted.options,
+                            writeTimeoutSeconds: settings.writeTimeoutSeconds, logger: logger) { [unowned self] report in
+            ended(report)
+            self.closeNow()
+        }
+        self.tunnel = tunnel
+        tunnel.start()
+    }
+
     /// Stops watching the socket and closes it.
     private func closeNow() {
         loop.preconditionInLoop()
         guard !closed else { return }
+        if let tunnel, !tunnel.isClosed {
+            tunnel.fail()   // reports its end and comes back here
+            return
+        }
+        if let accepted = acceptedTunnel {
+            // The client went while its 200 was being written: the tunnel never started.
+            acceptedTunnel = nil
+            accepted.ended(TunnelReport(end: .error, bytesUp: 0, bytesDown: 0, seconds: 0))
+        }
         closed = true
         writeQueue.removeAll()
         cancelCallbacks = []
@@ -396,6 +450,23 @@ final class Connection: @unchecked Sendable {
     fileprivate func sinkAbort(exchange: UInt64) {
         loop.preconditionInLoop()
         run(stateMachine.abort(exchange: exchange))
+    }
+
+    fileprivate func connectRefused(status: Int, reason: String, exchange: UInt64) {
+        loop.preconditionInLoop()
+        run(stateMachine.connectRefused(status: status, reason: reason, exchange: exchange, date: HTTPDateCache.shared.current()))
+    }
+
+    fileprivate func connectAccepted(_ socket: OwnedSocket, options: TunnelOptions, ended: @escaping @Sendable (TunnelReport) -> Void,
+                                     exchange: UInt64) {
+        loop.preconditionInLoop()
+        guard !closed, acceptedTunnel == nil, let actions = stateMachine.connectAccepted(exchange: exchange) else {
+            // The client went away (or the answer came twice): the socket closes with its last reference.
+            ended(TunnelReport(end: .error, bytesUp: 0, bytesDown: 0, seconds: 0))
+            return
+        }
+        acceptedTunnel = (socket, options, ended)
+        run(actions)
     }
 
     fileprivate func sinkOnCancel(_ callback: @escaping @Sendable () -> Void, exchange: UInt64) {
@@ -526,5 +597,31 @@ struct ExchangeProgress: ~Copyable, Sendable {
             return watch
         }
         callback?()
+    }
+}
+
+/// The `ConnectReply` of one CONNECT exchange: every call goes to the connection's loop thread, tagged with the exchange.
+final class ConnectionConnectReply: ConnectReply, @unchecked Sendable {
+    private let connection: Connection
+    private let exchange: UInt64
+
+    init(connection: Connection, exchange: UInt64) {
+        self.connection = connection
+        self.exchange = exchange
+    }
+
+    func refuse(status: Int, reason: String) {
+        let connection = connection, exchange = exchange
+        connection.onLoop { connection.connectRefused(status: status, reason: reason, exchange: exchange) }
+    }
+
+    func tunnel(_ socket: OwnedSocket, options: TunnelOptions, ended: @escaping @Sendable (TunnelReport) -> Void) {
+        let connection = connection, exchange = exchange
+        connection.onLoop { connection.connectAccepted(socket, options: options, ended: ended, exchange: exchange) }
+    }
+
+    func onCancel(_ callback: @escaping @Sendable () -> Void) {
+        let connection = connection, exchange = exchange
+        connection.onLoop { connection.sinkOnCancel(callback, exchange: exchange) }
     }
 }

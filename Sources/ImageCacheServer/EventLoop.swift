@@ -97,6 +97,8 @@ final class EventLoop: SinkExecutor, @unchecked Sendable {
 
     // MARK: owned by the loop thread
     private var connections: [UInt64: Connection] = [:]
+    /// Tunnels' upstream sockets, by their token (the connection's id with `Tunnel.upstreamTokenBit` set).
+    private var tunnels: [UInt64: Tunnel] = [:]
     private var events: [epoll_event]
     private var nextTick: UInt64 = 0
     private var stopping = false
@@ -208,6 +210,24 @@ final class EventLoop: SinkExecutor, @unchecked Sendable {
         connections[connection.id] = nil
     }
 
+    /// Watches a tunnel's upstream socket `fd` (edge-triggered). On the loop thread.
+    func register(_ tunnel: Tunnel, fd: Int32) throws(SystemError) {
+        preconditionInLoop()
+        var event = epoll_event()
+        event.events = EPOLLIN.rawValue | EPOLLOUT.rawValue | EPOLLRDHUP.rawValue | EPOLLET.rawValue
+        event.data.u64 = tunnel.token
+        try syscall("epoll_ctl(ADD tunnel)") { epoll_ctl(epollFD, EPOLL_CTL_ADD, fd, &event) }
+        tunnels[tunnel.token] = tunnel
+    }
+
+    /// Stops watching a tunnel's upstream socket (call before closing it). On the loop thread.
+    func deregister(_ tunnel: Tunnel, fd: Int32) {
+        preconditionInLoop()
+        var event = epoll_event()
+        _ = epoll_ctl(epollFD, EPOLL_CTL_DEL, fd, &event)
+        tunnels[tunnel.token] = nil
+    }
+
     // MARK: - The loop thread
 
     private func run() {
@@ -255,10 +275,14 @@ final class EventLoop: SinkExecutor, @unchecked Sendable {
                 _ = eventfd_read(wakeFD, &value)
                 continue
             }
-            guard let connection = connections[token] else { continue }  // closed meanwhile
             let flags = event.events
             let readable = flags & (EPOLLIN.rawValue | EPOLLRDHUP.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0
             let writable = flags & (EPOLLOUT.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0
+            if token & Tunnel.upstreamTokenBit != 0 {
+                tunnels[token]?.upstreamReady(readable: readable, writable: writable)   // nil: closed meanwhile
+                continue
+            }
+            guard let connection = connections[token] else { continue }  // closed meanwhile
             connection.ready(readable: readable, writable: writable)
         }
     }

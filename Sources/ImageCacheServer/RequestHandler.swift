@@ -35,11 +35,19 @@ public protocol RequestHandler: Sendable {
     /// `server.max-request-body` and `server.body-timeout`), stream it, or refuse the request at once with a status
     /// and reason (the connection then closes without reading the body).
     func bodyHandling(for request: HTTPRequestHead) -> HTTPParser.BodyHandling
+    /// A CONNECT request (its body-less head; the target is the client's authority form, unchecked): answer through
+    /// `reply` by refusing or by handing over a connected socket (ConnectReply.swift).
+    func connect(_ request: HTTPRequestHead, client: ClientInfo, reply: any ConnectReply)
 }
 
 extension RequestHandler {
     /// By default every body is read whole.
     public func bodyHandling(for request: HTTPRequestHead) -> HTTPParser.BodyHandling { .read }
+
+    /// Handlers that open no tunnels refuse CONNECT.
+    public func connect(_ request: HTTPRequestHead, client: ClientInfo, reply: any ConnectReply) {
+        reply.refuse(status: 501, reason: "CONNECT is not supported here")
+    }
 
     /// A handler that never asks for a stream is never given one.
     public func handle(_ request: HTTPRequestHead, streamedBody body: RequestBodyStream, client: ClientInfo, sink: any ResponseSink) {

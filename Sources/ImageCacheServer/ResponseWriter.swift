@@ -188,6 +188,9 @@ struct ResponseWriter: Sendable, Equatable {
     }
 
     static let continueResponse: [UInt8] = Array("HTTP/1.1 100 Continue\r\n\r\n".utf8)
+    /// The answer to an accepted CONNECT: no Content-Length or Transfer-Encoding (RFC 9110 9.3.6): the tunnel's
+    /// bytes follow it.
+    static let connectEstablished: [UInt8] = Array("HTTP/1.1 200 Connection established\r\n\r\n".utf8)
     static let lastChunk: [UInt8] = Array("0\r\n\r\n".utf8)
     static let crlf: [UInt8] = [13, 10]
 }

@@ -67,6 +67,19 @@ extension DaemonStats {
         out.family("config_reloads_total", "counter", "Configuration reloads (SIGHUP), by result.")
         out.sample("config_reloads_total", [("result", "applied")], Double(reloads))
         out.sample("config_reloads_total", [("result", "refused")], Double(reloadFailures))
+        if let tunnels {
+            out.family("tunnels_open", "gauge", "CONNECT tunnels open now, by kind.")
+            out.sample("tunnels_open", [("kind", "blind")], Double(tunnels.open))
+            out.family("tunnels_limit", "gauge", "Most CONNECT tunnels open at once (max-tunnels).")
+            out.sample("tunnels_limit", [], Double(tunnels.limit))
+            out.family("connects_total", "counter", "CONNECT requests, by result.")
+            for (result, count) in tunnels.connects.sorted(by: { $0.key < $1.key }) { out.sample("connects_total", [("result", result)], Double(count)) }
+            out.family("tunnels_total", "counter", "CONNECT tunnels closed, by kind and how they ended.")
+            for (end, count) in tunnels.ends.sorted(by: { $0.key < $1.key }) { out.sample("tunnels_total", [("kind", "blind"), ("end", end)], Double(count)) }
+            out.family("tunnel_bytes_total", "counter", "Bytes carried by closed CONNECT tunnels, by direction (up: client to upstream).")
+            out.sample("tunnel_bytes_total", [("direction", "up")], Double(tunnels.bytesUp))
+            out.sample("tunnel_bytes_total", [("direction", "down")], Double(tunnels.bytesDown))
+        }
     }
 
     /// Image transforms and the pixel cache.

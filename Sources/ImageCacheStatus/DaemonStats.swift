@@ -75,6 +75,33 @@ public struct DaemonStats: Sendable, Codable, Equatable {
     public var prefetched = 0
     public var reloads = 0
     public var reloadFailures = 0
+    /// CONNECT tunnels (absent in documents from daemons without them).
+    public var tunnels: Tunnels?
+
+    /// CONNECT tunnels: open now and the cap, how CONNECTs ended, how tunnels closed, bytes each way.
+    public struct Tunnels: Sendable, Codable, Equatable {
+        public var open = 0
+        /// `max-tunnels`.
+        public var limit = 0
+        /// CONNECTs by result (tunnel, refused_client, bad_target, refused_port, refused_source, refused_address,
+        /// at_cap, dial_failed).
+        public var connects: [String: Int] = [:]
+        /// Tunnels closed, by how (closed, idle, error, shutdown).
+        public var ends: [String: Int] = [:]
+        /// Bytes from clients to upstreams, and back.
+        public var bytesUp = 0
+        public var bytesDown = 0
+
+        public init(open: Int = 0, limit: Int = 0, connects: [String: Int] = [:], ends: [String: Int] = [:],
+                    bytesUp: Int = 0, bytesDown: Int = 0) {
+            self.open = open
+            self.limit = limit
+            self.connects = connects
+            self.ends = ends
+            self.bytesUp = bytesUp
+            self.bytesDown = bytesDown
+        }
+    }
     /// Image transforms (absent in documents from daemons without them).
     public var transforms: Transforms?
     /// The fetches and transforms in flight now, the most waited-on first (at most `ProxyMetrics.inFlightListLimit`).

@@ -14,6 +14,7 @@ internal import Foundation
 public import Logging
 internal import Synchronization
 internal import ImageCacheSystem
+public import ImageCacheHTTP
 
 /// Runs upstream transfers through one libcurl multi handle with a global cap and a waiting queue.
 public final class CurlOrigin: Origin, @unchecked Sendable {
@@ -93,6 +94,28 @@ public final class CurlOrigin: Origin, @unchecked Sendable {
             DispatchQueue.global().async { transfer.deliver(.failed(.cancelled)) }
         }
         return admitted.0
+    }
+
+    /// A dial is a transfer with nothing to send (CONNECT_ONLY): it waits for a slot like a fetch, is judged by the same
+    /// guards on the address it connects to, and ends with the socket in its slot.
+    public func dial(_ target: ConnectTarget, events: @escaping @Sendable (DialEvent) -> Void) -> any UpstreamTransfer {
+        let slot = DialSlot()
+        var request = UpstreamRequest(url: "http://\(target.authority)/", trusted: false)
+        request.dialSlot = slot
+        return fetch(request) { event in
+            switch event {
+            case .end:
+                if let socket = slot.take() {
+                    events(.connected(socket))
+                } else {
+                    events(.failed(.connect("the dial ended without a socket")))
+                }
+            case let .failed(error):
+                events(.failed(error))
+            case .interim, .head, .body:
+                break   // a connect-only transfer sends no request: none come
+            }
+        }
     }
 
     /// Cancels every transfer (those not cancelled by their caller get `.failed(.cancelled)`) and stops the thread.

@@ -7,6 +7,7 @@
 // reported), then `.body` chunks, then exactly one of `.end` or `.failed`. After `cancel()` no further events are delivered, except possibly one already running.
 
 public import ImageCacheHTTP
+public import ImageCacheSystem
 internal import Foundation
 
 /// What to fetch.
@@ -41,6 +42,10 @@ public struct UpstreamRequest: Sendable, Equatable {
     /// the origin); nil: no window, deliver as fast as the origin sends. A consumer that sets it must call
     /// `UpstreamTransfer.consumed` for every `.body` event, or the transfer stalls.
     public var deliveryWindow: Int?
+
+    /// A dial (`Origin.dial`): connect to the URL's host and port and hand the socket over, sending nothing (libcurl's
+    /// CONNECT_ONLY). The transfer ends with `.end` once `slot` holds the socket.
+    package var dialSlot: DialSlot?
 
     public init(url: String, method: String = "GET", body: [UInt8]? = nil, streamedBody: StreamedBody? = nil,
                 followsRedirects: Bool = true,
@@ -151,4 +156,47 @@ extension UpstreamTransfer {
 public protocol Origin: Sendable {
     /// Starts (or queues, when every transfer slot is busy) a transfer. `events` is called serially.
     func fetch(_ request: UpstreamRequest, events: @escaping @Sendable (UpstreamEvent) -> Void) -> any UpstreamTransfer
+    /// Opens a TCP connection to `target` for a blind tunnel (CONNECT) and hands it over: exactly one event, from any
+    /// thread. The destination is judged like a fetch's (the private-network guard on the very address connected, the
+    /// loop guard), the connect is bounded by `upstream.connect-timeout`, and dials wait for a transfer slot as fetches do.
+    func dial(_ target: ConnectTarget, events: @escaping @Sendable (DialEvent) -> Void) -> any UpstreamTransfer
+}
+
+/// How a dial ended.
+public enum DialEvent: Sendable {
+    /// Connected: the socket (non-blocking, close-on-exec) is the receiver's.
+    case connected(OwnedSocket)
+    case failed(UpstreamError)
+}
+
+extension Origin {
+    /// Origins that cannot dial (test doubles of fetches only) refuse every tunnel.
+    public func dial(_ target: ConnectTarget, events: @escaping @Sendable (DialEvent) -> Void) -> any UpstreamTransfer {
+        DispatchQueue.global().async { events(.failed(.other("this origin opens no tunnels"))) }
+        return RefusedDial()
+    }
+}
+
+/// The handle of a dial that was never started.
+private struct RefusedDial: UpstreamTransfer {
+    func cancel() {}
+}
+
+/// Where a dial's socket waits between the curl thread, which connected it, and the dial's `.end`. A socket nobody
+/// takes (the dial was cancelled meanwhile) is closed with the slot.
+package final class DialSlot: Sendable, Equatable {
+    private let socket = Locked<OwnedSocket?>(nil)
+
+    package init() {}
+
+    package func fill(_ owned: OwnedSocket) { socket.withLock { $0 = owned } }
+
+    package func take() -> OwnedSocket? {
+        socket.withLock { slot in
+            defer { slot = nil }
+            return slot
+        }
+    }
+
+    package static func == (lhs: DialSlot, rhs: DialSlot) -> Bool { lhs === rhs }
 }

@@ -25,6 +25,7 @@ CURLcode ccurl_easy_getinfo_long(CURL *_Nonnull handle, CURLINFO info, long *_No
 CURLcode ccurl_easy_getinfo_off_t(CURL *_Nonnull handle, CURLINFO info, curl_off_t *_Nonnull value);
 CURLcode ccurl_easy_getinfo_string(CURL *_Nonnull handle, CURLINFO info, const char *_Nullable *_Nonnull value);
 CURLcode ccurl_easy_getinfo_ptr(CURL *_Nonnull handle, CURLINFO info, void *_Nullable *_Nonnull value);
+CURLcode ccurl_easy_getinfo_socket(CURL *_Nonnull handle, CURLINFO info, curl_socket_t *_Nonnull value);
 
 CURLMcode ccurl_multi_setopt_long(CURLM *_Nonnull multi, CURLMoption option, long value);
 CURLSHcode ccurl_share_setopt_long(CURLSH *_Nonnull share, CURLSHoption option, long value);

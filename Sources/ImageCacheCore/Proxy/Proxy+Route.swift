@@ -43,7 +43,8 @@ extension Route {
                                       transforms: TransformRouting?) -> Route {
         let raw = request.target
         if request.method == "CONNECT" {
-            return .error(status: 501, reason: "CONNECT tunnels are not supported; fetch https images with GET /fetch?url=<percent-encoded URL>")
+            // The server hands CONNECT to Proxy.connect (Connect/); routing sees one only when its head announces a body.
+            return .error(status: 400, reason: "a CONNECT request must not have a body")
         }
         if raw.utf8.first != UInt8(ascii: "/") { return absoluteForm(raw, signing: signing) }
         // Every decision below is made on the normalised path, as the cache key is: "/img/%70rivate/x",

@@ -46,4 +46,14 @@ package struct AllowedSources: Sendable, Equatable {
         }
         return "\(url.scheme)://\(url.authority) is not under allowed-sources"
     }
+
+    /// For a blind tunnel (CONNECT host:port), which carries any path: nil when an entry without a path names this
+    /// host and port (either scheme); else why not.
+    func refusal(host: String, port: Int) -> String? {
+        if items.isEmpty { return nil }
+        for item in items where item.path.isEmpty && item.port == port {
+            if item.wildcard ? host.hasSuffix("." + item.host) : host == item.host { return nil }
+        }
+        return "\(host):\(port) is not under allowed-sources (a tunnel needs an entry without a path for its host and port)"
+    }
 }

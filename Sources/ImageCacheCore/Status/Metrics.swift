@@ -66,6 +66,8 @@ public final class ProxyMetrics: Sendable {
     let transformBytesOut = Counter()
     package let reloads = Counter()
     package let reloadFailures = Counter()
+    /// CONNECT tunnels: the open count (and the max-tunnels cap), results, ends, bytes.
+    package let tunnels = TunnelMetrics()
 
     public init(now: @escaping @Sendable () -> Date = { Date() }) {
         self.now = now

@@ -23,9 +23,11 @@ extension Proxy {
     func statsSnapshot() -> DaemonStats {
         dispatchPrecondition(condition: .onQueue(queue))
         let pool = renditions.pool
-        return metrics.snapshot(memory: memory.stats, disk: disk?.stats, fetchesInFlight: inFlight.count,
-                                transformQueue: (pool.workers, pool.running, pool.queued), pixelCache: renditions.pixelCache.stats,
-                                inFlight: inFlight.summaries)
+        var stats = metrics.snapshot(memory: memory.stats, disk: disk?.stats, fetchesInFlight: inFlight.count,
+                                     transformQueue: (pool.workers, pool.running, pool.queued), pixelCache: renditions.pixelCache.stats,
+                                     inFlight: inFlight.summaries)
+        stats.tunnels = metrics.tunnels.snapshot(limit: configuration.maxTunnels)
+        return stats
     }
 
     /// Records one sample of the history: what happened since the last one. On the proxy queue, where the Daemon's

@@ -16,6 +16,7 @@
 // follows, and reports the others at once as `.head` (with the effective URL), before any body byte.
 
 internal import ImageCacheHTTP
+internal import ImageCacheSystem
 internal import CCurl
 internal import CCurlShim
 internal import Foundation
@@ -45,6 +46,8 @@ final class CurlEasy: @unchecked Sendable {
     private var streamedBody: StreamedBody?
     /// Interim 1xx responses are reported (UpstreamRequest.forwardsInterim).
     private let forwardsInterim: Bool
+    /// A dial (UpstreamRequest.dialSlot): connect only, then leave the socket here.
+    private let dialSlot: DialSlot?
 
     // MARK: owned by the curl thread
     /// The lines of the header section being received (status line first), CRLF removed.
@@ -97,6 +100,7 @@ final class CurlEasy: @unchecked Sendable {
         self.forwardsInterim = request.forwardsInterim
         self.logger = logger
         self.method = request.method
+        self.dialSlot = request.dialSlot
         try configure(request: request, settings: settings)
         if addressGuard == .always {
             try ccurl_easy_setopt_ptr(handle, CURLOPT_SHARE, guardedConnections).check("CURLOPT_SHARE")
@@ -162,6 +166,14 @@ final class CurlEasy: @unchecked Sendable {
         // never see it.
         try ccurl_easy_setopt_prereq_cb(h, curlPrereqCallback).check("CURLOPT_PREREQFUNCTION")
         try ccurl_easy_setopt_ptr(h, CURLOPT_PREREQDATA, me).check("CURLOPT_PREREQDATA")
+        if request.dialSlot != nil {
+            // A tunnel's dial: a new connection (the open-socket guard judges the address, the loop guard too, since no
+            // request is sent and the pre-request callback never runs), then stop. Not FORBID_REUSE: curl would close
+            // the connection as the transfer ends, before its socket is taken; libcurl never gives a connect-only
+            // connection to another transfer, and closes it when the handle leaves the multi.
+            try ccurl_easy_setopt_long(h, CURLOPT_CONNECT_ONLY, 1).check("CURLOPT_CONNECT_ONLY")
+            try ccurl_easy_setopt_long(h, CURLOPT_FRESH_CONNECT, 1).check("CURLOPT_FRESH_CONNECT")
+        }
     }
 
     private static func milliseconds(_ seconds: Double) -> Int {
@@ -334,6 +346,10 @@ final class CurlEasy: @unchecked Sendable {
     fileprivate func openSocket(_ address: UnsafeMutablePointer<curl_sockaddr>) -> curl_socket_t {
         let family = address.pointee.family
         let ip = Self.ipAddress(address)
+        if dialSlot != nil, let loopGuard, let ip, let port = Self.port(address), loopGuard.isOwnEndpoint(ip, port: port) {
+            callbackFailure = .loop("a tunnel to \(ip) port \(port) would reach this daemon itself")
+            return CURL_SOCKET_BAD
+        }
         if addressGuard != .off, let refusal = judge(ip) ?? (ip == nil ? "address family \(family) is not IPv4 or IPv6" : nil) {
             refusedAddress = ip?.description ?? "family \(family)"
             logger.debug("refused upstream destination", metadata: ["reason": "\(refusal)"])
@@ -381,6 +397,16 @@ final class CurlEasy: @unchecked Sendable {
                 return nil
             }
             return firstHopAddresses.contains(ip) ? nil : AddressPolicy.refusal(for: ip)
+        }
+    }
+
+    private static func port(_ address: UnsafeMutablePointer<curl_sockaddr>) -> Int? {
+        guard let offset = MemoryLayout<curl_sockaddr>.offset(of: \curl_sockaddr.addr) else { return nil }
+        let raw = UnsafeRawPointer(address) + offset
+        switch address.pointee.family {
+        case AF_INET: return Int(UInt16(bigEndian: raw.loadUnaligned(as: sockaddr_in.self).sin_port))
+        case AF_INET6: return Int(UInt16(bigEndian: raw.loadUnaligned(as: sockaddr_in6.self).sin6_port))
+        default: return nil
         }
     }
 
@@ -434,9 +460,33 @@ final class CurlEasy: @unchecked Sendable {
         return true
     }
 
+    /// A dial that connected: takes a duplicate of its socket into the dial's slot, before the handle leaves the
+    /// multi (which closes curl's own descriptor). A dial whose socket cannot be taken fails.
+    func takeDialledSocket(_ code: CURLcode) {
+        guard let dialSlot, code == CURLE_OK else { return }
+        var socket: curl_socket_t = CURL_SOCKET_BAD
+        guard ccurl_easy_getinfo_socket(handle, CURLINFO_ACTIVESOCKET, &socket) == CURLE_OK, socket != CURL_SOCKET_BAD else {
+            callbackFailure = .connect("the connection was made but its socket could not be taken")
+            return
+        }
+        let copy = fcntl(socket, F_DUPFD_CLOEXEC, 0)
+        guard copy >= 0 else {
+            callbackFailure = .connect("could not take the connected socket: \(String(cString: strerror(errno)))")
+            return
+        }
+        var ip: UnsafePointer<CChar>? = nil
+        var port = 0
+        _ = ccurl_easy_getinfo_string(handle, CURLINFO_PRIMARY_IP, &ip)
+        _ = ccurl_easy_getinfo_long(handle, CURLINFO_PRIMARY_PORT, &port)
+        dialSlot.fill(OwnedSocket(fd: copy, peer: ip.map { String(cString: $0) } ?? "?", port: port))
+    }
+
     /// The transfer finished with `code` (from curl_multi_info_read): reports `.end` or `.failed`.
     func complete(_ code: CURLcode) {
-        if code == CURLE_OK {
+        if dialSlot != nil {
+            // A dial ends with its socket in the slot, or fails.
+            if code == CURLE_OK, callbackFailure == nil { return finish(.end) }
+        } else if code == CURLE_OK {
             if !headReported, let head = ResponseHeadParser.parse(sectionLines) {
                 reportHead(head)
             }

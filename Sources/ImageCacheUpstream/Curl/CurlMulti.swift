@@ -219,6 +219,8 @@ final class CurlMulti: @unchecked Sendable {
         while let message = curl_multi_info_read(multi, &queued) {
             guard message.pointee.msg == CURLMSG_DONE, let handle = message.pointee.easy_handle else { continue }
             let result = message.pointee.data.result   // read before remove_handle frees the message
+            // A dial's socket is taken before remove_handle, which closes a connect-only connection.
+            transfers[handle]?.takeDialledSocket(result)
             guard let easy = detach(handle) else { continue }
             if easy.retriesOnFreshConnection(after: result) {
                 attach(easy)

@@ -1,0 +1,75 @@
+// CONNECT: the proxy's half of a blind tunnel. The rules are ConnectPolicy's; this file takes a tunnel place
+// (max-tunnels), dials through the origin (the private-network and loop guards judge the address it connects), and
+// hands the socket to the connection, which pumps it (ImageCacheServer/Tunnel.swift). Nothing here is cached: the
+// tunnel's bytes are never read by the daemon.
+//
+// Ownership: nothing mutable here but the `TunnelPlace` of each CONNECT (an atomic flag): the dial's answer (curl
+// thread), the client's hang-up and the tunnel's end (the connection's loop) may each release it, and only the first
+// counts.
+
+internal import ImageCacheSystem
+public import ImageCacheHTTP
+public import ImageCacheServer
+internal import ImageCacheUpstream
+internal import ImageCacheConfig
+internal import Foundation
+internal import Logging
+
+extension Proxy {
+    /// Called on the connection's loop thread.
+    public func connect(_ request: HTTPRequestHead, client: ClientInfo, reply: any ConnectReply) {
+        let settings = self.settings
+        let configuration = settings.configuration
+        let inputs = ConnectPolicy.Inputs(clientAllowed: client.isLoopback, signaturesRequired: settings.signing.required,
+                                          connectPorts: configuration.connectPorts, allowedSources: settings.allowedSources,
+                                          allowPrivateNetworks: configuration.allowPrivateNetworks)
+        let metrics = metrics.tunnels
+        let logger = logger
+        let accessLog = configuration.accessLog
+        let refuse: @Sendable (Int, String, ConnectResult) -> Void = { status, reason, result in
+            metrics.connect(result)
+            logger.notice("refused CONNECT \(request.target.prefix(300)) from \(client.address): \(status) \(reason)")
+            if accessLog { logger.info("\(client.address) CONNECT \(request.target.prefix(300)) \(status) - 0B") }
+            reply.refuse(status: status, reason: reason)
+        }
+        let target: ConnectTarget
+        switch ConnectPolicy.decide(target: request.target, inputs) {
+        case let .refuse(status, reason, result):
+            return refuse(status, reason, result)
+        case let .tunnel(decided):
+            target = decided
+        }
+        guard metrics.reserve(limit: configuration.maxTunnels) else {
+            return refuse(503, "max-tunnels (\(configuration.maxTunnels)) tunnels are open; try again later", .atCap)
+        }
+        let place = TunnelPlace(metrics)
+        let options = TunnelOptions(idleTimeoutSeconds: configuration.tunnelIdleTimeoutSeconds)
+        let dial = origin.dial(target) { event in
+            switch event {
+            case let .connected(socket):
+                metrics.connect(.tunnel)
+                logger.debug("tunnel to \(target) (\(socket.peer) port \(socket.port)) for \(client.address)")
+                reply.tunnel(socket, options: options) { report in
+                    place.release()
+                    metrics.closed(report)
+                    if accessLog {
+                        logger.info("\(client.address) CONNECT \(target) 200 TUNNEL \(report.bytesUp)B up \(report.bytesDown)B down \(String(format: "%.1f", report.seconds * 1000))ms end=\(report.end.rawValue)",
+                                    metadata: ["client": "\(client.address)", "method": "CONNECT", "target": "\(target)",
+                                               "status": "200", "cache": "TUNNEL", "bytes_up": "\(report.bytesUp)",
+                                               "bytes_down": "\(report.bytesDown)", "end": "\(report.end.rawValue)"])
+                    }
+                }
+            case let .failed(error):
+                place.release()
+                let result: ConnectResult = if case .refusedDestination = error { .refusedAddress } else { .dialFailed }
+                refuse(error.httpStatus, "CONNECT \(target): \(error)", result)
+            }
+        }
+        reply.onCancel {
+            // The client left before the dial answered: the dial stops, and its answer (if one is on its way) finds
+            // the exchange over.
+            dial.cancel()
+            place.release()
+        }
+    }
+}

@@ -1,0 +1,66 @@
+// The counts of CONNECT tunnels: how many are open (also the `max-tunnels` cap, taken and given back here), how
+// CONNECTs ended, how tunnels closed, and the bytes they carried. Atomics and one small lock; shared by the proxy
+// (any thread) and the connections' loops (when a tunnel closes).
+
+internal import ImageCacheSystem
+package import ImageCacheServer
+package import ImageCacheStatus
+internal import Synchronization
+
+package final class TunnelMetrics: Sendable {
+    private let open = Atomic<Int>(0)
+    private let results = Locked<[String: Int]>([:])
+    private let ends = Locked<[String: Int]>([:])
+    private let bytesUp = Counter()
+    private let bytesDown = Counter()
+
+    package init() {}
+
+    /// Takes one of `limit` tunnel places; false at the cap.
+    func reserve(limit: Int) -> Bool {
+        var current = open.load(ordering: .relaxed)
+        while current < limit {
+            let (exchanged, found) = open.compareExchange(expected: current, desired: current + 1, ordering: .relaxed)
+            if exchanged { return true }
+            current = found
+        }
+        return false
+    }
+
+    /// Gives a place back (a refused dial, a client gone, a closed tunnel).
+    func release() {
+        open.subtract(1, ordering: .relaxed)
+    }
+
+    func connect(_ result: ConnectResult) {
+        results.withLock { $0[result.rawValue, default: 0] += 1 }
+    }
+
+    func closed(_ report: TunnelReport) {
+        ends.withLock { $0[report.end.rawValue, default: 0] += 1 }
+        bytesUp.add(report.bytesUp)
+        bytesDown.add(report.bytesDown)
+    }
+
+    var openCount: Int { open.load(ordering: .relaxed) }
+
+    func snapshot(limit: Int) -> DaemonStats.Tunnels {
+        DaemonStats.Tunnels(open: openCount, limit: limit, connects: results.withLock { $0 }, ends: ends.withLock { $0 },
+                            bytesUp: bytesUp.current, bytesDown: bytesDown.current)
+    }
+}
+
+/// One CONNECT's hold on a tunnel place: given back exactly once, whichever of the refusal, the client's going or the
+/// tunnel's end comes first (they can race: a dial's answer and a client's hang-up arrive on different threads).
+final class TunnelPlace: Sendable {
+    private let metrics: TunnelMetrics
+    private let held = Atomic<Bool>(true)
+
+    init(_ metrics: TunnelMetrics) {
+        self.metrics = metrics
+    }
+
+    func release() {
+        if held.exchange(false, ordering: .relaxed) { metrics.release() }
+    }
+}
