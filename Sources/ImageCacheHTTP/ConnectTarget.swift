@@ -18,6 +18,9 @@ public struct ConnectTarget: Sendable, Hashable, CustomStringConvertible {
     public static func parse(_ text: String) -> Result<ConnectTarget, ConnectTargetError> {
         let utf8 = Array(text.utf8)
         guard !utf8.isEmpty else { return .failure(.init("empty CONNECT target")) }
+        if text.contains("/") {
+            return .failure(.init("CONNECT target '\(text.prefix(100))' is not a host name with a port: CONNECT takes host:port, not a URL"))
+        }
         let hostPart: String
         let portPart: Substring
         if utf8.first == UInt8(ascii: "[") {

@@ -1,0 +1,54 @@
+import Testing
+@testable import ImageCacheHTTP
+@testable import ImageCacheCore
+
+@Suite("ConnectPolicy", .timeLimit(.minutes(1)))
+struct ConnectPolicyTests {
+    static func inputs(client: Bool = true, signatures: Bool = false, ports: [Int] = [443], allowed: [String] = [],
+                       privateNetworks: Bool = false) -> ConnectPolicy.Inputs {
+        ConnectPolicy.Inputs(clientAllowed: client, signaturesRequired: signatures, connectPorts: ports,
+                             allowedSources: AllowedSources(allowed), allowPrivateNetworks: privateNetworks)
+    }
+
+    static func result(_ decision: ConnectDecision) -> ConnectResult {
+        if case let .refuse(_, _, result) = decision { return result }
+        return .tunnel
+    }
+
+    @Test("the rules in order, each answered with its status, reason and result", arguments: [
+        // target, inputs, status, result, reason fragment
+        ("images.example:443", inputs(client: false), 403, ConnectResult.refusedClient, "proxy-allow"),
+        ("images.example:443", inputs(signatures: true), 403, .refusedClient, "signed URLs"),
+        ("images.example", inputs(), 400, .badTarget, "no port"),
+        ("images.example:25", inputs(), 403, .refusedPort, "port 25 is not in connect-ports (443)"),
+        ("images.example:8443", inputs(ports: []), 403, .refusedPort, "connect-ports (none)"),
+        ("other.example:443", inputs(allowed: ["https://images.example"]), 403, .refusedSource, "allowed-sources"),
+        ("images.example:443", inputs(allowed: ["https://images.example/img"]), 403, .refusedSource, "without a path"),
+        ("127.0.0.1:443", inputs(), 403, .refusedAddress, "127.0.0.1"),
+        ("[::1]:443", inputs(), 403, .refusedAddress, "::1"),
+        ("10.1.2.3:443", inputs(), 403, .refusedAddress, "10.1.2.3"),
+    ] as [(String, ConnectPolicy.Inputs, Int, ConnectResult, String)])
+    func refusals(target: String, inputs: ConnectPolicy.Inputs, status: Int, result: ConnectResult, reason: String) {
+        let decision = ConnectPolicy.decide(target: target, inputs)
+        guard case let .refuse(gotStatus, gotReason, gotResult) = decision else {
+            Issue.record("\(target) was allowed")
+            return
+        }
+        #expect(gotStatus == status)
+        #expect(gotResult == result)
+        #expect(gotReason.contains(reason), "\(gotReason)")
+    }
+
+    @Test("what passes every rule opens a tunnel", arguments: [
+        ("images.example:443", inputs()),
+        ("images.example:8443", inputs(ports: [443, 8443])),
+        ("cdn.images.example:443", inputs(allowed: ["https://*.images.example"])),
+        ("images.example:443", inputs(allowed: ["https://images.example"])),
+        ("127.0.0.1:443", inputs(privateNetworks: true)),
+        ("93.184.216.34:443", inputs()),
+        ("loopback-name.example:443", inputs()),   // a name is judged on the address the dial connects, not here
+    ] as [(String, ConnectPolicy.Inputs)])
+    func tunnels(target: String, inputs: ConnectPolicy.Inputs) throws {
+        #expect(ConnectPolicy.decide(target: target, inputs) == .tunnel(try ConnectTarget.parse(target).get()))
+    }
+}
