@@ -129,6 +129,7 @@ extension StatusPage {
             topHosts()
             recentErrors()
             if stats.transforms != nil { transforms() }
+            if stats.tunnels != nil { tunnels() }
             html += "</main>\n<script type=\"application/json\" id=\"initial-data\">"
             html += StatusPage.initialData(stats: stats, history: history)
             html += "</script>\n<script>\(StatusPage.script)</script>\n</body>\n</html>\n"
@@ -268,6 +269,12 @@ extension StatusPage {
         mutating func recentErrors() {
             openCard("section-recent-errors", "Recent errors", caption: "The last errors, newest first.", wide: true)
             table("recent-errors", columns: ["Time", "Kind", "#Status", "Reason", "Target"], empty: "No errors since start.")
+            html += "</section>\n"
+        }
+
+        mutating func tunnels() {
+            openCard("section-tunnels", "Tunnels", caption: "CONNECT tunnels (HTTPS_PROXY): open now, and since start; bytes of closed tunnels.")
+            figureList(.tunnels, small: true)
             html += "</section>\n"
         }
 

@@ -20,7 +20,7 @@ package struct StatusView: Sendable, Equatable {
     package struct Figure: Sendable, Equatable {
         package enum Unit: String, Sendable { case count, bytes, ratio, duration, milliseconds }
         /// Where on the page it goes.
-        package enum Group: Sendable { case header, overview, outcomes, coalescing, memory, disk, transforms }
+        package enum Group: Sendable { case header, overview, outcomes, coalescing, memory, disk, transforms, tunnels }
 
         package var group: Group
         package var name: String
@@ -149,6 +149,16 @@ package struct StatusView: Sendable, Equatable {
             if let mean = transforms.meanMilliseconds {
                 list.append(Figure(.transforms, "transforms.meanMilliseconds", "Mean time on a worker", mean, .milliseconds))
             }
+        }
+        if let tunnels = stats.tunnels {
+            list += [
+                Figure(.tunnels, "tunnels.open", "Open", tunnels.open, .count),
+                Figure(.tunnels, "tunnels.limit", "Limit (max-tunnels)", tunnels.limit, .count),
+                Figure(.tunnels, "tunnels.opened", "Opened", tunnels.connects["tunnel"] ?? 0, .count),
+                Figure(.tunnels, "tunnels.refused", "Refused", tunnels.connects.filter { $0.key != "tunnel" }.values.reduce(0, +), .count),
+                Figure(.tunnels, "tunnels.bytesUp", "Bytes up (to origins)", tunnels.bytesUp, .bytes),
+                Figure(.tunnels, "tunnels.bytesDown", "Bytes down (to clients)", tunnels.bytesDown, .bytes),
+            ]
         }
         return list
     }

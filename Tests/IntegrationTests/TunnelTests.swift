@@ -238,6 +238,10 @@ struct TunnelTests {
         let metrics = try await harness.get("/_imagecached/metrics").text
         #expect(metrics.contains("imagecached_tunnels_open{kind=\"blind\"} 1"))
         #expect(metrics.contains("imagecached_connects_total{result=\"tunnel\"} 1"))
+        // The status page has a Tunnels card with the open count
+        let page = try await harness.get("/_imagecached/status").text
+        #expect(page.contains("id=\"section-tunnels\""))
+        #expect(page.contains("<span data-stat=\"tunnels.open\" data-unit=\"count\" data-value=\"1\">1</span>"))
         withExtendedLifetime((client, upstream)) {}
     }
 }
