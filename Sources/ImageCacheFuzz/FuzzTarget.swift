@@ -27,6 +27,8 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
     case signedURL = "signed-url"
     /// The configuration loader: YAML, environment variables and the daemon's flags.
     case config = "config"
+    /// ConnectTarget: the authority form of a CONNECT.
+    case connectTarget = "connect-target"
 
     /// Runs the target over `bytes`; returns normally unless a check fails (then it traps).
     public func run(_ bytes: [UInt8]) {
@@ -40,6 +42,7 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
         case .transformOptions: TransformFuzz.transformOptions(bytes)
         case .signedURL: URLFuzz.signedURL(bytes)
         case .config: ConfigFuzz.config(bytes)
+        case .connectTarget: URLFuzz.connectTarget(bytes)
         }
     }
 }

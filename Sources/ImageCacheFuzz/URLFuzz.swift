@@ -173,4 +173,17 @@ enum URLFuzz {
             }
         }
     }
+
+    /// A CONNECT target: what is accepted has a port in range, a lower-cased host of dialable bytes, and its authority
+    /// parses back to itself.
+    static func connectTarget(_ bytes: [UInt8]) {
+        guard case let .success(target) = ConnectTarget.parse(bytes.text) else { return }
+        expect((1...65535).contains(target.port), "port \(target.port)")
+        expect(target.host == target.host.lowercased(), "host \(target.host) not lower-cased")
+        expect(target.host.utf8.allSatisfy { $0 > 32 && $0 < 127 && $0 != UInt8(ascii: "/") && $0 != UInt8(ascii: "@") }, "host bytes \(target.host)")
+        guard case let .success(again) = ConnectTarget.parse(target.authority) else {
+            return expect(false, "\(target.authority) does not parse back")
+        }
+        expect(again == target, "\(target.authority) parses to \(again.authority)")
+    }
 }
