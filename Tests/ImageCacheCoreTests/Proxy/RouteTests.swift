@@ -48,7 +48,7 @@ struct RouteTests {
         ("/fetch?url=ftp%3A%2F%2Fh%2Fa", "GET", 400, "unsupported scheme"),
         ("/fetch?url=%zz", "GET", 400, "percent-encoding"),
         ("/a.jpg", "GET", 400, "not a proxy request"),
-        ("h:443", "CONNECT", 501, "/fetch?url="),
+        ("h:443", "CONNECT", 400, "must not have a body"),   // routing sees a CONNECT only for its body decision
     ])
     func errors(target: String, method: String, status: Int, reason: String) {
         guard case let .error(gotStatus, gotReason) = route(target, method: method) else {
