@@ -34,7 +34,7 @@ package struct ProxyAllow: Sendable, Equatable {
     /// Rule 2: nil when `client` may use the proxy, else the reason for its 403.
     package func refusal(_ client: ClientInfo) -> String? {
         if ranges.contains(where: { $0.contains(client.address) }) { return nil }
-        return "this daemon is a proxy for the clients in proxy-allow only (\(client.address) is not)"
+        return "the forward proxy answers clients in proxy-allow only (\(client.address) is not)"
     }
 
     /// Rule 3: the warning to log when the daemon is an open proxy, else nil. `listenHost`: the host of `listen`, nil
