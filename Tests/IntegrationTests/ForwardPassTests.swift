@@ -164,4 +164,17 @@ struct ForwardPassTests {
         #expect(second.header("Content-Security-Policy") == UntrustedResponse.contentSecurityPolicy, "an image keeps the untrusted fields")
         #expect(harness.origin.requestCount("/photo.png") == 1)
     }
+
+    @Test("a daemon listening beyond loopback with proxy-allow beyond loopback warns of an open proxy at start; loopback alone does not")
+    func openProxyWarned() throws {
+        let open = LogCapture()
+        _ = try ProxyHarness(logCapture: open) {
+            $0.listen = ListenAddress(host: "0.0.0.0", port: 0)
+            $0.proxyAllow = AddressRange.loopback + [AddressRange("10.0.0.0/8")!]
+        }
+        #expect(open.messages.contains { $0.hasPrefix("warning open proxy: proxy-allow lets 10.0.0.0/8") }, "\(open.messages)")
+        let closed = LogCapture()
+        _ = try ProxyHarness(logCapture: closed) { $0.listen = ListenAddress(host: "0.0.0.0", port: 0) }
+        #expect(!closed.messages.contains { $0.contains("open proxy") })
+    }
 }

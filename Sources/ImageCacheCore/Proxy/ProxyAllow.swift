@@ -26,9 +26,9 @@ package struct ProxyAllow: Sendable, Equatable {
 
     /// Rule 1: the request asks the daemon to act as a proxy (absolute form, or CONNECT).
     package static func isProxyRequest(_ request: HTTPRequestHead) -> Bool {
-        if request.method == "CONNECT" { return true }
-        // (One byte tells an origin-form request, the common case, from the rest.)
-        return request.target.utf8.first != UInt8(ascii: "/") && request.target.contains("://")
+        // One byte tells an origin-form request (the common case, never a CONNECT's authority form) from the rest.
+        guard request.target.utf8.first != UInt8(ascii: "/") else { return false }
+        return request.method == "CONNECT" || request.target.contains("://")
     }
 
     /// Rule 2: nil when `client` may use the proxy, else the reason for its 403.
