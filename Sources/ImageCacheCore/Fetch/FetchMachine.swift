@@ -524,7 +524,8 @@ struct FetchMachine {
         if !isImage, endsInsteadOfPassing(head, revalidating: upstream.revalidating != nil, now: now) { return }
         var notImage: String?
         if leader.mode == .reverse {
-            if !isImage { head = passOn(head) }
+            // (An image's declared type is checked in every mode: a configured origin's too.)
+            if !isImage { head = passOn(head) } else if let why = refusedImageType(head) { return refuseAll(status: 502, reason: why) }
         } else if let refusal = imageRefusal(head, notConditional: notConditional) {
             // Forward mode under forward-non-images pass: the origin's own head goes on, else the refusal.
             guard passNotImage(refusal, status: head.status) else { return }

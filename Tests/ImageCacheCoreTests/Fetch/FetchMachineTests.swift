@@ -602,4 +602,20 @@ struct FetchMachineTests {
         #expect(Self.lines(head.receiveHead(Self.page(200), url: Self.url, redirects: [], now: Self.t0))
                 == ["closed", "head 200 BYPASS to 1 (ends)", "cancel", "finish"])
     }
+
+    @Test("an image whose Content-Type is ambiguous (two fields) is refused 502 in reverse and fetch modes; forward mode passes it, uncached, as the origin's own")
+    func ambiguousType() {
+        let polyglot = HTTPResponseHead(status: 200, headers: HTTPHeaders([("Content-Type", "image/png"), ("Content-Type", "text/html"),
+                                                                           ("Content-Length", String(Self.png.count))]))
+        for mode in [Route.Mode.reverse, .fetch] {
+            var machine = Self.machine(leader: Self.request(mode: mode))
+            _ = machine.start()
+            #expect(Self.lines(machine.receiveHead(polyglot, url: Self.url, redirects: [], now: Self.t0))
+                    == ["error content_refused", "fail 502 [1]", "cancel", "closed", "finish"], "\(mode)")
+        }
+        var forward = Self.machine(leader: Self.request(mode: .forward))
+        _ = forward.start()
+        #expect(Self.lines(forward.receiveHead(polyglot, url: Self.url, redirects: [], now: Self.t0)) == ["closed", "head 200 BYPASS to 1"])
+        #expect(Self.lines(forward.receiveBody(Self.png, now: Self.t0)) == ["body 100 to [1]", "end [1]", "finish"])
+    }
 }
