@@ -65,6 +65,13 @@ public struct Configuration: Sendable, Equatable {
     public var allowPrivateNetworks: Bool = false
     /// `allowed-sources`: URL prefixes forward mode, fetch mode and transform sources may reach; empty: any. Default none.
     public var allowedSources: [String] = []
+    /// `forward-non-images`: in forward mode, a response the image checks refuse is passed to the client as the origin
+    /// sent it, uncached, and every method is passed through (`pass`), or they are answered 502 and 501 (`refuse`).
+    /// Fetch mode refuses both either way. Default pass.
+    public var forwardNonImages: ForwardNonImages = .pass
+    /// `proxy-allow`: client address ranges (CIDR) that may use the forward proxy (absolute-form requests and
+    /// CONNECT); others get 403. Default loopback (127.0.0.0/8, ::1/128).
+    public var proxyAllow: [AddressRange] = AddressRange.loopback
     /// `connect-ports`: the ports a CONNECT tunnel may reach; others get 403. Default 443.
     public var connectPorts: [Int] = [443]
     /// `max-tunnels`: CONNECT tunnels open at once; past it a CONNECT gets 503. Default 1000.

@@ -39,6 +39,8 @@ public final class Daemon: @unchecked Sendable {
     private var extraListeners: [Listener] = []
     /// The port being served, once started.
     public private(set) var port = 0
+    /// It serves sockets systemd passed (socket activation), whose addresses `listen` does not say.
+    private var listensOnSystemdSockets = false
     /// Reads the configuration again for a reload (SIGHUP); set by main. Nil: reload is refused.
     public var reloadSource: (@Sendable () throws -> Configuration)?
     let notifier = SystemdNotifier()
@@ -83,6 +85,7 @@ public final class Daemon: @unchecked Sendable {
         signal(SIGPIPE, SIG_IGN)
         let passed = SystemdSocketActivation.takeListeningDescriptors()
         var listening = "http://\(ListenAddress(host: configuration.listen.host, port: 0))"
+        listensOnSystemdSockets = !passed.isEmpty
         if let first = passed.first {
             for fd in passed { SystemdSocketActivation.adopt(fd) }
             port = try listener.start(listeningFD: first)
@@ -111,6 +114,9 @@ public final class Daemon: @unchecked Sendable {
             modes.append("reverse proxy (" + configuration.origins.map { "\($0.prefix) -> \($0.url)" }.joined(separator: ", ") + ")")
         }
         logger.info("imagecached \(imagecachedVersion) listening on \(listening); modes: \(modes.joined(separator: ", ")); memory limit \(configuration.memoryLimitBytes) bytes; disk \(configuration.diskLimitBytes > 0 ? "\(configuration.cacheDirectory) limit \(configuration.diskLimitBytes) bytes" : "off"); private networks \(configuration.allowPrivateNetworks ? "allowed" : "refused"); signed fetch URLs \(configuration.signaturesRequired ? "required" : "optional") (\(configuration.signingKeys.count) key(s))")
+        if let warning = ProxyAllow(configuration.proxyAllow).openProxyWarning(listenHost: listensOnSystemdSockets ? nil : configuration.listen.host) {
+            logger.warning("\(warning)")
+        }
         if samplesHistory {
             // On the proxy queue, which owns the history.
             let history = DispatchSource.makeTimerSource(queue: proxy.queue)
@@ -186,6 +192,9 @@ public final class Daemon: @unchecked Sendable {
         proxy.apply(next)
         proxy.metrics.reloads.add()
         let applied = proxy.configuration
+        if let warning = ProxyAllow(applied.proxyAllow).openProxyWarning(listenHost: listensOnSystemdSockets ? nil : applied.listen.host) {
+            logger.warning("\(warning)")
+        }
         logger.notice("reloaded: memory limit \(applied.memoryLimitBytes) bytes (\(applied.memoryCountLimit) entries max), max object \(applied.maxObjectSizeBytes) bytes, \(applied.origins.count) origin(s), content types \(applied.effectiveContentTypes.isEmpty ? "any" : applied.effectiveContentTypes.joined(separator: ",")), admin-allow \(applied.adminAllow.map(\.description).joined(separator: ","))")
     }
 

@@ -59,7 +59,7 @@ public struct DaemonStats: Sendable, Codable, Equatable {
     /// When the counters were read, seconds since 1970 (the daemon's wall clock; absent in documents from daemons
     /// before it).
     public var time: Double?
-    /// Requests by outcome (hit, disk_hit, stale, miss, coalesced, revalidated, expired, bypass, pass, error).
+    /// Requests by outcome (hit, disk_hit, stale, miss, coalesced, revalidated, expired, bypass, pass, error, not_image).
     public var requests: [String: Int] = [:]
     /// Body bytes written to clients, by outcome.
     public var servedBytes: [String: Int] = [:]

@@ -84,7 +84,7 @@ package enum StatusPage {
 // MARK: - The document
 
 extension StatusPage {
-    /// Series classes of the line charts (colours in the style: c0 ... c9); the outcomes take c<index>.
+    /// Series classes of the line charts (colours in the style: c0 ... c10); the outcomes take c<index>.
     enum Series {
         static let requests = "c0", bytes = "c5", fromCache = "c0", upstream = "c3", mean = "c5", p95 = "c9"
     }
@@ -206,7 +206,7 @@ extension StatusPage {
         mutating func requestsChart() {
             openCard("section-requests", "Requests by outcome", caption: "Requests per second in each interval, stacked by how they were answered.")
             chart("chart-requests", label: "Requests per second by outcome",
-                  legend: history.outcomes.enumerated().map { ("c\($0.offset % 10)", $0.element) })
+                  legend: history.outcomes.enumerated().map { ("c\($0.offset % 11)", $0.element) })
             html += "<details open><summary>Requests by outcome since start</summary>\n"
             figureList(.outcomes, small: true)
             html += "</details>\n</section>\n"

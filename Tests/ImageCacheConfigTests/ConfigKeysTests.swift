@@ -83,7 +83,7 @@ struct ConfigKeysTests {
             "listen", "origin", "origins", "cache-dir", "disk-limit", "disk-max-age", "disk-low-water", "disk-fsync",
             "memory-limit", "memory-count-limit", "memory-object-limit", "max-variants", "max-object-size",
             "stale-if-error", "stale-while-revalidate", "content-types", "allow-svg", "allow-private-networks", "allowed-sources",
-            "connect-ports", "max-tunnels", "tunnel-idle-timeout", "heuristic-fraction",
+            "proxy-allow", "forward-non-images", "connect-ports", "max-tunnels", "tunnel-idle-timeout", "heuristic-fraction",
             "heuristic-max", "targeted-cache-control", "strip-targeted-cache-control",
             "transforms", "transform-prefix", "transform-keys", "transform-salts", "transform-signature-size",
             "transform-presets", "transform-only-presets", "transform-workers", "transform-queue", "transform-queue-timeout",

@@ -20,7 +20,7 @@ struct StatusPageTests {
         stats.uptimeSeconds = 93784.25
         stats.time = 1_764_150_034.5
         stats.requests = ["hit": 9000, "disk_hit": 500, "stale": 20, "miss": 400, "coalesced": 60, "revalidated": 15,
-                          "expired": 3, "bypass": 2, "pass": 1, "error": 7]
+                          "expired": 3, "bypass": 2, "pass": 1, "error": 7, "not_image": 4]
         stats.servedBytes = ["hit": 900_000_000, "disk_hit": 50_000_000, "stale": 2_000_000, "miss": 40_000_000,
                              "coalesced": 6_000_000, "revalidated": 1_500_000, "error": 1_000]
         stats.upstream.transfers = ["ok": 410, "upstream_timeout": 5]
@@ -80,7 +80,7 @@ struct StatusPageTests {
         }
         let served = stats.servedBytes.values.reduce(0, +)
         var expected: [String: String] = [
-            "requests.total": "10008", "hitRatio": String(describing: stats.hitRatio),
+            "requests.total": "10012", "hitRatio": String(describing: stats.hitRatio),
             "byteHitRatio": String(describing: Double(stats.bytesServedFromCache) / Double(served)),
             "servedBytes.total": String(served), "servedBytes.fromCache": String(stats.bytesServedFromCache),
             "upstream.bytes": "48000000", "upstream.transfers": "415", "upstream.inFlight": "3",
@@ -91,7 +91,7 @@ struct StatusPageTests {
         ]
         for outcome in ServedOutcome.allCases { expected["requests.\(outcome.rawValue)"] = String(stats.requests[outcome.rawValue]!) }
         #expect(found == expected)
-        #expect(stats.hitRatio == 9535.0 / 10008.0)
+        #expect(stats.hitRatio == 9535.0 / 10012.0)
     }
 
     @Test("figures are formatted for people: bytes in binary units, counts grouped, ratios as percent")
@@ -101,8 +101,8 @@ struct StatusPageTests {
         // Then
         #expect(html.contains(#"data-value="268435456">256.0 MiB</span>"#))
         #expect(html.contains(#"data-value="3221225472">3.0 GiB</span>"#))
-        #expect(html.contains(#"data-stat="requests.total" data-unit="count" data-value="10008">10,008</span>"#))
-        #expect(html.contains(#">95.3%</span>"#))
+        #expect(html.contains(#"data-stat="requests.total" data-unit="count" data-value="10012">10,012</span>"#))
+        #expect(html.contains(#">95.2%</span>"#))
         #expect(html.contains(#"data-value="93784.25">1d 2h</span>"#))
         #expect(StatusFormat.bytes(1023) == "1,023 B" && StatusFormat.bytes(1536) == "1.5 KiB")
     }
@@ -206,7 +206,7 @@ struct StatusPageTests {
         // Given / When
         let display = try Self.display(ofStats: Self.stats().json())
         // Then
-        #expect(display.figures["requests.total"] == .init(text: "10,008", value: "10008"))
+        #expect(display.figures["requests.total"] == .init(text: "10,012", value: "10012"))
         #expect(display.figures["uptimeSeconds"] == .init(text: "1d 2h", value: "93784.25"))
         #expect(display.figures["transforms.meanMilliseconds"] == .init(text: "33 ms", value: "33"))
         #expect(display.time == StatusView.Cell(text: "09:40:34 UTC", datetime: "2025-11-26T09:40:34Z"))
