@@ -128,7 +128,7 @@ public struct LocalCA: Sendable {
     /// The subject's common name.
     public var commonName: String {
         certificate.subject.flatMap { $0 }.first { $0.type == .RDNAttributeType.commonName }
-            .map { String(describing: $0.value) } ?? ""
+            .flatMap { String($0.value) } ?? ""
     }
 
     /// The patterns of `hosts` this CA's constraints do not cover.
