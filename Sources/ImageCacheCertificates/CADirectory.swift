@@ -14,6 +14,8 @@
 public import Foundation
 public import ImageCacheHTTP
 internal import ImageCacheSystem
+internal import SwiftASN1
+internal import X509
 #if canImport(Glibc)
 internal import Glibc
 #endif
@@ -56,6 +58,29 @@ public struct CADirectory: Sendable {
                           fix: "make it readable by the daemon's user, or " + CAError.replace)
         }
         return try LocalCA(certificatePEM: certificatePEM, keyPEM: keyPEM, certificatePath: certificatePath, keyPath: keyPath)
+    }
+
+    /// The certificate alone (what clients trust), without the key: `imagecached ca install` reads it as root, while
+    /// the key belongs to the daemon's user. Its PEM as written, and its fingerprint.
+    public func readCertificate() throws(CAError) -> (pem: String, fingerprint: String) {
+        guard exists(certificatePath) else {
+            throw CAError(path: certificatePath, problem: "no CA certificate here",
+                          fix: "run imagecached ca init, or start the daemon with intercept-hosts set (or give --intercept-ca-dir)")
+        }
+        let pem: String
+        do {
+            pem = try String(contentsOfFile: certificatePath, encoding: .utf8)
+        } catch {
+            throw CAError(path: certificatePath, problem: "cannot be read (\(error.localizedDescription))", fix: "run this as root")
+        }
+        do {
+            let document = try PEMDocument(pemString: pem)
+            guard document.discriminator == "CERTIFICATE" else { throw CAError(path: certificatePath, problem: "", fix: "") }
+            _ = try Certificate(derEncoded: document.derBytes)
+            return (pem, LocalCA.fingerprint(der: document.derBytes))
+        } catch {
+            throw CAError(path: certificatePath, problem: "not a certificate in PEM", fix: CAError.replace)
+        }
     }
 
     /// The key's text, after its type, owner and mode are checked on the open descriptor.

@@ -76,7 +76,7 @@ public struct LocalCA: Sendable {
         var serializer = DER.Serializer()
         try! serializer.serialize(certificate)   // a parsed or just-made certificate serialises
         certificateDER = serializer.serializedBytes
-        fingerprint = SHA256.hash(data: certificateDER).map { String(format: "%02X", $0) }.joined(separator: ":")
+        fingerprint = LocalCA.fingerprint(der: certificateDER)
         nameConstraints = constraints
         self.subjectKeyIdentifier = subjectKeyIdentifier
     }
@@ -146,6 +146,11 @@ public struct LocalCA: Sendable {
     }
 
     // MARK: - Helpers
+
+    /// SHA-256 over `der`, "AB:CD:..." as `openssl x509 -fingerprint -sha256` writes it.
+    public static func fingerprint(der: [UInt8]) -> String {
+        SHA256.hash(data: der).map { String(format: "%02X", $0) }.joined(separator: ":")
+    }
 
     /// 128 random bits (X509 writes them as a positive DER INTEGER: a zero byte first when the top bit is set).
     static func randomSerial() -> Certificate.SerialNumber {

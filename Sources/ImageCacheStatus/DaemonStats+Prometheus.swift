@@ -67,6 +67,10 @@ extension DaemonStats {
         out.family("config_reloads_total", "counter", "Configuration reloads (SIGHUP), by result.")
         out.sample("config_reloads_total", [("result", "applied")], Double(reloads))
         out.sample("config_reloads_total", [("result", "refused")], Double(reloadFailures))
+        if let interceptCA {
+            out.family("intercept_ca_expiry_seconds", "gauge", "Seconds until the local CA's certificate expires (intercept-ca-dir).")
+            out.sample("intercept_ca_expiry_seconds", [], interceptCA.expirySeconds)
+        }
     }
 
     /// Image transforms and the pixel cache.

@@ -129,6 +129,7 @@ extension StatusPage {
             topHosts()
             recentErrors()
             if stats.transforms != nil { transforms() }
+            if stats.interceptCA != nil { interceptCA() }
             html += "</main>\n<script type=\"application/json\" id=\"initial-data\">"
             html += StatusPage.initialData(stats: stats, history: history)
             html += "</script>\n<script>\(StatusPage.script)</script>\n</body>\n</html>\n"
@@ -268,6 +269,13 @@ extension StatusPage {
         mutating func recentErrors() {
             openCard("section-recent-errors", "Recent errors", caption: "The last errors, newest first.", wide: true)
             table("recent-errors", columns: ["Time", "Kind", "#Status", "Reason", "Target"], empty: "No errors since start.")
+            html += "</section>\n"
+        }
+
+        mutating func interceptCA() {
+            openCard("section-intercept-ca", "Interception CA",
+                     caption: "The local CA that intercepted hosts' certificates are signed with (imagecached ca path, ca install).")
+            table("intercept-ca", columns: ["", "Value"], empty: "No local CA.")
             html += "</section>\n"
         }
 
