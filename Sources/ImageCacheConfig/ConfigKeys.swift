@@ -455,6 +455,21 @@ extension ConfigKey {
             isSwitch: true) { $0.passTrace = try $1.boolean() },
         key("complete-abandoned-fetches", "true|false", String(defaults.completeAbandonedFetches), "keep an upstream transfer running to fill the cache when every client waiting on it has gone",
             isSwitch: true) { $0.completeAbandonedFetches = try $1.boolean() },
+        key("intercept-hosts", "LIST", defaults.interceptHosts.description, "hosts whose CONNECT tunnels are to be intercepted: names, *.suffix (the names below it), IP addresses, or * (every host); when set, the local CA in intercept-ca-dir is loaded, or made for these hosts (name constraints), at start, and a reload that lists a host outside its constraints is refused") { configuration, value throws(ConfigError) in
+            let items = try value.items("a list of host names, *.suffix, IP addresses or *")
+            do throws(InterceptHosts.Refusal) {
+                configuration.interceptHosts = try InterceptHosts.parse(items)
+            } catch {
+                throw ConfigError(key: value.source, reason: error.reason)
+            }
+        },
+        key("intercept-ca-dir", "DIR", "$STATE_DIRECTORY/ca, else $XDG_STATE_HOME/imagecached/ca, else ~/.local/state/imagecached/ca",
+            "directory of the local CA (ca.pem 0644, ca.key 0600, the directory 0700), apart from cache-dir: a lost CA must be trusted again",
+            restart: .field(\.interceptCADirectory)) { configuration, value throws(ConfigError) in
+            let text = try value.scalar()
+            guard !text.isEmpty else { throw ConfigError(key: value.source, reason: "must not be empty") }
+            configuration.interceptCADirectory = text
+        },
         key("log-level", "LEVEL", defaults.logLevel, "trace, debug, info, notice, warning, error or critical", restart: .field(\.logLevel)) { configuration, value throws(ConfigError) in
             let text = try value.scalar().lowercased()
             guard ["trace", "debug", "info", "notice", "warning", "error", "critical"].contains(text) else {

@@ -9,7 +9,8 @@
 //                    requests), close the rest, stop upstream transfers, flush the disk tier, exit 0.
 //                    A second signal while draining stops at once.
 //   SIGHUP           reload: the configuration is read again (same file, environment and flags); a file that
-//                    does not load leaves the running configuration in force and the log says why.
+//                    does not load leaves the running configuration in force and the log says why. So does an
+//                    intercept-hosts list outside the local CA's name constraints (Daemon+LocalCA.swift).
 // systemd (Systemd.swift): READY=1 once listening, STATUS= with a summary every 10 s, RELOADING=1 and READY=1
 // around a reload, STOPPING=1, WATCHDOG=1 at half of WatchdogSec (sent once every event loop has run a posted task,
 // from the proxy queue: a wedged loop or proxy queue stops the pings and systemd restarts the daemon).
@@ -21,6 +22,7 @@ internal import ImageCacheServer
 internal import ImageCacheStore
 internal import ImageCacheTransform
 internal import ImageCacheUpstream
+internal import ImageCacheCertificates
 public import ImageCacheCore
 internal import Dispatch
 public import Foundation
@@ -49,12 +51,18 @@ public final class Daemon: @unchecked Sendable {
     /// Records a sample of the status page's history every status-history-interval (off: the caller records them,
     /// as the in-process tests do with `proxy.recordHistorySample`).
     private let samplesHistory: Bool
+    /// The local CA's fingerprint in force (nil without intercept-hosts): a reload that finds another logs it.
+    var localCAFingerprint: String?
 
     public init(configuration: Configuration, logger: Logger, now: @escaping @Sendable () -> Date = { Date() },
                 events: (@Sendable (ProxyEvent) -> Void)? = nil, samplesHistory: Bool = true) throws {
         self.configuration = configuration
         self.samplesHistory = samplesHistory
         self.logger = logger
+        // First, before any thread starts: a CA that cannot be used stops the start (exit 1, the fix in the message).
+        let localCA = try Daemon.prepareLocalCA(for: configuration.interceptHosts, directory: configuration.interceptCADirectory,
+                                                logger: logger)
+        localCAFingerprint = localCA?.fingerprint
         let loopGuard = LoopGuard()
         self.loopGuard = loopGuard
         origin = try CurlOrigin(settings: configuration.upstream, allowPrivateNetworks: configuration.allowPrivateNetworks,
@@ -76,6 +84,7 @@ public final class Daemon: @unchecked Sendable {
         proxy = Proxy(configuration: configuration, origin: origin, disk: disk, logger: logger, now: now, events: events,
                       loopGuard: loopGuard)
         listener = Listener(settings: configuration.server, handler: proxy, logger: logger)
+        proxy.metrics.setInterceptCA(Daemon.statusOfLocalCA(localCA, directory: configuration.interceptCADirectory))
     }
 
     /// Binds the listening socket, or adopts the sockets systemd passed (socket activation), and starts serving.
@@ -173,7 +182,9 @@ public final class Daemon: @unchecked Sendable {
     public func reload() -> (any Error)? {
         guard let reloadSource else { return ConfigError(key: "reload", reason: "this daemon has no configuration source to reload") }
         do {
-            apply(try reloadSource())
+            let next = try reloadSource()
+            try reloadLocalCA(for: next)
+            apply(next)
             return nil
         } catch {
             proxy.metrics.reloadFailures.add()

@@ -113,6 +113,7 @@ th {
 th.num, td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 td.url { word-break: break-all; font-family: ui-monospace, "SFMono-Regular", Menlo, Consolas, monospace; font-size: .8rem; }
 td.reason { min-width: 14rem; }
+td.warn { color: var(--warn); font-weight: 600; }
 tr.empty td { color: var(--muted); font-style: italic; text-align: center; }
 td.bar-cell { width: 90px; vertical-align: middle; }
 svg.bar { display: block; width: 80px; height: 8px; }

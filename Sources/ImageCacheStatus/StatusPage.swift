@@ -130,6 +130,7 @@ extension StatusPage {
             recentErrors()
             if stats.transforms != nil { transforms() }
             if stats.tunnels != nil { tunnels() }
+            if stats.interceptCA != nil { interceptCA() }
             html += "</main>\n<script type=\"application/json\" id=\"initial-data\">"
             html += StatusPage.initialData(stats: stats, history: history)
             html += "</script>\n<script>\(StatusPage.script)</script>\n</body>\n</html>\n"
@@ -275,6 +276,13 @@ extension StatusPage {
         mutating func tunnels() {
             openCard("section-tunnels", "Tunnels", caption: "CONNECT tunnels (HTTPS_PROXY): open now, and since start; bytes of closed tunnels.")
             figureList(.tunnels, small: true)
+            html += "</section>\n"
+        }
+
+        mutating func interceptCA() {
+            openCard("section-intercept-ca", "Interception CA",
+                     caption: "The local CA that intercepted hosts' certificates are signed with (imagecached ca path, ca install).")
+            table("intercept-ca", columns: ["", "Value"], empty: "No local CA.")
             html += "</section>\n"
         }
 

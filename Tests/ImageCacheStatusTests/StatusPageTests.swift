@@ -39,6 +39,9 @@ struct StatusPageTests {
         stats.inFlightFetches = [.init(url: "\(scheme)origin.example/\(text).jpg", kind: "fetch", waiters: 4, receivedBytes: 65_536, seconds: 1.25)]
         stats.recentErrors = [.init(time: 1_764_150_000.5, kind: "upstream_\(text)", status: 504, reason: "origin timed out: \(text)",
                                     target: "/fetch?url=\(text)")]
+        stats.interceptCA = .init(certificatePath: "/var/lib/imagecached/ca/ca.pem", fingerprint: "AB:CD:EF",
+                                  constrained: true, constraints: "constrained to 1 name (images.\(text).example)",
+                                  notAfter: 1_764_150_034.5 + 400 * 86_400, expirySeconds: 400 * 86_400)
         return stats
     }
 
@@ -300,6 +303,29 @@ struct StatusPageTests {
         #expect(html.contains("Charts need JavaScript; the figures are as of this page's load."))
     }
 
+    @Test("the local CA's card: its path, fingerprint and constraints, and the time to its expiry; the unconstrained warning and an expiry under 14 days marked")
+    func interceptCA() throws {
+        // Given a constrained CA with 400 days left, then an unconstrained one with 13
+        var stats = Self.stats()
+        let constrained = try Self.display(ofStats: stats.json()).tables["intercept-ca"]
+        stats.interceptCA?.constrained = false
+        stats.interceptCA?.constraints = "unconstrained: this key can sign for any site"
+        stats.interceptCA?.expirySeconds = 13 * 86_400
+        let html = Self.render(stats)
+        let unconstrained = try Self.display(ofStats: stats.json()).tables["intercept-ca"]
+        // Then
+        #expect(constrained?.map { $0.map(\.text) } == [
+            ["Certificate", "/var/lib/imagecached/ca/ca.pem"], ["SHA-256", "AB:CD:EF"],
+            ["Name constraints", "constrained to 1 name (images.plain.example)"], ["Expires in", "400d 0h (2026-12-31T09:40:34Z)"],
+        ])
+        #expect(constrained?.compactMap { $0.last?.className } == ["url", "url"])
+        #expect(unconstrained?[2].last == StatusView.Cell(text: "unconstrained: this key can sign for any site", className: "warn"))
+        #expect(unconstrained?[3].last?.className == "warn")
+        #expect(html.contains("Interception CA") && html.contains(#"<td class="warn">unconstrained: this key can sign for any site</td>"#))
+        // and /metrics carries the expiry
+        #expect(stats.prometheusText.contains("imagecached_intercept_ca_expiry_seconds 1123200"))
+    }
+
     @Test("without a disk tier, transforms, fetches or errors, their parts are left out or say they are empty")
     func optionalParts() {
         // Given a daemon with a memory tier only and nothing going on
@@ -310,6 +336,7 @@ struct StatusPageTests {
         // Then
         #expect(!html.contains("id=\"gauge-disk\"") && !html.contains("data-stat=\"disk."))
         #expect(!html.contains("id=\"transforms\"") && !html.contains("id=\"chart-transform-latency\"") && !html.contains("data-stat=\"transforms."))
+        #expect(!html.contains("Interception CA") && !stats.prometheusText.contains("intercept_ca"))
         #expect(html.contains("Nothing in flight.") && html.contains("No errors since start.") && html.contains("No upstream transfers yet."))
         #expect(html.contains(#"data-stat="hitRatio" data-unit="ratio" data-value="0.0">0.0%</span>"#))
         #expect(html.contains(#"data-stat="byteHitRatio" data-unit="ratio" data-value="0.0">"#))
