@@ -152,7 +152,7 @@ let package = Package(
         // whole daemon.
         .testTarget(name: "ImageCacheHTTPTests", dependencies: ["ImageCacheTestSupport", "ImageCacheHTTP"],
                     swiftSettings: swiftSettings),
-        .testTarget(name: "ImageCacheTLSTests", dependencies: ["ImageCacheTestSupport", "ImageCacheTLS"],
+        .testTarget(name: "ImageCacheTLSTests", dependencies: ["ImageCacheTestSupport", "ImageCacheSystem", "ImageCacheTLS"],
                     swiftSettings: swiftSettings),
         .testTarget(name: "ImageCacheStatusTests", dependencies: ["ImageCacheHTTP", "ImageCacheStatus"],
                     swiftSettings: swiftSettings),
