@@ -11,4 +11,5 @@ int cossl_SSL_CTX_set1_groups_list(SSL_CTX *ctx, const char *groups) { return (i
 int cossl_SSL_CTX_add1_chain_cert(SSL_CTX *ctx, X509 *certificate) { return (int)SSL_CTX_add1_chain_cert(ctx, certificate); }
 long cossl_SSL_CTX_set_tlsext_servername_callback(SSL_CTX *ctx, cossl_servername_cb callback) { return SSL_CTX_set_tlsext_servername_callback(ctx, callback); }
 int cossl_SSL_set_tlsext_host_name(SSL *ssl, const char *name) { return (int)SSL_set_tlsext_host_name(ssl, name); }
+int cossl_SSL_add1_chain_cert(SSL *ssl, X509 *certificate) { return (int)SSL_add1_chain_cert(ssl, certificate); }
 int cossl_BIO_shutdown_wr(BIO *bio) { return BIO_shutdown_wr(bio); }

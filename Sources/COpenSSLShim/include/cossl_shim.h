@@ -24,6 +24,7 @@ int cossl_SSL_CTX_set1_groups_list(SSL_CTX *_Nonnull ctx, const char *_Nonnull g
 int cossl_SSL_CTX_add1_chain_cert(SSL_CTX *_Nonnull ctx, X509 *_Nonnull certificate);
 long cossl_SSL_CTX_set_tlsext_servername_callback(SSL_CTX *_Nonnull ctx, cossl_servername_cb _Nonnull callback);
 int cossl_SSL_set_tlsext_host_name(SSL *_Nonnull ssl, const char *_Nonnull name);
+int cossl_SSL_add1_chain_cert(SSL *_Nonnull ssl, X509 *_Nonnull certificate);
 int cossl_BIO_shutdown_wr(BIO *_Nonnull bio);
 
 #endif

@@ -1,6 +1,16 @@
 // One OpenSSL SSL_CTX: the settings every stream made from it shares, and for a server its identity and its
-// session ticket keys. Built whole by `server(identity:)` or `client(trust:...)`, never changed after: a new
-// certificate means a new context (the old one lives on in the streams that hold it; SSL_new takes a reference).
+// session ticket keys. Built whole by `server(identity:)`, `server()` or `client(trust:...)`, never changed after: a
+// new certificate means a new context (the old one lives on in the streams that hold it; SSL_new takes a reference).
+//
+// Two kinds of server context:
+//   server(identity:)  one certificate for every stream (the TLS listener)
+//   server()           no certificate of its own: each stream brings its identity (`TLSStream(server:identity:
+//                      serverName:)`). Interception builds one per CA generation and serves every host's leaf on
+//                      it, so the generation's leaves share its ticket keys: a leaf re-minted for a host (every 48 h)
+//                      does not cost that host's clients their resumption, and a thousand hosts do not make a
+//                      thousand sets of ticket keys and settings. A ticket is still bound to its host: each stream
+//                      sets its session id context from the host (TLSStream), and OpenSSL resumes a session only in
+//                      the context it was made in.
 //
 // The settings (docs/architecture.md, TLS engine; the plan's D1):
 //   versions        TLS 1.2 and 1.3 (a test client may be built for older ones, to show a server refuses them)
@@ -71,6 +81,19 @@ public final class TLSContext: @unchecked Sendable {
 
     /// A server context presenting `identity`.
     public static func server(identity: TLSIdentity) throws(TLSError) -> TLSContext {
+        try makeServer(identity: identity)
+    }
+
+    /// A server context with no certificate of its own: each stream made from it brings its identity
+    /// (`TLSStream(server:identity:serverName:)`), and the streams share its settings and ticket keys.
+    public static func server() throws(TLSError) -> TLSContext {
+        try makeServer(identity: nil)
+    }
+
+    /// Whether streams made from this context must bring their own identity.
+    public var needsStreamIdentity: Bool { role == .server && identity == nil }
+
+    private static func makeServer(identity: TLSIdentity?) throws(TLSError) -> TLSContext {
         let context = try makeContext(TLS_server_method(), versions: .tls1_2 ... .tls1_3)
         do {
             try configureServer(context, identity: identity)
@@ -120,13 +143,15 @@ public final class TLSContext: @unchecked Sendable {
         return context
     }
 
-    private static func configureServer(_ context: OpaquePointer, identity: TLSIdentity) throws(TLSError) {
-        try check(SSL_CTX_use_certificate(context, identity.chain.leaf) == 1, "SSL_CTX_use_certificate", kind: .identity)
-        for intermediate in identity.chain.certificates.dropFirst() {
-            try check(cossl_SSL_CTX_add1_chain_cert(context, intermediate) == 1, "SSL_CTX_add1_chain_cert", kind: .identity)
+    private static func configureServer(_ context: OpaquePointer, identity: TLSIdentity?) throws(TLSError) {
+        if let identity {
+            try check(SSL_CTX_use_certificate(context, identity.chain.leaf) == 1, "SSL_CTX_use_certificate", kind: .identity)
+            for intermediate in identity.chain.certificates.dropFirst() {
+                try check(cossl_SSL_CTX_add1_chain_cert(context, intermediate) == 1, "SSL_CTX_add1_chain_cert", kind: .identity)
+            }
+            try check(SSL_CTX_use_PrivateKey(context, identity.privateKey) == 1, "SSL_CTX_use_PrivateKey", kind: .identity)
+            try check(SSL_CTX_check_private_key(context) == 1, "SSL_CTX_check_private_key", kind: .identity)
         }
-        try check(SSL_CTX_use_PrivateKey(context, identity.privateKey) == 1, "SSL_CTX_use_PrivateKey", kind: .identity)
-        try check(SSL_CTX_check_private_key(context) == 1, "SSL_CTX_check_private_key", kind: .identity)
         try check(SSL_CTX_set_num_tickets(context, ticketsPerHandshake) == 1, "SSL_CTX_set_num_tickets")
         _ = cossl_SSL_CTX_set_session_cache_mode(context, Int(SSL_SESS_CACHE_OFF))
         SSL_CTX_set_alpn_select_cb(context, selectALPN, nil)

@@ -23,6 +23,9 @@ public final class TLSIdentity: @unchecked Sendable {
     /// The leaf's subject, as one line in OpenSSL's form ("/CN=images.test").
     public let subject: String
 
+    /// The chain as DER, the leaf first (what a client is sent; for checks and the status page).
+    public var certificateChainDER: [[UInt8]] { chain.derEncoded }
+
     // MARK: building
 
     /// From PEM texts: the chain (the leaf first) and the key (PKCS#8, or a traditional EC or RSA key; not encrypted).

@@ -102,10 +102,34 @@ public final class TLSStream {
         SSL_set_ex_data(ssl, 0, Unmanaged.passUnretained(self).toOpaque())
     }
 
-    /// A server stream on a server context. `serverName` is the rule for the client's SNI.
+    /// A server stream on a server context that has an identity. `serverName` is the rule for the client's SNI.
     public convenience init(server context: TLSContext, serverName: TLSServerNameRule = .any) throws(TLSError) {
         precondition(context.role == .server, "a server stream needs a server context")
+        precondition(!context.needsStreamIdentity, "a server context without an identity needs TLSStream(server:identity:serverName:)")
         try self.init(context: context, serverNameRule: serverName)
+        SSL_set_accept_state(ssl)
+    }
+
+    /// A server stream presenting its own `identity` on a context made with `TLSContext.server()` (interception:
+    /// the context of a CA generation, the leaf of one host). Sessions are bound to the host: the stream's session
+    /// id context is a digest of the name `serverName` must match (of the leaf's fingerprint under `.any`), so a
+    /// ticket issued for one host is never resumed on a stream for another (a full handshake instead), while a ticket
+    /// issued under an earlier leaf of the same host still resumes.
+    public convenience init(server context: TLSContext, identity: TLSIdentity, serverName: TLSServerNameRule) throws(TLSError) {
+        precondition(context.role == .server, "a server stream needs a server context")
+        try self.init(context: context, serverNameRule: serverName)
+        try check(SSL_use_certificate(ssl, identity.chain.leaf) == 1, "SSL_use_certificate", kind: .identity)
+        for intermediate in identity.chain.certificates.dropFirst() {
+            try check(cossl_SSL_add1_chain_cert(ssl, intermediate) == 1, "SSL_add1_chain_cert", kind: .identity)
+        }
+        try check(SSL_use_PrivateKey(ssl, identity.privateKey) == 1, "SSL_use_PrivateKey", kind: .identity)
+        let sessionContext: String
+        switch serverName {
+        case .mustMatch(let host): sessionContext = "host " + host.lowercased()
+        case .any: sessionContext = "leaf " + identity.fingerprintSHA256
+        }
+        let digest = try Self.sha256(Array(sessionContext.utf8))
+        try check(SSL_set_session_id_context(ssl, digest, UInt32(digest.count)) == 1, "SSL_set_session_id_context")
         SSL_set_accept_state(ssl)
     }
 
@@ -372,8 +396,18 @@ public final class TLSStream {
         return TLSError(kind: kind, function: function, detail: detail)
     }
 
-    private func check(_ succeeded: Bool, _ function: String) throws(TLSError) {
-        guard succeeded else { throw OpenSSLErrorQueue.error(.configuration, function) }
+    private func check(_ succeeded: Bool, _ function: String, kind: TLSError.Kind = .configuration) throws(TLSError) {
+        guard succeeded else { throw OpenSSLErrorQueue.error(kind, function) }
+    }
+
+    /// SHA-256 of `bytes`: 32 bytes, SSL_MAX_SID_CTX_LENGTH exactly.
+    private static func sha256(_ bytes: [UInt8]) throws(TLSError) -> [UInt8] {
+        var digest = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
+        var length: UInt32 = 0
+        guard EVP_Digest(bytes, bytes.count, &digest, &length, EVP_sha256(), nil) == 1 else {
+            throw OpenSSLErrorQueue.error(.configuration, "EVP_Digest")
+        }
+        return Array(digest.prefix(Int(length)))
     }
 
     /// Whether a host is an IPv4 or IPv6 literal (sent as no SNI, verified as an IP SAN).

@@ -38,6 +38,20 @@ final class X509Chain: @unchecked Sendable {
         return X509Chain(certificates: certificates)
     }
 
+    /// Each certificate as DER (i2d_X509), the leaf first.
+    var derEncoded: [[UInt8]] {
+        certificates.map { certificate in
+            let length = i2d_X509(certificate, nil)
+            guard length > 0 else { return [] }
+            var der = [UInt8](repeating: 0, count: Int(length))
+            der.withUnsafeMutableBufferPointer { buffer in
+                var cursor = buffer.baseAddress
+                _ = i2d_X509(certificate, &cursor)
+            }
+            return der
+        }
+    }
+
     /// Certificates in DER, the leaf first.
     static func fromDER(_ ders: [[UInt8]], what: String) throws(TLSError) -> X509Chain {
         OpenSSLErrorQueue.clear()
