@@ -86,7 +86,7 @@ let package = Package(
         .target(name: "ImageCacheTLS", dependencies: ["COpenSSL", "COpenSSLShim"], swiftSettings: swiftSettings),
         .target(
             name: "ImageCacheServer",
-            dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "CEpoll",
+            dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "ImageCacheTLS", "CEpoll",
                            .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
@@ -123,7 +123,7 @@ let package = Package(
         .target(
             name: "ImageCacheCore",
             dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "ImageCacheStatus", "ImageCacheConfig", "ImageCacheServer",
-                           "ImageCacheStore", "ImageCacheUpstream", "ImageCacheTransform",
+                           "ImageCacheStore", "ImageCacheUpstream", "ImageCacheTransform", "ImageCacheTLS", "ImageCacheCertificates",
                            .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
@@ -189,7 +189,8 @@ let package = Package(
                     swiftSettings: swiftSettings),
         .testTarget(name: "ImageCacheCoreTests",
                     dependencies: ["ImageCacheTestSupport", "ImageCacheSystem", "ImageCacheHTTP", "ImageCacheStatus", "ImageCacheConfig",
-                                   "ImageCacheServer", "ImageCacheStore", "ImageCacheUpstream", "ImageCacheTransform", "ImageCacheCore"],
+                                   "ImageCacheServer", "ImageCacheStore", "ImageCacheUpstream", "ImageCacheTransform", "ImageCacheTLS",
+                                   "ImageCacheCertificates", "ImageCacheCore"],
                     swiftSettings: swiftSettings),
         .testTarget(name: "ImageCacheOpsTests",
                     dependencies: ["ImageCacheTestSupport", "ImageCacheSystem", "ImageCacheStatus", "ImageCacheConfig", "ImageCacheStore",

@@ -7,9 +7,13 @@
 //   reload   the files are read again, from the directory in force (intercept-ca-dir needs a restart): a CA replaced
 //            with `ca init --replace` is taken up, and a new fingerprint logged. A list outside the constraints, or
 //            files that no longer load, refuse the whole reload (config_reloads_total{result="refused"}).
-// The status page and /metrics describe the CA in force (ProxyMetrics.setInterceptCA). Called from one thread at a
-// time, as the rest of Daemon's start and reload are (main, then the signal queue): `localCAFingerprint` is theirs.
-// This build makes and checks the CA; the tunnels that will use it are not intercepted yet.
+// The status page and /metrics describe the CA in force (ProxyMetrics.setInterceptCA). The proxy gets it too
+// (`Proxy.interception`): at start its first generation, and at a reload a new generation when the fingerprint
+// changed (the old CA's leaves and ticket keys go), none when intercept-hosts is emptied, and the same one (its
+// leaves kept) otherwise. Called from one thread at a time, as the rest of Daemon's start and reload are (main, then
+// the signal queue): `localCAFingerprint` is theirs. The proxy mints leaves and hands them to the server
+// (ConnectReply.intercept), which does not yet terminate TLS inside a CONNECT: until it does, intercepted CONNECTs
+// are answered 501.
 
 internal import ImageCacheHTTP
 internal import ImageCacheStatus
@@ -54,12 +58,15 @@ extension Daemon {
     }
 
     /// For a reload to `next`: the CA read again and checked against its intercept-hosts (refusing the reload when
-    /// it does not cover them), and the status updated.
-    func reloadLocalCA(for next: Configuration) throws(CAError) {
+    /// it does not cover them), handed to the proxy (a new fingerprint: a new generation), and the status updated.
+    func reloadLocalCA(for next: Configuration) throws {
         let directory = proxy.configuration.interceptCADirectory   // restart only: the running one
         let ca = try Daemon.prepareLocalCA(for: next.interceptHosts, directory: directory, logger: logger)
+        let change = try proxy.interception.use(ca)
         if let ca, let previous = localCAFingerprint, previous != ca.fingerprint {
-            logger.notice("reload: a new local CA (SHA-256 \(ca.fingerprint), was \(previous)); clients must trust the new certificate")
+            logger.notice("reload: a new local CA (SHA-256 \(ca.fingerprint), was \(previous)); clients must trust the new certificate; the old CA's leaf certificates are dropped")
+        } else if change == .ended {
+            logger.notice("reload: intercept-hosts is empty; no CONNECT is intercepted, and the leaf certificates are dropped")
         }
         localCAFingerprint = ca?.fingerprint
         proxy.metrics.setInterceptCA(Daemon.statusOfLocalCA(ca, directory: directory))

@@ -85,6 +85,7 @@ public final class Daemon: @unchecked Sendable {
                       loopGuard: loopGuard)
         listener = Listener(settings: configuration.server, handler: proxy, logger: logger)
         proxy.metrics.setInterceptCA(Daemon.statusOfLocalCA(localCA, directory: configuration.interceptCADirectory))
+        _ = try proxy.interception.use(localCA)
     }
 
     /// Binds the listening socket, or adopts the sockets systemd passed (socket activation), and starts serving.

@@ -69,16 +69,30 @@ extension DaemonStats {
         out.sample("config_reloads_total", [("result", "refused")], Double(reloadFailures))
         if let tunnels {
             out.family("tunnels_open", "gauge", "CONNECT tunnels open now, by kind.")
-            out.sample("tunnels_open", [("kind", "blind")], Double(tunnels.open))
+            out.sample("tunnels_open", [("kind", "blind")], Double(tunnels.open - (tunnels.intercepted ?? 0)))
+            if let intercepted = tunnels.intercepted {
+                out.sample("tunnels_open", [("kind", "intercepted")], Double(intercepted))
+            }
             out.family("tunnels_limit", "gauge", "Most CONNECT tunnels open at once (max-tunnels).")
             out.sample("tunnels_limit", [], Double(tunnels.limit))
             out.family("connects_total", "counter", "CONNECT requests, by result.")
             for (result, count) in tunnels.connects.sorted(by: { $0.key < $1.key }) { out.sample("connects_total", [("result", result)], Double(count)) }
             out.family("tunnels_total", "counter", "CONNECT tunnels closed, by kind and how they ended.")
             for (end, count) in tunnels.ends.sorted(by: { $0.key < $1.key }) { out.sample("tunnels_total", [("kind", "blind"), ("end", end)], Double(count)) }
+            for (end, count) in (tunnels.interceptedEnds ?? [:]).sorted(by: { $0.key < $1.key }) {
+                out.sample("tunnels_total", [("kind", "intercepted"), ("end", end)], Double(count))
+            }
             out.family("tunnel_bytes_total", "counter", "Bytes carried by closed CONNECT tunnels, by direction (up: client to upstream).")
             out.sample("tunnel_bytes_total", [("direction", "up")], Double(tunnels.bytesUp))
             out.sample("tunnel_bytes_total", [("direction", "down")], Double(tunnels.bytesDown))
+        }
+        if let leafCertificates {
+            out.family("leaf_certificates_minted_total", "counter", "Leaf certificates minted for intercepted hosts (intercept-hosts).")
+            out.sample("leaf_certificates_minted_total", [], Double(leafCertificates.minted))
+            out.family("leaf_certificate_cache_entries", "gauge", "Leaf certificates cached for the local CA in force (at most 1024 hosts).")
+            out.sample("leaf_certificate_cache_entries", [], Double(leafCertificates.cached))
+            out.family("leaf_mints_queued", "gauge", "Leaf certificates queued or being minted (at most 256; past it a CONNECT gets 503).")
+            out.sample("leaf_mints_queued", [], Double(leafCertificates.mintsQueued))
         }
         if let interceptCA {
             out.family("intercept_ca_expiry_seconds", "gauge", "Seconds until the local CA's certificate expires (intercept-ca-dir).")

@@ -80,26 +80,51 @@ public struct DaemonStats: Sendable, Codable, Equatable {
 
     /// CONNECT tunnels: open now and the cap, how CONNECTs ended, how tunnels closed, bytes each way.
     public struct Tunnels: Sendable, Codable, Equatable {
+        /// Tunnels open now, blind and intercepted (an intercepted CONNECT counts from its 200's decision, its leaf
+        /// being minted included).
         public var open = 0
         /// `max-tunnels`.
         public var limit = 0
-        /// CONNECTs by result (tunnel, refused_client, bad_target, refused_port, refused_source, refused_address,
-        /// at_cap, dial_failed).
+        /// CONNECTs by result (tunnel, intercept, refused_client, bad_target, refused_port, refused_source,
+        /// refused_address, at_cap, dial_failed, mint_failed).
         public var connects: [String: Int] = [:]
-        /// Tunnels closed, by how (closed, idle, error, shutdown).
+        /// Blind tunnels closed, by how (closed, idle, error, shutdown).
         public var ends: [String: Int] = [:]
         /// Bytes from clients to upstreams, and back.
         public var bytesUp = 0
         public var bytesDown = 0
+        /// Of `open`, the intercepted (absent in documents from daemons without interception).
+        public var intercepted: Int?
+        /// Intercepted tunnels closed, by how.
+        public var interceptedEnds: [String: Int]?
 
         public init(open: Int = 0, limit: Int = 0, connects: [String: Int] = [:], ends: [String: Int] = [:],
-                    bytesUp: Int = 0, bytesDown: Int = 0) {
+                    bytesUp: Int = 0, bytesDown: Int = 0, intercepted: Int? = nil, interceptedEnds: [String: Int]? = nil) {
             self.open = open
             self.limit = limit
             self.connects = connects
             self.ends = ends
             self.bytesUp = bytesUp
             self.bytesDown = bytesDown
+            self.intercepted = intercepted
+            self.interceptedEnds = interceptedEnds
+        }
+    }
+
+    /// Interception's leaf certificates (absent unless intercept-hosts is set).
+    public var leafCertificates: LeafCertificates?
+
+    /// The leaves minted for intercepted hosts (docs/design/issue-29-plan.md, D9): made, cached, being made.
+    public struct LeafCertificates: Sendable, Codable, Equatable {
+        /// Leaves minted since start.
+        public var minted = 0
+        /// Leaves cached now, for the local CA in force (at most 1024 hosts).
+        public var cached = 0
+        /// Mints queued or running now (at most 256).
+        public var mintsQueued = 0
+
+        public init(minted: Int = 0, cached: Int = 0, mintsQueued: Int = 0) {
+            (self.minted, self.cached, self.mintsQueued) = (minted, cached, mintsQueued)
         }
     }
     /// Image transforms (absent in documents from daemons without them).

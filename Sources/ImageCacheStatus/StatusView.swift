@@ -154,10 +154,19 @@ package struct StatusView: Sendable, Equatable {
             list += [
                 Figure(.tunnels, "tunnels.open", "Open", tunnels.open, .count),
                 Figure(.tunnels, "tunnels.limit", "Limit (max-tunnels)", tunnels.limit, .count),
-                Figure(.tunnels, "tunnels.opened", "Opened", tunnels.connects["tunnel"] ?? 0, .count),
-                Figure(.tunnels, "tunnels.refused", "Refused", tunnels.connects.filter { $0.key != "tunnel" }.values.reduce(0, +), .count),
+                Figure(.tunnels, "tunnels.opened", "Opened", (tunnels.connects["tunnel"] ?? 0) + (tunnels.connects["intercept"] ?? 0), .count),
+                Figure(.tunnels, "tunnels.refused", "Refused", tunnels.connects.filter { $0.key != "tunnel" && $0.key != "intercept" }.values.reduce(0, +), .count),
                 Figure(.tunnels, "tunnels.bytesUp", "Bytes up (to origins)", tunnels.bytesUp, .bytes),
                 Figure(.tunnels, "tunnels.bytesDown", "Bytes down (to clients)", tunnels.bytesDown, .bytes),
+            ]
+            if let intercepted = tunnels.intercepted {
+                list.append(Figure(.tunnels, "tunnels.intercepted", "Intercepted, open", intercepted, .count))
+            }
+        }
+        if let leaves = stats.leafCertificates {
+            list += [
+                Figure(.tunnels, "leaves.cached", "Leaf certificates cached", leaves.cached, .count),
+                Figure(.tunnels, "leaves.minted", "Leaf certificates minted", leaves.minted, .count),
             ]
         }
         return list

@@ -326,6 +326,45 @@ struct StatusPageTests {
         #expect(stats.prometheusText.contains("imagecached_intercept_ca_expiry_seconds 1123200"))
     }
 
+    @Test("interception's counts: /metrics has tunnels by kind and the leaf certificates; the page counts intercepted CONNECTs as opened, not refused")
+    func interception() {
+        // Given 5 tunnels open, 2 of them intercepted, and leaves minted
+        var stats = DaemonStats()
+        stats.memory = .init(bytes: 0, entries: 0, limitBytes: 1 << 20, evictions: 0)
+        stats.tunnels = .init(open: 5, limit: 1000, connects: ["tunnel": 3, "intercept": 4, "at_cap": 1, "mint_failed": 2],
+                              ends: ["closed": 2], bytesUp: 1, bytesDown: 2, intercepted: 2, interceptedEnds: ["idle": 1])
+        stats.leafCertificates = .init(minted: 7, cached: 6, mintsQueued: 1)
+
+        // When /metrics and the page are made
+        let text = stats.prometheusText
+        let html = Self.render(stats)
+
+        // Then /metrics splits the tunnels by kind and counts the leaves
+        #expect(text.contains("imagecached_tunnels_open{kind=\"blind\"} 3\n"))
+        #expect(text.contains("imagecached_tunnels_open{kind=\"intercepted\"} 2\n"))
+        #expect(text.contains("imagecached_connects_total{result=\"intercept\"} 4\n"))
+        #expect(text.contains("imagecached_connects_total{result=\"mint_failed\"} 2\n"))
+        #expect(text.contains("imagecached_tunnels_total{kind=\"blind\",end=\"closed\"} 2\n"))
+        #expect(text.contains("imagecached_tunnels_total{kind=\"intercepted\",end=\"idle\"} 1\n"))
+        #expect(text.contains("# TYPE imagecached_leaf_certificates_minted_total counter\nimagecached_leaf_certificates_minted_total 7\n"))
+        #expect(text.contains("# TYPE imagecached_leaf_certificate_cache_entries gauge\nimagecached_leaf_certificate_cache_entries 6\n"))
+        #expect(text.contains("# TYPE imagecached_leaf_mints_queued gauge\nimagecached_leaf_mints_queued 1\n"))
+        // And the page's tunnel card counts 7 opened (blind and intercepted) and 3 refused, 2 intercepted open, 6 leaves
+        #expect(html.contains(#"data-stat="tunnels.opened" data-unit="count" data-value="7""#))
+        #expect(html.contains(#"data-stat="tunnels.refused" data-unit="count" data-value="3""#))
+        #expect(html.contains(#"data-stat="tunnels.intercepted" data-unit="count" data-value="2""#))
+        #expect(html.contains(#"data-stat="leaves.cached" data-unit="count" data-value="6""#))
+    }
+
+    @Test("a daemon without interception shows no intercepted kind and no leaf certificates")
+    func noInterception() {
+        var stats = DaemonStats()
+        stats.tunnels = .init(open: 1, limit: 1000, connects: ["tunnel": 1])
+        let text = stats.prometheusText
+        #expect(text.contains("imagecached_tunnels_open{kind=\"blind\"} 1\n"))
+        #expect(!text.contains("intercepted") && !text.contains("leaf_"))
+    }
+
     @Test("without a disk tier, transforms, fetches or errors, their parts are left out or say they are empty")
     func optionalParts() {
         // Given a daemon with a memory tier only and nothing going on

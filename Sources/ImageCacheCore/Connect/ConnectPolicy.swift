@@ -8,10 +8,17 @@
 //   allowed-sources set, no entry for host:port     403  refused_source   (an entry with a path cannot allow a tunnel)
 //   an IP literal on a refused network              403  refused_address  (unless allow-private-networks; a name is
 //                                                                          judged on the address the dial connects)
+//   host in intercept-hosts                              intercept         (a local CA in force: the proxy passes the
+//                                                                          list only then; then max-tunnels)
 //   otherwise                                            tunnel            (then max-tunnels: 503 at_cap, counted by
 //                                                                          the proxy)
 // A tunnel's dial may still fail: 403 refused_address for a name that resolves to a refused network, 508 for this
-// daemon's own port, 502 for DNS or connect failures, 504 for a timeout (all dial_failed but the first).
+// daemon's own port, 502 for DNS or connect failures, 504 for a timeout (all dial_failed but the first). An
+// intercepted CONNECT is not dialled (D5: each inner request is a fetch, judged on the address it connects); its
+// leaf may fail: 503 when 256 mints are queued, 500 when the mint fails (both mint_failed).
+// intercept-hosts matches as InterceptHosts says: `*.example.com` takes a.example.com, not example.com; an IP literal
+// matches in any spelling; `*` takes every host. A host InterceptHosts cannot read (a name with '_', which a CONNECT
+// may carry) is never intercepted.
 
 package import ImageCacheHTTP
 internal import ImageCacheUpstream
@@ -19,6 +26,7 @@ internal import ImageCacheUpstream
 /// How a CONNECT ended, for `connects_total{result}`.
 package enum ConnectResult: String, Sendable, CaseIterable {
     case tunnel
+    case intercept
     case refusedClient = "refused_client"
     case badTarget = "bad_target"
     case refusedPort = "refused_port"
@@ -26,11 +34,14 @@ package enum ConnectResult: String, Sendable, CaseIterable {
     case refusedAddress = "refused_address"
     case atCap = "at_cap"
     case dialFailed = "dial_failed"
+    case mintFailed = "mint_failed"
 }
 
 /// What a CONNECT gets.
 package enum ConnectDecision: Equatable {
     case tunnel(ConnectTarget)
+    /// Terminated here with a leaf for the target's host; its inner requests are forward requests.
+    case intercept(ConnectTarget, InterceptHosts.Host)
     case refuse(status: Int, reason: String, result: ConnectResult)
 }
 
@@ -43,6 +54,8 @@ package enum ConnectPolicy {
         var connectPorts: [Int]
         var allowedSources: AllowedSources
         var allowPrivateNetworks: Bool
+        /// `intercept-hosts`, when a local CA is in force (else none: every tunnel is blind).
+        var interceptHosts: InterceptHosts = .none
     }
 
     package static func decide(target text: String, _ inputs: Inputs) -> ConnectDecision {
@@ -68,6 +81,9 @@ package enum ConnectPolicy {
         if !inputs.allowPrivateNetworks, let address = target.address, AddressPolicy.refusal(for: address) != nil {
             return .refuse(status: 403, reason: UpstreamError.refusedDestination(address: address.description).description,
                            result: .refusedAddress)
+        }
+        if !inputs.interceptHosts.isEmpty, let host = InterceptHosts.Host(target.host), inputs.interceptHosts.matches(host) {
+            return .intercept(target, host)
         }
         return .tunnel(target)
     }

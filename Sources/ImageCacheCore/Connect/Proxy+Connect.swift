@@ -1,7 +1,8 @@
-// CONNECT: the proxy's half of a blind tunnel. The rules are ConnectPolicy's; this file takes a tunnel place
-// (max-tunnels), dials through the origin (the private-network and loop guards judge the address it connects), and
-// hands the socket to the connection, which pumps it (ImageCacheServer/Tunnel.swift). Nothing here is cached: the
-// tunnel's bytes are never read by the daemon.
+// CONNECT: the proxy's half of a tunnel. The rules are ConnectPolicy's. For a blind tunnel this file takes a tunnel
+// place (max-tunnels), dials through the origin (the private-network and loop guards judge the address it connects),
+// and hands the socket to the connection, which pumps it (ImageCacheServer/Tunnel.swift); nothing is cached, the
+// tunnel's bytes are never read by the daemon. An intercepted CONNECT (a host in intercept-hosts, with a local CA in
+// force) goes to Proxy+Intercept.swift.
 //
 // Ownership: nothing mutable here but the `TunnelPlace` of each CONNECT (an atomic flag): the dial's answer (curl
 // thread), the client's hang-up and the tunnel's end (the connection's loop) may each release it, and only the first
@@ -20,9 +21,11 @@ extension Proxy {
     public func connect(_ request: HTTPRequestHead, client: ClientInfo, reply: any ConnectReply) {
         let settings = self.settings
         let configuration = settings.configuration
+        let generation = interception.current
         let inputs = ConnectPolicy.Inputs(clientRefusal: settings.proxyAllow.refusal(client), signaturesRequired: settings.signing.required,
                                           connectPorts: configuration.connectPorts, allowedSources: settings.allowedSources,
-                                          allowPrivateNetworks: configuration.allowPrivateNetworks)
+                                          allowPrivateNetworks: configuration.allowPrivateNetworks,
+                                          interceptHosts: generation == nil ? .none : configuration.interceptHosts)
         let metrics = metrics.tunnels
         let logger = logger
         let accessLog = configuration.accessLog
@@ -38,6 +41,10 @@ extension Proxy {
             return refuse(status, reason, result)
         case let .tunnel(decided):
             target = decided
+        case let .intercept(decided, host):
+            guard let generation else { preconditionFailure("ConnectPolicy intercepts only with a local CA in force") }
+            return intercept(decided, host: host, generation: generation, client: client, reply: reply,
+                             configuration: configuration, refuse: refuse)
         }
         guard metrics.reserve(limit: configuration.maxTunnels) else {
             return refuse(503, "max-tunnels (\(configuration.maxTunnels)) tunnels are open; try again later", .atCap)

@@ -20,7 +20,9 @@
 // Ownership: `store` (TieredStore: memory guards itself, disk owns its queues); `coalescer` and every `Fetch` are
 // confined to `queue` (imagecached.proxy) and hold no reference to the proxy; `origin` is thread-safe; the
 // reloadable settings (`configuration`, `contentPolicy`, `originRoutes`, ...) are one immutable `ProxySettings` in a
-// `SettingsCell`, swapped whole on reload and read once per request (Proxy+Settings.swift); `metrics` are atomics.
+// `SettingsCell`, swapped whole on reload and read once per request (Proxy+Settings.swift); `metrics` are atomics;
+// the interception generation (the local CA, its TLS context and leaves) is an `InterceptionCell`, swapped whole when
+// the CA changes, its leaves minted on the certificates queue (Intercept/).
 
 internal import ImageCacheSystem
 public import ImageCacheHTTP
@@ -55,6 +57,9 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
     public let metrics: ProxyMetrics
     /// Both tiers, behind the rules that span them (TieredStore.swift).
     public let store: TieredStore
+    /// The interception generation in force (the local CA, its server context, its leaves), swapped whole when the
+    /// daemon hands over another CA (InterceptionCell.swift).
+    package let interception: InterceptionCell
     public var memory: MemoryCache { store.memory }
     /// The disk tier, if on; it owns its queue.
     public var disk: DiskCache? { store.disk }
@@ -85,6 +90,8 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
         self.origin = origin
         self.logger = logger
         self.now = now
+        // Leaves are judged by clients' clocks: minted on the wall clock, whatever `now` tests give the cache.
+        interception = InterceptionCell(now: { Date() })
         store = TieredStore(
             memory: MemoryCache(limitBytes: configuration.memoryLimitBytes, countLimit: configuration.memoryCountLimit,
                                 objectLimitBytes: configuration.effectiveMemoryObjectLimitBytes,

@@ -26,7 +26,8 @@ extension Proxy {
         var stats = metrics.snapshot(memory: memory.stats, disk: disk?.stats, fetchesInFlight: inFlight.count,
                                      transformQueue: (pool.workers, pool.running, pool.queued), pixelCache: renditions.pixelCache.stats,
                                      inFlight: inFlight.summaries)
-        stats.tunnels = metrics.tunnels.snapshot(limit: configuration.maxTunnels)
+        stats.tunnels = metrics.tunnels.snapshot(limit: configuration.maxTunnels, interception: interception.current != nil)
+        stats.leafCertificates = interception.stats
         return stats
     }
 

@@ -1,52 +1,77 @@
-// The counts of CONNECT tunnels: how many are open (also the `max-tunnels` cap, taken and given back here), how
-// CONNECTs ended, how tunnels closed, and the bytes they carried. Atomics and one small lock; shared by the proxy
-// (any thread) and the connections' loops (when a tunnel closes).
+// The counts of CONNECT tunnels: how many are open (also the `max-tunnels` cap, taken and given back here; blind and
+// intercepted tunnels share it) and how many of them are intercepted, how CONNECTs ended, how tunnels closed (by
+// kind), and the bytes they carried. Atomics and small locks; shared by the proxy (any thread), the certificates
+// queue (a leaf that lands) and the connections' loops (when a tunnel closes).
 
 internal import ImageCacheSystem
 package import ImageCacheServer
 package import ImageCacheStatus
 internal import Synchronization
 
+/// Which kind of tunnel a place or an end is counted for.
+enum TunnelKind: Sendable {
+    case blind
+    case intercepted
+}
+
 package final class TunnelMetrics: Sendable {
     private let open = Atomic<Int>(0)
+    /// Of `open`, the intercepted.
+    private let openIntercepted = Atomic<Int>(0)
     private let results = Locked<[String: Int]>([:])
     private let ends = Locked<[String: Int]>([:])
+    private let interceptedEnds = Locked<[String: Int]>([:])
     private let bytesUp = Counter()
     private let bytesDown = Counter()
 
     package init() {}
 
-    /// Takes one of `limit` tunnel places; false at the cap.
-    func reserve(limit: Int) -> Bool {
+    /// Takes one of `limit` tunnel places for a tunnel of `kind`; false at the cap.
+    func reserve(limit: Int, kind: TunnelKind = .blind) -> Bool {
         var current = open.load(ordering: .relaxed)
         while current < limit {
             let (exchanged, found) = open.compareExchange(expected: current, desired: current + 1, ordering: .relaxed)
-            if exchanged { return true }
+            if exchanged {
+                if kind == .intercepted { openIntercepted.add(1, ordering: .relaxed) }
+                return true
+            }
             current = found
         }
         return false
     }
 
-    /// Gives a place back (a refused dial, a client gone, a closed tunnel).
-    func release() {
+    /// Gives a place back (a refused dial or mint, a client gone, a closed tunnel).
+    func release(kind: TunnelKind = .blind) {
         open.subtract(1, ordering: .relaxed)
+        if kind == .intercepted { openIntercepted.subtract(1, ordering: .relaxed) }
     }
 
     func connect(_ result: ConnectResult) {
         results.withLock { $0[result.rawValue, default: 0] += 1 }
     }
 
-    func closed(_ report: TunnelReport) {
-        ends.withLock { $0[report.end.rawValue, default: 0] += 1 }
+    func closed(_ report: TunnelReport, kind: TunnelKind = .blind) {
+        switch kind {
+        case .blind: ends.withLock { $0[report.end.rawValue, default: 0] += 1 }
+        case .intercepted: interceptedEnds.withLock { $0[report.end.rawValue, default: 0] += 1 }
+        }
         bytesUp.add(report.bytesUp)
         bytesDown.add(report.bytesDown)
     }
 
     var openCount: Int { open.load(ordering: .relaxed) }
 
-    func snapshot(limit: Int) -> DaemonStats.Tunnels {
-        DaemonStats.Tunnels(open: openCount, limit: limit, connects: results.withLock { $0 }, ends: ends.withLock { $0 },
-                            bytesUp: bytesUp.current, bytesDown: bytesDown.current)
+    var interceptedCount: Int { openIntercepted.load(ordering: .relaxed) }
+
+    /// The counts; the intercepted ones only when `interception` is on or some were counted.
+    func snapshot(limit: Int, interception: Bool = false) -> DaemonStats.Tunnels {
+        let interceptedEnds = interceptedEnds.withLock { $0 }
+        let intercepted = interceptedCount
+        let showsInterception = interception || intercepted > 0 || !interceptedEnds.isEmpty
+        return DaemonStats.Tunnels(open: openCount, limit: limit, connects: results.withLock { $0 }, ends: ends.withLock { $0 },
+                                   bytesUp: bytesUp.current, bytesDown: bytesDown.current,
+                                   intercepted: showsInterception ? intercepted : nil,
+                                   interceptedEnds: showsInterception ? interceptedEnds : nil)
     }
 }
 
@@ -54,13 +79,16 @@ package final class TunnelMetrics: Sendable {
 /// tunnel's end comes first (they can race: a dial's answer and a client's hang-up arrive on different threads).
 final class TunnelPlace: Sendable {
     private let metrics: TunnelMetrics
+    private let kind: TunnelKind
     private let held = Atomic<Bool>(true)
 
-    init(_ metrics: TunnelMetrics) {
+    /// A place `metrics.reserve(limit:kind:)` took.
+    init(_ metrics: TunnelMetrics, kind: TunnelKind = .blind) {
         self.metrics = metrics
+        self.kind = kind
     }
 
     func release() {
-        if held.exchange(false, ordering: .relaxed) { metrics.release() }
+        if held.exchange(false, ordering: .relaxed) { metrics.release(kind: kind) }
     }
 }

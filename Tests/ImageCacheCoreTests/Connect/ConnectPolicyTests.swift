@@ -5,9 +5,10 @@ import Testing
 @Suite("ConnectPolicy", .timeLimit(.minutes(1)))
 struct ConnectPolicyTests {
     static func inputs(client: Bool = true, signatures: Bool = false, ports: [Int] = [443], allowed: [String] = [],
-                       privateNetworks: Bool = false) -> ConnectPolicy.Inputs {
+                       privateNetworks: Bool = false, intercept: [String] = []) -> ConnectPolicy.Inputs {
         ConnectPolicy.Inputs(clientRefusal: client ? nil : "the forward proxy answers clients in proxy-allow only (10.1.1.1 is not)", signaturesRequired: signatures, connectPorts: ports,
-                             allowedSources: AllowedSources(allowed), allowPrivateNetworks: privateNetworks)
+                             allowedSources: AllowedSources(allowed), allowPrivateNetworks: privateNetworks,
+                             interceptHosts: try! InterceptHosts.parse(intercept))
     }
 
     static func result(_ decision: ConnectDecision) -> ConnectResult {
@@ -27,6 +28,12 @@ struct ConnectPolicyTests {
         ("127.0.0.1:443", inputs(), 403, .refusedAddress, "127.0.0.1"),
         ("[::1]:443", inputs(), 403, .refusedAddress, "::1"),
         ("10.1.2.3:443", inputs(), 403, .refusedAddress, "10.1.2.3"),
+        // intercept-hosts comes after every other rule: a listed host is still refused by them
+        ("images.example:443", inputs(client: false, intercept: ["images.example"]), 403, .refusedClient, "proxy-allow"),
+        ("images.example:25", inputs(intercept: ["images.example"]), 403, .refusedPort, "port 25"),
+        ("other.example:443", inputs(allowed: ["https://images.example"], intercept: ["*"]), 403, .refusedSource, "allowed-sources"),
+        ("127.0.0.1:443", inputs(intercept: ["127.0.0.1"]), 403, .refusedAddress, "127.0.0.1"),
+        ("[::1]:443", inputs(intercept: ["*"]), 403, .refusedAddress, "::1"),
     ] as [(String, ConnectPolicy.Inputs, Int, ConnectResult, String)])
     func refusals(target: String, inputs: ConnectPolicy.Inputs, status: Int, result: ConnectResult, reason: String) {
         let decision = ConnectPolicy.decide(target: target, inputs)
@@ -50,5 +57,42 @@ struct ConnectPolicyTests {
     ] as [(String, ConnectPolicy.Inputs)])
     func tunnels(target: String, inputs: ConnectPolicy.Inputs) throws {
         #expect(ConnectPolicy.decide(target: target, inputs) == .tunnel(try ConnectTarget.parse(target).get()))
+    }
+
+    @Test("a host intercept-hosts lists is intercepted, on any allowed port; any other stays a blind tunnel", arguments: [
+        // target, intercept-hosts, intercepted
+        ("images.example:443", ["images.example"], true),
+        ("IMAGES.example:443", ["images.example"], true),                // the CONNECT host is lower-cased
+        ("images.example:8443", ["images.example"], true),               // the port is not part of the match
+        ("other.example:443", ["images.example"], false),
+        ("a.images.example:443", ["images.example"], false),             // a name is that name only
+        ("a.example.com:443", ["*.example.com"], true),
+        ("a.b.example.com:443", ["*.example.com"], true),
+        ("example.com:443", ["*.example.com"], false),                   // *.example.com does not take example.com
+        ("badexample.com:443", ["*.example.com"], false),
+        ("anything.test:443", ["*"], true),
+        ("93.184.216.34:443", ["*"], true),                              // `*` takes IP literals too
+        ("93.184.216.34:443", ["93.184.216.34"], true),
+        ("93.184.216.35:443", ["93.184.216.34"], false),
+        ("[2606:2800:220:1:248:1893:25c8:1946]:443", ["2606:2800:220:1:248:1893:25c8:1946"], true),
+        ("[2606:2800:220:1:248:1893:25c8:1946]:443", ["*.example.com"], false),
+        ("127.0.0.1:443", ["127.0.0.1"], true),                          // allow-private-networks on in these rows
+        ("under_score.example.com:443", ["*"], false),                   // not a name InterceptHosts reads: blind
+        ("images.example:443", [], false),                               // no list (or no CA in force): all blind
+    ] as [(String, [String], Bool)])
+    func intercepts(target: String, hosts: [String], intercepted: Bool) throws {
+        // Given the rules with this intercept-hosts list, ports 443 and 8443, private networks allowed
+        let parsed = try ConnectTarget.parse(target).get()
+        let inputs = Self.inputs(ports: [443, 8443], privateNetworks: true, intercept: hosts)
+
+        // When the CONNECT is decided
+        let decision = ConnectPolicy.decide(target: target, inputs)
+
+        // Then it is intercepted, with the target's host, or tunnelled blind
+        if intercepted {
+            #expect(decision == .intercept(parsed, try #require(InterceptHosts.Host(parsed.host))), "\(target)")
+        } else {
+            #expect(decision == .tunnel(parsed), "\(target)")
+        }
     }
 }
