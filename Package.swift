@@ -14,7 +14,7 @@ let package = Package(
         .executable(name: "imagecached", targets: ["imagecached"]),
         .library(name: "ImageCacheCore", targets: [
             "ImageCacheSystem", "ImageCacheHTTP", "ImageCacheStatus", "ImageCacheTransform", "ImageCacheServer", "ImageCacheStore",
-            "ImageCacheUpstream", "ImageCacheConfig", "ImageCacheCore", "ImageCacheOps",
+            "ImageCacheUpstream", "ImageCacheConfig", "ImageCacheCore", "ImageCacheOps", "ImageCacheTLS",
         ]),
     ],
     dependencies: [
@@ -44,11 +44,20 @@ let package = Package(
             pkgConfig: "vips",
             providers: [.apt(["libvips-dev"])]
         ),
+        // OpenSSL 3 (Debian: libssl-dev): the TLS engine (docs/architecture.md, TLS engine). Only ImageCacheTLS/OpenSSL/
+        // imports it.
+        .systemLibrary(
+            name: "COpenSSL",
+            pkgConfig: "openssl",
+            providers: [.apt(["libssl-dev"])]
+        ),
         // <sys/epoll.h>, which Glibc's Swift module leaves out (the server's event loops), and three inline helpers
         // (the CPUs allowed, thread pinning, the malloc mmap threshold) for the server and the operations layer.
         .systemLibrary(name: "CEpoll"),
         // Typed one-line forwarders for libcurl's variadic functions.
         .target(name: "CCurlShim", dependencies: ["CCurl"]),
+        // Typed one-line forwarders for OpenSSL's function-like macros (SSL_CTX_set_mode, ...).
+        .target(name: "COpenSSLShim", dependencies: ["COpenSSL"]),
         // Typed wrappers for libvips's variadic functions; its public header is plain C (no glib).
         .target(name: "CVipsShim", dependencies: ["CVips"]),
         // The layers, lowest first; a dependency that points up is a build error (docs/architecture.md).
@@ -69,6 +78,8 @@ let package = Package(
             dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "ImageCacheStatus", "CVipsShim"],
             swiftSettings: swiftSettings
         ),
+        // TLS on buffers the caller moves (OpenSSL behind a BIO pair): contexts, identities, streams, verification.
+        .target(name: "ImageCacheTLS", dependencies: ["COpenSSL", "COpenSSLShim"], swiftSettings: swiftSettings),
         .target(
             name: "ImageCacheServer",
             dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "CEpoll",
@@ -140,6 +151,8 @@ let package = Package(
         // One unit-test target per library target, named after it (docs/reliability.md); the integration tests run the
         // whole daemon.
         .testTarget(name: "ImageCacheHTTPTests", dependencies: ["ImageCacheTestSupport", "ImageCacheHTTP"],
+                    swiftSettings: swiftSettings),
+        .testTarget(name: "ImageCacheTLSTests", dependencies: ["ImageCacheTestSupport", "ImageCacheTLS"],
                     swiftSettings: swiftSettings),
         .testTarget(name: "ImageCacheStatusTests", dependencies: ["ImageCacheHTTP", "ImageCacheStatus"],
                     swiftSettings: swiftSettings),
