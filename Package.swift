@@ -82,7 +82,7 @@ let package = Package(
         .target(name: "ImageCacheTLS", dependencies: ["COpenSSL", "COpenSSLShim"], swiftSettings: swiftSettings),
         .target(
             name: "ImageCacheServer",
-            dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "CEpoll",
+            dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "ImageCacheTLS", "CEpoll",
                            .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
