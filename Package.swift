@@ -14,11 +14,15 @@ let package = Package(
         .executable(name: "imagecached", targets: ["imagecached"]),
         .library(name: "ImageCacheCore", targets: [
             "ImageCacheSystem", "ImageCacheHTTP", "ImageCacheStatus", "ImageCacheTransform", "ImageCacheServer", "ImageCacheStore",
-            "ImageCacheUpstream", "ImageCacheConfig", "ImageCacheCore", "ImageCacheOps", "ImageCacheTLS",
+            "ImageCacheUpstream", "ImageCacheConfig", "ImageCacheCertificates", "ImageCacheCore", "ImageCacheOps", "ImageCacheTLS",
         ]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        // DER and PEM for the local CA's certificates (X509 builds on it).
+        .package(url: "https://github.com/apple/swift-asn1", from: "1.7.4"),
+        // X.509 for the local CA and its leaves: name constraints, signing with a P-256 key, and a Verifier (tests).
+        .package(url: "https://github.com/apple/swift-certificates", from: "1.21.1"),
         .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
         // RFC 9651 Structured Fields: the targeted cache-control fields (RFC 9213) are Dictionaries.
         .package(url: "https://github.com/apple/swift-http-structured-headers", from: "1.7.0"),
@@ -99,6 +103,16 @@ let package = Package(
                            .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
+        // The local CA (interception's certificates): pure Swift on swift-crypto's P-256 and swift-certificates' X509;
+        // files through Foundation and POSIX calls only.
+        .target(
+            name: "ImageCacheCertificates",
+            dependencies: ["ImageCacheSystem", "ImageCacheHTTP",
+                           .product(name: "X509", package: "swift-certificates"),
+                           .product(name: "SwiftASN1", package: "swift-asn1"),
+                           .product(name: "Crypto", package: "swift-crypto")],
+            swiftSettings: swiftSettings
+        ),
         // Above the layers it configures: each owns its settings and their defaults; this one builds them from the keys.
         .target(
             name: "ImageCacheConfig",
@@ -116,7 +130,7 @@ let package = Package(
         .target(
             name: "ImageCacheOps",
             dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "ImageCacheStatus", "ImageCacheConfig", "ImageCacheServer",
-                           "ImageCacheStore", "ImageCacheUpstream", "ImageCacheTransform", "ImageCacheCore", "CEpoll",
+                           "ImageCacheStore", "ImageCacheUpstream", "ImageCacheTransform", "ImageCacheCertificates", "ImageCacheCore", "CEpoll",
                            .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
@@ -134,7 +148,7 @@ let package = Package(
             name: "imagecached",
             dependencies: [
                 "ImageCacheHTTP", "ImageCacheStatus", "ImageCacheServer", "ImageCacheConfig", "ImageCacheTransform", "ImageCacheCore",
-                "ImageCacheOps",
+                "ImageCacheCertificates", "ImageCacheOps",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -152,7 +166,7 @@ let package = Package(
         // whole daemon.
         .testTarget(name: "ImageCacheHTTPTests", dependencies: ["ImageCacheTestSupport", "ImageCacheHTTP"],
                     swiftSettings: swiftSettings),
-        .testTarget(name: "ImageCacheTLSTests", dependencies: ["ImageCacheTestSupport", "ImageCacheTLS"],
+        .testTarget(name: "ImageCacheTLSTests", dependencies: ["ImageCacheTestSupport", "ImageCacheSystem", "ImageCacheTLS"],
                     swiftSettings: swiftSettings),
         .testTarget(name: "ImageCacheStatusTests", dependencies: ["ImageCacheHTTP", "ImageCacheStatus"],
                     swiftSettings: swiftSettings),
@@ -181,13 +195,19 @@ let package = Package(
                     dependencies: ["ImageCacheTestSupport", "ImageCacheSystem", "ImageCacheStatus", "ImageCacheConfig", "ImageCacheStore",
                                    "ImageCacheCore", "ImageCacheOps"],
                     swiftSettings: swiftSettings),
+        .testTarget(name: "ImageCacheCertificatesTests",
+                    dependencies: ["ImageCacheTestSupport", "ImageCacheHTTP", "ImageCacheCertificates",
+                                   .product(name: "X509", package: "swift-certificates"),
+                                   .product(name: "SwiftASN1", package: "swift-asn1"),
+                                   .product(name: "Crypto", package: "swift-crypto")],
+                    swiftSettings: swiftSettings),
         .testTarget(name: "ImageCacheFuzzTests", dependencies: ["ImageCacheTestSupport", "ImageCacheFuzz"],
                     swiftSettings: swiftSettings),
         // The repository's own documents: every relative link in the README and docs/ resolves.
         .testTarget(name: "DocsTests", dependencies: ["ImageCacheTestSupport"], swiftSettings: swiftSettings),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: ["ImageCacheTestSupport", "ImageCacheSystem", "ImageCacheHTTP", "ImageCacheStatus", "ImageCacheConfig", "ImageCacheServer", "ImageCacheStore", "ImageCacheUpstream", "ImageCacheTransform", "ImageCacheCore", "ImageCacheOps"],
+            dependencies: ["ImageCacheTestSupport", "ImageCacheSystem", "ImageCacheHTTP", "ImageCacheStatus", "ImageCacheConfig", "ImageCacheServer", "ImageCacheStore", "ImageCacheUpstream", "ImageCacheTransform", "ImageCacheCertificates", "ImageCacheCore", "ImageCacheOps"],
             swiftSettings: swiftSettings
         ),
     ],

@@ -174,6 +174,18 @@ struct ConfigValue {
         return value
     }
 
+    /// A list of address ranges in CIDR notation ("127.0.0.0/8", "::1/128", or a bare address for one host).
+    func addressRanges() throws(ConfigError) -> [AddressRange] {
+        var ranges: [AddressRange] = []
+        for item in try items("a list of address ranges like 127.0.0.1/32") {
+            guard let range = AddressRange(item) else {
+                throw ConfigError(key: source, reason: "'\(item)' is not an address range like 127.0.0.1/32 or ::1/128")
+            }
+            ranges.append(range)
+        }
+        return ranges
+    }
+
     /// One of `choices` (lower-cased).
     func choice<T: RawRepresentable<String>>(_ type: T.Type, _ choices: String) throws(ConfigError) -> T {
         let text = try scalar().lowercased()
@@ -284,6 +296,12 @@ extension ConfigKey {
                 }
             }
             configuration.allowedSources = items
+        },
+        key("proxy-allow", "LIST", list(defaults.proxyAllow.map(\.description)), "address ranges (CIDR) of the clients that may use the forward proxy (absolute-form requests, CONNECT); others get 403") { configuration, value throws(ConfigError) in
+            configuration.proxyAllow = try value.addressRanges()
+        },
+        key("forward-non-images", "pass|refuse", defaults.forwardNonImages.rawValue, "forward mode: pass hands what the image checks refuse to the client as the origin sent it, uncached, and passes every method through; refuse answers those 502 and 501 (fetch mode refuses either way)") {
+            $0.forwardNonImages = try $1.choice(ForwardNonImages.self, "pass or refuse")
         },
         key("connect-ports", "LIST", list(defaults.connectPorts.map(String.init)), "ports a CONNECT tunnel (HTTPS_PROXY) may reach; others get 403") { configuration, value throws(ConfigError) in
             var ports: [Int] = []
@@ -437,6 +455,21 @@ extension ConfigKey {
             isSwitch: true) { $0.passTrace = try $1.boolean() },
         key("complete-abandoned-fetches", "true|false", String(defaults.completeAbandonedFetches), "keep an upstream transfer running to fill the cache when every client waiting on it has gone",
             isSwitch: true) { $0.completeAbandonedFetches = try $1.boolean() },
+        key("intercept-hosts", "LIST", defaults.interceptHosts.description, "hosts whose CONNECT tunnels are to be intercepted: names, *.suffix (the names below it), IP addresses, or * (every host); when set, the local CA in intercept-ca-dir is loaded, or made for these hosts (name constraints), at start, and a reload that lists a host outside its constraints is refused") { configuration, value throws(ConfigError) in
+            let items = try value.items("a list of host names, *.suffix, IP addresses or *")
+            do throws(InterceptHosts.Refusal) {
+                configuration.interceptHosts = try InterceptHosts.parse(items)
+            } catch {
+                throw ConfigError(key: value.source, reason: error.reason)
+            }
+        },
+        key("intercept-ca-dir", "DIR", "$STATE_DIRECTORY/ca, else $XDG_STATE_HOME/imagecached/ca, else ~/.local/state/imagecached/ca",
+            "directory of the local CA (ca.pem 0644, ca.key 0600, the directory 0700), apart from cache-dir: a lost CA must be trusted again",
+            restart: .field(\.interceptCADirectory)) { configuration, value throws(ConfigError) in
+            let text = try value.scalar()
+            guard !text.isEmpty else { throw ConfigError(key: value.source, reason: "must not be empty") }
+            configuration.interceptCADirectory = text
+        },
         key("log-level", "LEVEL", defaults.logLevel, "trace, debug, info, notice, warning, error or critical", restart: .field(\.logLevel)) { configuration, value throws(ConfigError) in
             let text = try value.scalar().lowercased()
             guard ["trace", "debug", "info", "notice", "warning", "error", "critical"].contains(text) else {
@@ -446,14 +479,7 @@ extension ConfigKey {
         },
         key("access-log", "true|false", String(defaults.accessLog), "one log line per request (text, and the same fields as log metadata)") { $0.accessLog = try $1.boolean() },
         key("admin-allow", "LIST", list(defaults.adminAllow.map(\.description)), "address ranges (CIDR) that may use /_imagecached/; others get 403") { configuration, value throws(ConfigError) in
-            var ranges: [AddressRange] = []
-            for item in try value.items("a list of address ranges like 127.0.0.1/32") {
-                guard let range = AddressRange(item) else {
-                    throw ConfigError(key: value.source, reason: "'\(item)' is not an address range like 127.0.0.1/32 or ::1/128")
-                }
-                ranges.append(range)
-            }
-            configuration.adminAllow = ranges
+            configuration.adminAllow = try value.addressRanges()
         },
         key("admin-hosts", "LIST", list(defaults.adminHosts), "host names an admin request may give in Host besides IP literals and localhost; others get 403") { configuration, value throws(ConfigError) in
             var hosts: [String] = []

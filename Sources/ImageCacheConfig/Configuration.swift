@@ -65,6 +65,13 @@ public struct Configuration: Sendable, Equatable {
     public var allowPrivateNetworks: Bool = false
     /// `allowed-sources`: URL prefixes forward mode, fetch mode and transform sources may reach; empty: any. Default none.
     public var allowedSources: [String] = []
+    /// `forward-non-images`: in forward mode, a response the image checks refuse is passed to the client as the origin
+    /// sent it, uncached, and every method is passed through (`pass`), or they are answered 502 and 501 (`refuse`).
+    /// Fetch mode refuses both either way. Default pass.
+    public var forwardNonImages: ForwardNonImages = .pass
+    /// `proxy-allow`: client address ranges (CIDR) that may use the forward proxy (absolute-form requests and
+    /// CONNECT); others get 403. Default loopback (127.0.0.0/8, ::1/128).
+    public var proxyAllow: [AddressRange] = AddressRange.loopback
     /// `connect-ports`: the ports a CONNECT tunnel may reach; others get 403. Default 443.
     public var connectPorts: [Int] = [443]
     /// `max-tunnels`: CONNECT tunnels open at once; past it a CONNECT gets 503. Default 1000.
@@ -101,6 +108,14 @@ public struct Configuration: Sendable, Equatable {
     var transformSaltTexts: [String] = []
     /// `complete-abandoned-fetches`: keep an upstream transfer running to fill the cache when every client has gone. Default false.
     public var completeAbandonedFetches: Bool = false
+    /// `intercept-hosts`: the hosts whose CONNECT tunnels are to be intercepted (names, `*.suffix`, IP literals, `*`).
+    /// When set, the daemon loads the local CA from `intercept-ca-dir` at start, or makes one constrained to these
+    /// hosts, and refuses to start (or a reload) with a host outside the CA's name constraints. Default none.
+    public var interceptHosts: InterceptHosts = .none
+    /// `intercept-ca-dir`: directory of the local CA (`ca.pem`, `ca.key`). Default `$STATE_DIRECTORY/ca` (systemd's
+    /// `StateDirectory=`), else `$XDG_STATE_HOME/imagecached/ca`, else `~/.local/state/imagecached/ca`; never under
+    /// `cache-dir`, which may be cleaned. Restart only.
+    public var interceptCADirectory: String = Configuration.defaultCADirectory()
     /// `log-level`: trace, debug, info, notice, warning, error, critical. Default info.
     public var logLevel: String = "info"
     /// `access-log`: one log line per request (method, target, status, X-Cache, bytes, time, client). Default false.
@@ -195,6 +210,23 @@ public struct Configuration: Sendable, Equatable {
         if let xdg = environment["XDG_CACHE_HOME"], !xdg.isEmpty { return xdg + "/imagecached" }
         let home = environment["HOME"] ?? "/tmp"
         return home + "/.cache/imagecached"
+    }
+}
+
+extension Configuration {
+    public static func defaultCADirectory() -> String {
+        defaultCADirectory(environment: ProcessInfo.processInfo.environment)
+    }
+
+    /// `$STATE_DIRECTORY/ca` (the first of systemd's list), else `$XDG_STATE_HOME/imagecached/ca`, else
+    /// `$HOME/.local/state/imagecached/ca`.
+    public static func defaultCADirectory(environment: [String: String]) -> String {
+        if let systemd = environment["STATE_DIRECTORY"], !systemd.isEmpty {
+            return String(systemd.split(separator: ":").first ?? Substring(systemd)) + "/ca"
+        }
+        if let xdg = environment["XDG_STATE_HOME"], !xdg.isEmpty { return xdg + "/imagecached/ca" }
+        let home = environment["HOME"] ?? "/tmp"
+        return home + "/.local/state/imagecached/ca"
     }
 }
 

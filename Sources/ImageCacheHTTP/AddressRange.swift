@@ -1,5 +1,6 @@
-// Address ranges in CIDR notation ("127.0.0.1/32", "10.0.0.0/8", "::1/128", "fd00::/8"), for `admin-allow`:
-// the clients that may use the /_imagecached/ endpoints. Pure: parsing and matching on bytes, no I/O.
+// Address ranges in CIDR notation ("127.0.0.1/32", "10.0.0.0/8", "::1/128", "fd00::/8"), for `admin-allow` (the
+// clients that may use the /_imagecached/ endpoints) and `proxy-allow` (the clients that may use the forward proxy).
+// Pure: parsing and matching on bytes, no I/O.
 // An IPv4-mapped IPv6 client address (::ffff:a.b.c.d) is matched as the IPv4 address it carries.
 
 #if canImport(Glibc)
@@ -42,7 +43,13 @@ public struct AddressRange: Sendable, Equatable, CustomStringConvertible {
         return bytes.count == network.count && Self.masked(bytes, prefixLength) == network
     }
 
-    /// The loopback ranges: the default of `admin-allow`.
+    /// Every address in the range is a loopback address: inside 127.0.0.0/8, or ::1/128 itself.
+    public var isLoopback: Bool {
+        network.count == 4 ? network[0] == 127 && prefixLength >= 8
+            : prefixLength == 128 && network[0..<15].allSatisfy { $0 == 0 } && network[15] == 1
+    }
+
+    /// The loopback ranges: the default of `admin-allow` and `proxy-allow`.
     public static let loopback: [AddressRange] = [AddressRange("127.0.0.0/8")!, AddressRange("::1/128")!]
 
     package static func addressBytes(_ text: String) -> [UInt8]? {

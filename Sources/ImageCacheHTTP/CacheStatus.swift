@@ -10,6 +10,9 @@
 //   MISS         imagecached; fwd=request; ...                  the request's no-cache forced a revalidation
 //   MISS         imagecached; fwd=vary-miss; ...                stored variant does not match the request's Vary fields
 //   BYPASS       imagecached; fwd=bypass; ...                   not cacheable as asked (Authorization, no-store) or not shareable
+//   BYPASS       imagecached; fwd=bypass; fwd-status=404; detail=not-image   forward mode (forward-non-images pass): what
+//                                                               the image checks refuse, passed on as the origin sent it,
+//                                                               never stored ("collapsed" when it was shared)
 //   PASS         imagecached; fwd=method; fwd-status=201        reverse mode: a method the cache does not answer, passed
 //                                                               through (Passthrough.swift)
 //   PASS         imagecached; fwd=uri-miss; fwd-status=304      reverse mode: a 304 that answered no conditional request,
@@ -61,8 +64,21 @@ public struct CacheOutcome: Sendable, Equatable {
 
     package static func hit(ttl: Double, detail: String? = nil) -> CacheOutcome { CacheOutcome(forward: nil, ttl: ttl, detail: detail) }
 
+    /// The detail of a response forward mode passed on because the image checks refuse it.
+    package static let notImageDetail = "not-image"
+
+    /// Forward mode passed on what the image checks refuse (`forwardStatus`: the origin's status), uncached.
+    package static func notImage(forwardStatus: Int, collapsed: Bool = false) -> CacheOutcome {
+        CacheOutcome(forward: .bypass, forwardStatus: forwardStatus, collapsed: collapsed, detail: notImageDetail)
+    }
+
+    /// A response passed on as not an image (`notImage`).
+    package var isNotImage: Bool { forward == .bypass && detail == Self.notImageDetail }
+
     package var xCache: String {
         guard let forward else { return (ttl ?? 0) < 0 ? "STALE" : "HIT" }
+        // (a bypass, shared or not: never COALESCED, which promises a cached image)
+        if isNotImage { return "BYPASS" }
         if collapsed { return "COALESCED" }
         if revalidated { return "REVALIDATED" }
         switch forward {

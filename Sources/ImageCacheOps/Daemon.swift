@@ -9,7 +9,8 @@
 //                    requests), close the rest, stop upstream transfers, flush the disk tier, exit 0.
 //                    A second signal while draining stops at once.
 //   SIGHUP           reload: the configuration is read again (same file, environment and flags); a file that
-//                    does not load leaves the running configuration in force and the log says why.
+//                    does not load leaves the running configuration in force and the log says why. So does an
+//                    intercept-hosts list outside the local CA's name constraints (Daemon+LocalCA.swift).
 // systemd (Systemd.swift): READY=1 once listening, STATUS= with a summary every 10 s, RELOADING=1 and READY=1
 // around a reload, STOPPING=1, WATCHDOG=1 at half of WatchdogSec (sent once every event loop has run a posted task,
 // from the proxy queue: a wedged loop or proxy queue stops the pings and systemd restarts the daemon).
@@ -21,6 +22,7 @@ internal import ImageCacheServer
 internal import ImageCacheStore
 internal import ImageCacheTransform
 internal import ImageCacheUpstream
+internal import ImageCacheCertificates
 public import ImageCacheCore
 internal import Dispatch
 public import Foundation
@@ -39,6 +41,8 @@ public final class Daemon: @unchecked Sendable {
     private var extraListeners: [Listener] = []
     /// The port being served, once started.
     public private(set) var port = 0
+    /// It serves sockets systemd passed (socket activation), whose addresses `listen` does not say.
+    private var listensOnSystemdSockets = false
     /// Reads the configuration again for a reload (SIGHUP); set by main. Nil: reload is refused.
     public var reloadSource: (@Sendable () throws -> Configuration)?
     let notifier = SystemdNotifier()
@@ -47,12 +51,18 @@ public final class Daemon: @unchecked Sendable {
     /// Records a sample of the status page's history every status-history-interval (off: the caller records them,
     /// as the in-process tests do with `proxy.recordHistorySample`).
     private let samplesHistory: Bool
+    /// The local CA's fingerprint in force (nil without intercept-hosts): a reload that finds another logs it.
+    var localCAFingerprint: String?
 
     public init(configuration: Configuration, logger: Logger, now: @escaping @Sendable () -> Date = { Date() },
                 events: (@Sendable (ProxyEvent) -> Void)? = nil, samplesHistory: Bool = true) throws {
         self.configuration = configuration
         self.samplesHistory = samplesHistory
         self.logger = logger
+        // First, before any thread starts: a CA that cannot be used stops the start (exit 1, the fix in the message).
+        let localCA = try Daemon.prepareLocalCA(for: configuration.interceptHosts, directory: configuration.interceptCADirectory,
+                                                logger: logger)
+        localCAFingerprint = localCA?.fingerprint
         let loopGuard = LoopGuard()
         self.loopGuard = loopGuard
         origin = try CurlOrigin(settings: configuration.upstream, allowPrivateNetworks: configuration.allowPrivateNetworks,
@@ -74,6 +84,7 @@ public final class Daemon: @unchecked Sendable {
         proxy = Proxy(configuration: configuration, origin: origin, disk: disk, logger: logger, now: now, events: events,
                       loopGuard: loopGuard)
         listener = Listener(settings: configuration.server, handler: proxy, logger: logger)
+        proxy.metrics.setInterceptCA(Daemon.statusOfLocalCA(localCA, directory: configuration.interceptCADirectory))
     }
 
     /// Binds the listening socket, or adopts the sockets systemd passed (socket activation), and starts serving.
@@ -83,6 +94,7 @@ public final class Daemon: @unchecked Sendable {
         signal(SIGPIPE, SIG_IGN)
         let passed = SystemdSocketActivation.takeListeningDescriptors()
         var listening = "http://\(ListenAddress(host: configuration.listen.host, port: 0))"
+        listensOnSystemdSockets = !passed.isEmpty
         if let first = passed.first {
             for fd in passed { SystemdSocketActivation.adopt(fd) }
             port = try listener.start(listeningFD: first)
@@ -111,6 +123,9 @@ public final class Daemon: @unchecked Sendable {
             modes.append("reverse proxy (" + configuration.origins.map { "\($0.prefix) -> \($0.url)" }.joined(separator: ", ") + ")")
         }
         logger.info("imagecached \(imagecachedVersion) listening on \(listening); modes: \(modes.joined(separator: ", ")); memory limit \(configuration.memoryLimitBytes) bytes; disk \(configuration.diskLimitBytes > 0 ? "\(configuration.cacheDirectory) limit \(configuration.diskLimitBytes) bytes" : "off"); private networks \(configuration.allowPrivateNetworks ? "allowed" : "refused"); signed fetch URLs \(configuration.signaturesRequired ? "required" : "optional") (\(configuration.signingKeys.count) key(s))")
+        if let warning = ProxyAllow(configuration.proxyAllow).openProxyWarning(listenHost: listensOnSystemdSockets ? nil : configuration.listen.host) {
+            logger.warning("\(warning)")
+        }
         if samplesHistory {
             // On the proxy queue, which owns the history.
             let history = DispatchSource.makeTimerSource(queue: proxy.queue)
@@ -167,7 +182,9 @@ public final class Daemon: @unchecked Sendable {
     public func reload() -> (any Error)? {
         guard let reloadSource else { return ConfigError(key: "reload", reason: "this daemon has no configuration source to reload") }
         do {
-            apply(try reloadSource())
+            let next = try reloadSource()
+            try reloadLocalCA(for: next)
+            apply(next)
             return nil
         } catch {
             proxy.metrics.reloadFailures.add()
@@ -186,6 +203,9 @@ public final class Daemon: @unchecked Sendable {
         proxy.apply(next)
         proxy.metrics.reloads.add()
         let applied = proxy.configuration
+        if let warning = ProxyAllow(applied.proxyAllow).openProxyWarning(listenHost: listensOnSystemdSockets ? nil : applied.listen.host) {
+            logger.warning("\(warning)")
+        }
         logger.notice("reloaded: memory limit \(applied.memoryLimitBytes) bytes (\(applied.memoryCountLimit) entries max), max object \(applied.maxObjectSizeBytes) bytes, \(applied.origins.count) origin(s), content types \(applied.effectiveContentTypes.isEmpty ? "any" : applied.effectiveContentTypes.joined(separator: ",")), admin-allow \(applied.adminAllow.map(\.description).joined(separator: ","))")
     }
 

@@ -80,6 +80,10 @@ extension DaemonStats {
             out.sample("tunnel_bytes_total", [("direction", "up")], Double(tunnels.bytesUp))
             out.sample("tunnel_bytes_total", [("direction", "down")], Double(tunnels.bytesDown))
         }
+        if let interceptCA {
+            out.family("intercept_ca_expiry_seconds", "gauge", "Seconds until the local CA's certificate expires (intercept-ca-dir).")
+            out.sample("intercept_ca_expiry_seconds", [], interceptCA.expirySeconds)
+        }
     }
 
     /// Image transforms and the pixel cache.

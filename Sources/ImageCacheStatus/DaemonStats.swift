@@ -59,7 +59,7 @@ public struct DaemonStats: Sendable, Codable, Equatable {
     /// When the counters were read, seconds since 1970 (the daemon's wall clock; absent in documents from daemons
     /// before it).
     public var time: Double?
-    /// Requests by outcome (hit, disk_hit, stale, miss, coalesced, revalidated, expired, bypass, pass, error).
+    /// Requests by outcome (hit, disk_hit, stale, miss, coalesced, revalidated, expired, bypass, pass, error, not_image).
     public var requests: [String: Int] = [:]
     /// Body bytes written to clients, by outcome.
     public var servedBytes: [String: Int] = [:]
@@ -108,6 +108,32 @@ public struct DaemonStats: Sendable, Codable, Equatable {
     public var inFlightFetches: [InFlightFetch]?
     /// The last errors, newest first (at most `ProxyMetrics.recentErrorLimit`).
     public var recentErrors: [ErrorRecord]?
+
+    /// The local CA (absent unless intercept-hosts is set).
+    public var interceptCA: InterceptCA?
+
+    /// The local CA that interception's leaves are signed with: where it is, which it is, what it may sign, and when
+    /// it expires.
+    public struct InterceptCA: Sendable, Codable, Equatable {
+        /// Its certificate's file (what clients trust).
+        public var certificatePath: String
+        /// SHA-256 of the certificate, "AB:CD:..." as openssl prints it.
+        public var fingerprint: String
+        /// False when intercept-hosts lists `*`: its key can sign for any site.
+        public var constrained: Bool
+        /// "constrained to 2 names (...)", or the unconstrained warning.
+        public var constraints: String
+        /// Its notAfter, seconds since 1970.
+        public var notAfter: Double
+        /// Seconds from the document's time to notAfter (negative once expired).
+        public var expirySeconds: Double
+
+        public init(certificatePath: String, fingerprint: String, constrained: Bool, constraints: String, notAfter: Double,
+                    expirySeconds: Double = 0) {
+            (self.certificatePath, self.fingerprint, self.constrained) = (certificatePath, fingerprint, constrained)
+            (self.constraints, self.notAfter, self.expirySeconds) = (constraints, notAfter, expirySeconds)
+        }
+    }
 
     /// One fetch (from the origin, or the disk) or transform in flight.
     public struct InFlightFetch: Sendable, Codable, Equatable {

@@ -8,6 +8,9 @@ package import ImageCacheHTTP
 /// `error` for the daemon's own error answers).
 public enum ServedOutcome: String, Sendable, CaseIterable, Codable {
     case hit, diskHit = "disk_hit", stale, miss, coalesced, revalidated, expired, bypass, pass, error
+    /// Forward mode passed on what the image checks refuse, uncached (forward-non-images pass). Last, so that the
+    /// status page's colours of the others (by index) stay as they were.
+    case notImage = "not_image"
 
     /// Served from stored bytes without transferring the body upstream.
     package var fromCache: Bool { [.hit, .diskHit, .stale, .revalidated].contains(self) }
@@ -17,6 +20,7 @@ extension CacheOutcome {
     /// The label the response is counted under (requests_total, served_bytes_total by outcome).
     package var served: ServedOutcome {
         guard let forward else { return (ttl ?? 0) < 0 ? .stale : detail == "disk" ? .diskHit : .hit }
+        if isNotImage { return .notImage }
         if collapsed { return .coalesced }
         switch forward {
         case _ where revalidated: return .revalidated

@@ -289,7 +289,7 @@ extension StatusPage {
       { className: "c5", values: list.map((point) => ratio(point.servedBytes, history.fromCache)) },
     ], { yMax: 1, format: axisPercent });
     drawChart("chart-requests", list, history.outcomes.map((outcome, index) => ({
-      className: "c" + (index % 10),
+      className: "c" + (index % 11),
       values: list.map((point) => perSecond((point.requests || {})[outcome] || 0, point)),
     })), { stacked: true, minTop: 1, format: axisRate });
     drawChart("chart-bytes", list, [

@@ -2,7 +2,7 @@
 // Content-Security-Policy by its SHA-256 (StatusPage.contentSecurityPolicy): any change here changes the hash, which is
 // computed from this very text, so there is nothing to keep in step by hand.
 // Colours are CSS variables, one set for light and one for dark (prefers-color-scheme); the charts' series take
-// the classes c0 ... c9 (an outcome: its index in the history document's `outcomes`), which set --c.
+// the classes c0 ... c10 (an outcome: its index in the history document's `outcomes`), which set --c.
 // Nothing is loaded: system fonts only, no images, no imports.
 
 extension StatusPage {
@@ -13,7 +13,7 @@ extension StatusPage {
   --bg: #f4f5f7; --card: #ffffff; --text: #1c2230; --muted: #5b6576; --line: #dadfe6; --grid: #e8ebef;
   --accent: #2f6fd6; --bad: #c42b2b; --ok: #23864f; --warn: #b7791f;
   --c0: #2e9e5b; --c1: #17a2b8; --c2: #b59a1b; --c3: #e07b24; --c4: #8a5cc7;
-  --c5: #3a78d4; --c6: #a0663a; --c7: #8a93a0; --c8: #4f6079; --c9: #d64545;
+  --c5: #3a78d4; --c6: #a0663a; --c7: #8a93a0; --c8: #4f6079; --c9: #d64545; --c10: #7a8f2e;
   font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", sans-serif;
 }
 @media (prefers-color-scheme: dark) {
@@ -21,7 +21,7 @@ extension StatusPage {
     --bg: #11141a; --card: #1a1f28; --text: #e4e8ef; --muted: #9ba5b5; --line: #2d3441; --grid: #252b36;
     --accent: #6ea2ff; --bad: #ff6b6b; --ok: #4cc584; --warn: #e0a84a;
     --c0: #4cc584; --c1: #3cc3d6; --c2: #d8c04a; --c3: #f59a4a; --c4: #b08cf0;
-    --c5: #6ea2ff; --c6: #c98d5f; --c7: #a3abb8; --c8: #7d90ad; --c9: #ff6b6b;
+    --c5: #6ea2ff; --c6: #c98d5f; --c7: #a3abb8; --c8: #7d90ad; --c9: #ff6b6b; --c10: #a8c05a;
   }
 }
 [hidden] { display: none !important; }
@@ -83,6 +83,7 @@ svg text.empty { font-size: 13px; font-style: italic; }
 .axis { stroke: var(--line); stroke-width: 1; }
 .c0 { --c: var(--c0); } .c1 { --c: var(--c1); } .c2 { --c: var(--c2); } .c3 { --c: var(--c3); } .c4 { --c: var(--c4); }
 .c5 { --c: var(--c5); } .c6 { --c: var(--c6); } .c7 { --c: var(--c7); } .c8 { --c: var(--c8); } .c9 { --c: var(--c9); }
+.c10 { --c: var(--c10); }
 path.line { fill: none; stroke: var(--c); stroke-width: 2; stroke-linejoin: round; stroke-linecap: round; }
 circle.dot { fill: var(--c); }
 path.area { fill: var(--c); fill-opacity: .85; stroke: var(--card); stroke-width: .5; }
@@ -112,6 +113,7 @@ th {
 th.num, td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 td.url { word-break: break-all; font-family: ui-monospace, "SFMono-Regular", Menlo, Consolas, monospace; font-size: .8rem; }
 td.reason { min-width: 14rem; }
+td.warn { color: var(--warn); font-weight: 600; }
 tr.empty td { color: var(--muted); font-style: italic; text-align: center; }
 td.bar-cell { width: 90px; vertical-align: middle; }
 svg.bar { display: block; width: 80px; height: 8px; }

@@ -84,7 +84,7 @@ package enum StatusPage {
 // MARK: - The document
 
 extension StatusPage {
-    /// Series classes of the line charts (colours in the style: c0 ... c9); the outcomes take c<index>.
+    /// Series classes of the line charts (colours in the style: c0 ... c10); the outcomes take c<index>.
     enum Series {
         static let requests = "c0", bytes = "c5", fromCache = "c0", upstream = "c3", mean = "c5", p95 = "c9"
     }
@@ -130,6 +130,7 @@ extension StatusPage {
             recentErrors()
             if stats.transforms != nil { transforms() }
             if stats.tunnels != nil { tunnels() }
+            if stats.interceptCA != nil { interceptCA() }
             html += "</main>\n<script type=\"application/json\" id=\"initial-data\">"
             html += StatusPage.initialData(stats: stats, history: history)
             html += "</script>\n<script>\(StatusPage.script)</script>\n</body>\n</html>\n"
@@ -206,7 +207,7 @@ extension StatusPage {
         mutating func requestsChart() {
             openCard("section-requests", "Requests by outcome", caption: "Requests per second in each interval, stacked by how they were answered.")
             chart("chart-requests", label: "Requests per second by outcome",
-                  legend: history.outcomes.enumerated().map { ("c\($0.offset % 10)", $0.element) })
+                  legend: history.outcomes.enumerated().map { ("c\($0.offset % 11)", $0.element) })
             html += "<details open><summary>Requests by outcome since start</summary>\n"
             figureList(.outcomes, small: true)
             html += "</details>\n</section>\n"
@@ -275,6 +276,13 @@ extension StatusPage {
         mutating func tunnels() {
             openCard("section-tunnels", "Tunnels", caption: "CONNECT tunnels (HTTPS_PROXY): open now, and since start; bytes of closed tunnels.")
             figureList(.tunnels, small: true)
+            html += "</section>\n"
+        }
+
+        mutating func interceptCA() {
+            openCard("section-intercept-ca", "Interception CA",
+                     caption: "The local CA that intercepted hosts' certificates are signed with (imagecached ca path, ca install).")
+            table("intercept-ca", columns: ["", "Value"], empty: "No local CA.")
             html += "</section>\n"
         }
 

@@ -180,6 +180,16 @@ package struct StatusView: Sendable, Equatable {
             [.time(error.time), .text(error.kind), .text(error.status.map(String.init) ?? "–", "num"),
              .text(error.reason, "reason"), .text(error.target, "url")]
         }
+        if let ca = stats.interceptCA {
+            // Label and value; the constraints in `warn` when the CA is unconstrained, the expiry when under 14 days.
+            tables["intercept-ca"] = [
+                [.text("Certificate"), .text(ca.certificatePath, "url")],
+                [.text("SHA-256"), .text(ca.fingerprint, "url")],
+                [.text("Name constraints"), .text(ca.constraints, ca.constrained ? nil : "warn")],
+                [.text("Expires in"), .text(StatusFormat.duration(ca.expirySeconds) + " (" + StatusFormat.isoTime(ca.notAfter) + ")",
+                                             ca.expirySeconds < 14 * 86_400 ? "warn" : nil)],
+            ]
+        }
         if let transforms = stats.transforms {
             var rows: [[Cell]] = []
             for (format, results) in transforms.results.sorted(by: { $0.key < $1.key }) {

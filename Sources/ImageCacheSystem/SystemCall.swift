@@ -84,3 +84,19 @@ package enum FileRead {
         return done
     }
 }
+
+/// What `fstat` says of who may use an open file: its owner, its permission bits and whether it is a regular file
+/// (the local CA's key is checked on the descriptor it is read from, as ssh checks its keys).
+package struct FileOwnership: Sendable, Equatable {
+    package var uid: UInt32
+    /// The permission bits (mode & 0o7777).
+    package var permissions: UInt32
+    package var isRegularFile: Bool
+
+    package static func of(_ fd: Int32) throws(SystemError) -> FileOwnership {
+        var info = stat()
+        try syscall("fstat") { fstat(fd, &info) }
+        return FileOwnership(uid: UInt32(info.st_uid), permissions: UInt32(info.st_mode) & 0o7777,
+                             isRegularFile: info.st_mode & S_IFMT == S_IFREG)
+    }
+}

@@ -17,7 +17,7 @@ import Logging
 /// configuration keys (ConfigKeys.swift), so that each key is defined once.
 struct Imagecached: ParsableCommand {
     static let abstract = "A local HTTP image caching proxy: forward proxy, /fetch?url=..., or reverse proxy with --origin."
-    static let subcommandTypes: [any ParsableCommand.Type] = [Purge.self, Stats.self, Prefetch.self, Config.self, Sign.self]
+    static let subcommandTypes: [any ParsableCommand.Type] = [Purge.self, Stats.self, Prefetch.self, Config.self, Sign.self, CA.self]
     static let configuration = CommandConfiguration(
         commandName: "imagecached", abstract: abstract, version: imagecachedVersion, subcommands: subcommandTypes)
 }

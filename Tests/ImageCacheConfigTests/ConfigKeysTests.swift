@@ -30,7 +30,7 @@ struct ConfigKeysTests {
 
     /// The keys whose default the table says in words rather than as a value (a rule, a secret, a place).
     static let defaultsInWords = ["origin", "origins", "cache-dir", "memory-limit", "memory-object-limit", "admin-token",
-                                  "admin-token-file", "signing-keys-file", "upstream.user-agent", "upstream.ca-bundle"]
+                                  "admin-token-file", "signing-keys-file", "upstream.user-agent", "upstream.ca-bundle", "intercept-ca-dir"]
 
     @Test("one default per key: every default the table states reads back through its own key as the default in force")
     func defaultsReadBack() throws {
@@ -59,6 +59,10 @@ struct ConfigKeysTests {
         #expect(text("upstream.ca-bundle") == "the system store" && defaults.upstream.caBundle.isEmpty)
         #expect(text("cache-dir").hasPrefix("$CACHE_DIRECTORY")
                 && Configuration.defaultCacheDirectory(environment: ["CACHE_DIRECTORY": "/var/cache/x"]) == "/var/cache/x")
+        #expect(text("intercept-ca-dir") == "$STATE_DIRECTORY/ca, else $XDG_STATE_HOME/imagecached/ca, else ~/.local/state/imagecached/ca")
+        #expect(Configuration.defaultCADirectory(environment: ["STATE_DIRECTORY": "/var/lib/imagecached:/var/lib/other", "HOME": "/h"]) == "/var/lib/imagecached/ca")
+        #expect(Configuration.defaultCADirectory(environment: ["XDG_STATE_HOME": "/x", "HOME": "/h"]) == "/x/imagecached/ca")
+        #expect(Configuration.defaultCADirectory(environment: ["HOME": "/h"]) == "/h/.local/state/imagecached/ca")
     }
 
     @Test("sizes are written in the largest binary unit that divides them, else in bytes, and read back", arguments: [
@@ -83,7 +87,7 @@ struct ConfigKeysTests {
             "listen", "origin", "origins", "cache-dir", "disk-limit", "disk-max-age", "disk-low-water", "disk-fsync",
             "memory-limit", "memory-count-limit", "memory-object-limit", "max-variants", "max-object-size",
             "stale-if-error", "stale-while-revalidate", "content-types", "allow-svg", "allow-private-networks", "allowed-sources",
-            "connect-ports", "max-tunnels", "tunnel-idle-timeout", "heuristic-fraction",
+            "proxy-allow", "forward-non-images", "connect-ports", "max-tunnels", "tunnel-idle-timeout", "heuristic-fraction",
             "heuristic-max", "targeted-cache-control", "strip-targeted-cache-control",
             "transforms", "transform-prefix", "transform-keys", "transform-salts", "transform-signature-size",
             "transform-presets", "transform-only-presets", "transform-workers", "transform-queue", "transform-queue-timeout",
@@ -91,7 +95,7 @@ struct ConfigKeysTests {
             "transform-max-dimension", "transform-allow-svg", "transform-auto-webp", "transform-auto-avif",
             "transform-quality", "transform-avif-effort", "transform-webp-effort", "transform-pixel-cache",
             "negative-ttl", "forward-request-fields",
-            "drop-request-fields", "pass-trace", "complete-abandoned-fetches", "log-level", "access-log", "admin-allow", "admin-hosts", "admin-token", "admin-token-file",
+            "drop-request-fields", "pass-trace", "complete-abandoned-fetches", "intercept-hosts", "intercept-ca-dir", "log-level", "access-log", "admin-allow", "admin-hosts", "admin-token", "admin-token-file",
             "status-refresh", "status-history-interval", "status-history-length", "signing-keys", "signing-keys-file", "require-signature", "in-flight-limit", "shutdown-timeout",
             "server.max-request-line", "server.max-header-bytes", "server.max-header-count",
             "server.max-request-body", "server.write-buffer", "server.header-timeout", "server.body-timeout",

@@ -200,6 +200,28 @@ struct ConfigurationTests {
             throws: { "\($0)".contains("--max-variants") && "\($0)".contains(">= 1") }
     }
 
+    @Test("intercept-hosts: none by default, a YAML list or a comma-separated variable, reloadable; a bad item named with the key; intercept-ca-dir restart only")
+    func interceptKeys() throws {
+        // Given
+        let defaults = try Configuration.load(file: nil, environment: [:], flags: [])
+        #expect(defaults.interceptHosts.isEmpty)
+        // When
+        let file = try Configuration.settings(fromYAML: "intercept-hosts: [Images.Example.com, \"*.cdn.example\", 203.0.113.5]\n", name: "x.yaml")
+        var fromFile = Configuration()
+        for setting in file { try fromFile.apply(setting) }
+        let fromEnvironment = try Configuration.load(file: nil, environment: ["IMAGECACHED_INTERCEPT_HOSTS": "images.example.com, *.cdn.example,203.0.113.5",
+                                                                              "IMAGECACHED_INTERCEPT_CA_DIR": "/srv/ca"], flags: [])
+        // Then
+        #expect(fromFile.interceptHosts.description == "images.example.com,*.cdn.example,203.0.113.5")
+        #expect(fromEnvironment.interceptHosts == fromFile.interceptHosts)
+        #expect(fromEnvironment.interceptCADirectory == "/srv/ca")
+        #expect(defaults.restartOnlyChanges(to: fromFile).isEmpty)
+        #expect(defaults.restartOnlyChanges(to: fromEnvironment) == ["intercept-ca-dir: \(defaults.interceptCADirectory) -> /srv/ca"])
+        #expect { try Configuration.load(file: nil, environment: [:],
+                                         flags: [ConfigSetting(key: "intercept-hosts", value: .scalar("a.test,bücher.test"), source: "--intercept-hosts")]) }
+            throws: { "\($0)" == "configuration error: --intercept-hosts: 'bücher.test': not ASCII: write an internationalised name in punycode (xn--...)" }
+    }
+
     @Test("an unknown key in the file is reported with the file name")
     func unknownFileKey() throws {
         let settings = try Configuration.settings(fromYAML: "memroy-limit: 1MiB\n", name: "x.yaml")

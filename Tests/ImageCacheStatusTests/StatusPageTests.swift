@@ -20,7 +20,7 @@ struct StatusPageTests {
         stats.uptimeSeconds = 93784.25
         stats.time = 1_764_150_034.5
         stats.requests = ["hit": 9000, "disk_hit": 500, "stale": 20, "miss": 400, "coalesced": 60, "revalidated": 15,
-                          "expired": 3, "bypass": 2, "pass": 1, "error": 7]
+                          "expired": 3, "bypass": 2, "pass": 1, "error": 7, "not_image": 4]
         stats.servedBytes = ["hit": 900_000_000, "disk_hit": 50_000_000, "stale": 2_000_000, "miss": 40_000_000,
                              "coalesced": 6_000_000, "revalidated": 1_500_000, "error": 1_000]
         stats.upstream.transfers = ["ok": 410, "upstream_timeout": 5]
@@ -39,6 +39,9 @@ struct StatusPageTests {
         stats.inFlightFetches = [.init(url: "\(scheme)origin.example/\(text).jpg", kind: "fetch", waiters: 4, receivedBytes: 65_536, seconds: 1.25)]
         stats.recentErrors = [.init(time: 1_764_150_000.5, kind: "upstream_\(text)", status: 504, reason: "origin timed out: \(text)",
                                     target: "/fetch?url=\(text)")]
+        stats.interceptCA = .init(certificatePath: "/var/lib/imagecached/ca/ca.pem", fingerprint: "AB:CD:EF",
+                                  constrained: true, constraints: "constrained to 1 name (images.\(text).example)",
+                                  notAfter: 1_764_150_034.5 + 400 * 86_400, expirySeconds: 400 * 86_400)
         return stats
     }
 
@@ -80,7 +83,7 @@ struct StatusPageTests {
         }
         let served = stats.servedBytes.values.reduce(0, +)
         var expected: [String: String] = [
-            "requests.total": "10008", "hitRatio": String(describing: stats.hitRatio),
+            "requests.total": "10012", "hitRatio": String(describing: stats.hitRatio),
             "byteHitRatio": String(describing: Double(stats.bytesServedFromCache) / Double(served)),
             "servedBytes.total": String(served), "servedBytes.fromCache": String(stats.bytesServedFromCache),
             "upstream.bytes": "48000000", "upstream.transfers": "415", "upstream.inFlight": "3",
@@ -91,7 +94,7 @@ struct StatusPageTests {
         ]
         for outcome in ServedOutcome.allCases { expected["requests.\(outcome.rawValue)"] = String(stats.requests[outcome.rawValue]!) }
         #expect(found == expected)
-        #expect(stats.hitRatio == 9535.0 / 10008.0)
+        #expect(stats.hitRatio == 9535.0 / 10012.0)
     }
 
     @Test("figures are formatted for people: bytes in binary units, counts grouped, ratios as percent")
@@ -101,8 +104,8 @@ struct StatusPageTests {
         // Then
         #expect(html.contains(#"data-value="268435456">256.0 MiB</span>"#))
         #expect(html.contains(#"data-value="3221225472">3.0 GiB</span>"#))
-        #expect(html.contains(#"data-stat="requests.total" data-unit="count" data-value="10008">10,008</span>"#))
-        #expect(html.contains(#">95.3%</span>"#))
+        #expect(html.contains(#"data-stat="requests.total" data-unit="count" data-value="10012">10,012</span>"#))
+        #expect(html.contains(#">95.2%</span>"#))
         #expect(html.contains(#"data-value="93784.25">1d 2h</span>"#))
         #expect(StatusFormat.bytes(1023) == "1,023 B" && StatusFormat.bytes(1536) == "1.5 KiB")
     }
@@ -206,7 +209,7 @@ struct StatusPageTests {
         // Given / When
         let display = try Self.display(ofStats: Self.stats().json())
         // Then
-        #expect(display.figures["requests.total"] == .init(text: "10,008", value: "10008"))
+        #expect(display.figures["requests.total"] == .init(text: "10,012", value: "10012"))
         #expect(display.figures["uptimeSeconds"] == .init(text: "1d 2h", value: "93784.25"))
         #expect(display.figures["transforms.meanMilliseconds"] == .init(text: "33 ms", value: "33"))
         #expect(display.time == StatusView.Cell(text: "09:40:34 UTC", datetime: "2025-11-26T09:40:34Z"))
@@ -300,6 +303,29 @@ struct StatusPageTests {
         #expect(html.contains("Charts need JavaScript; the figures are as of this page's load."))
     }
 
+    @Test("the local CA's card: its path, fingerprint and constraints, and the time to its expiry; the unconstrained warning and an expiry under 14 days marked")
+    func interceptCA() throws {
+        // Given a constrained CA with 400 days left, then an unconstrained one with 13
+        var stats = Self.stats()
+        let constrained = try Self.display(ofStats: stats.json()).tables["intercept-ca"]
+        stats.interceptCA?.constrained = false
+        stats.interceptCA?.constraints = "unconstrained: this key can sign for any site"
+        stats.interceptCA?.expirySeconds = 13 * 86_400
+        let html = Self.render(stats)
+        let unconstrained = try Self.display(ofStats: stats.json()).tables["intercept-ca"]
+        // Then
+        #expect(constrained?.map { $0.map(\.text) } == [
+            ["Certificate", "/var/lib/imagecached/ca/ca.pem"], ["SHA-256", "AB:CD:EF"],
+            ["Name constraints", "constrained to 1 name (images.plain.example)"], ["Expires in", "400d 0h (2026-12-31T09:40:34Z)"],
+        ])
+        #expect(constrained?.compactMap { $0.last?.className } == ["url", "url"])
+        #expect(unconstrained?[2].last == StatusView.Cell(text: "unconstrained: this key can sign for any site", className: "warn"))
+        #expect(unconstrained?[3].last?.className == "warn")
+        #expect(html.contains("Interception CA") && html.contains(#"<td class="warn">unconstrained: this key can sign for any site</td>"#))
+        // and /metrics carries the expiry
+        #expect(stats.prometheusText.contains("imagecached_intercept_ca_expiry_seconds 1123200"))
+    }
+
     @Test("without a disk tier, transforms, fetches or errors, their parts are left out or say they are empty")
     func optionalParts() {
         // Given a daemon with a memory tier only and nothing going on
@@ -310,6 +336,7 @@ struct StatusPageTests {
         // Then
         #expect(!html.contains("id=\"gauge-disk\"") && !html.contains("data-stat=\"disk."))
         #expect(!html.contains("id=\"transforms\"") && !html.contains("id=\"chart-transform-latency\"") && !html.contains("data-stat=\"transforms."))
+        #expect(!html.contains("Interception CA") && !stats.prometheusText.contains("intercept_ca"))
         #expect(html.contains("Nothing in flight.") && html.contains("No errors since start.") && html.contains("No upstream transfers yet."))
         #expect(html.contains(#"data-stat="hitRatio" data-unit="ratio" data-value="0.0">0.0%</span>"#))
         #expect(html.contains(#"data-stat="byteHitRatio" data-unit="ratio" data-value="0.0">"#))

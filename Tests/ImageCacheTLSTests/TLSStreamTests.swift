@@ -1,5 +1,7 @@
 // TLSStream: a client and a server joined in memory (Support/JoinedStreams), driven step by step, no sockets.
 
+import Dispatch
+import ImageCacheSystem
 import ImageCacheTestSupport
 @testable import ImageCacheTLS
 import Testing
@@ -319,6 +321,27 @@ struct TLSStreamTests {
         #expect(second.server.protocolVersion == version)
     }
 
+    @Test("a client session whose connection ended without close_notify is not resumed (OpenSSL drops it)")
+    func noResumptionAfterUncleanEnd() throws {
+        // Given a session kept from a connection that is then dropped without shutdown()
+        let server = try Contexts.server()
+        let client = try Contexts.verifyingClient()
+        var first: JoinedStreams? = try JoinedStreams(server: server, client: client)
+        _ = first!.handshake()
+        first!.pump()
+        _ = JoinedStreams.read(first!.client)
+        let session = try #require(first!.client.session())
+        first = nil
+
+        // When a second connection offers it
+        let second = try JoinedStreams(server: server, client: client, session: session)
+        let result = second.handshake()
+
+        // Then the handshake is a full one
+        #expect(result.client == .done && result.server == .done)
+        #expect(!second.client.isResumed)
+    }
+
     @Test("a ticket from another server context (other ticket keys) falls back to a full handshake")
     func ticketFromAnotherContext() throws {
         // Given a session from one server context
@@ -337,6 +360,40 @@ struct TLSStreamTests {
         #expect(result.client == .done && result.server == .done)
         #expect(!second.server.isResumed)
         #expect(!second.client.isResumed)
+    }
+
+    @Test("one server context serves full and resumed handshakes on four threads at once (the loops share it)")
+    func sharedContextAcrossThreads() throws {
+        // Given one server context and one client context, shared by four threads
+        let server = try Contexts.server()
+        let client = try Contexts.verifyingClient()
+        let outcomes = Locked<[String]>([])  // visible to ThreadSanitizer, unlike Mutex (docs/reliability.md)
+
+        // When each thread makes ten connections, each resuming the one before, and sends a line over each
+        DispatchQueue.concurrentPerform(iterations: 4) { thread in
+            var session: TLSSession?
+            var resumed = 0
+            for connection in 0..<10 {
+                guard let streams = try? JoinedStreams(server: server, client: client, session: session) else { continue }
+                let result = streams.handshake()
+                guard result.client == .done, result.server == .done else { continue }
+                let line = Array("thread \(thread) connection \(connection)".utf8)
+                let echoed = JoinedStreams.transfer(line, from: streams.client, to: streams.server).received
+                guard echoed == line else { continue }
+                if streams.server.isResumed { resumed += 1 }
+                streams.pump()
+                _ = JoinedStreams.read(streams.client)  // takes the tickets
+                session = streams.client.session()
+                _ = streams.client.shutdown()  // else OpenSSL marks the session not resumable when the stream goes
+                outcomes.withLock { $0.append("\(thread)") }
+            }
+            outcomes.withLock { $0.append("resumed \(resumed)") }
+        }
+
+        // Then all 40 worked, and every connection after each thread's first resumed
+        let all = outcomes.withLock { $0 }
+        #expect(all.filter { !$0.hasPrefix("resumed") }.count == 40)
+        #expect(all.filter { $0 == "resumed 9" }.count == 4, "\(all.filter { $0.hasPrefix("resumed") })")
     }
 
     // MARK: closing

@@ -44,7 +44,7 @@ struct CLITests {
         for flag in flags {
             #expect(stdout.contains("  \(flag)"), "\(flag) missing from --help")
         }
-        for subcommand in ["purge", "stats", "prefetch", "config", "sign"] {
+        for subcommand in ["purge", "stats", "prefetch", "config", "sign", "ca"] {
             #expect(stdout.contains("  \(subcommand) "), "\(subcommand) missing from --help")
         }
     }

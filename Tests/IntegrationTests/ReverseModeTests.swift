@@ -34,7 +34,7 @@ struct ReverseModeTests {
         return try await client.response(forHEAD: method == "HEAD")
     }
 
-    @Test("a 304 that answers no conditional request is passed on as the origin's status, uncached and labelled PASS; forward and fetch modes answer 502 with the reason")
+    @Test("a 304 that answers no conditional request is passed on as the origin's status, uncached and labelled PASS; fetch mode answers 502 with the reason")
     func unconditional304() async throws {
         // Given an origin that answers 304 to a request carrying no validator (the cache holds no copy of the URL)
         let harness = try ProxyHarness()
@@ -350,7 +350,7 @@ struct ReverseModeTests {
         #expect(offline.status == 200 && offline.body == Self.png && offline.header("X-Cache") == "STALE")
     }
 
-    @Test("forward and fetch modes send only forward-request-fields (and take GET and HEAD only)")
+    @Test("forward and fetch modes send only forward-request-fields on the requests the cache answers (and fetch mode takes GET and HEAD only)")
     func fetchModeFields() async throws {
         let harness = try ProxyHarness { $0.forwardRequestFields = ["Accept", "X-Trace"] }
         harness.origin.route("/g.png") { _ in Self.image() }

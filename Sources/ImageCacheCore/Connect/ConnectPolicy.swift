@@ -37,7 +37,8 @@ package enum ConnectDecision: Equatable {
 package enum ConnectPolicy {
     /// The inputs besides the request: the settings in force and who asks.
     package struct Inputs {
-        var clientAllowed: Bool
+        /// Why `proxy-allow` refuses this client (ProxyAllow), nil when it may use the proxy.
+        var clientRefusal: String?
         var signaturesRequired: Bool
         var connectPorts: [Int]
         var allowedSources: AllowedSources
@@ -45,9 +46,8 @@ package enum ConnectPolicy {
     }
 
     package static func decide(target text: String, _ inputs: Inputs) -> ConnectDecision {
-        guard inputs.clientAllowed else {
-            return .refuse(status: 403, reason: "this client may not use the forward proxy (its address is not in proxy-allow)",
-                           result: .refusedClient)
+        if let refusal = inputs.clientRefusal {
+            return .refuse(status: 403, reason: refusal, result: .refusedClient)
         }
         guard !inputs.signaturesRequired else {
             return .refuse(status: 403, reason: "this daemon requires signed URLs, which a CONNECT tunnel cannot carry: use /fetch?url=<percent-encoded URL>&sig=<signature>",

@@ -20,7 +20,7 @@ extension Proxy {
     public func connect(_ request: HTTPRequestHead, client: ClientInfo, reply: any ConnectReply) {
         let settings = self.settings
         let configuration = settings.configuration
-        let inputs = ConnectPolicy.Inputs(clientAllowed: client.isLoopback, signaturesRequired: settings.signing.required,
+        let inputs = ConnectPolicy.Inputs(clientRefusal: settings.proxyAllow.refusal(client), signaturesRequired: settings.signing.required,
                                           connectPorts: configuration.connectPorts, allowedSources: settings.allowedSources,
                                           allowPrivateNetworks: configuration.allowPrivateNetworks)
         let metrics = metrics.tunnels

@@ -349,7 +349,8 @@ final class Fetch: InFlightWork, @unchecked Sendable {
         for waiter in waiters {
             guard let client = clients.removeValue(forKey: waiter.id) else { continue }
             let request = waiter.request
-            Passthrough.start(request.head, body: .bytes([]), url: request.url, sink: client.sink, context: context,
+            Passthrough.start(request.head, body: .bytes([]), url: request.url, mode: request.mode, trusted: request.trusted,
+                              sink: client.sink, context: context,
                               fields: request.fields, policy: settings.rules.freshnessPolicy,
                               writeBuffer: settings.writeBufferBytes, maxForwards: nil, reason: .bypass)
         }

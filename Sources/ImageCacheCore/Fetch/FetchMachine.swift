@@ -21,8 +21,10 @@
 //                                                      ──> finished
 //                  ── other status, reverse mode ────> as a 200 without the image checks: shared, stored (RFC 9111
 //                                                      3, negative-ttl) or only streamed by the same rules
+//                  ── not an image, forward mode ────> passed on (`passNotImage`): checkingBody without the checks
 //   checkingBody ── image checks pass ──> streaming(Response) (or, when the whole body is in, each waiter gets its
 //                                         whole response in one call and the fetch finishes)
+//                ── checks fail, forward mode ──> passed on (`passNotImage`): streaming, never stored
 //   streaming ── end ──> store, end every waiter ──> finished
 //   any state ── every waiter gone (and nothing to fill) ──> finished
 //
@@ -43,9 +45,17 @@
 //   - The body is kept (for the store and for late joiners) while it may be stored and fits; once it does not, or the
 //     runner says the bodies in flight are over budget (`bodiesOverBudget`), it is streamed only and the fetch takes
 //     no newcomer (`closeToNewcomers`).
+//   - Not an image (forward and fetch modes): a status other than 200/203 (a 304 to a request that was not
+//     conditional included), a declared Content-Type outside content-types, or first bytes that fail the content
+//     sniff. A fetch-mode client gets the refusal (the origin's 4xx/5xx status, else 502, with the reason), and so
+//     does every client under forward-non-images refuse. A forward-mode client under pass gets the response as the
+//     origin sent it (its head without the untrusted fields, an error page nosniff, its body), never stored, labelled
+//     fwd=bypass, detail=not-image; the fetch takes no newcomer, and the clients that joined it share it by the rule
+//     above (`passNotImage`). Its size is still bounded by max-object-size (502 naming the key).
 
 internal import ImageCacheSystem
 internal import ImageCacheHTTP
+internal import ImageCacheConfig
 internal import ImageCacheStore
 internal import ImageCacheUpstream
 internal import Foundation
@@ -62,6 +72,17 @@ struct FetchMachine {
         var staleIfErrorSeconds: Double
         var contentPolicy: ContentPolicy
         var freshnessPolicy: FreshnessPolicy
+        /// Forward mode: what the image checks refuse is passed on (pass) or refused (refuse).
+        var forwardNonImages: ForwardNonImages = .pass
+    }
+
+    /// Why the image checks refuse a response (forward and fetch modes), as a client that is refused gets it.
+    struct NotImage {
+        /// The status a refused client gets: the origin's 4xx or 5xx, else 502.
+        var status: Int
+        var reason: String
+        /// The error's kind in the metrics.
+        var kind: String
     }
 
     /// A client waiting on the fetch (its sink stays with the runner).
@@ -89,9 +110,15 @@ struct FetchMachine {
         var requestTime: Date
     }
 
-    /// A 200/203 response being checked or streamed.
+    /// A response being checked or streamed (200/203; any status in reverse mode, or passed on as not an image).
     struct Response {
         var head: HTTPResponseHead
+        /// The head as the origin sent it (before the untrusted fields): what a response passed on as not an image
+        /// carries.
+        var upstreamHead: HTTPResponseHead
+        /// Why the image checks refused it, when it is passed on anyway (forward mode, forward-non-images pass): the
+        /// origin's head and body go to the clients as they are, never stored.
+        var notImage: String?
         var revalidating: Revalidation?
         var requestTime: Date
         var responseTime: Date
@@ -490,24 +517,28 @@ struct FetchMachine {
         }
         // Any other 304 answers a request that was not conditional (the client's own conditionals never go upstream
         // on a fetch): nothing was revalidated. Reverse mode passes it on as the origin's status, uncached and
-        // labelled PASS (`passOn`); forward and fetch modes answer 502, as for any status that is not an image.
+        // labelled PASS (`passOn`); forward and fetch modes take it for what is not an image (`imageRefusal`).
         let notConditional = head.status == 304
-        if notConditional && leader.mode != .reverse {
-            return refuseAll(status: 502, reason: "upstream answered 304 Not Modified to a request that was not conditional",
-                             kind: "upstream_status_3xx")
-        }
         // 200 and 203 are the images; reverse mode passes every other status on as it is.
         let isImage = head.status == 200 || head.status == 203
-        if !isImage {
-            guard let passed = passOn(head, revalidating: upstream.revalidating != nil, now: now) else { return }
-            head = passed
+        if !isImage, endsInsteadOfPassing(head, revalidating: upstream.revalidating != nil, now: now) { return }
+        var notImage: String?
+        if leader.mode == .reverse {
+            // (An image's declared type is checked in every mode: a configured origin's too.)
+            if !isImage { head = passOn(head) } else if let why = refusedImageType(head) { return refuseAll(status: 502, reason: why) }
+        } else if let refusal = imageRefusal(head, notConditional: notConditional) {
+            // Forward mode under forward-non-images pass: the origin's own head goes on, else the refusal.
+            guard passNotImage(refusal, status: head.status) else { return }
+            head = upstreamHead
+            head.markErrorPage()
+            notImage = refusal.reason
         }
         let responseCacheControl = rules.freshnessPolicy.cacheControl(head.headers, trusted: leader.trusted)
-        let storeDecision = storeDecision(for: head, cacheControl: responseCacheControl, url: url, redirects: redirects,
-                                          notConditional: notConditional)
         // Another status (reverse mode) is shared, stored or streamed by the same rules as an image, without the image
-        // checks.
-        if isImage, let why = refusedImageType(head) { return refuseAll(status: 502, reason: why) }
+        // checks; what is passed on as not an image is shared by those rules too, never stored.
+        let storeDecision = notImage.map { StoreDecision.dontStore(reason: "not an image: \($0)") }
+            ?? storeDecision(for: head, cacheControl: responseCacheControl, url: url, redirects: redirects,
+                             notConditional: notConditional)
         // A 204 or 304 has no body whatever its Content-Length says (RFC 9110 8.6).
         let bodyLength = head.status == 204 || head.status == 304 ? 0
             : head.headers["Content-Length"].flatMap { Int($0.trimmingOWS()) }
@@ -516,39 +547,81 @@ struct FetchMachine {
         }
         let shareable = Storability.isShareable(head, cacheControl: responseCacheControl)
         keepWaitersWhoMayHave(head, shareable: shareable)
-        if waiters.isEmpty && !rules.completeAbandonedFetches && !fillsCache {
+        // (A response passed on as not an image is for its clients alone: with none left it has no use.)
+        if waiters.isEmpty && (notImage != nil || (!rules.completeAbandonedFetches && !fillsCache)) {
             actions.append(.cancelTransfer)
             return finish()
         }
-        let response = Response(head: head, revalidating: upstream.revalidating, requestTime: upstream.requestTime,
-                                responseTime: now, bodyLength: bodyLength, storeDecision: storeDecision,
-                                privateFields: responseCacheControl.privateFields)
+        let response = Response(head: head, upstreamHead: upstreamHead, notImage: notImage, revalidating: upstream.revalidating,
+                                requestTime: upstream.requestTime, responseTime: now, bodyLength: bodyLength,
+                                storeDecision: storeDecision, privateFields: responseCacheControl.privateFields,
+                                kept: notImage == nil ? [] : nil)
         if abandonsUselessFill(response, shareable: shareable) { return }
         state = .checkingBody(response, prefix: [], heldBack: [])
         checkBody(complete: false)
     }
 
-    /// A status other than 200 or 203 (`revalidating`: a stored copy was being revalidated). Reverse mode passes it
-    /// on as it is: the head marked as an error page. Nil when the fetch ends here instead: served stale, or refused
-    /// (forward and fetch modes).
-    private mutating func passOn(_ upstreamHead: HTTPResponseHead, revalidating: Bool, now: Date) -> HTTPResponseHead? {
-        var head = upstreamHead
+    /// A status other than 200 or 203 (`revalidating`: a stored copy was being revalidated) may end the fetch before
+    /// it is passed on or refused: a 404 or 410 removes every stored variant (the resource is gone); a 5xx may serve
+    /// the stale copy instead (stale-if-error). True when the fetch ended here (served stale).
+    private mutating func endsInsteadOfPassing(_ head: HTTPResponseHead, revalidating: Bool, now: Date) -> Bool {
         if revalidating && (head.status == 404 || head.status == 410) {
             actions.append(.remove(variant: nil))   // the resource is gone: every variant of it
         }
-        if head.status >= 500, serveStaleIfError(because: "upstream answered \(head.status)", now: now) { return nil }
-        guard leader.mode == .reverse else {
-            let status = (400...599).contains(head.status) ? head.status : 502
-            refuseAll(status: status, reason: "upstream answered \(head.status) \(head.reason)",
-                      kind: "upstream_status_\(head.status / 100)xx")
-            return nil
-        }
+        return head.status >= 500 && serveStaleIfError(because: "upstream answered \(head.status)", now: now)
+    }
+
+    /// Reverse mode passes a status other than 200 or 203 on as it is: the head marked as an error page.
+    private mutating func passOn(_ upstreamHead: HTTPResponseHead) -> HTTPResponseHead {
+        var head = upstreamHead
         if head.status >= 400 {
             actions.append(.countError(kind: "upstream_status_\(head.status / 100)xx", status: head.status,
                                        reason: "upstream answered \(head.status) \(head.reason) (passed on)"))
         }
         head.markErrorPage()
         return head
+    }
+
+    /// Why the image checks refuse the response `head` (forward and fetch modes); nil when they accept it (its first
+    /// bytes are judged once they arrive: `checkBody`). `notConditional`: a 304 to a request that was not conditional.
+    private func imageRefusal(_ head: HTTPResponseHead, notConditional: Bool) -> NotImage? {
+        if notConditional {
+            return NotImage(status: 502, reason: "upstream answered 304 Not Modified to a request that was not conditional",
+                            kind: "upstream_status_3xx")
+        }
+        guard head.status == 200 || head.status == 203 else {
+            return NotImage(status: (400...599).contains(head.status) ? head.status : 502,
+                            reason: "upstream answered \(head.status) \(head.reason)", kind: "upstream_status_\(head.status / 100)xx")
+        }
+        return refusedImageType(head).map { NotImage(status: 502, reason: $0, kind: "content_refused") }
+    }
+
+    /// Whether `waiter` is given a response the image checks refuse, as the origin sent it: a forward-mode client
+    /// under forward-non-images pass. (A fetch-mode client may join a forward client's fetch: they share a key.)
+    private func passesNotImages(_ waiter: Waiter) -> Bool {
+        waiter.request.mode == .forward && rules.forwardNonImages == .pass
+    }
+
+    /// A response the image checks refuse (`refusal`; `status`: the origin's). The waiters it may be passed to keep
+    /// waiting for it, and the fetch takes no newcomer; every other waiter gets the refusal. False when no one takes
+    /// it: the fetch is over, refused.
+    private mutating func passNotImage(_ refusal: NotImage, status: Int) -> Bool {
+        let refused = waiters.filter { !passesNotImages($0) }
+        guard refused.count < waiters.count else {
+            refuseAll(status: refusal.status, reason: refusal.reason, kind: refusal.kind)
+            return false
+        }
+        waiters = waiters.filter(passesNotImages)
+        if !refused.isEmpty {
+            actions.append(.log(.notice, "\(refusal.status) \(key): \(refusal.reason)"))
+            actions.append(.countError(kind: refusal.kind, status: refusal.status, reason: refusal.reason))
+            actions.append(.fail(refused.map(\.id), status: refusal.status, reason: refusal.reason))
+        } else if status >= 400 {
+            actions.append(.countError(kind: refusal.kind, status: status, reason: refusal.reason + " (passed on)"))
+        }
+        actions.append(.log(.info, "\(key): not an image (\(refusal.reason)); passed on, not stored"))
+        closeToNewcomers()
+        return true
     }
 
     /// Whether the response `head` (reached at `url` through `redirects`) may be stored. `notConditional`: a 304 to
@@ -699,58 +772,75 @@ struct FetchMachine {
 
     /// Runs the image checks on the first bytes; once they pass, the head goes out and streaming starts.
     private mutating func checkBody(complete: Bool) {
-        guard case let .checkingBody(response, prefix, heldBack) = state else { return }
-        // The image checks are for images (200, 203); another status (reverse mode) is the origin's as it is.
-        let isImage = response.head.status == 200 || response.head.status == 203
+        guard case var .checkingBody(response, prefix, heldBack) = state else { return }
+        // The image checks are for images (200, 203); another status (reverse mode), or what is passed on as not an
+        // image, is the origin's as it is.
+        let isImage = (response.head.status == 200 || response.head.status == 203) && response.notImage == nil
         switch isImage ? rules.contentPolicy.check(contentType: response.head.headers["Content-Type"], prefix: prefix[...],
                                                    complete: complete) : .allowed {
         case .needMoreBytes:
             return
         case let .refused(why):
-            refuseAll(status: 502, reason: why)
+            // No head went out yet: the clients that take what is not an image get the origin's response after all.
+            guard passNotImage(NotImage(status: 502, reason: why, kind: "content_refused"), status: response.head.status)
+            else { return }
+            response.head = response.upstreamHead
+            response.notImage = why
+            response.storeDecision = .dontStore(reason: "not an image: \(why)")
+            response.kept = nil
+            response.keptBytes = 0
+            startStreaming(response, heldBack: heldBack)
         case .allowed:
-            state = .streaming(response)
-            if response.bodyComplete {
-                // The whole body is here already (the common case for a coalesced image): store it, then give each
-                // client its whole response in one call, one hop onto its connection's loop thread instead of three.
-                let entry = store(response)
-                let body = heldBack.count == 1 ? heldBack[0] : Array(heldBack.joined())
-                for index in waiters.indices {
-                    waiters[index].sentHead = true
-                    let waiter = waiters[index]
-                    let (head, outcome) = clientHead(response, for: waiter)
-                    if let entry, waiter.request.head.headers.contains("Range") {
-                        // The stored entry answers the range (206, 416, If-Range) with a slice of its body, not a copy.
-                        actions.append(.respondStored(entry, outcome: outcome, file: nil, now: response.responseTime, to: waiter.id))
-                        continue
-                    }
-                    switch rangeAnswer(waiter, response) {
-                    case let .part(bytes)?:
-                        let (partHead, _) = self.partHead(response, for: waiter, bytes)
-                        actions.append(.respondWhole(partHead, outcome: outcome, body: Array(body[bytes]), to: waiter.id))
-                    case .unsatisfiable?:
-                        actions.append(.refuseRange(outcome: outcome, length: body.count, to: waiter.id))
-                    default:
-                        actions.append(.respondWhole(head, outcome: outcome, body: body, to: waiter.id))
-                    }
+            startStreaming(response, heldBack: heldBack)
+        }
+    }
+
+    /// The checks passed (or do not apply): the heads go out and the body so far (`heldBack`) follows.
+    private mutating func startStreaming(_ response: Response, heldBack: [[UInt8]]) {
+        state = .streaming(response)
+        if response.bodyComplete {
+            // The whole body is here already (the common case for a coalesced image): store it, then give each
+            // client its whole response in one call, one hop onto its connection's loop thread instead of three.
+            let entry = store(response)
+            let body = heldBack.count == 1 ? heldBack[0] : Array(heldBack.joined())
+            for index in waiters.indices {
+                waiters[index].sentHead = true
+                let waiter = waiters[index]
+                let (head, outcome) = clientHead(response, for: waiter)
+                if let entry, waiter.request.head.headers.contains("Range") {
+                    // The stored entry answers the range (206, 416, If-Range) with a slice of its body, not a copy.
+                    actions.append(.respondStored(entry, outcome: outcome, file: nil, now: response.responseTime, to: waiter.id))
+                    continue
                 }
-                return finish()
+                switch rangeAnswer(waiter, response) {
+                case let .part(bytes)?:
+                    let (partHead, _) = self.partHead(response, for: waiter, bytes)
+                    actions.append(.respondWhole(partHead, outcome: outcome, body: Array(body[bytes]), to: waiter.id))
+                case .unsatisfiable?:
+                    actions.append(.refuseRange(outcome: outcome, length: body.count, to: waiter.id))
+                default:
+                    actions.append(.respondWhole(head, outcome: outcome, body: body, to: waiter.id))
+                }
             }
-            startWaiters(waiters.map(\.id), response)
+            return finish()
+        }
+        startWaiters(waiters.map(\.id), response)
+        if isFinished { return }
+        dropAnsweredHeadWaiters()
+        // (HEAD clients alone, on a response that will not be stored: nothing is left to do.)
+        if abandonsUselessFill(response) { return }
+        var offset = 0
+        for chunk in heldBack {
+            deliver(chunk, at: offset, to: nil, response)
             if isFinished { return }
-            dropAnsweredHeadWaiters()
-            var offset = 0
-            for chunk in heldBack {
-                deliver(chunk, at: offset, to: nil, response)
-                if isFinished { return }
-                offset += chunk.count
-            }
+            offset += chunk.count
         }
     }
 
     /// The head a waiter gets for the upstream response: no Content-Length (the sink frames), Cache-Status, X-Cache.
     private func clientHead(_ response: Response, for waiter: Waiter) -> (HTTPResponseHead, CacheOutcome) {
-        var outcome = CacheOutcome(forward: reason, forwardStatus: response.head.status)
+        var outcome = response.notImage == nil ? CacheOutcome(forward: reason, forwardStatus: response.head.status)
+            : .notImage(forwardStatus: response.head.status)
         if case .store = response.storeDecision, response.kept != nil,
            rules.writesToDisk || (response.bodyLength ?? 0) <= rules.memoryObjectLimitBytes {
             outcome.stored = true

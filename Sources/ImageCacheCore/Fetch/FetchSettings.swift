@@ -27,7 +27,8 @@ struct FetchSettings {
             completeAbandonedFetches: configuration.completeAbandonedFetches,
             staleIfErrorSeconds: configuration.staleIfErrorSeconds,
             contentPolicy: settings.contentPolicy,
-            freshnessPolicy: settings.freshnessPolicy)
+            freshnessPolicy: settings.freshnessPolicy,
+            forwardNonImages: configuration.forwardNonImages)
         inFlightLimitBytes = configuration.inFlightLimitBytes
         writeBufferBytes = configuration.server.writeBufferBytes
         followsRedirects = configuration.allowedSources.isEmpty

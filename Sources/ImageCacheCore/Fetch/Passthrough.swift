@@ -1,13 +1,18 @@
-// PASS-THROUGH: a request the cache does not answer, sent to a configured origin as it is (reverse mode only).
+// PASS-THROUGH: a request the cache does not answer, sent to its origin as it is (reverse mode, and forward mode
+// under forward-non-images pass).
 //
 // Rules (pure, `PassthroughRules`):
-//   1. Reverse mode answers GET and HEAD from the cache; every other method (POST, PUT, DELETE, PATCH, OPTIONS,
-//      unknown ones) is passed through uncached: its body (streamed as it arrives, RequestBodyStream -> StreamedBody,
-//      within server.max-request-body and server.body-timeout) and its end-to-end fields (RequestFields.swift,
-//      preconditions and Range included) go to the origin, and the origin's
-//      response (any status, its own body, redirects not followed) comes back as it is, with Cache-Status
-//      `fwd=method` and X-Cache PASS. CONNECT is 501 (Route); TRACE is 405 unless pass-trace is on. Forward and fetch
-//      modes take GET and HEAD only (501).
+//   1. Reverse and forward modes answer GET and HEAD from the cache; every other method (POST, PUT, DELETE, PATCH,
+//      OPTIONS, unknown ones) is passed through uncached: its body (streamed as it arrives, RequestBodyStream ->
+//      StreamedBody, within server.max-request-body and server.body-timeout) and its end-to-end fields
+//      (RequestFields.swift, preconditions, Range and Cookie included) go to the origin, and the origin's response
+//      (any status, its own body, redirects not followed) comes back as it is, with Cache-Status `fwd=method` and
+//      X-Cache PASS. It is never retried (the transfer retries GET and HEAD only). CONNECT is 501 (Route); TRACE is
+//      405 unless pass-trace is on. Fetch mode takes GET and HEAD only (501), and so does forward mode under
+//      forward-non-images refuse.
+//   1a. Trust comes from the route: a configured origin (reverse mode) is trusted; forward mode's origin is any URL a
+//      client named, so its exchange is judged like a forward GET: the private-network guard on the address
+//      connected (403 unless allow-private-networks) and allowed-sources (Route, 403).
 //   2. Invalidation (RFC 9111 4.4): a non-error response (2xx, 3xx) to an unsafe method (any but GET, HEAD, OPTIONS,
 //      TRACE) removes every stored variant of the target URI, and of the URIs in Location and Content-Location when
 //      they are on the same origin (scheme, host and port), from both tiers, before the client has the response.
@@ -37,7 +42,7 @@ internal import Foundation
 internal import Logging
 internal import Synchronization
 
-/// One request passed through to a configured origin and its response relayed (the rules above).
+/// One request passed through to its origin and its response relayed (the rules above).
 final class Passthrough: @unchecked Sendable {
     // MARK: immutable after init
     private let request: HTTPRequestHead
@@ -81,15 +86,17 @@ final class Passthrough: @unchecked Sendable {
         self.policy = policy
     }
 
-    /// Starts the exchange (on any thread). `body`: the request body as read; `fields`: which fields go upstream.
-    static func start(_ request: HTTPRequestHead, body: RequestBody, url: UpstreamURL, sink: any ResponseSink,
-                      context: FetchContext, fields: RequestFieldPolicy, policy: FreshnessPolicy, writeBuffer: Int,
-                      maxForwards: String?, reason: CacheOutcome.Forward = .method) {
+    /// Starts the exchange (on any thread). `body`: the request body as read; `mode` and `trusted`: the route's (which
+    /// fields go upstream, and whether the private-network guard judges the address connected: rule 1a); `fields`:
+    /// the field policy in force.
+    static func start(_ request: HTTPRequestHead, body: RequestBody, url: UpstreamURL, mode: Route.Mode, trusted: Bool,
+                      sink: any ResponseSink, context: FetchContext, fields: RequestFieldPolicy, policy: FreshnessPolicy,
+                      writeBuffer: Int, maxForwards: String?, reason: CacheOutcome.Forward = .method) {
         let exchange = Passthrough(request: request, url: url, sink: sink, context: context, policy: policy, window: writeBuffer,
                                    reason: reason)
-        var headers = fields.forwarded(request.headers, mode: .reverse, cached: false)
+        var headers = fields.forwarded(request.headers, mode: mode, cached: false)
         if let maxForwards { headers.add("Max-Forwards", maxForwards) }
-        headers.add("Via", RequestFieldPolicy.via(request.headers, mode: .reverse, own: context.via))
+        headers.add("Via", RequestFieldPolicy.via(request.headers, mode: mode, cached: false, own: context.via))
         var bytes: [UInt8]?, streamed: StreamedBody?
         switch body {
         case let .bytes(read):
@@ -109,7 +116,7 @@ final class Passthrough: @unchecked Sendable {
             streamed = upload
         }
         var upstream = UpstreamRequest(url: url.string, method: request.method, body: bytes, streamedBody: streamed,
-                                       followsRedirects: false, headers: headers, trusted: true,
+                                       followsRedirects: false, headers: headers, trusted: trusted,
                                        maxBodyBytes: Int(Int64.max), deliveryWindow: writeBuffer)
         upstream.forwardsInterim = true
         let outgoing = upstream

@@ -31,6 +31,8 @@ final class ProxySettings: Sendable {
     let transformRouting: TransformRouting?
     /// `allowed-sources`.
     let allowedSources: AllowedSources
+    /// `proxy-allow`: the clients that may use the forward proxy (ProxyAllow.swift).
+    let proxyAllow: ProxyAllow
 
     init(_ configuration: Configuration) {
         requestFields = RequestFieldPolicy(configuration)
@@ -41,6 +43,7 @@ final class ProxySettings: Sendable {
         freshnessPolicy = configuration.freshnessPolicy
         transformRouting = configuration.transform.enabled ? TransformRouting(configuration) : nil
         allowedSources = AllowedSources(configuration.allowedSources)
+        proxyAllow = ProxyAllow(configuration.proxyAllow)
     }
 }
 

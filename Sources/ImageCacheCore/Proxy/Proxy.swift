@@ -2,7 +2,7 @@
 //
 //   connection loop                          proxy queue                           curl thread
 //   ----------------                         -----------                           -----------
-//   route (forward | fetch | reverse | admin)
+//   proxy-allow (forward and CONNECT requests: ProxyAllow.swift) -> route (forward | fetch | reverse | admin)
 //   store.lookupInMemory(key, request's Vary fields) ── fresh ──> StoredResponse.send (no hop, body shared, not copied)
 //        │ (memory miss: the disk, Proxy+Disk.swift)
 //        │ stale + max-stale ──> served STALE
@@ -129,6 +129,10 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
                    request: request, client: client)
             return
         }
+        if ProxyAllow.isProxyRequest(request), let refusal = settings.proxyAllow.refusal(client) {
+            refuse(sink, status: 403, reason: refusal, request: request, client: client)
+            return
+        }
         let route = Route.resolve(request, origins: settings.originRoutes, signing: settings.signing,
                                   transforms: settings.transformRouting, allowed: settings.allowedSources)
         switch route {
@@ -154,7 +158,7 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
                 return
             }
             if !PassthroughRules.isCached(request.method) {
-                pass(request, body: body, url: url, sink: sink, settings: settings)
+                pass(request, body: body, url: url, mode: mode, trusted: trusted, sink: sink, settings: settings)
                 return
             }
             guard body.bytes.isEmpty else {
@@ -167,10 +171,12 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
         }
     }
 
-    /// A request passed through to a configured origin streams its body there; `POST /_imagecached/prefetch` reads its
-    /// list whole; any other request that announces a body is refused as soon as its head is in, with the status its
-    /// route would answer (400 for a GET or HEAD with a body, 501 for a method the cache does not take, the route's own
-    /// error), so no connection holds up to `server.max-request-body` for nothing.
+    /// A request passed through to its origin (reverse mode, and forward mode under forward-non-images pass) streams
+    /// its body there; `POST /_imagecached/prefetch` reads its list whole; any other request that announces a body is
+    /// refused as soon as its head is in, with the status its route would answer (400 for a GET or HEAD with a body,
+    /// 501 for a method the cache does not take, the route's own error), so no connection holds up to
+    /// `server.max-request-body` for nothing. (A forward request from a client outside proxy-allow is refused by
+    /// `handle`, which knows the client, before any of its body is read: its connection then closes.)
     public func bodyHandling(for request: HTTPRequestHead) -> HTTPParser.BodyHandling {
         let settings = self.settings
         if loopGuard.carriesOwnVia(request.headers) {
@@ -192,13 +198,22 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
         }
     }
 
-    /// Forward and fetch modes take GET and HEAD only (501); reverse mode passes every method but CONNECT (Route) and
-    /// TRACE when pass-trace is off (405). Said once for both places a request is refused: when its body is announced
-    /// (`bodyRefusal`) and when it is handled.
+    /// Fetch mode takes GET and HEAD only (501), and so does forward mode under forward-non-images refuse; reverse mode,
+    /// and forward mode under forward-non-images pass, pass every method but CONNECT (Route) and TRACE when pass-trace
+    /// is off (405). Said once for both places a request is refused: when its body is announced (`bodyHandling`) and
+    /// when it is handled.
     private func methodRefusal(_ request: HTTPRequestHead, mode: Route.Mode, settings: ProxySettings) -> HTTPParser.ParseError? {
         if PassthroughRules.isCached(request.method) { return nil }
-        guard mode == .reverse else {
-            return HTTPParser.ParseError(status: 501, reason: "method \(request.method) is not supported here (only GET and HEAD; reverse mode passes other methods to its origin)",
+        switch mode {
+        case .reverse:
+            break
+        case .forward where settings.configuration.forwardNonImages == .pass:
+            break
+        case .forward:
+            return HTTPParser.ParseError(status: 501, reason: "method \(request.method) is not passed through forward mode here (only GET and HEAD: forward-non-images is refuse)",
+                                         headers: ["Allow": "GET, HEAD"])
+        case .fetch:
+            return HTTPParser.ParseError(status: 501, reason: "method \(request.method) is not supported here (only GET and HEAD; reverse and forward modes pass other methods to the origin)",
                                          headers: ["Allow": "GET, HEAD"])
         }
         if request.method == "TRACE" && !settings.configuration.passTrace {
@@ -208,14 +223,17 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
         return nil
     }
 
-    /// Reverse mode: a method the cache does not answer goes to the origin as it is (Passthrough.swift).
-    private func pass(_ request: HTTPRequestHead, body: RequestBody, url: UpstreamURL, sink: any ResponseSink, settings: ProxySettings) {
+    /// Reverse and forward modes: a method the cache does not answer goes to the origin as it is (Passthrough.swift),
+    /// judged as the route says (`trusted`: a configured origin; forward mode's is any URL, under the private-network
+    /// guard and allowed-sources).
+    private func pass(_ request: HTTPRequestHead, body: RequestBody, url: UpstreamURL, mode: Route.Mode, trusted: Bool,
+                      sink: any ResponseSink, settings: ProxySettings) {
         switch PassthroughRules.hops(method: request.method, headers: request.headers) {
         case .answerHere:
             answerAsFinalRecipient(request, sink: sink, settings: settings)
         case let .forward(maxForwards):
             let sink = MetricsSink(wrapping: sink, metrics: metrics, isHead: false)
-            Passthrough.start(request, body: body, url: url, sink: sink, context: coalescer.context,
+            Passthrough.start(request, body: body, url: url, mode: mode, trusted: trusted, sink: sink, context: coalescer.context,
                               fields: settings.requestFields, policy: settings.freshnessPolicy,
                               writeBuffer: settings.configuration.server.writeBufferBytes, maxForwards: maxForwards)
         }

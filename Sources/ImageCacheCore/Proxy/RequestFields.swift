@@ -1,10 +1,13 @@
 // WHICH REQUEST FIELDS GO UPSTREAM, stated once. Pure.
 //
-// Forward and fetch modes (any origin on the internet, on a client's word): only the fields of
+// Forward and fetch modes, on a request the cache answers (GET, HEAD: any origin on the internet, on a client's
+// word, and one cache key and one coalesced fetch for every client of a URL): only the fields of
 // `forward-request-fields` (default Accept, Accept-Language, User-Agent), and Authorization (such a request bypasses
 // the cache: CacheDecision.beforeLookup). Cookies, Referer and the rest stay on this machine.
 //
-// Reverse mode (a configured origin), as nginx's proxy_pass does: every end-to-end field the client sent, except
+// Reverse mode (a configured origin), as nginx's proxy_pass does, and a request forward mode passes through (any
+// other method, under forward-non-images pass: the client's own exchange with the origin, never cached or shared):
+// every end-to-end field the client sent, except
 //   1. hop-by-hop fields and every field the Connection field names (RFC 9110 7.6.1): Connection, Keep-Alive,
 //      Proxy-Connection, Proxy-Authorization, TE, Trailer, Transfer-Encoding, Upgrade;
 //   2. Host (the origin's goes, from its URL), Content-Length and Expect (the body is framed anew), Max-Forwards
@@ -50,10 +53,16 @@ final class RequestFieldPolicy: Sendable {
     static let conditionalNames = ["If-None-Match", "If-Modified-Since", "If-Match", "If-Unmodified-Since", "If-Range", "Range",
                                    "Accept-Encoding"]
 
+    /// Whether a request in `mode` sends every end-to-end field (reverse mode; forward mode's passed methods), or
+    /// only `forward-request-fields` and Authorization (the forward and fetch requests the cache answers).
+    static func sendsEndToEnd(mode: Route.Mode, cached: Bool) -> Bool {
+        mode == .reverse || (mode == .forward && !cached)
+    }
+
     /// The fields of `headers` sent upstream for a request in `mode`; `cached`: the cache answers it (GET, HEAD).
     func forwarded(_ headers: HTTPHeaders, mode: Route.Mode, cached: Bool) -> HTTPHeaders {
         var forwarded = HTTPHeaders()
-        guard mode == .reverse else {
+        guard Self.sendsEndToEnd(mode: mode, cached: cached) else {
             for name in forwardNames {
                 if let value = headers.combined(name) { forwarded.add(name, value) }
             }
@@ -75,9 +84,10 @@ final class RequestFieldPolicy: Sendable {
         return forwarded
     }
 
-    /// The Via field sent upstream: the client's (reverse mode) with this daemon's `via` appended (RFC 9110 7.6.3).
-    static func via(_ headers: HTTPHeaders, mode: Route.Mode, own via: String) -> String {
-        guard mode == .reverse, let client = headers.combined("Via") else { return via }
+    /// The Via field sent upstream: the client's (when every end-to-end field goes) with this daemon's `via` appended
+    /// (RFC 9110 7.6.3).
+    static func via(_ headers: HTTPHeaders, mode: Route.Mode, cached: Bool = true, own via: String) -> String {
+        guard sendsEndToEnd(mode: mode, cached: cached), let client = headers.combined("Via") else { return via }
         return client + ", " + via
     }
 }

@@ -68,6 +68,14 @@ public final class ProxyMetrics: Sendable {
     package let reloadFailures = Counter()
     /// CONNECT tunnels: the open count (and the max-tunnels cap), results, ends, bytes.
     package let tunnels = TunnelMetrics()
+    /// The local CA in use (set at start and by each reload; nil without intercept-hosts). Its expiry is counted
+    /// from each snapshot's time.
+    private let interceptCA = Locked<DaemonStats.InterceptCA?>(nil)
+
+    /// The local CA the status page and /metrics describe from now on (nil: none).
+    package func setInterceptCA(_ ca: DaemonStats.InterceptCA?) {
+        interceptCA.withLock { $0 = ca }
+    }
 
     public init(now: @escaping @Sendable () -> Date = { Date() }) {
         self.now = now
@@ -166,6 +174,11 @@ public final class ProxyMetrics: Sendable {
         stats.transforms = transforms
         stats.reloads = reloads.current
         stats.reloadFailures = reloadFailures.current
+        stats.interceptCA = interceptCA.withLock { $0 }.map { ca in
+            var ca = ca
+            ca.expirySeconds = ca.notAfter - time.timeIntervalSince1970
+            return ca
+        }
         return stats
     }
 }

@@ -319,7 +319,8 @@ public final class TLSStream {
     }
 
     /// A client's session to resume later, once it can be resumed. Under TLS 1.3 the server's tickets come after
-    /// the handshake: a `read` must have processed them first.
+    /// the handshake: a `read` must have processed them first. The stream must end with `shutdown()` (our
+    /// close_notify sent): OpenSSL marks the session of a connection freed without it as not resumable.
     public func session() -> TLSSession? {
         guard let session = SSL_get1_session(ssl) else { return nil }
         guard SSL_SESSION_is_resumable(session) == 1 else {

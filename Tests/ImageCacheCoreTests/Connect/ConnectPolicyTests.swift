@@ -6,7 +6,7 @@ import Testing
 struct ConnectPolicyTests {
     static func inputs(client: Bool = true, signatures: Bool = false, ports: [Int] = [443], allowed: [String] = [],
                        privateNetworks: Bool = false) -> ConnectPolicy.Inputs {
-        ConnectPolicy.Inputs(clientAllowed: client, signaturesRequired: signatures, connectPorts: ports,
+        ConnectPolicy.Inputs(clientRefusal: client ? nil : "the forward proxy answers clients in proxy-allow only (10.1.1.1 is not)", signaturesRequired: signatures, connectPorts: ports,
                              allowedSources: AllowedSources(allowed), allowPrivateNetworks: privateNetworks)
     }
 

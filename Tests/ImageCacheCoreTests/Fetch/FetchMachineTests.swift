@@ -5,6 +5,8 @@ import Foundation
 import ImageCacheTestSupport
 import Testing
 @testable import ImageCacheHTTP
+@testable import ImageCacheConfig
+@testable import ImageCacheStatus
 @testable import ImageCacheServer
 @testable import ImageCacheStore
 @testable import ImageCacheUpstream
@@ -23,11 +25,13 @@ struct FetchMachineTests {
     }
 
     static func rules(writesToDisk: Bool = false, completeAbandoned: Bool = false, maxObject: Int = 1 << 20,
-                      memoryObject: Int = 1 << 20, staleIfError: Double = 0, negativeTTL: Double = 10) -> FetchMachine.Rules {
+                      memoryObject: Int = 1 << 20, staleIfError: Double = 0, negativeTTL: Double = 10,
+                      forwardNonImages: ForwardNonImages = .pass) -> FetchMachine.Rules {
         FetchMachine.Rules(maxObjectSizeBytes: maxObject, memoryObjectLimitBytes: memoryObject, writesToDisk: writesToDisk,
                            completeAbandonedFetches: completeAbandoned, staleIfErrorSeconds: staleIfError,
                            contentPolicy: ContentPolicy(allowedTypes: ["image/*"]),
-                           freshnessPolicy: FreshnessPolicy(negativeTTLSeconds: negativeTTL))
+                           freshnessPolicy: FreshnessPolicy(negativeTTLSeconds: negativeTTL),
+                           forwardNonImages: forwardNonImages)
     }
 
     /// A machine with its leader (waiter 1) attached, plus `others` collapsed waiters (2, 3, ...).
@@ -483,5 +487,135 @@ struct FetchMachineTests {
         #expect(!machine.keepsBody && !machine.joinable)
         _ = machine.receiveBody(Array(Self.png[50...]), now: Self.t0)
         #expect(Self.lines(machine.receiveEnd(now: Self.t0)) == ["end [1]", "finish"])
+    }
+
+    // MARK: forward mode: what is not an image (forward-non-images)
+
+    static let html = Array("<!doctype html><title>a page</title>".utf8)
+
+    static func page(_ status: Int, _ extra: [(String, String)] = [], length: Int = html.count) -> HTTPResponseHead {
+        HTTPResponseHead(status: status, headers: HTTPHeaders([("Content-Type", "text/html"), ("Content-Length", String(length))] + extra))
+    }
+
+    /// The first head or whole response of `actions` sent to `waiter`, with its outcome.
+    static func sent(_ actions: [FetchMachine.Action], to waiter: Int) -> (HTTPResponseHead, CacheOutcome)? {
+        for action in actions {
+            switch action {
+            case let .sendHead(head, outcome, _, to, _) where to == waiter: return (head, outcome)
+            case let .respondWhole(head, outcome, _, to) where to == waiter: return (head, outcome)
+            default: continue
+            }
+        }
+        return nil
+    }
+
+    @Test("forward mode under pass: an HTML 200, a 404 page, a 304 to an unconditional request, or bytes that are no image after an image type reach every client as the origin sent them, labelled not-image, never stored")
+    func forwardPassesNotImages() throws {
+        let noImage = Array(repeating: UInt8(ascii: "A"), count: Self.png.count)
+        let cases: [(label: String, head: HTTPResponseHead, body: [UInt8], expected: [String])] = [
+            ("an HTML page", Self.page(200), Self.html,
+             ["closed", "head 200 BYPASS to 1", "head 200 BYPASS to 2", "body \(Self.html.count) to [1, 2]", "end [1, 2]", "finish"]),
+            ("a 404 page", Self.page(404), Self.html,
+             ["error upstream_status_4xx", "closed", "head 404 BYPASS to 1", "head 404 BYPASS to 2",
+              "body \(Self.html.count) to [1, 2]", "end [1, 2]", "finish"]),
+            ("a 304 to a request that was not conditional", HTTPResponseHead(status: 304, headers: ["ETag": "\"v1\""]), [],
+             ["closed", "whole 304 BYPASS 0 to 1", "whole 304 BYPASS 0 to 2", "finish"]),
+            ("bytes that are no PNG under image/png", Self.head(), noImage,
+             ["closed", "whole 200 BYPASS 100 to 1", "whole 200 BYPASS 100 to 2", "finish"]),
+        ]
+        for (label, head, body, expected) in cases {
+            // Given a forward-mode leader and a forward-mode client that joined its fetch
+            var machine = Self.machine(leader: Self.request(mode: .forward), others: [Self.request(mode: .forward)])
+            _ = machine.start()
+            // When the origin answers what the image checks refuse
+            var actions = machine.receiveHead(head, url: Self.url, redirects: [], now: Self.t0)
+            if !body.isEmpty { actions += machine.receiveBody(body, now: Self.t0) }
+            // Then both get it, nothing is stored and no client is refused
+            #expect(Self.lines(actions) == expected, "\(label)")
+            #expect(machine.isFinished, "\(label)")
+            let (leaderHead, outcome) = try #require(Self.sent(actions, to: 1), "\(label)")
+            #expect(outcome.cacheStatus == "imagecached; fwd=bypass; fwd-status=\(head.status); detail=not-image", "\(label)")
+            #expect(outcome.served == .notImage && !outcome.stored, "\(label)")
+            // As the origin sent it: not the untrusted fields of an image (a page keeps its scripts and styles)
+            #expect(leaderHead.headers["Content-Security-Policy"] == nil, "\(label)")
+            #expect(leaderHead.headers["Content-Type"] == head.headers["Content-Type"], "\(label)")
+            #expect(leaderHead.headers["X-Content-Type-Options"] == (head.status >= 400 ? "nosniff" : nil), "\(label)")
+            let (_, joined) = try #require(Self.sent(actions, to: 2), "\(label)")
+            #expect(joined.cacheStatus.hasSuffix("; collapsed; detail=not-image") && joined.xCache == "BYPASS", "\(label)")
+        }
+    }
+
+    @Test("forward mode under refuse, and fetch mode under either setting, answer what is not an image 502 (an error status as itself), nothing passed")
+    func notImagesRefused() {
+        let noImage = Array(repeating: UInt8(ascii: "A"), count: Self.png.count)
+        for (mode, setting) in [(Route.Mode.forward, ForwardNonImages.refuse), (.fetch, .pass), (.fetch, .refuse)] {
+            let rules = Self.rules(forwardNonImages: setting)
+            var html = Self.machine(leader: Self.request(mode: mode), others: [Self.request(mode: mode)], rules: rules)
+            _ = html.start()
+            #expect(Self.lines(html.receiveHead(Self.page(200), url: Self.url, redirects: [], now: Self.t0))
+                    == ["error content_refused", "fail 502 [1, 2]", "cancel", "closed", "finish"], "\(mode) \(setting)")
+            var missing = Self.machine(leader: Self.request(mode: mode), rules: rules)
+            _ = missing.start()
+            #expect(Self.lines(missing.receiveHead(Self.page(404), url: Self.url, redirects: [], now: Self.t0))
+                    == ["error upstream_status_4xx", "fail 404 [1]", "cancel", "closed", "finish"], "\(mode) \(setting)")
+            var sniffed = Self.machine(leader: Self.request(mode: mode), rules: rules)
+            _ = sniffed.start()
+            _ = sniffed.receiveHead(Self.head(), url: Self.url, redirects: [], now: Self.t0)
+            #expect(Self.lines(sniffed.receiveBody(noImage, now: Self.t0))
+                    == ["error content_refused", "fail 502 [1]", "cancel", "closed", "finish"], "\(mode) \(setting)")
+        }
+    }
+
+    @Test("a not-image response is shared with the forward clients that joined when it may be shared; a private one goes to the leader only and the others go alone; a fetch-mode client that joined gets 502")
+    func notImageSharing() {
+        // Given a forward leader and two forward clients that joined
+        var shared = Self.machine(leader: Self.request(mode: .forward), others: [Self.request(mode: .forward), Self.request(mode: .forward)])
+        _ = shared.start()
+        #expect(Self.lines(shared.receiveHead(Self.page(200), url: Self.url, redirects: [], now: Self.t0))
+                == ["closed", "head 200 BYPASS to 1", "head 200 BYPASS to 2", "head 200 BYPASS to 3"])
+        // A private page (or one that sets a cookie) is the leader's alone
+        for extra in [[("Cache-Control", "private")], [("Set-Cookie", "session=1")]] {
+            var personal = Self.machine(leader: Self.request(mode: .forward), others: [Self.request(mode: .forward), Self.request(mode: .forward)])
+            _ = personal.start()
+            #expect(Self.lines(personal.receiveHead(Self.page(200, extra), url: Self.url, redirects: [], now: Self.t0))
+                    == ["closed", "alone [2, 3]", "head 200 BYPASS to 1"], "\(extra)")
+            #expect(personal.waiters.map(\.id) == [1])
+        }
+        // A fetch-mode client shares the key, but is refused what is not an image
+        var mixed = Self.machine(leader: Self.request(mode: .forward), others: [Self.request(mode: .fetch)])
+        _ = mixed.start()
+        #expect(Self.lines(mixed.receiveHead(Self.page(200), url: Self.url, redirects: [], now: Self.t0))
+                == ["error content_refused", "fail 502 [2]", "closed", "head 200 BYPASS to 1"])
+    }
+
+    @Test("a not-image response over max-object-size is refused 502 naming the key, as an image would be; a HEAD client alone ends its transfer")
+    func notImageLimits() throws {
+        var large = Self.machine(leader: Self.request(mode: .forward), rules: Self.rules(maxObject: 1000))
+        _ = large.start()
+        let actions = large.receiveHead(Self.page(200, length: 1001), url: Self.url, redirects: [], now: Self.t0)
+        #expect(Self.lines(actions) == ["closed", "error upstream_too_large", "fail 502 [1]", "cancel", "finish"])
+        let reason = actions.compactMap { action -> String? in if case let .fail(_, _, reason) = action { reason } else { nil } }.first
+        #expect(reason?.contains("max-object-size") == true)
+        // HEAD is fetched with GET: its client has the head, and nothing is left to fetch for
+        var head = Self.machine(leader: Self.request(method: "HEAD", mode: .forward))
+        _ = head.start()
+        #expect(Self.lines(head.receiveHead(Self.page(200), url: Self.url, redirects: [], now: Self.t0))
+                == ["closed", "head 200 BYPASS to 1 (ends)", "cancel", "finish"])
+    }
+
+    @Test("an image whose Content-Type is ambiguous (two fields) is refused 502 in reverse and fetch modes; forward mode passes it, uncached, as the origin's own")
+    func ambiguousType() {
+        let polyglot = HTTPResponseHead(status: 200, headers: HTTPHeaders([("Content-Type", "image/png"), ("Content-Type", "text/html"),
+                                                                           ("Content-Length", String(Self.png.count))]))
+        for mode in [Route.Mode.reverse, .fetch] {
+            var machine = Self.machine(leader: Self.request(mode: mode))
+            _ = machine.start()
+            #expect(Self.lines(machine.receiveHead(polyglot, url: Self.url, redirects: [], now: Self.t0))
+                    == ["error content_refused", "fail 502 [1]", "cancel", "closed", "finish"], "\(mode)")
+        }
+        var forward = Self.machine(leader: Self.request(mode: .forward))
+        _ = forward.start()
+        #expect(Self.lines(forward.receiveHead(polyglot, url: Self.url, redirects: [], now: Self.t0)) == ["closed", "head 200 BYPASS to 1"])
+        #expect(Self.lines(forward.receiveBody(Self.png, now: Self.t0)) == ["body 100 to [1]", "end [1]", "finish"])
     }
 }
