@@ -130,7 +130,7 @@ let package = Package(
         .target(
             name: "ImageCacheOps",
             dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "ImageCacheStatus", "ImageCacheConfig", "ImageCacheServer",
-                           "ImageCacheStore", "ImageCacheUpstream", "ImageCacheTransform", "ImageCacheCertificates", "ImageCacheCore", "CEpoll",
+                           "ImageCacheStore", "ImageCacheUpstream", "ImageCacheTransform", "ImageCacheCertificates", "ImageCacheTLS", "ImageCacheCore", "CEpoll",
                            .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),

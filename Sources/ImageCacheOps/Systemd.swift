@@ -86,6 +86,14 @@ public enum SystemdSocketActivation {
         return descriptors(environment: environment, pid: getpid())
     }
 
+    /// As `takeListeningDescriptors`, with each descriptor's name (LISTEN_FDNAMES, FileDescriptorName= in the unit;
+    /// "" when unnamed).
+    public static func takeListeningSockets() -> (descriptors: [Int32], names: [String]) {
+        let environment = ProcessInfo.processInfo.environment
+        let names = environment["LISTEN_FDNAMES"].map { $0.split(separator: ":", omittingEmptySubsequences: false).map(String.init) } ?? []
+        return (takeListeningDescriptors(), names)
+    }
+
     /// Pure: the descriptors `environment` names for process `pid`.
     public static func descriptors(environment: [String: String], pid: Int32) -> [Int32] {
         guard let listenPID = environment["LISTEN_PID"].flatMap(Int32.init), listenPID == pid,
