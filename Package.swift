@@ -207,7 +207,7 @@ let package = Package(
         .testTarget(name: "DocsTests", dependencies: ["ImageCacheTestSupport"], swiftSettings: swiftSettings),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: ["ImageCacheTestSupport", "ImageCacheSystem", "ImageCacheHTTP", "ImageCacheStatus", "ImageCacheConfig", "ImageCacheServer", "ImageCacheStore", "ImageCacheUpstream", "ImageCacheTransform", "ImageCacheCertificates", "ImageCacheCore", "ImageCacheOps"],
+            dependencies: ["ImageCacheTestSupport", "ImageCacheSystem", "ImageCacheHTTP", "ImageCacheStatus", "ImageCacheConfig", "ImageCacheServer", "ImageCacheStore", "ImageCacheUpstream", "ImageCacheTransform", "ImageCacheCertificates", "ImageCacheTLS", "ImageCacheCore", "ImageCacheOps"],
             swiftSettings: swiftSettings
         ),
     ],

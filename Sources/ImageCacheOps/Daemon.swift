@@ -102,19 +102,25 @@ public final class Daemon: @unchecked Sendable {
         let (passed, names) = SystemdSocketActivation.takeListeningSockets()
         var listening = "http://\(ListenAddress(host: configuration.listen.host, port: 0))"
         listensOnSystemdSockets = !passed.isEmpty
-        if let first = passed.first {
+        if !passed.isEmpty {
             for fd in passed { SystemdSocketActivation.adopt(fd) }
-            port = try listener.start(listeningFD: first)
+            // A socket named "tls" (FileDescriptorName=tls in its unit) serves HTTPS with tls-cert and tls-key; the
+            // first other one is the main listener, whatever order systemd passes them in.
+            let isTLS = passed.indices.map { $0 < names.count && names[$0] == "tls" }
+            guard let main = passed.indices.first(where: { !isTLS[$0] }) else {
+                throw ConfigError(key: "listen", reason: "systemd passed only sockets named tls: pass a plain one too (imagecached.socket)")
+            }
+            if isTLS.contains(true) && tlsListening == nil {
+                throw ConfigError(key: "tls-cert", reason: "systemd passed a socket named tls: set tls-cert and tls-key")
+            }
+            port = try listener.start(listeningFD: passed[main])
             loopGuard.recordListening(host: nil, port: port)
             do {
-                for (index, fd) in passed.enumerated().dropFirst() {
-                    // A socket named "tls" (FileDescriptorName=tls in its unit) serves HTTPS with tls-cert and tls-key.
-                    let isTLS = index < names.count && names[index] == "tls"
-                    if isTLS && tlsListening == nil {
-                        throw ConfigError(key: "tls-cert", reason: "systemd passed a socket named tls: set tls-cert and tls-key")
-                    }
-                    let extra = Listener(settings: configuration.server, handler: proxy, logger: logger, tls: isTLS ? tlsListening : nil)
-                    loopGuard.recordListening(host: nil, port: try extra.start(listeningFD: fd))
+                for index in passed.indices where index != main {
+                    let extra = Listener(settings: configuration.server, handler: proxy, logger: logger, tls: isTLS[index] ? tlsListening : nil)
+                    let extraPort = try extra.start(listeningFD: passed[index])
+                    if isTLS[index] { tlsPort = extraPort }
+                    loopGuard.recordListening(host: nil, port: extraPort)
                     extraListeners.append(extra)
                 }
             } catch {
