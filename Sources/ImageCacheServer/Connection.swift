@@ -57,6 +57,8 @@ final class Connection: @unchecked Sendable {
     private var readSuspended = false
     /// The socket may have bytes to read that we have not read (edge-triggered: no new event comes for them).
     private var readReady = true
+    /// The peer's FIN or a hang-up is queued (EPOLLRDHUP): reads go on to the 0, never stop at a short read.
+    private var hungUp = false
     private var writeQueue = WriteQueue()
     /// onCancel callbacks of the current exchange.
     private var cancelCallbacks: [@Sendable () -> Void] = []
@@ -166,11 +168,12 @@ final class Connection: @unchecked Sendable {
     // MARK: - Events
 
     /// The loop saw the socket become readable and/or writable (or fail, or the peer close). On the loop thread.
-    func ready(readable: Bool, writable: Bool) {
+    func ready(readable: Bool, writable: Bool, hungUp: Bool = false) {
         loop.preconditionInLoop()
         guard !closed else { return }
+        if hungUp { self.hungUp = true }
         if let tunnel {
-            tunnel.clientReady(readable: readable, writable: writable)
+            tunnel.clientReady(readable: readable, writable: writable, hungUp: hungUp)
             return
         }
         if readable {
@@ -198,8 +201,9 @@ final class Connection: @unchecked Sendable {
                 readReady = false
                 run(stateMachine.readClosed())
             case let .success(bytes):
-                // A short read emptied the socket: more bytes, or the peer's FIN, come with a new edge.
-                if bytes.count < Self.readChunkBytes { readReady = false }
+                // A short read emptied the socket: more bytes, or the peer's FIN, come with a new edge; unless the FIN
+                // is already queued behind these bytes (then read on to the 0).
+                if bytes.count < Self.readChunkBytes, !hungUp { readReady = false }
                 run(stateMachine.bytesReceived(bytes, date: HTTPDateCache.shared.current()))
             case let .failure(error) where error.isWouldBlock:
                 readReady = false
@@ -400,7 +404,7 @@ final class Connection: @unchecked Sendable {
         readSuspended = false
         let ended = accepted.ended
         let tunnel = Tunnel(connectionID: id, loop: loop, clientFD: fd, upstream: upstream, leftover: leftover,
-                            clientReadReady: readReady, options: accepted.options,
+                            clientReadReady: readReady || hungUp, clientHungUp: hungUp, options: accepted.options,
                             writeTimeoutSeconds: settings.writeTimeoutSeconds, logger: logger) { [unowned self] report in
             ended(report)
             self.closeNow()
@@ -462,7 +466,7 @@ final class Connection: @unchecked Sendable {
                                 readReady = false
                             } else {
                                 tls.stream.networkDidWrite(count)
-                                if count < space.count { readReady = false }
+                                if count < space.count, !hungUp { readReady = false }
                             }
                             moved = true
                         } catch where error.isWouldBlock {
@@ -533,7 +537,7 @@ final class Connection: @unchecked Sendable {
             closeNow()   // the client left before its first byte: nothing to count
             return false
         case let .success(bytes):
-            if bytes.count < Self.readChunkBytes { readReady = false }
+            if bytes.count < Self.readChunkBytes, !hungUp { readReady = false }
             tls.hello += bytes
         case let .failure(error) where error.isWouldBlock:
             readReady = false
