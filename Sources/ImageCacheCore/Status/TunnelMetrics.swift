@@ -9,6 +9,8 @@ internal import Synchronization
 
 package final class TunnelMetrics: Sendable {
     private let open = Atomic<Int>(0)
+    /// Dials under way: they hold upstream transfer slots, which image fetches need too.
+    private let dialing = Atomic<Int>(0)
     private let results = Locked<[String: Int]>([:])
     private let ends = Locked<[String: Int]>([:])
     private let bytesUp = Counter()
@@ -25,6 +27,21 @@ package final class TunnelMetrics: Sendable {
             current = found
         }
         return false
+    }
+
+    /// Takes one of `limit` dial places; false at the cap.
+    func reserveDial(limit: Int) -> Bool {
+        var current = dialing.load(ordering: .relaxed)
+        while current < limit {
+            let (exchanged, found) = dialing.compareExchange(expected: current, desired: current + 1, ordering: .relaxed)
+            if exchanged { return true }
+            current = found
+        }
+        return false
+    }
+
+    func releaseDial() {
+        dialing.subtract(1, ordering: .relaxed)
     }
 
     /// Gives a place back (a refused dial, a client gone, a closed tunnel).
@@ -62,5 +79,19 @@ final class TunnelPlace: Sendable {
 
     func release() {
         if held.exchange(false, ordering: .relaxed) { metrics.release() }
+    }
+}
+
+/// One CONNECT's hold on a dial place: given back once, when the dial answers or the client goes.
+final class DialPlace: Sendable {
+    private let metrics: TunnelMetrics
+    private let held = Atomic<Bool>(true)
+
+    init(_ metrics: TunnelMetrics) {
+        self.metrics = metrics
+    }
+
+    func release() {
+        if held.exchange(false, ordering: .relaxed) { metrics.releaseDial() }
     }
 }
