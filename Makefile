@@ -31,7 +31,10 @@ install: $(if $(BINARY),,build)
 		systemd/imagecached.service > "$(DESTDIR)$(SYSTEMDUNITDIR)/imagecached.service"
 	sed -e 's|/usr/local/share/doc/imagecached|$(DOCDIR)|' -e 's|/etc/imagecached/|$(SYSCONFDIR)/imagecached/|' \
 		systemd/imagecached.socket > "$(DESTDIR)$(SYSTEMDUNITDIR)/imagecached.socket"
-	chmod 0644 "$(DESTDIR)$(SYSTEMDUNITDIR)/imagecached.service" "$(DESTDIR)$(SYSTEMDUNITDIR)/imagecached.socket"
+	sed -e 's|/usr/local/share/doc/imagecached|$(DOCDIR)|' -e 's|/etc/imagecached/|$(SYSCONFDIR)/imagecached/|' \
+		systemd/imagecached-tls.socket > "$(DESTDIR)$(SYSTEMDUNITDIR)/imagecached-tls.socket"
+	chmod 0644 "$(DESTDIR)$(SYSTEMDUNITDIR)/imagecached.service" "$(DESTDIR)$(SYSTEMDUNITDIR)/imagecached.socket" \
+		"$(DESTDIR)$(SYSTEMDUNITDIR)/imagecached-tls.socket"
 	install -d "$(DESTDIR)$(SYSCONFDIR)/imagecached"
 	[ -e "$(DESTDIR)$(SYSCONFDIR)/imagecached/imagecached.yaml" ] || \
 		install -m 0644 Config/imagecached.yaml "$(DESTDIR)$(SYSCONFDIR)/imagecached/imagecached.yaml"
@@ -41,6 +44,7 @@ install: $(if $(BINARY),,build)
 
 uninstall:
 	rm -f "$(DESTDIR)$(BINDIR)/imagecached" "$(DESTDIR)$(SYSTEMDUNITDIR)/imagecached.service" \
-		"$(DESTDIR)$(SYSTEMDUNITDIR)/imagecached.socket" "$(DESTDIR)$(DOCDIR)/README.md"
+		"$(DESTDIR)$(SYSTEMDUNITDIR)/imagecached.socket" "$(DESTDIR)$(SYSTEMDUNITDIR)/imagecached-tls.socket" \
+		"$(DESTDIR)$(DOCDIR)/README.md"
 	rm -f "$(DESTDIR)$(DOCDIR)"/docs/*.md "$(DESTDIR)$(DOCDIR)"/docs/*.png
 	-rmdir "$(DESTDIR)$(DOCDIR)/docs" "$(DESTDIR)$(DOCDIR)" 2>/dev/null

@@ -212,6 +212,16 @@ extension ConfigKey {
             }
             configuration.listen = address
         },
+        key("tls-listen", "HOST:PORT", "none", "also serve HTTPS here (reverse, fetch and forward modes); needs tls-cert and tls-key",
+            restart: .field(\.tlsListen)) { configuration, value throws(ConfigError) in
+            let text = try value.scalar()
+            guard let address = ListenAddress.parse(text) else {
+                throw ConfigError(key: value.source, reason: "'\(text)' is not HOST:PORT (like 127.0.0.1:8443 or [::1]:8443)")
+            }
+            configuration.tlsListen = address
+        },
+        key("tls-cert", "FILE", "none", "certificate chain (PEM, the leaf first) for tls-listen; read again on SIGHUP") { $0.tlsCertificateFile = try $1.scalar() },
+        key("tls-key", "FILE", "none", "private key (PEM) for tls-listen; read again on SIGHUP") { $0.tlsKeyFile = try $1.scalar() },
         key("origin", "URL", "none", "reverse proxy: map every request path to this origin base URL (http or https)") { configuration, value throws(ConfigError) in
             let url = try value.scalar()
             try Configuration.checkOriginURL(url, source: value.source)

@@ -20,6 +20,13 @@ public import ImageCacheUpstream
 public struct Configuration: Sendable, Equatable {
     /// `listen`: address and port to serve on, "HOST:PORT" or "[V6]:PORT". Port 0 picks a free port. Default 127.0.0.1:8080.
     public var listen: ListenAddress = ListenAddress(host: "127.0.0.1", port: 8080)
+    /// `tls-listen`: also serve HTTPS (reverse, fetch and forward modes) on this address; nil: no TLS listener.
+    /// Needs `tls-cert` and `tls-key`. Restart only.
+    public var tlsListen: ListenAddress?
+    /// `tls-cert`: the TLS listener's certificate chain (PEM, the leaf first); read again on SIGHUP.
+    public var tlsCertificateFile: String = ""
+    /// `tls-key`: the TLS listener's private key (PEM); read again on SIGHUP.
+    public var tlsKeyFile: String = ""
     /// `origin` / `origins`: reverse-proxy mappings from a path prefix to an origin base URL. Default none.
     public var origins: [OriginMapping] = []
     /// `cache-dir`: directory of the on-disk tier. Default `$CACHE_DIRECTORY` (systemd), else `$XDG_CACHE_HOME/imagecached`, else `~/.cache/imagecached`.

@@ -46,7 +46,9 @@ public struct ConnectTarget: Sendable, Hashable, CustomStringConvertible {
               let port = Int(portPart), (1...65535).contains(port) else {
             return .failure(.init("CONNECT target '\(text.prefix(100))' has no valid port (1-65535)"))
         }
-        let host = hostPart.lowercased()
+        // A fully qualified name's trailing dot names the same host ("example.com." is "example.com").
+        var host = hostPart.lowercased()
+        if host.count > 1, host.hasSuffix("."), !host.hasSuffix("..") { host.removeLast() }
         if let address = IPAddress(host) {
             // A v4 literal must not come in brackets, a v6 one must.
             if case .v4 = address, utf8.first == UInt8(ascii: "[") {
@@ -68,7 +70,8 @@ public struct ConnectTarget: Sendable, Hashable, CustomStringConvertible {
 
     public var description: String { authority }
 
-    /// Letters, digits, '-', '_' and dots; labels of 1 to 63 bytes; at most 253 bytes; a trailing dot is not kept.
+    /// Letters, digits, '-', '_' and dots; labels of 1 to 63 bytes; at most 253 bytes (a trailing dot is removed
+    /// before this is asked).
     static func isDNSName(_ name: String) -> Bool {
         let bytes = Array(name.utf8)
         guard !bytes.isEmpty, bytes.count <= maxNameBytes else { return false }

@@ -23,6 +23,7 @@ internal import ImageCacheStore
 internal import ImageCacheTransform
 internal import ImageCacheUpstream
 internal import ImageCacheCertificates
+internal import ImageCacheTLS
 public import ImageCacheCore
 internal import Dispatch
 public import Foundation
@@ -35,12 +36,16 @@ public final class Daemon: @unchecked Sendable {
     let logger: Logger
     let origin: CurlOrigin
     let listener: Listener
+    /// The TLS listener's context and counts (tls-cert, tls-key), nil without one.
+    let tlsListening: TLSListening?
     /// This daemon's Via token and listening sockets (request loops answer 508).
     let loopGuard: LoopGuard
     /// Listeners for the second and later sockets passed by systemd.
     private var extraListeners: [Listener] = []
     /// The port being served, once started.
     public private(set) var port = 0
+    /// The TLS listener's port (tls-listen), once started; 0 without one.
+    public private(set) var tlsPort = 0
     /// It serves sockets systemd passed (socket activation), whose addresses `listen` does not say.
     private var listensOnSystemdSockets = false
     /// Reads the configuration again for a reload (SIGHUP); set by main. Nil: reload is refused.
@@ -84,6 +89,8 @@ public final class Daemon: @unchecked Sendable {
         proxy = Proxy(configuration: configuration, origin: origin, disk: disk, logger: logger, now: now, events: events,
                       loopGuard: loopGuard)
         listener = Listener(settings: configuration.server, handler: proxy, logger: logger)
+        tlsListening = try Daemon.loadTLS(configuration, logger: logger)
+        if let tlsListening { proxy.metrics.setTLSStatus(Daemon.tlsStatus(tlsListening)) }
         proxy.metrics.setInterceptCA(Daemon.statusOfLocalCA(localCA, directory: configuration.interceptCADirectory))
         _ = try proxy.interception.use(localCA)
     }
@@ -93,17 +100,28 @@ public final class Daemon: @unchecked Sendable {
     @discardableResult
     public func start() throws -> Int {
         signal(SIGPIPE, SIG_IGN)
-        let passed = SystemdSocketActivation.takeListeningDescriptors()
+        let (passed, names) = SystemdSocketActivation.takeListeningSockets()
         var listening = "http://\(ListenAddress(host: configuration.listen.host, port: 0))"
         listensOnSystemdSockets = !passed.isEmpty
-        if let first = passed.first {
+        if !passed.isEmpty {
             for fd in passed { SystemdSocketActivation.adopt(fd) }
-            port = try listener.start(listeningFD: first)
+            // A socket named "tls" (FileDescriptorName=tls in its unit) serves HTTPS with tls-cert and tls-key; the
+            // first other one is the main listener, whatever order systemd passes them in.
+            let isTLS = passed.indices.map { $0 < names.count && names[$0] == "tls" }
+            guard let main = passed.indices.first(where: { !isTLS[$0] }) else {
+                throw ConfigError(key: "listen", reason: "systemd passed only sockets named tls: pass a plain one too (imagecached.socket)")
+            }
+            if isTLS.contains(true) && tlsListening == nil {
+                throw ConfigError(key: "tls-cert", reason: "systemd passed a socket named tls: set tls-cert and tls-key")
+            }
+            port = try listener.start(listeningFD: passed[main])
             loopGuard.recordListening(host: nil, port: port)
             do {
-                for fd in passed.dropFirst() {
-                    let extra = Listener(settings: configuration.server, handler: proxy, logger: logger)
-                    loopGuard.recordListening(host: nil, port: try extra.start(listeningFD: fd))
+                for index in passed.indices where index != main {
+                    let extra = Listener(settings: configuration.server, handler: proxy, logger: logger, tls: isTLS[index] ? tlsListening : nil)
+                    let extraPort = try extra.start(listeningFD: passed[index])
+                    if isTLS[index] { tlsPort = extraPort }
+                    loopGuard.recordListening(host: nil, port: extraPort)
                     extraListeners.append(extra)
                 }
             } catch {
@@ -118,6 +136,18 @@ public final class Daemon: @unchecked Sendable {
             port = try listener.start(address: configuration.listen)
             loopGuard.recordListening(host: configuration.listen.host, port: port)
             listening = "http://\(ListenAddress(host: configuration.listen.host, port: port))"
+            if let address = configuration.tlsListen, let tlsListening {
+                let secure = Listener(settings: configuration.server, handler: proxy, logger: logger, tls: tlsListening)
+                do {
+                    tlsPort = try secure.start(address: address)
+                } catch {
+                    listener.stop()
+                    throw error
+                }
+                loopGuard.recordListening(host: address.host, port: tlsPort)
+                extraListeners.append(secure)
+                listening += " and https://\(ListenAddress(host: address.host, port: tlsPort))"
+            }
         }
         var modes = ["forward proxy", "fetch (/fetch?url=)"]
         if !configuration.origins.isEmpty {
@@ -185,7 +215,12 @@ public final class Daemon: @unchecked Sendable {
         do {
             let next = try reloadSource()
             try reloadLocalCA(for: next)
+            let tlsContext = try nextTLSContext(for: next)
             apply(next)
+            if let tlsContext, let tlsListening {
+                tlsListening.replace(with: tlsContext)
+                logger.notice("reloaded the TLS certificate: \(tlsContext.identity?.subject ?? "?") (SHA-256 \(tlsContext.identity?.fingerprintSHA256 ?? "?"))")
+            }
             return nil
         } catch {
             proxy.metrics.reloadFailures.add()

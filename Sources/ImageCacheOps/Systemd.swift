@@ -86,6 +86,18 @@ public enum SystemdSocketActivation {
         return descriptors(environment: environment, pid: getpid())
     }
 
+    /// As `takeListeningDescriptors`, with each descriptor's name (LISTEN_FDNAMES, FileDescriptorName= in the unit;
+    /// "" when unnamed).
+    public static func takeListeningSockets() -> (descriptors: [Int32], names: [String]) {
+        let names = Self.names(environment: ProcessInfo.processInfo.environment)
+        return (takeListeningDescriptors(), names)
+    }
+
+    /// Pure: the names of the passed descriptors, in order (LISTEN_FDNAMES, colon-separated).
+    public static func names(environment: [String: String]) -> [String] {
+        environment["LISTEN_FDNAMES"].map { $0.split(separator: ":", omittingEmptySubsequences: false).map(String.init) } ?? []
+    }
+
     /// Pure: the descriptors `environment` names for process `pid`.
     public static func descriptors(environment: [String: String], pid: Int32) -> [Int32] {
         guard let listenPID = environment["LISTEN_PID"].flatMap(Int32.init), listenPID == pid,

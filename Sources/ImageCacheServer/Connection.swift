@@ -22,6 +22,7 @@
 
 internal import ImageCacheSystem
 internal import ImageCacheHTTP
+internal import ImageCacheTLS
 #if canImport(Glibc)
 internal import Glibc
 #elseif canImport(Darwin)
@@ -56,6 +57,8 @@ final class Connection: @unchecked Sendable {
     private var readSuspended = false
     /// The socket may have bytes to read that we have not read (edge-triggered: no new event comes for them).
     private var readReady = true
+    /// The peer's FIN or a hang-up is queued (EPOLLRDHUP): reads go on to the 0, never stop at a short read.
+    private var hungUp = false
     private var writeQueue = WriteQueue()
     /// onCancel callbacks of the current exchange.
     private var cancelCallbacks: [@Sendable () -> Void] = []
@@ -75,9 +78,13 @@ final class Connection: @unchecked Sendable {
     private var acceptedTunnel: (socket: OwnedSocket, options: TunnelOptions, ended: @Sendable (TunnelReport) -> Void)?
     /// The tunnel this connection has become (CONNECT): its bytes are the tunnel's from then on.
     private var tunnel: Tunnel?
+    /// The TLS side, on a TLS listener (nil on a plain one): every byte in and out goes through it (Connection+TLS).
+    private var tls: TLSTransport?
+    /// On a TLS listener, the stream could not be made: the connection closes at once.
+    private var tlsUnavailable = false
 
     init(fd: Int32, id: UInt64, client: ClientInfo, handler: any RequestHandler, settings: ServerSettings,
-         loop: EventLoop, logger: Logger, onClose: @escaping @Sendable (Connection) -> Void) {
+         loop: EventLoop, logger: Logger, tls: TLSListening? = nil, onClose: @escaping @Sendable (Connection) -> Void) {
         self.fd = fd
         self.id = id
         self.client = client
@@ -89,6 +96,16 @@ final class Connection: @unchecked Sendable {
         self.logger = logger
         self.loop = loop
         self.stateMachine = StateMachine(settings: settings, bodyDecision: { [handler] in handler.bodyHandling(for: $0) })
+        if let tls {
+            do {
+                self.tls = TLSTransport(stream: try TLSStream(server: tls.current), counters: tls.counters)
+                tls.counters.opened()
+            } catch {
+                // Never served in plain text instead: the connection closes as soon as it is set up.
+                logger.error("cannot start TLS for a connection: \(error)")
+                tlsUnavailable = true
+            }
+        }
     }
 
     /// Runs `body` on the loop thread: at once when already there, else asynchronously.
@@ -133,6 +150,10 @@ final class Connection: @unchecked Sendable {
 
     private func setUp() {
         loop.preconditionInLoop()
+        if tlsUnavailable {
+            closeNow()
+            return
+        }
         do {
             try loop.register(self, fd: fd)
             registered = true
@@ -147,18 +168,19 @@ final class Connection: @unchecked Sendable {
     // MARK: - Events
 
     /// The loop saw the socket become readable and/or writable (or fail, or the peer close). On the loop thread.
-    func ready(readable: Bool, writable: Bool) {
+    func ready(readable: Bool, writable: Bool, hungUp: Bool = false) {
         loop.preconditionInLoop()
         guard !closed else { return }
+        if hungUp { self.hungUp = true }
         if let tunnel {
-            tunnel.clientReady(readable: readable, writable: writable)
+            tunnel.clientReady(readable: readable, writable: writable, hungUp: hungUp)
             return
         }
         if readable {
             readReady = true
             self.readable()
         }
-        if writable, !closed, !writeQueue.isEmpty {
+        if writable, !closed, !writeQueue.isEmpty || tls?.hasPendingCiphertext == true {
             run([])  // flushes, then moves the state machine on if the queue drained
         }
     }
@@ -166,6 +188,7 @@ final class Connection: @unchecked Sendable {
     /// Reads until the socket has nothing more for now, reading is suspended, or the connection closes.
     private func readable() {
         loop.preconditionInLoop()
+        if tls != nil { return readableTLS() }
         while !closed, !readSuspended, readReady {
             let result: Result<[UInt8], SystemError> = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: Self.readChunkBytes) { buffer in
                 Result { () throws(SystemError) in
@@ -178,8 +201,9 @@ final class Connection: @unchecked Sendable {
                 readReady = false
                 run(stateMachine.readClosed())
             case let .success(bytes):
-                // A short read emptied the socket: more bytes, or the peer's FIN, come with a new edge.
-                if bytes.count < Self.readChunkBytes { readReady = false }
+                // A short read emptied the socket: more bytes, or the peer's FIN, come with a new edge; unless the FIN
+                // is already queued behind these bytes (then read on to the 0).
+                if bytes.count < Self.readChunkBytes, !hungUp { readReady = false }
                 run(stateMachine.bytesReceived(bytes, date: HTTPDateCache.shared.current()))
             case let .failure(error) where error.isWouldBlock:
                 readReady = false
@@ -201,6 +225,12 @@ final class Connection: @unchecked Sendable {
         loop.preconditionInLoop()
         if let tunnel {
             tunnel.checkDeadlines(now: now)
+            return
+        }
+        if let tls, let deadline = tls.handshakeDeadline, now >= deadline {
+            logger.debug("TLS handshake not done within \(settings.headerTimeoutSeconds) s; closing")
+            tls.failed(.timeout)
+            closeNow()
             return
         }
         if !closed, let armed = readTimerArmed, now >= armed.deadline {
@@ -230,7 +260,7 @@ final class Connection: @unchecked Sendable {
             if closed { pendingActions.removeAll(); return }
             flush()
             guard pendingActions.isEmpty else { continue }
-            guard writeQueue.isEmpty else { return }
+            guard writeQueue.isEmpty, tls?.hasPendingCiphertext != true else { return }
             let next = stateMachine.writesDrained(date: HTTPDateCache.shared.current())
             if next.isEmpty { return }
             pendingActions.append(contentsOf: next)
@@ -250,7 +280,8 @@ final class Connection: @unchecked Sendable {
             if readSuspended {
                 readSuspended = false
                 // Bytes may already wait (no new edge will announce them); read them once these actions are done.
-                if readReady { loop.execute { self.readable() } }
+                // Under TLS plaintext or ciphertext may also wait inside the stream.
+                if readReady || tls != nil { loop.execute { self.readable() } }
             }
         case let .write(buffers):
             for buffer in buffers { writeQueue.append(buffer) }
@@ -286,6 +317,11 @@ final class Connection: @unchecked Sendable {
             let sink = ConnectionResponseSink(connection: self, exchange: exchange)
             guard let body = requestBody else { preconditionFailure("handleStreamed comes after openBody") }
             handler.handle(head, streamedBody: body, client: client, sink: sink)
+        case let .connect(_, exchange) where tls != nil:
+            // A tunnel inside a TLS connection would need the tunnel to speak TLS on its client side: not yet.
+            pendingActions.append(contentsOf: stateMachine.connectRefused(
+                status: 501, reason: "CONNECT is not supported on the TLS listener; use the plain listener as the proxy",
+                exchange: exchange, date: HTTPDateCache.shared.current()))
         case let .connect(head, exchange):
             cancelCallbacks = []
             if let previous = progress {
@@ -304,7 +340,11 @@ final class Connection: @unchecked Sendable {
         case let .logRefused(error):
             logger.notice("refused request from \(client.address): \(error.status) \(error.reason)")
         case .shutdownWrite:
-            _ = shutdown(fd, Int32(SHUT_WR))
+            if let tls, tls.isEstablished {
+                tls.closeNotify()   // close_notify goes out first; flush shuts the write side once the stream has drained
+            } else {
+                _ = shutdown(fd, Int32(SHUT_WR))
+            }
         case .close:
             closeNow()
         case .reset:
@@ -318,6 +358,7 @@ final class Connection: @unchecked Sendable {
     /// writable event flushes again).
     private func flush() {
         guard !closed else { return }
+        if let tls, tls.carriesWrites { return flushTLS(tls) }
         var progressed = false
         while !writeQueue.isEmpty {
             do {
@@ -363,7 +404,7 @@ final class Connection: @unchecked Sendable {
         readSuspended = false
         let ended = accepted.ended
         let tunnel = Tunnel(connectionID: id, loop: loop, clientFD: fd, upstream: upstream, leftover: leftover,
-                            clientReadReady: readReady, options: accepted.options,
+                            clientReadReady: readReady || hungUp, clientHungUp: hungUp, options: accepted.options,
                             writeTimeoutSeconds: settings.writeTimeoutSeconds, logger: logger) { [unowned self] report in
             ended(report)
             self.closeNow()
@@ -394,7 +435,248 @@ final class Connection: @unchecked Sendable {
         writeTimerDeadline = nil
         if registered { loop.deregister(self, fd: fd) }
         closeDescriptor(fd)
+        tls?.connectionClosed()
         onClose(self)
+    }
+
+    // MARK: - TLS (a connection on a TLS listener)
+    //
+    // Reading: socket -> the stream's incoming ring (before the first bytes are sniffed: a small buffer, so plain
+    // HTTP gets its 400 and other bytes a close) -> handshake -> plaintext -> the state machine, as a plain read's
+    // bytes. Writing: the write queue's buffers go through `TLSStream.write` (the cache's arrays read in place; a file
+    // region through a pread into a scratch buffer), and the outgoing ring drains to the socket. The queue counts
+    // bytes the stream took; "drained" waits for the ring too, so a close or a FIN never cuts a response short.
+
+    private func readableTLS() {
+        guard let tls else { return }
+        while !closed {
+            var moved = false
+            if readReady, !tls.peerEnded {
+                if tls.awaitingHello {
+                    guard readHello(tls) else { return }
+                    moved = true
+                } else {
+                    let space = tls.stream.networkWriteSpace()
+                    if !space.isEmpty {
+                        do {
+                            let count = try syscall("read") { read(fd, space.baseAddress, space.count) }
+                            if count == 0 {
+                                tls.peerEnded = true
+                                tls.stream.networkDidEnd()
+                                readReady = false
+                            } else {
+                                tls.stream.networkDidWrite(count)
+                                if count < space.count, !hungUp { readReady = false }
+                            }
+                            moved = true
+                        } catch where error.isWouldBlock {
+                            readReady = false
+                        } catch {
+                            logger.debug("read failed: \(error)")
+                            readReady = false
+                            run(stateMachine.readClosed())
+                            return
+                        }
+                    }
+                }
+            }
+            if !tls.awaitingHello, !tls.stream.isHandshakeDone {
+                switch tls.stream.handshake() {
+                case .done:
+                    tls.established()
+                    moved = true
+                case .wantRead, .wantWrite:
+                    break
+                case let .failed(error):
+                    handshakeFailed(tls, error)
+                    return
+                }
+            }
+            if tls.isEstablished, !readSuspended {
+                let result: (TLSStream.ReadResult, [UInt8]) = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: Self.readChunkBytes) { buffer in
+                    let result = tls.stream.read(into: UnsafeMutableRawBufferPointer(buffer))
+                    if case let .bytes(count) = result { return (result, Array(buffer[0..<count])) }
+                    return (result, [])
+                }
+                switch result.0 {
+                case .bytes:
+                    run(stateMachine.bytesReceived(result.1, date: HTTPDateCache.shared.current()))
+                    moved = true
+                case .wantRead, .wantWrite:
+                    break
+                case .closed:
+                    run(stateMachine.readClosed())
+                    return
+                case let .failed(error):
+                    if error.kind != .unexpectedEOF { logger.debug("TLS read failed: \(error)") }
+                    run(stateMachine.readClosed())
+                    return
+                }
+            } else if tls.peerEnded, !tls.isEstablished, !closed {
+                tls.failed(.closed)
+                closeNow()
+                return
+            }
+            if !moved { break }
+        }
+        if !closed { run([]) }   // what the stream wrote (handshake flights, tickets, alerts) goes out
+    }
+
+    /// Reads the first bytes of a TLS connection and sniffs them. False when the connection is done with (closed, or
+    /// answered in plain text).
+    private func readHello(_ tls: TLSTransport) -> Bool {
+        let result: Result<[UInt8], SystemError> = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: Self.readChunkBytes) { buffer in
+            Result { () throws(SystemError) in
+                let count = try syscall("read") { read(fd, buffer.baseAddress, buffer.count) }
+                return Array(buffer[0..<count])
+            }
+        }
+        switch result {
+        case let .success(bytes) where bytes.isEmpty:
+            readReady = false
+            closeNow()   // the client left before its first byte: nothing to count
+            return false
+        case let .success(bytes):
+            if bytes.count < Self.readChunkBytes, !hungUp { readReady = false }
+            tls.hello += bytes
+        case let .failure(error) where error.isWouldBlock:
+            readReady = false
+            return true
+        case .failure:
+            closeNow()
+            return false
+        }
+        switch TLSRecordSniff(tls.hello) {
+        case .tls:
+            let hello = tls.hello
+            tls.hello = []
+            let taken = hello.withUnsafeBytes { tls.stream.feed($0) }
+            guard taken == hello.count else {
+                // The first read is at most 16 KiB and the ring holds 17 KiB: never short.
+                tls.failed(.protocol)
+                closeNow()
+                return false
+            }
+            tls.startHandshake(deadline: DispatchTime.now() + settings.headerTimeoutSeconds)
+            return true
+        case .needMore:
+            return true
+        case .plainHTTP:
+            // As nginx does: a plain-text answer saying so, then close.
+            tls.failed(.notTLS)
+            let answer = ResponseWriter.errorResponse(
+                HTTPParser.ParseError(status: 400, reason: "plain HTTP sent to the TLS port: use https://"),
+                date: HTTPDateCache.shared.current())
+            _ = answer.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            _ = shutdown(fd, Int32(SHUT_WR))
+            closeNow()
+            return false
+        case .other:
+            tls.failed(.notTLS)
+            closeNow()
+            return false
+        }
+    }
+
+    private func handshakeFailed(_ tls: TLSTransport, _ error: TLSError) {
+        switch error.kind {
+        case .serverNameMismatch: tls.failed(.sniMismatch)
+        case .unexpectedEOF: tls.failed(.closed)
+        default: tls.failed(.protocol)
+        }
+        logger.debug("TLS handshake failed: \(error)")
+        // The alert OpenSSL wrote goes out if the socket takes it now; then close.
+        _ = try? drainCiphertext(tls)
+        closeNow()
+    }
+
+    /// Writes the queue through the stream and drains its ring to the socket.
+    private func flushTLS(_ tls: TLSTransport) {
+        var progressed = false
+        do throws(SystemError) {
+            if try drainCiphertext(tls) { progressed = true }
+            while !writeQueue.isEmpty, tls.isEstablished {
+                let written = try writeQueue.write { iovecs, _ throws(SystemError) in
+                    try self.tlsSend(iovecs, tls)
+                } sendFile: { file, offset, count throws(SystemError) in
+                    try self.tlsSendFile(file, offset: offset, count: count, tls)
+                }
+                if written > 0 {
+                    progressed = true
+                    progress?.add(written)
+                }
+                if try drainCiphertext(tls) { progressed = true }
+            }
+            if tls.shutdownPending, !tls.stream.hasPendingCiphertext {
+                tls.shutdownPending = false
+                _ = shutdown(fd, Int32(SHUT_WR))
+            }
+        } catch where error.isWouldBlock {
+            if progressed || writeTimerDeadline == nil {
+                writeTimerDeadline = DispatchTime.now() + settings.writeTimeoutSeconds
+            }
+            return
+        } catch {
+            logger.debug("write failed: \(error)")
+            pendingActions.append(contentsOf: stateMachine.writeFailed())
+            return
+        }
+        writeTimerDeadline = nil
+    }
+
+    /// Sends what waits in the stream's outgoing ring; throws EAGAIN when the socket takes no more. Whether bytes went.
+    @discardableResult
+    private func drainCiphertext(_ tls: TLSTransport) throws(SystemError) -> Bool {
+        var sent = false
+        while tls.stream.hasPendingCiphertext {
+            let pending = tls.stream.pendingCiphertext()
+            let count = try syscall("send") { send(fd, pending.baseAddress, pending.count, Int32(MSG_NOSIGNAL)) }
+            tls.stream.ciphertextConsumed(count)
+            sent = true
+        }
+        return sent
+    }
+
+    /// The write queue's buffers into the stream: how many bytes it took (a partial write is fine: the queue resumes
+    /// from there, which is also what OpenSSL asks of a write retried after WANT_WRITE).
+    private func tlsSend(_ iovecs: UnsafeBufferPointer<iovec>, _ tls: TLSTransport) throws(SystemError) -> Int {
+        var total = 0
+        for vector in iovecs {
+            var offset = 0
+            while offset < vector.iov_len {
+                let bytes = UnsafeRawBufferPointer(start: vector.iov_base.map { UnsafeRawPointer($0) + offset }, count: vector.iov_len - offset)
+                switch tls.stream.write(bytes) {
+                case let .wrote(count):
+                    offset += count
+                    total += count
+                case .wantWrite, .wantRead:
+                    do throws(SystemError) {
+                        guard try drainCiphertext(tls) else { throw SystemError(errno: EAGAIN, function: "SSL_write") }
+                    } catch where error.isWouldBlock {
+                        if total > 0 { return total }
+                        throw error
+                    }
+                case let .failed(error):
+                    logger.debug("TLS write failed: \(error)")
+                    throw SystemError(errno: EPROTO, function: "SSL_write")
+                }
+            }
+        }
+        return total
+    }
+
+    /// A file region into the stream, a record's worth at a time through a scratch buffer (no sendfile under TLS).
+    private func tlsSendFile(_ file: Int32, offset: Int, count: Int, _ tls: TLSTransport) throws(SystemError) -> Int {
+        try withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 16_384) { scratch throws(SystemError) -> Int in
+            let wanted = min(count, scratch.count)
+            let read = try FileRead.read(file, into: UnsafeMutableRawBufferPointer(UnsafeMutableBufferPointer(rebasing: scratch[0..<wanted])), offset: offset)
+            // The file ended before its verified length: the client must see a truncated response.
+            if read == 0 { throw SystemError(errno: EIO, function: "pread (file shorter than its verified length)") }
+            var iovec = iovec(iov_base: UnsafeMutableRawPointer(scratch.baseAddress), iov_len: read)
+            return try withUnsafePointer(to: &iovec) { pointer throws(SystemError) in
+                try tlsSend(UnsafeBufferPointer(start: pointer, count: 1), tls)
+            }
+        }
     }
 
     // MARK: - Sink calls (on the loop thread)
@@ -623,5 +905,60 @@ final class ConnectionConnectReply: ConnectReply, @unchecked Sendable {
     func onCancel(_ callback: @escaping @Sendable () -> Void) {
         let connection = connection, exchange = exchange
         connection.onLoop { connection.sinkOnCancel(callback, exchange: exchange) }
+    }
+}
+
+/// A connection's TLS state: its stream, where the handshake is, and the listener's counters. Confined to the
+/// connection's loop thread.
+final class TLSTransport {
+    let stream: TLSStream
+    private let counters: TLSCounters
+    /// The first bytes, until they are sniffed.
+    var hello: [UInt8] = []
+    private(set) var awaitingHello = true
+    /// When the handshake must be done (set by its first byte; cleared when done).
+    private(set) var handshakeDeadline: DispatchTime?
+    private(set) var isEstablished = false
+    /// The socket read 0.
+    var peerEnded = false
+    /// Our close_notify is in the ring: shut the write side once it has gone.
+    var shutdownPending = false
+    private var counted = false
+
+    init(stream: TLSStream, counters: TLSCounters) {
+        self.stream = stream
+        self.counters = counters
+    }
+
+    /// Writes go through the stream once it has one to carry them (a plain-text refusal goes out raw).
+    var carriesWrites: Bool { !awaitingHello }
+
+    var hasPendingCiphertext: Bool { stream.hasPendingCiphertext }
+
+    func startHandshake(deadline: DispatchTime) {
+        awaitingHello = false
+        handshakeDeadline = deadline
+    }
+
+    func established() {
+        isEstablished = true
+        handshakeDeadline = nil
+        counters.handshake(resumed: stream.isResumed)
+    }
+
+    func failed(_ failure: TLSCounters.Failure) {
+        guard !counted else { return }
+        counted = true
+        handshakeDeadline = nil
+        counters.failed(failure)
+    }
+
+    func closeNotify() {
+        _ = stream.shutdown()
+        shutdownPending = true
+    }
+
+    func connectionClosed() {
+        counters.closed()
     }
 }

@@ -278,12 +278,15 @@ final class EventLoop: SinkExecutor, @unchecked Sendable {
             let flags = event.events
             let readable = flags & (EPOLLIN.rawValue | EPOLLRDHUP.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0
             let writable = flags & (EPOLLOUT.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0
+            // The peer's FIN (or a hang-up) is queued: a short read no longer means the socket is empty, since the
+            // read that takes the last bytes does not see the end, and no new edge will announce it.
+            let hungUp = flags & (EPOLLRDHUP.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0
             if token & Tunnel.upstreamTokenBit != 0 {
-                tunnels[token]?.upstreamReady(readable: readable, writable: writable)   // nil: closed meanwhile
+                tunnels[token]?.upstreamReady(readable: readable, writable: writable, hungUp: hungUp)   // nil: closed meanwhile
                 continue
             }
             guard let connection = connections[token] else { continue }  // closed meanwhile
-            connection.ready(readable: readable, writable: writable)
+            connection.ready(readable: readable, writable: writable, hungUp: hungUp)
         }
     }
 

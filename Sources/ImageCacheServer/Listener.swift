@@ -48,6 +48,8 @@ public final class Listener: @unchecked Sendable {
     // MARK: immutable
     private let settings: ServerSettings
     private let handler: any RequestHandler
+    /// A TLS listener's context and counts (`tls-listen`); nil for plain HTTP.
+    private let tls: TLSListening?
     private let logger: Logger
     private let queue = DispatchQueue(label: "imagecached.listener")
     /// Signalled when the accept source's cancellation has closed the listening fd.
@@ -72,9 +74,10 @@ public final class Listener: @unchecked Sendable {
     }
     private let openConnections = Locked(Open())
 
-    public init(settings: ServerSettings, handler: any RequestHandler, logger: Logger) {
+    public init(settings: ServerSettings, handler: any RequestHandler, logger: Logger, tls: TLSListening? = nil) {
         self.settings = settings
         self.handler = handler
+        self.tls = tls
         self.logger = logger
     }
 
@@ -297,7 +300,7 @@ public final class Listener: @unchecked Sendable {
             let loop = loops[nextLoop]
             nextLoop = (nextLoop + 1) % loops.count
             let connection = Connection(fd: fd, id: id, client: client, handler: handler, settings: settings,
-                                        loop: loop, logger: logger) { [self] closed in
+                                        loop: loop, logger: logger, tls: tls) { [self] closed in
                 let idle = openConnections.withLock { open -> [@Sendable () -> Void] in
                     open.count -= 1
                     guard open.count == 0 else { return [] }

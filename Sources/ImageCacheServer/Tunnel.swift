@@ -10,7 +10,8 @@
 //   - write: a side that takes none of the bytes waiting for it within `server.write-timeout`.
 // Both are checked on the loop's tick (up to 250 ms late).
 //
-// Edge-triggered: a side marked readable is read until EAGAIN, its FIN, or its flow is full; resuming a flow reads
+// Edge-triggered: a side marked readable is read until EAGAIN (or a short read, unless its FIN is known to be queued:
+// then until the read that returns 0), its FIN, or its flow is full; resuming a flow reads
 // at once (no new edge comes for bytes already waiting). A side marked writable is flushed. `pump` runs both until
 // neither moves, never re-entrantly.
 
@@ -47,6 +48,9 @@ final class Tunnel {
     private var toUpstream = Pending()
     private var clientReadReady: Bool
     private var upstreamReadReady = true
+    /// The side's FIN or hang-up is queued (EPOLLRDHUP): read it until 0, never stop at a short read.
+    private var clientHungUp = false
+    private var upstreamHungUp = false
     private var registered = false
     private var bytesUp = 0
     private var bytesDown = 0
@@ -66,7 +70,7 @@ final class Tunnel {
     /// `leftover`: bytes the client sent after its CONNECT head, sent upstream first. `clientReadReady`: whether the
     /// client socket may hold unread bytes (the connection's edge-triggered state).
     init(connectionID: UInt64, loop: EventLoop, clientFD: Int32, upstream: Int32, leftover: [UInt8], clientReadReady: Bool,
-         options: TunnelOptions, writeTimeoutSeconds: Double, logger: Logger, onEnd: @escaping (TunnelReport) -> Void) {
+         clientHungUp: Bool = false, options: TunnelOptions, writeTimeoutSeconds: Double, logger: Logger, onEnd: @escaping (TunnelReport) -> Void) {
         self.token = connectionID | Self.upstreamTokenBit
         self.loop = loop
         self.clientFD = clientFD
@@ -76,6 +80,7 @@ final class Tunnel {
         self.logger = logger
         self.onEnd = onEnd
         self.clientReadReady = clientReadReady
+        self.clientHungUp = clientHungUp
         self.machine = Machine(limit: options.bufferBytes)
         if !leftover.isEmpty {
             toUpstream.chunks.append(leftover)
@@ -102,13 +107,15 @@ final class Tunnel {
 
     // MARK: - Events (loop thread)
 
-    func clientReady(readable: Bool, writable: Bool) {
+    func clientReady(readable: Bool, writable: Bool, hungUp: Bool = false) {
         if readable { clientReadReady = true }
+        if hungUp { clientHungUp = true }
         pump()
     }
 
-    func upstreamReady(readable: Bool, writable: Bool) {
+    func upstreamReady(readable: Bool, writable: Bool, hungUp: Bool = false) {
         if readable { upstreamReadReady = true }
+        if hungUp { upstreamHungUp = true }
         pump()
     }
 
@@ -172,7 +179,8 @@ final class Tunnel {
                 setReadReady(side, false)
                 apply(machine.readEnded(side))
             case let .success(bytes):
-                if bytes.count < Self.readChunkBytes { setReadReady(side, false) }
+                // A short read emptied the socket, unless its FIN is queued behind the bytes (read on to the 0).
+                if bytes.count < Self.readChunkBytes, !(side == .client ? clientHungUp : upstreamHungUp) { setReadReady(side, false) }
                 lastActivity = DispatchTime.now()
                 if side == .client {
                     bytesUp += bytes.count

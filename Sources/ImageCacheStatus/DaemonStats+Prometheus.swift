@@ -94,6 +94,19 @@ extension DaemonStats {
             out.family("leaf_mints_queued", "gauge", "Leaf certificates queued or being minted (at most 256; past it a CONNECT gets 503).")
             out.sample("leaf_mints_queued", [], Double(leafCertificates.mintsQueued))
         }
+        if let tls {
+            out.family("tls_handshakes_total", "counter", "TLS handshakes completed on the TLS listener, by whether a ticket resumed them.")
+            out.sample("tls_handshakes_total", [("listener", "tls"), ("resumed", "false")], Double(tls.fullHandshakes))
+            out.sample("tls_handshakes_total", [("listener", "tls"), ("resumed", "true")], Double(tls.resumedHandshakes))
+            out.family("tls_handshake_failures_total", "counter", "TLS connections that failed before or during the handshake, by reason.")
+            for (reason, count) in tls.failures.sorted(by: { $0.key < $1.key }) {
+                out.sample("tls_handshake_failures_total", [("listener", "tls"), ("reason", reason)], Double(count))
+            }
+            out.family("tls_connections_open", "gauge", "Connections open on the TLS listener.")
+            out.sample("tls_connections_open", [("listener", "tls")], Double(tls.openConnections))
+            out.family("tls_certificate_expiry_seconds", "gauge", "Seconds until the TLS listener's certificate expires (tls-cert).")
+            out.sample("tls_certificate_expiry_seconds", [], tls.certificateNotAfter - (time ?? 0))
+        }
         if let interceptCA {
             out.family("intercept_ca_expiry_seconds", "gauge", "Seconds until the local CA's certificate expires (intercept-ca-dir).")
             out.sample("intercept_ca_expiry_seconds", [], interceptCA.expirySeconds)

@@ -137,6 +137,33 @@ public struct DaemonStats: Sendable, Codable, Equatable {
     /// The local CA (absent unless intercept-hosts is set).
     public var interceptCA: InterceptCA?
 
+    /// The TLS listener (`tls-listen`; absent without one).
+    public var tls: TLS?
+
+    /// The TLS listener: its handshakes, failures, open connections and certificate.
+    public struct TLS: Sendable, Codable, Equatable {
+        public var fullHandshakes = 0
+        public var resumedHandshakes = 0
+        /// Handshake failures by reason (timeout, not_tls, protocol, sni_mismatch, closed).
+        public var failures: [String: Int] = [:]
+        public var openConnections = 0
+        /// The certificate in force: its subject, SHA-256 fingerprint and notAfter (seconds since 1970).
+        public var certificateSubject = ""
+        public var certificateFingerprint = ""
+        public var certificateNotAfter: Double = 0
+
+        public init(fullHandshakes: Int = 0, resumedHandshakes: Int = 0, failures: [String: Int] = [:], openConnections: Int = 0,
+                    certificateSubject: String = "", certificateFingerprint: String = "", certificateNotAfter: Double = 0) {
+            self.fullHandshakes = fullHandshakes
+            self.resumedHandshakes = resumedHandshakes
+            self.failures = failures
+            self.openConnections = openConnections
+            self.certificateSubject = certificateSubject
+            self.certificateFingerprint = certificateFingerprint
+            self.certificateNotAfter = certificateNotAfter
+        }
+    }
+
     /// The local CA that interception's leaves are signed with: where it is, which it is, what it may sign, and when
     /// it expires.
     public struct InterceptCA: Sendable, Codable, Equatable {

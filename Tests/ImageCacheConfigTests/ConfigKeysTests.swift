@@ -30,7 +30,7 @@ struct ConfigKeysTests {
 
     /// The keys whose default the table says in words rather than as a value (a rule, a secret, a place).
     static let defaultsInWords = ["origin", "origins", "cache-dir", "memory-limit", "memory-object-limit", "admin-token",
-                                  "admin-token-file", "signing-keys-file", "upstream.user-agent", "upstream.ca-bundle", "intercept-ca-dir"]
+                                  "admin-token-file", "signing-keys-file", "upstream.user-agent", "upstream.ca-bundle", "intercept-ca-dir", "tls-listen"]
 
     @Test("one default per key: every default the table states reads back through its own key as the default in force")
     func defaultsReadBack() throws {
@@ -55,6 +55,7 @@ struct ConfigKeysTests {
         #expect(text("memory-object-limit") == "1/8 of memory-limit" && defaults.memoryObjectLimitBytes == nil)
         #expect(defaults.effectiveMemoryObjectLimitBytes == defaults.memoryLimitBytes / 8)
         #expect(text("admin-token") == "none" && defaults.adminToken == nil)
+        #expect(text("tls-listen") == "none" && defaults.tlsListen == nil)
         #expect(text("upstream.user-agent") == "imagecached/VERSION" && defaults.upstream.userAgent == "imagecached/\(imagecachedVersion)")
         #expect(text("upstream.ca-bundle") == "the system store" && defaults.upstream.caBundle.isEmpty)
         #expect(text("cache-dir").hasPrefix("$CACHE_DIRECTORY")
@@ -84,7 +85,7 @@ struct ConfigKeysTests {
     @Test("the key names are a contract (flags, environment variables, files): renaming one is deliberate")
     func frozenNames() {
         #expect(ConfigKey.all.map(\.name) == [
-            "listen", "origin", "origins", "cache-dir", "disk-limit", "disk-max-age", "disk-low-water", "disk-fsync",
+            "listen", "tls-listen", "tls-cert", "tls-key", "origin", "origins", "cache-dir", "disk-limit", "disk-max-age", "disk-low-water", "disk-fsync",
             "memory-limit", "memory-count-limit", "memory-object-limit", "max-variants", "max-object-size",
             "stale-if-error", "stale-while-revalidate", "content-types", "allow-svg", "allow-private-networks", "allowed-sources",
             "proxy-allow", "forward-non-images", "connect-ports", "max-tunnels", "tunnel-idle-timeout", "heuristic-fraction",

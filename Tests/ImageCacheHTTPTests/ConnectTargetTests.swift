@@ -10,6 +10,7 @@ struct ConnectTargetTests {
         ("[2001:db8::1]:443", "2001:db8::1", 443, true),
         ("my_host-1.internal:1", "my_host-1.internal", 1, false),
         ("xn--bcher-kva.example:65535", "xn--bcher-kva.example", 65535, false),
+        ("images.example.com.:443", "images.example.com", 443, false),
     ])
     func accepted(text: String, host: String, port: Int, literal: Bool) throws {
         let target = try ConnectTarget.parse(text).get()

@@ -81,6 +81,9 @@ struct OpsTests {
         #expect(SystemdSocketActivation.descriptors(environment: ["LISTEN_PID": "41", "LISTEN_FDS": "2"], pid: 42) == [])
         #expect(SystemdSocketActivation.descriptors(environment: ["LISTEN_FDS": "1"], pid: 42) == [])
         #expect(SystemdSocketActivation.descriptors(environment: [:], pid: 42) == [])
+        // Names (FileDescriptorName=): the socket named tls is served with TLS
+        #expect(SystemdSocketActivation.names(environment: ["LISTEN_FDNAMES": "imagecached.socket:tls"]) == ["imagecached.socket", "tls"])
+        #expect(SystemdSocketActivation.names(environment: [:]) == [])
     }
 
     @Test("the watchdog interval comes from WATCHDOG_USEC, for this process only")

@@ -84,6 +84,23 @@ struct TLSIdentityTests {
         }
     }
 
+    @Test("an encrypted key is refused with a clear error, never a passphrase prompt")
+    func encryptedKey() throws {
+        let pki = try TestPKI.standard()
+        let encrypted = pki.directory.appendingPathComponent("encrypted-\(UUID().uuidString).key")
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
+        process.arguments = ["pkey", "-in", pki.imagesLeaf.keyFile.path, "-aes256", "-passout", "pass:secret", "-out", encrypted.path]
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        process.waitUntilExit()
+        try #require(process.terminationStatus == 0)
+        let error = #expect(throws: TLSError.self) {
+            try TLSIdentity(certificateChainFile: pki.imagesLeaf.certificateFile.path, privateKeyFile: encrypted.path)
+        }
+        #expect(error?.detail.contains("encrypted keys are not supported") == true, "\(String(describing: error))")
+    }
+
     @Test("text that is not PEM is refused, saying what was missing")
     func notPEM() throws {
         // Given a key and text that holds no certificate

@@ -292,6 +292,17 @@ struct TLSStreamTests {
         #expect(server.hasUnreadCiphertext)
     }
 
+    @Test("once the network has ended and the SSL has read every byte, nothing is unread (no owner spins on it)")
+    func nothingUnreadAfterTheEnd() throws {
+        let server = try TLSStream(server: Contexts.server())
+        let start: [UInt8] = [0x16, 0x03, 0x01, 0x00, 0x20]
+        #expect(start.withUnsafeBytes { server.feed($0) } == start.count)
+        #expect(server.hasUnreadCiphertext)
+        server.networkDidEnd()
+        _ = server.handshake()   // takes the 5 bytes, then meets the end
+        #expect(!server.hasUnreadCiphertext)
+    }
+
     // MARK: resumption
 
     @Test("a second connection with the first one's ticket resumes, over TLS 1.3 and TLS 1.2",

@@ -122,6 +122,8 @@ extension DaemonProcessTests {
         let replaced = try directory.create(hosts: try InterceptHosts.parse(["images.example.com", "evil.test"]), replace: true)
         running.send(SIGHUP)
         #expect(await running.waitForLog("reload: a new local CA (SHA-256 \(replaced.fingerprint)"), "\(running.log)")
+        // (the CA line comes before the settings are applied: wait for the line that ends the reload)
+        #expect(await running.waitForLog("reloaded: memory limit \(8 << 20) bytes"), "\(running.log)")
         let afterReplace = try await DaemonProcessTests.stats(port: port)
         running.send(SIGTERM)
         // Then the reload applies, with the new CA

@@ -271,8 +271,10 @@ struct DaemonProcessTests {
         let service = try String(contentsOf: root.appendingPathComponent("systemd/imagecached.service"), encoding: .utf8)
             .replacingOccurrences(of: "/usr/local/bin/imagecached", with: CLITests.binary.path)
         try service.write(to: directory.appendingPathComponent("imagecached.service"), atomically: true, encoding: .utf8)
-        try FileManager.default.copyItem(at: root.appendingPathComponent("systemd/imagecached.socket"),
-                                         to: directory.appendingPathComponent("imagecached.socket"))
+        for socket in ["imagecached.socket", "imagecached-tls.socket"] {
+            try FileManager.default.copyItem(at: root.appendingPathComponent("systemd/\(socket)"),
+                                             to: directory.appendingPathComponent(socket))
+        }
         return (directory, service)
     }
 
@@ -301,7 +303,7 @@ struct DaemonProcessTests {
         let (directory, service) = try DaemonProcessTests.installedUnits()
         defer { try? FileManager.default.removeItem(at: directory) }
         // When
-        let (status, output) = try await DaemonProcessTests.systemdAnalyze(["verify", "imagecached.service", "imagecached.socket"],
+        let (status, output) = try await DaemonProcessTests.systemdAnalyze(["verify", "imagecached.service", "imagecached.socket", "imagecached-tls.socket"],
                                                                            in: directory)
         // Then
         #expect(status == 0, "\(output)")
@@ -350,6 +352,7 @@ struct DaemonProcessTests {
         #expect(files.isExecutableFile(atPath: destdir.path + "/usr/bin/imagecached"))
         #expect(files.fileExists(atPath: destdir.path + "/etc/imagecached/imagecached.yaml"))
         #expect(files.fileExists(atPath: destdir.path + "/usr/lib/systemd/system/imagecached.socket"))
+        #expect(files.fileExists(atPath: destdir.path + "/usr/lib/systemd/system/imagecached-tls.socket"))
         #expect(files.fileExists(atPath: destdir.path + "/usr/share/doc/imagecached/README.md"))
         #expect(files.fileExists(atPath: destdir.path + "/usr/share/doc/imagecached/docs/configuration.md"))
         #expect(files.fileExists(atPath: destdir.path + "/usr/share/doc/imagecached/docs/status-page.png"))

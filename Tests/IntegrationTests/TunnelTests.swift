@@ -97,6 +97,33 @@ struct TunnelTests {
         #expect(tunnels.open == 0)
     }
 
+    @Test("bytes and the FIN right behind them (one segment) close the tunnel at once, each way, not at the idle timeout")
+    func finBehindBytes() async throws {
+        let peer = try TunnelPeer()
+        let harness = try ProxyHarness { configuration in
+            configuration.connectPorts = [peer.port]
+            configuration.tunnelIdleTimeoutSeconds = 60   // longer than the sockets' 10 s receive timeout
+        }
+        let port = harness.port
+        try await offPool {
+            // The peer's last bytes and its FIN back to back, then the client's
+            let (_, client) = try openTunnel(daemonPort: port, target: "127.0.0.1:\(peer.port)")
+            let upstream = try peer.accept()
+            upstream.send("last words")
+            upstream.shutdownWrite()
+            let down = client.readUntilClose()
+            #expect(down.closed, "the client must see the peer's FIN, not wait for a timeout")
+            #expect(down.bytes == Array("last words".utf8))
+            client.send("bye")
+            client.shutdownWrite()
+            let up = upstream.readUntilClose()
+            #expect(up.closed)
+            #expect(up.bytes == Array("bye".utf8))
+        }
+        let tunnels = try await Self.stats(harness)
+        #expect(tunnels.ends["closed"] == 1)
+    }
+
     @Test("refused: a port outside connect-ports, a host outside allowed-sources, a private address literal, a name that resolves to one, and the daemon itself")
     func refusals() async throws {
         let peer = try TunnelPeer()
@@ -217,7 +244,9 @@ struct TunnelTests {
             // The client reads nothing: the peer's sending stalls once the kernel buffers and the tunnel's 64 KiB fill
             let sent = upstream.sendUntilStalled(pattern)
             upstream.shutdownWrite()
-            let received = client.readUntilClose().bytes
+            let end = client.readUntilClose()
+            #expect(end.closed, "the peer's FIN must reach the client once the bytes before it have")
+            let received = end.bytes
             return (sent, received == Array(pattern.prefix(sent)) ? received.count : -1)
         }
         #expect(sent < total, "the peer sent all \(total) bytes to a client that read none: nothing held it back")

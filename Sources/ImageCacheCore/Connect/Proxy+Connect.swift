@@ -17,6 +17,11 @@ internal import Foundation
 internal import Logging
 
 extension Proxy {
+    /// Most dials under way at once: a quarter of upstream.max-transfers, at least 1.
+    static func dialLimit(_ configuration: Configuration) -> Int {
+        max(1, configuration.upstream.maxConcurrentTransfers / 4)
+    }
+
     /// Called on the connection's loop thread.
     public func connect(_ request: HTTPRequestHead, client: ClientInfo, reply: any ConnectReply) {
         let settings = self.settings
@@ -49,9 +54,18 @@ extension Proxy {
         guard metrics.reserve(limit: configuration.maxTunnels) else {
             return refuse(503, "max-tunnels (\(configuration.maxTunnels)) tunnels are open; try again later", .atCap)
         }
+        // Dials hold upstream transfer slots while they connect (up to upstream.connect-timeout): at most a quarter of
+        // upstream.max-transfers at once, so CONNECTs to addresses that never answer cannot starve image fetches.
+        let dialLimit = Proxy.dialLimit(configuration)
+        guard metrics.reserveDial(limit: dialLimit) else {
+            metrics.release()
+            return refuse(503, "\(dialLimit) tunnels are being connected already (a quarter of upstream.max-transfers); try again later", .atCap)
+        }
+        let dialing = DialPlace(metrics)
         let place = TunnelPlace(metrics)
         let options = TunnelOptions(idleTimeoutSeconds: configuration.tunnelIdleTimeoutSeconds)
         let dial = origin.dial(target) { event in
+            dialing.release()
             switch event {
             case let .connected(socket):
                 metrics.connect(.tunnel)
@@ -76,6 +90,7 @@ extension Proxy {
             // The client left before the dial answered: the dial stops, and its answer (if one is on its way) finds
             // the exchange over.
             dial.cancel()
+            dialing.release()
             place.release()
         }
     }

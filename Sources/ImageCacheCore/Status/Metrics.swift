@@ -72,6 +72,14 @@ public final class ProxyMetrics: Sendable {
     /// from each snapshot's time.
     private let interceptCA = Locked<DaemonStats.InterceptCA?>(nil)
 
+    /// Reads the TLS listener's counts for each snapshot (set by the daemon when it has one).
+    private let tlsStatus = Locked<(@Sendable () -> DaemonStats.TLS)?>(nil)
+
+    /// The TLS listener the stats describe from now on.
+    package func setTLSStatus(_ status: (@Sendable () -> DaemonStats.TLS)?) {
+        tlsStatus.withLock { $0 = status }
+    }
+
     /// The local CA the status page and /metrics describe from now on (nil: none).
     package func setInterceptCA(_ ca: DaemonStats.InterceptCA?) {
         interceptCA.withLock { $0 = ca }
@@ -174,6 +182,7 @@ public final class ProxyMetrics: Sendable {
         stats.transforms = transforms
         stats.reloads = reloads.current
         stats.reloadFailures = reloadFailures.current
+        stats.tls = tlsStatus.withLock { $0 }?()
         stats.interceptCA = interceptCA.withLock { $0 }.map { ca in
             var ca = ca
             ca.expirySeconds = ca.notAfter - time.timeIntervalSince1970

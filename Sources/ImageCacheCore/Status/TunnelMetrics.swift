@@ -18,6 +18,8 @@ package final class TunnelMetrics: Sendable {
     private let open = Atomic<Int>(0)
     /// Of `open`, the intercepted.
     private let openIntercepted = Atomic<Int>(0)
+    /// Dials under way: they hold upstream transfer slots, which image fetches need too.
+    private let dialing = Atomic<Int>(0)
     private let results = Locked<[String: Int]>([:])
     private let ends = Locked<[String: Int]>([:])
     private let interceptedEnds = Locked<[String: Int]>([:])
@@ -38,6 +40,21 @@ package final class TunnelMetrics: Sendable {
             current = found
         }
         return false
+    }
+
+    /// Takes one of `limit` dial places; false at the cap.
+    func reserveDial(limit: Int) -> Bool {
+        var current = dialing.load(ordering: .relaxed)
+        while current < limit {
+            let (exchanged, found) = dialing.compareExchange(expected: current, desired: current + 1, ordering: .relaxed)
+            if exchanged { return true }
+            current = found
+        }
+        return false
+    }
+
+    func releaseDial() {
+        dialing.subtract(1, ordering: .relaxed)
     }
 
     /// Gives a place back (a refused dial or mint, a client gone, a closed tunnel).
@@ -90,5 +107,19 @@ final class TunnelPlace: Sendable {
 
     func release() {
         if held.exchange(false, ordering: .relaxed) { metrics.release(kind: kind) }
+    }
+}
+
+/// One CONNECT's hold on a dial place: given back once, when the dial answers or the client goes.
+final class DialPlace: Sendable {
+    private let metrics: TunnelMetrics
+    private let held = Atomic<Bool>(true)
+
+    init(_ metrics: TunnelMetrics) {
+        self.metrics = metrics
+    }
+
+    func release() {
+        if held.exchange(false, ordering: .relaxed) { metrics.releaseDial() }
     }
 }

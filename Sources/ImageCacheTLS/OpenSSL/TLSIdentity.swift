@@ -91,10 +91,12 @@ public final class TLSIdentity: @unchecked Sendable {
         let key: OpaquePointer? = pem.withUnsafeBytes { bytes in
             guard let bio = BIO_new_mem_buf(bytes.baseAddress, Int32(bytes.count)) else { return nil }
             defer { BIO_free(bio) }
-            return PEM_read_bio_PrivateKey(bio, nil, nil, nil)
+            // No passphrase: without a callback OpenSSL would ask for one on the terminal (a reload would hang there).
+            return PEM_read_bio_PrivateKey(bio, nil, { _, _, _, _ in -1 }, nil)
         }
         guard let key else {
-            throw OpenSSLErrorQueue.error(.identity, "PEM_read_bio_PrivateKey", "\(what) holds no PEM private key")
+            throw OpenSSLErrorQueue.error(.identity, "PEM_read_bio_PrivateKey",
+                                          "\(what) holds no PEM private key that can be read without a passphrase (encrypted keys are not supported)")
         }
         return key
     }

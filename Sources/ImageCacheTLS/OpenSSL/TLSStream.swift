@@ -249,7 +249,12 @@ public final class TLSStream {
     public var hasPendingCiphertext: Bool { BIO_ctrl_pending(network) > 0 }
 
     /// Whether ciphertext the owner wrote in has not been taken by the SSL yet.
-    public var hasUnreadCiphertext: Bool { BIO_ctrl_get_write_guarantee(network) < Self.incomingRingBytes }
+    /// (Asked of the SSL's read half, not as the room left in the network half: once the network side has ended, that
+    /// half reports no room at all, which would read as "unread bytes" forever.)
+    public var hasUnreadCiphertext: Bool {
+        guard let readHalf = SSL_get_rbio(ssl) else { return false }
+        return BIO_ctrl_pending(readHalf) > 0
+    }
 
     // MARK: the TLS side
 

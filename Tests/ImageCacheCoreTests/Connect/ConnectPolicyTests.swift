@@ -1,6 +1,8 @@
 import Testing
 @testable import ImageCacheHTTP
 @testable import ImageCacheCore
+@testable import ImageCacheConfig
+import ImageCacheUpstream
 
 @Suite("ConnectPolicy", .timeLimit(.minutes(1)))
 struct ConnectPolicyTests {
@@ -94,5 +96,35 @@ struct ConnectPolicyTests {
         } else {
             #expect(decision == .tunnel(parsed), "\(target)")
         }
+    }
+}
+
+@Suite("Tunnel and dial places", .timeLimit(.minutes(1)))
+struct TunnelPlaceTests {
+    @Test("tunnel and dial places stop at their limits and come back once each, however often released")
+    func places() {
+        let metrics = TunnelMetrics()
+        #expect(metrics.reserve(limit: 2) && metrics.reserve(limit: 2))
+        #expect(!metrics.reserve(limit: 2))
+        let place = TunnelPlace(metrics)
+        place.release()
+        place.release()   // a dial's answer and the client's hang-up can both release: the second is a no-op
+        #expect(metrics.openCount == 1)
+        #expect(metrics.reserveDial(limit: 1))
+        #expect(!metrics.reserveDial(limit: 1))
+        let dial = DialPlace(metrics)
+        dial.release()
+        dial.release()
+        #expect(metrics.reserveDial(limit: 1))
+        #expect(!metrics.reserveDial(limit: 1))
+    }
+
+    @Test("dials may hold a quarter of upstream.max-transfers, at least one")
+    func dialLimit() {
+        var configuration = Configuration()
+        configuration.upstream.maxConcurrentTransfers = 64
+        #expect(Proxy.dialLimit(configuration) == 16)
+        configuration.upstream.maxConcurrentTransfers = 2
+        #expect(Proxy.dialLimit(configuration) == 1)
     }
 }
