@@ -68,9 +68,11 @@ public struct TunnelReport: Sendable, Equatable {
 ///   `RequestHandler` as a forward-mode request, so it is cached, coalesced and checked exactly as
 ///   `/fetch?url=https://host/a.jpg` is. A `Host` naming another authority, or an absolute-form target for another
 ///   authority, gets 421 ("this connection is for host:port"); an inner CONNECT gets 405.
-/// - `options` applies as to a tunnel where it can (the idle timeout between inner requests is the server's own
-///   keep-alive rule); `ended` runs once, on the loop thread, when the connection closes (bytes: plaintext each way,
-///   or what the connection counts), and also (with no bytes) if the client had gone before the 200.
+/// - `options` are the tunnel settings in force (`tunnel-idle-timeout`, the buffer bound), for the server to apply as
+///   it sees fit (between inner requests its own keep-alive rules may be the right ones). `ended` runs once, on the
+///   loop thread, when the connection closes (it gives back the CONNECT's `max-tunnels` place and is counted under
+///   `tunnels_total{kind="intercepted"}`; the bytes are the server's to define), and also, with no bytes, if the client
+///   had gone before the 200 or the handshake never started.
 public protocol ConnectReply: AnyObject, Sendable {
     /// The tunnel is refused: `status` and the one-line `reason` as a plain-text answer, and the connection closes
     /// (bytes the client sent after its CONNECT head are never read as HTTP).
