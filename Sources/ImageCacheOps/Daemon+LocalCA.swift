@@ -44,7 +44,7 @@ extension Daemon {
         if ca.notAfter.timeIntervalSinceNow < 14 * 86_400 {
             logger.warning("the local CA expires on \(expires): make a new one with imagecached ca init --replace, and trust it again")
         }
-        logger.notice("intercept-hosts \(hosts): this build makes and checks the local CA; CONNECT tunnels are not intercepted yet")
+        logger.notice("intercept-hosts \(hosts): CONNECT tunnels to these hosts are intercepted with leaves from this CA (HTTPS_PROXY clients must trust \(directory.certificatePath)); others stay blind")
         return ca
     }
 

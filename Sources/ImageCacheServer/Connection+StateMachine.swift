@@ -55,7 +55,8 @@ extension Connection {
             case handling(Exchange)
             case writing(keepAlive: Bool)
             case lingering
-            case switching
+            /// The 200 is being written; `intercept`: TLS is terminated here after it (else a blind tunnel).
+            case switching(intercept: Bool)
             case tunnelled
             case closed
         }
@@ -106,6 +107,9 @@ extension Connection {
             /// The 200 is written: from now on the connection's bytes are the tunnel's, `leftover` (what the client sent
             /// after its CONNECT head) first.
             case startTunnel(leftover: [UInt8])
+            /// The 200 of an intercepted CONNECT is written: from now on the connection's bytes go through a TLS server
+            /// stream, `leftover` (an early ClientHello) first, and its requests are the tunnel's (InterceptedRequest).
+            case startTLS(leftover: [UInt8])
             /// Run the onCancel callbacks registered for the current exchange.
             case cancelExchange
             /// Log a refused request at `.notice`.
@@ -138,8 +142,14 @@ extension Connection {
         static let lingerSeconds: Double = 2
 
         /// `bodyDecision` answers, for a head that announces a body, whether it is read, streamed or refused (HTTPParser).
-        init(settings: ServerSettings, bodyDecision: @escaping HTTPParser.BodyDecision = { _ in .read }) {
+        /// The tunnel this connection's requests belong to once a CONNECT was intercepted (shared with the parser's body
+        /// decision, which sees heads first).
+        let authority: InterceptedAuthority
+
+        init(settings: ServerSettings, authority: InterceptedAuthority = InterceptedAuthority(),
+             bodyDecision: @escaping HTTPParser.BodyDecision = { _ in .read }) {
             self.settings = settings
+            self.authority = authority
             self.parser = HTTPParser(settings: settings, bodyDecision: bodyDecision)
         }
 
@@ -212,10 +222,16 @@ extension Connection {
 
         /// The write queue is empty. Moves on from `writing` and `switching`; otherwise nothing to do.
         mutating func writesDrained(date: String) -> [Action] {
-            if state == .switching {
-                state = .tunnelled
+            if case let .switching(intercept) = state {
                 readingSuspended = false
-                return [.startTunnel(leftover: parser.takeBuffered())]
+                let leftover = parser.takeBuffered()
+                if intercept {
+                    // The client's requests come again, inside TLS, and belong to the tunnel.
+                    state = .idle
+                    return [.startTLS(leftover: leftover), .armReadTimer(.idle, seconds: settings.idleTimeoutSeconds)]
+                }
+                state = .tunnelled
+                return [.startTunnel(leftover: leftover)]
             }
             guard case let .writing(keepAlive) = state else { return [] }
             if keepAlive {
@@ -350,9 +366,10 @@ extension Connection {
 
         /// The handler opened the tunnel: the 200 goes out; once it is written the tunnel starts. False: the exchange is
         /// over (the client went away), and the tunnel must not start.
-        mutating func connectAccepted(exchange id: UInt64) -> [Action]? {
+        mutating func connectAccepted(exchange id: UInt64, intercept: ConnectTarget? = nil) -> [Action]? {
             guard case let .handling(exchange) = state, exchange.id == id, exchange.isConnect else { return nil }
-            state = .switching
+            authority.target = intercept
+            state = .switching(intercept: intercept != nil)
             return [.write([ResponseWriter.connectEstablished])]
         }
 
@@ -388,7 +405,12 @@ extension Connection {
                     return actions
                 case .continueExpected:
                     actions.append(.write([ResponseWriter.continueResponse]))
-                case let .streamedRequest(head, bodyLength):
+                case let .streamedRequest(original, bodyLength):
+                    let head: HTTPRequestHead
+                    switch intercepted(original) {
+                    case let .success(rewritten): head = rewritten
+                    case let .failure(error): return actions + refuse(error, date: date)
+                    }
                     let id = nextExchangeID
                     nextExchangeID += 1
                     // The response may end before the body: the connection is not kept (the rest is not read).
@@ -404,6 +426,8 @@ extension Connection {
                     return actions
                 case .bodyChunk, .bodyEnd:
                     preconditionFailure("body events come only while an exchange streams its body (pumpBody)")
+                case let .request(original, _) where authority.target != nil && original.method == "CONNECT":
+                    return actions + refuse(HTTPParser.ParseError(status: 405, reason: "CONNECT is not allowed inside an intercepted tunnel"), date: date)
                 case let .request(head, body) where head.method == "CONNECT":
                     guard body.isEmpty else {
                         return actions + refuse(HTTPParser.ParseError(status: 400, reason: "a CONNECT request must not have a body"), date: date)
@@ -415,7 +439,12 @@ extension Connection {
                     actions.append(.cancelReadTimer)
                     actions.append(.connect(head, exchange: id))
                     return actions
-                case let .request(head, body):
+                case let .request(original, body):
+                    let head: HTTPRequestHead
+                    switch intercepted(original) {
+                    case let .success(rewritten): head = rewritten
+                    case let .failure(error): return actions + refuse(error, date: date)
+                    }
                     let id = nextExchangeID
                     nextExchangeID += 1
                     let writer = ResponseWriter(request: .init(version: head.version, isHEAD: head.method == "HEAD",
@@ -428,6 +457,12 @@ extension Connection {
                     return actions + refuse(error, date: date)
                 }
             }
+        }
+
+        /// Inside an intercepted tunnel, the forward request a head stands for (InterceptedRequest); else the head.
+        private func intercepted(_ head: HTTPRequestHead) -> Result<HTTPRequestHead, HTTPParser.ParseError> {
+            guard let target = authority.target else { return .success(head) }
+            return InterceptedRequest.rewrite(head, for: target)
         }
 
         /// Answers a refused request with its status and closes once it is written.

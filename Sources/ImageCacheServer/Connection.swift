@@ -78,6 +78,11 @@ final class Connection: @unchecked Sendable {
     private var acceptedTunnel: (socket: OwnedSocket, options: TunnelOptions, ended: @Sendable (TunnelReport) -> Void)?
     /// The tunnel this connection has become (CONNECT): its bytes are the tunnel's from then on.
     private var tunnel: Tunnel?
+    /// The intercepted CONNECT accepted, waiting for its 200 to be written, then (until the connection closes) its
+    /// `ended` callback.
+    private var interception: (context: TLSContext, identity: TLSIdentity, target: ConnectTarget,
+                               ended: @Sendable (TunnelReport) -> Void, started: DispatchTime)?
+    private var stopping = false
     /// The TLS side, on a TLS listener (nil on a plain one): every byte in and out goes through it (Connection+TLS).
     private var tls: TLSTransport?
     /// On a TLS listener, the stream could not be made: the connection closes at once.
@@ -95,7 +100,15 @@ final class Connection: @unchecked Sendable {
         logger[metadataKey: "client"] = "\(client.address)"
         self.logger = logger
         self.loop = loop
-        self.stateMachine = StateMachine(settings: settings, bodyDecision: { [handler] in handler.bodyHandling(for: $0) })
+        let authority = InterceptedAuthority()
+        self.stateMachine = StateMachine(settings: settings, authority: authority, bodyDecision: { [handler, authority] head in
+            // Inside an intercepted tunnel the handler decides on the forward request the head stands for.
+            guard let target = authority.target else { return handler.bodyHandling(for: head) }
+            switch InterceptedRequest.rewrite(head, for: target) {
+            case let .success(rewritten): return handler.bodyHandling(for: rewritten)
+            case let .failure(refusal): return .refuse(refusal)
+            }
+        })
         if let tls {
             do {
                 self.tls = TLSTransport(stream: try TLSStream(server: tls.current), counters: tls.counters)
@@ -121,6 +134,7 @@ final class Connection: @unchecked Sendable {
     /// Closes the connection (server stopping); a pending exchange is cancelled. `completion` runs on the loop thread.
     func stop(completion: @escaping @Sendable () -> Void) {
         loop.execute {
+            self.stopping = true
             if let tunnel = self.tunnel, !tunnel.isClosed {
                 tunnel.stop()   // reports its end, then closes this connection
             } else {
@@ -331,6 +345,8 @@ final class Connection: @unchecked Sendable {
             handler.connect(head, client: client, reply: ConnectionConnectReply(connection: self, exchange: exchange))
         case let .startTunnel(leftover):
             startTunnel(leftover: leftover)
+        case let .startTLS(leftover):
+            startInterceptedTLS(leftover: leftover)
         case .cancelExchange:
             let callbacks = cancelCallbacks
             cancelCallbacks = []
@@ -413,6 +429,28 @@ final class Connection: @unchecked Sendable {
         tunnel.start()
     }
 
+    /// The 200 for an intercepted CONNECT is written: the connection becomes a TLS server for the tunnel's host.
+    private func startInterceptedTLS(leftover: [UInt8]) {
+        guard let interception else { preconditionFailure("startTLS follows connectIntercepted") }
+        let stream: TLSStream
+        do {
+            stream = try TLSStream(server: interception.context, identity: interception.identity,
+                                   serverName: .mustMatch(interception.target.host))
+        } catch {
+            logger.error("cannot start TLS for an intercepted tunnel to \(interception.target): \(error)")
+            closeNow()
+            return
+        }
+        let transport = TLSTransport(stream: stream, counters: TLSCounters.intercepted)
+        TLSCounters.intercepted.opened()
+        tls = transport
+        if !leftover.isEmpty {
+            // An early ClientHello (the client did not wait for the 200): sniffed and fed as a first read's bytes.
+            guard sniffHello(transport, leftover) else { return }
+        }
+        if readReady || hungUp || !leftover.isEmpty { readableTLS() }
+    }
+
     /// Stops watching the socket and closes it.
     private func closeNow() {
         loop.preconditionInLoop()
@@ -425,6 +463,12 @@ final class Connection: @unchecked Sendable {
             // The client went while its 200 was being written: the tunnel never started.
             acceptedTunnel = nil
             accepted.ended(TunnelReport(end: .error, bytesUp: 0, bytesDown: 0, seconds: 0))
+        }
+        if let intercepted = interception {
+            interception = nil
+            let seconds = Double(DispatchTime.now().uptimeNanoseconds - intercepted.started.uptimeNanoseconds) / 1e9
+            intercepted.ended(TunnelReport(end: stopping ? .shutdown : (tls?.isEstablished == true ? .closed : .error),
+                                           bytesUp: 0, bytesDown: 0, seconds: seconds))
         }
         closed = true
         writeQueue.removeAll()
@@ -538,7 +582,7 @@ final class Connection: @unchecked Sendable {
             return false
         case let .success(bytes):
             if bytes.count < Self.readChunkBytes, !hungUp { readReady = false }
-            tls.hello += bytes
+            return sniffHello(tls, bytes)
         case let .failure(error) where error.isWouldBlock:
             readReady = false
             return true
@@ -546,6 +590,12 @@ final class Connection: @unchecked Sendable {
             closeNow()
             return false
         }
+    }
+
+    /// Takes a TLS connection's first bytes: a ClientHello goes into the stream and the handshake clock starts; plain
+    /// HTTP gets its 400; anything else a close. False when the connection is done with.
+    private func sniffHello(_ tls: TLSTransport, _ bytes: [UInt8]) -> Bool {
+        tls.hello += bytes
         switch TLSRecordSniff(tls.hello) {
         case .tls:
             let hello = tls.hello
@@ -751,6 +801,20 @@ final class Connection: @unchecked Sendable {
         run(actions)
     }
 
+    fileprivate func connectIntercepted(_ context: TLSContext, identity: TLSIdentity, target: ConnectTarget,
+                                        ended: @escaping @Sendable (TunnelReport) -> Void, exchange: UInt64) {
+        loop.preconditionInLoop()
+        guard !closed, acceptedTunnel == nil, interception == nil, tls == nil,
+              let actions = stateMachine.connectAccepted(exchange: exchange, intercept: target) else {
+            // The client went away, the answer came twice, or this connection is already TLS (interception inside
+            // the TLS listener would stack two streams: refused at CONNECT).
+            ended(TunnelReport(end: .error, bytesUp: 0, bytesDown: 0, seconds: 0))
+            return
+        }
+        interception = (context, identity, target, ended, DispatchTime.now())
+        run(actions)
+    }
+
     fileprivate func sinkOnCancel(_ callback: @escaping @Sendable () -> Void, exchange: UInt64) {
         loop.preconditionInLoop()
         switch stateMachine.registerCancel(exchange: exchange) {
@@ -900,6 +964,12 @@ final class ConnectionConnectReply: ConnectReply, @unchecked Sendable {
     func tunnel(_ socket: OwnedSocket, options: TunnelOptions, ended: @escaping @Sendable (TunnelReport) -> Void) {
         let connection = connection, exchange = exchange
         connection.onLoop { connection.connectAccepted(socket, options: options, ended: ended, exchange: exchange) }
+    }
+
+    func intercept(_ context: TLSContext, identity: TLSIdentity, target: ConnectTarget, options: TunnelOptions,
+                   ended: @escaping @Sendable (TunnelReport) -> Void) {
+        let connection = connection, exchange = exchange
+        connection.onLoop { connection.connectIntercepted(context, identity: identity, target: target, ended: ended, exchange: exchange) }
     }
 
     func onCancel(_ callback: @escaping @Sendable () -> Void) {

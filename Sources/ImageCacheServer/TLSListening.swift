@@ -48,6 +48,9 @@ public final class TLSCounters: Sendable {
 
     public init() {}
 
+    /// The TLS servers inside intercepted CONNECT tunnels (one set of counts for the process).
+    public static let intercepted = TLSCounters()
+
     func handshake(resumed wasResumed: Bool) {
         if wasResumed {
             resumed.wrappingAdd(1, ordering: .relaxed)

@@ -35,7 +35,7 @@ struct ConnectStateMachineTests {
         _ = machine.bytesReceived(Array(Self.head.utf8) + [0x16, 0x03], date: Self.date)
         let accepted = machine.connectAccepted(exchange: 1)
         #expect(ConnectionStateMachineTests.written(accepted ?? []) == "HTTP/1.1 200 Connection established\r\n\r\n")
-        #expect(machine.state == .switching)
+        #expect(machine.state == .switching(intercept: false))
         // Bytes while the 200 is written: still the tunnel's
         #expect(machine.bytesReceived([0x01], date: Self.date) == [])
         #expect(machine.writesDrained(date: Self.date) == [.startTunnel(leftover: [0x16, 0x03, 0x01])])
