@@ -273,7 +273,13 @@ extension TestConnection {
 /// A log handler that keeps every message, for tests that assert on the log.
 final class LogCapture: LogHandler, @unchecked Sendable {
     private let lines = Locked<[String]>([])
-    var metadata: Logger.Metadata = [:]
+    /// Under a lock: the handler is a class, so every copy of a Logger shares it, and a connection that sets its
+    /// `client` metadata key on its own copy writes here while other threads log (a data race that crashed a run).
+    private let sharedMetadata = Locked<Logger.Metadata>([:])
+    var metadata: Logger.Metadata {
+        get { sharedMetadata.withLock { $0 } }
+        set { sharedMetadata.withLock { $0 = newValue } }
+    }
     var logLevel: Logger.Level = .info
 
     var messages: [String] { lines.withLock { $0 } }
@@ -282,12 +288,13 @@ final class LogCapture: LogHandler, @unchecked Sendable {
     var metadataOfMessages: [Logger.Metadata] { metadataRecords.withLock { $0 } }
 
     subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-        get { metadata[key] }
-        set { metadata[key] = newValue }
+        get { sharedMetadata.withLock { $0[key] } }
+        set { sharedMetadata.withLock { $0[key] = newValue } }
     }
 
     func log(event: LogEvent) {
         lines.withLock { $0.append("\(event.level) \(event.message)") }
-        metadataRecords.withLock { $0.append(metadata.merging(event.metadata ?? [:]) { $1 }) }
+        let own = metadata
+        metadataRecords.withLock { $0.append(own.merging(event.metadata ?? [:]) { $1 }) }
     }
 }
