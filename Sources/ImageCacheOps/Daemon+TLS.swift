@@ -7,10 +7,28 @@ internal import ImageCacheConfig
 internal import ImageCacheServer
 internal import ImageCacheStatus
 internal import ImageCacheTLS
+internal import ImageCacheCore
 internal import Foundation
 internal import Logging
 
 extension Daemon {
+    /// How often the TLS contexts are made again for fresh session-ticket keys: OpenSSL keeps a context's keys for its
+    /// life, and a TLS 1.2 ticket carries the session's master secret, so a key that leaked would decrypt every TLS 1.2
+    /// session resumed or recorded under it. 12 hours bounds that; tickets from before fall back to a full handshake.
+    static let ticketKeyRotationSeconds: Double = 12 * 3600
+
+    /// Makes the TLS listener's and the interception generation's contexts again (fresh ticket keys), keeping their
+    /// certificates and leaves.
+    public func rotateTicketKeys() {
+        do {
+            try tlsListening?.rotateTicketKeys()
+            try proxy.interception.current?.rotateTicketKeys()
+            logger.debug("TLS session-ticket keys rotated")
+        } catch {
+            logger.error("could not rotate the TLS session-ticket keys: \(error)")
+        }
+    }
+
     /// The TLS listener's context, when `tls-cert` and `tls-key` are set; nil when neither is. Throws when only one
     /// is, when `tls-listen` is set without them, or when they do not load.
     static func loadTLS(_ configuration: Configuration, logger: Logger) throws -> TLSListening? {

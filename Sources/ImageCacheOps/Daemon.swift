@@ -166,6 +166,15 @@ public final class Daemon: @unchecked Sendable {
             history.resume()
             timers.append(history)
         }
+        if tlsListening != nil || proxy.interception.current != nil || !configuration.interceptHosts.isEmpty {
+            // Fresh session-ticket keys every 12 hours (Daemon+TLS.swift).
+            let rotation = DispatchSource.makeTimerSource(queue: DispatchQueue.global(qos: .utility))
+            rotation.schedule(deadline: .now() + Daemon.ticketKeyRotationSeconds, repeating: Daemon.ticketKeyRotationSeconds,
+                              leeway: .seconds(60))
+            rotation.setEventHandler { [self] in rotateTicketKeys() }
+            rotation.resume()
+            timers.append(rotation)
+        }
         let transform = configuration.transform
         if transform.enabled {
             let prefix = transform.normalisedPrefix.isEmpty ? "/" : transform.normalisedPrefix + "/"

@@ -23,6 +23,14 @@ public final class TLSListening: Sendable {
     public func replace(with next: TLSContext) {
         context.withLock { $0 = next }
     }
+
+    /// The same certificate on a fresh context, so fresh ticket keys (OpenSSL makes them with a context and keeps them
+    /// as long as it lives): tickets issued before fall back to full handshakes, and a key that leaks exposes at most
+    /// one period's TLS 1.2 sessions.
+    public func rotateTicketKeys() throws(TLSError) {
+        guard let identity = current.identity else { return }
+        replace(with: try TLSContext.server(identity: identity))
+    }
 }
 
 /// Handshakes and failures on one TLS listener, for the metrics. Atomics; any thread.

@@ -161,6 +161,20 @@ struct TLSListenerTests {
         let stats = try await Self.tlsStats(harness)
         #expect(stats.resumedHandshakes == 1)
         #expect(stats.fullHandshakes == 1)
+        // Fresh ticket keys (the 12-hourly rotation): a ticket from before no longer resumes
+        let daemon = harness.daemon
+        let afterRotation = try await offPool { () -> Bool in
+            let first = try TLSTestClient(port: port, anchorPEM: anchor)
+            try first.send("GET /a.png HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            _ = try first.readResponse()
+            let session = try first.close()
+            daemon.rotateTicketKeys()
+            let second = try TLSTestClient(port: port, anchorPEM: anchor, session: session)
+            try second.send("GET /a.png HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            _ = try second.readResponse()
+            return second.stream.isResumed
+        }
+        #expect(!afterRotation)
     }
 
     @Test("SIGHUP's reload puts a new certificate in force for new connections; an open connection goes on with its own; a key that does not load refuses the reload")

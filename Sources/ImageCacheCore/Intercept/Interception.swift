@@ -10,21 +10,32 @@
 package import Foundation
 package import ImageCacheTLS
 package import ImageCacheCertificates
+internal import ImageCacheSystem
 
 /// One CA generation: the CA, its server context and its leaves.
 package final class Interception: Sendable {
     package let ca: LocalCA
     /// The CA's SHA-256 fingerprint ("AB:CD:..."): the generation's name.
     package var fingerprint: String { ca.fingerprint }
-    /// The server context every intercepted connection of this generation is served on.
-    package let context: TLSContext
+    /// The server context every intercepted connection of this generation is served on (replaced by a fresh one, with
+    /// new ticket keys, by `rotateTicketKeys`).
+    package var context: TLSContext { contextCell.withLock { $0 } }
+    private let contextCell: Locked<TLSContext>
     package let leaves: LeafCache
 
     package init(ca: LocalCA, minting: Minting, now: @escaping @Sendable () -> Date) throws(TLSError) {
         self.ca = ca
-        context = try TLSContext.server()
+        contextCell = Locked(try TLSContext.server())
         leaves = LeafCache(now: now) { host, mintedAt, done in
             minting.submit({ Minting.make(host: host, ca: ca, now: mintedAt) }, done: done)
         }
+    }
+
+    /// A fresh context, so fresh ticket keys (OpenSSL's are made with a context and live as long as it): tickets issued
+    /// before fall back to full handshakes, and a ticket key that leaks exposes at most one period's TLS 1.2 sessions.
+    /// The leaves stay (they do not depend on the context).
+    package func rotateTicketKeys() throws(TLSError) {
+        let next = try TLSContext.server()
+        contextCell.withLock { $0 = next }
     }
 }

@@ -83,6 +83,19 @@ struct InterceptionTests {
         #expect(name.notAfter.timeIntervalSinceNow <= 72 * 3600 + 5)
     }
 
+    @Test("rotating the ticket keys gives the generation a fresh context and keeps its leaves")
+    func ticketKeyRotation() throws {
+        let ca = try Self.ca()
+        let cell = InterceptionCell(now: { Date() })
+        _ = try cell.use(ca)
+        let leaf = try #require(try Self.identity(cell, "images.test"))
+        let generation = try #require(cell.current)
+        let before = generation.context
+        try generation.rotateTicketKeys()
+        #expect(generation.context !== before)
+        #expect(try Self.identity(cell, "images.test") === leaf, "the leaf is kept, not minted again")
+    }
+
     @Test("the same CA keeps its generation and leaves; a new CA starts a new generation without them; none ends it")
     func generations() throws {
         // Given a generation for CA A with a leaf for images.test
