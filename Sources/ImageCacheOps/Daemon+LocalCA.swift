@@ -31,6 +31,11 @@ extension Daemon {
         let directory = CADirectory(path: path)
         let (ca, created) = try directory.loadOrCreate(hosts: hosts)
         try ca.check(covers: hosts, path: directory.certificatePath)
+        guard ca.notAfter > Date() else {
+            // Leaves from it would not verify (and could not be valid for their 72 hours): refused, not served.
+            throw CAError(path: directory.certificatePath, problem: "the local CA expired on \(ca.notAfter.formatted(.iso8601))",
+                          fix: "imagecached ca init --replace, then trust the new ca.pem")
+        }
         let expires = ca.notAfter.formatted(.iso8601.year().month().day())
         let trust = "trust it with `imagecached ca install` (as root: the system store), or point clients at \(directory.certificatePath) (curl --cacert, SSL_CERT_FILE, REQUESTS_CA_BUNDLE, NODE_EXTRA_CA_CERTS)"
         if created {

@@ -23,7 +23,7 @@ internal import Dispatch
 internal import Logging
 
 /// One blind tunnel. Confined to its connection's loop thread.
-final class Tunnel {
+final class Tunnel: @unchecked Sendable {   // confined to its loop: tasks that carry it are posted to that loop only
     /// Largest single read.
     private static let readChunkBytes = 16_384
     /// Bit 63 of an epoll token marks a tunnel's upstream socket.
@@ -147,21 +147,31 @@ final class Tunnel {
 
     // MARK: - Pumping
 
+    /// Rounds of reading and writing in one turn of the loop; a tunnel still busy after them goes on in a task posted
+    /// behind the loop's other work, so two fast peers cannot hold the loop thread (nor its tick, nor the watchdog).
+    private static let roundsPerTurn = 16
+
     private func pump() {
         loop.preconditionInLoop()
+        guard !machine.closed else { return }
         if running {
             again = true
             return
         }
         running = true
         defer { running = false }
+        var rounds = 0
         repeat {
             again = false
             flush(to: .upstream)
             flush(to: .client)
             read(from: .client)
             read(from: .upstream)
-        } while again && !machine.closed
+            rounds += 1
+        } while again && !machine.closed && rounds < Self.roundsPerTurn
+        if again && !machine.closed {
+            loop.execute { self.pump() }
+        }
     }
 
     private func fd(_ side: Machine.Side) -> Int32 { side == .client ? clientFD : upstreamFD }

@@ -53,9 +53,12 @@ public final class LoopGuard: Sendable {
     /// Whether a request to `ip`:`port` would reach this daemon.
     public func isOwnEndpoint(_ ip: IPAddress, port: Int) -> Bool {
         let ip = ip.unmappedIPv4
+        // 0.0.0.0 and :: as a destination mean this host: they reach whatever listens on the port here.
+        let unspecified = ip == IPAddress("0.0.0.0") || ip == IPAddress("::")
         return endpoints.withLock { state in
             state.listening.contains { address, listeningPort in
                 guard listeningPort == port else { return false }
+                if unspecified { return true }
                 guard let address else { return ip.isLoopback || state.local.contains(ip) }
                 return address.unmappedIPv4 == ip
             }
