@@ -101,11 +101,11 @@ final class Connection: @unchecked Sendable {
         self.logger = logger
         self.loop = loop
         let authority = InterceptedAuthority()
-        self.stateMachine = StateMachine(settings: settings, authority: authority, bodyDecision: { [handler, authority] head in
+        self.stateMachine = StateMachine(settings: settings, authority: authority, bodyDecision: { [handler, authority, client] head in
             // Inside an intercepted tunnel the handler decides on the forward request the head stands for.
-            guard let target = authority.target else { return handler.bodyHandling(for: head) }
+            guard let target = authority.target else { return handler.bodyHandling(for: head, client: client) }
             switch InterceptedRequest.rewrite(head, for: target) {
-            case let .success(rewritten): return handler.bodyHandling(for: rewritten)
+            case let .success(rewritten): return handler.bodyHandling(for: rewritten, client: client)
             case let .failure(refusal): return .refuse(refusal)
             }
         })

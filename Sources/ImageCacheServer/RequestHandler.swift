@@ -35,6 +35,9 @@ public protocol RequestHandler: Sendable {
     /// `server.max-request-body` and `server.body-timeout`), stream it, or refuse the request at once with a status
     /// and reason (the connection then closes without reading the body).
     func bodyHandling(for request: HTTPRequestHead) -> HTTPParser.BodyHandling
+    /// As `bodyHandling(for:)`, knowing who sent the request (a refusal that depends on the client comes first, as it
+    /// does when the request is handled). The server asks this one.
+    func bodyHandling(for request: HTTPRequestHead, client: ClientInfo) -> HTTPParser.BodyHandling
     /// A CONNECT request (its body-less head; the target is the client's authority form, unchecked): answer through
     /// `reply` by refusing or by handing over a connected socket (ConnectReply.swift).
     func connect(_ request: HTTPRequestHead, client: ClientInfo, reply: any ConnectReply)
@@ -43,6 +46,11 @@ public protocol RequestHandler: Sendable {
 extension RequestHandler {
     /// By default every body is read whole.
     public func bodyHandling(for request: HTTPRequestHead) -> HTTPParser.BodyHandling { .read }
+
+    /// By default the client does not change the decision.
+    public func bodyHandling(for request: HTTPRequestHead, client: ClientInfo) -> HTTPParser.BodyHandling {
+        bodyHandling(for: request)
+    }
 
     /// Handlers that open no tunnels refuse CONNECT.
     public func connect(_ request: HTTPRequestHead, client: ClientInfo, reply: any ConnectReply) {

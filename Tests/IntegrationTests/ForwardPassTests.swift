@@ -147,6 +147,14 @@ struct ForwardPassTests {
         // Reverse mode and /fetch are not proxy requests
         #expect(try await harness.get("/a.png").status == 200)
         #expect(try await harness.get(harness.fetchTarget("/a.png")).status == 200)
+        // A body is refused with the same 403 as soon as its head is in, whatever else the settings would say about it
+        // (under refuse, a client in proxy-allow would get 501: the refused client must not learn that)
+        let strict = try ProxyHarness { configuration in
+            configuration.proxyAllow = [AddressRange("10.0.0.0/8")!]
+            configuration.forwardNonImages = .refuse
+        }
+        let refusedPost = try await CurlProcess.run(proxyPort: strict.port, ["--data-binary", "a=1", strict.origin.baseURL + "/a.png"])
+        #expect(refusedPost.status == 403 && refusedPost.text.contains("proxy-allow"), "\(refusedPost.status) \(refusedPost.text)")
     }
 
     @Test("an image through forward mode is still checked, stored and served from the cache: a MISS, then a HIT with the same bytes")

@@ -184,6 +184,14 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
     /// 501 for a method the cache does not take, the route's own error), so no connection holds up to
     /// `server.max-request-body` for nothing. (A forward request from a client outside proxy-allow is refused by
     /// `handle`, which knows the client, before any of its body is read: its connection then closes.)
+    /// A client outside proxy-allow is told so first, as `handle` would (never a reason that depends on the settings).
+    public func bodyHandling(for request: HTTPRequestHead, client: ClientInfo) -> HTTPParser.BodyHandling {
+        if ProxyAllow.isProxyRequest(request), let refusal = settings.proxyAllow.refusal(client) {
+            return .refuse(HTTPParser.ParseError(status: 403, reason: refusal))
+        }
+        return bodyHandling(for: request)
+    }
+
     public func bodyHandling(for request: HTTPRequestHead) -> HTTPParser.BodyHandling {
         let settings = self.settings
         if loopGuard.carriesOwnVia(request.headers) {
