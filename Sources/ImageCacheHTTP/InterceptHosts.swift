@@ -138,7 +138,9 @@ public struct InterceptHosts: Sendable, Equatable, CustomStringConvertible {
         if item == "*" { return .any }
         if item.hasPrefix("*.") {
             switch parseHost(String(item.dropFirst(2))) {
-            case let .success(.name(suffix)): return .suffix(suffix)
+            case let .success(.name(suffix)):
+                try refuseTopLevel(suffix, item)
+                return .suffix(suffix)
             case .success(.address): throw Refusal(reason: "'\(item)': a wildcard takes a name, not an address")
             case let .failure(refusal): throw Refusal(reason: "'\(item)': \(refusal.reason)")
             }
@@ -147,10 +149,19 @@ public struct InterceptHosts: Sendable, Equatable, CustomStringConvertible {
             throw Refusal(reason: "'\(item)': a wildcard is only '*' or '*.' before a name (like *.example.com)")
         }
         switch parseHost(item) {
-        case let .success(.name(name)): return .name(name)
+        case let .success(.name(name)):
+            try refuseTopLevel(name, item)
+            return .name(name)
         case let .success(.address(address)): return .address(address)
         case let .failure(refusal): throw Refusal(reason: "'\(item)': \(refusal.reason)")
         }
+    }
+
+    /// A single label (`com`, `*.com`) would make the CA's DNS constraint cover every name under it, which is no
+    /// constraint at all: refused, except `localhost`, which names this machine.
+    private static func refuseTopLevel(_ name: String, _ item: String) throws(Refusal) {
+        guard !name.contains("."), name != "localhost" else { return }
+        throw Refusal(reason: "'\(item)': a single label would let the local CA sign for every name under it; list the hosts (images.example.com, *.cdn.example.com), or * for all")
     }
 
     static func parseHost(_ text: String) -> Result<Host, Refusal> {

@@ -57,6 +57,8 @@ struct InterceptHostsTests {
         ("*example.com", "a wildcard is only '*' or '*.' before a name"),
         ("a.*.example.com", "a wildcard is only '*' or '*.'"),
         ("*.203.0.113.9", "a wildcard takes a name, not an address"),
+        ("com", "a single label would let the local CA sign for every name under it"),
+        ("*.com", "a single label would let the local CA sign for every name under it"),
         ("images.example.com:443", "not a host name or an IP address"),
         ("a..example.com", "a label is empty"),
         ("-a.example.com", "may not begin or end with a hyphen"),
