@@ -12,8 +12,7 @@
 // changed (the old CA's leaves and ticket keys go), none when intercept-hosts is emptied, and the same one (its
 // leaves kept) otherwise. Called from one thread at a time, as the rest of Daemon's start and reload are (main, then
 // the signal queue): `localCAFingerprint` is theirs. The proxy mints leaves and hands them to the server
-// (ConnectReply.intercept), which does not yet terminate TLS inside a CONNECT: until it does, intercepted CONNECTs
-// are answered 501.
+// (ConnectReply.intercept), which terminates the client's TLS inside the CONNECT with them.
 
 internal import ImageCacheHTTP
 internal import ImageCacheStatus

@@ -111,6 +111,9 @@ public final class Daemon: @unchecked Sendable {
             guard let main = passed.indices.first(where: { !isTLS[$0] }) else {
                 throw ConfigError(key: "listen", reason: "systemd passed only sockets named tls: pass a plain one too (imagecached.socket)")
             }
+            if configuration.tlsListen != nil && !isTLS.contains(true) {
+                logger.warning("tls-listen \(configuration.tlsListen!) is ignored under socket activation: systemd passed no socket named tls (enable imagecached-tls.socket); no HTTPS is served")
+            }
             if isTLS.contains(true) && tlsListening == nil {
                 throw ConfigError(key: "tls-cert", reason: "systemd passed a socket named tls: set tls-cert and tls-key")
             }
@@ -223,8 +226,9 @@ public final class Daemon: @unchecked Sendable {
         guard let reloadSource else { return ConfigError(key: "reload", reason: "this daemon has no configuration source to reload") }
         do {
             let next = try reloadSource()
-            try reloadLocalCA(for: next)
+            // Everything that can fail is prepared before anything is put in force: a refused reload changes nothing.
             let tlsContext = try nextTLSContext(for: next)
+            try reloadLocalCA(for: next)
             apply(next)
             if let tlsContext, let tlsListening {
                 tlsListening.replace(with: tlsContext)

@@ -427,6 +427,9 @@ extension Connection {
                 case .bodyChunk, .bodyEnd:
                     preconditionFailure("body events come only while an exchange streams its body (pumpBody)")
                 case let .request(original, _) where authority.target != nil && original.method == "CONNECT":
+                    if case let .failure(refusal) = InterceptedRequest.rewrite(original, for: authority.target!) {
+                        return actions + refuse(refusal, date: date)   // 405 with its Allow field
+                    }
                     return actions + refuse(HTTPParser.ParseError(status: 405, reason: "CONNECT is not allowed inside an intercepted tunnel"), date: date)
                 case let .request(head, body) where head.method == "CONNECT":
                     guard body.isEmpty else {

@@ -17,7 +17,8 @@
 // order of calls made from one serial queue.
 //
 // Writes go out with `sendmsg` (a vectored write, like `writev`, that also takes MSG_NOSIGNAL: a peer that
-// closed never raises SIGPIPE), and file bodies with `sendfile` (SIGPIPE ignored process-wide by the daemon).
+// closed never raises SIGPIPE), and file bodies with `sendfile` (SIGPIPE ignored process-wide by the daemon); on a
+// TLS connection both go through the stream instead ("TLS" below: no sendfile, a pread into a scratch buffer).
 // Whatever the socket does not take waits in the `WriteQueue` for a writable event.
 
 internal import ImageCacheSystem
@@ -444,6 +445,7 @@ final class Connection: @unchecked Sendable {
         let transport = TLSTransport(stream: stream, counters: TLSCounters.intercepted)
         TLSCounters.intercepted.opened()
         tls = transport
+        readSuspended = false   // the state machine starts afresh (idle): reading goes on through the stream
         if !leftover.isEmpty {
             // An early ClientHello (the client did not wait for the 200): sniffed and fed as a first read's bytes.
             guard sniffHello(transport, leftover) else { return }
@@ -467,8 +469,10 @@ final class Connection: @unchecked Sendable {
         if let intercepted = interception {
             interception = nil
             let seconds = Double(DispatchTime.now().uptimeNanoseconds - intercepted.started.uptimeNanoseconds) / 1e9
+            // The bytes are the TLS records each way (what a blind tunnel would have carried), the first ones included.
             intercepted.ended(TunnelReport(end: stopping ? .shutdown : (tls?.isEstablished == true ? .closed : .error),
-                                           bytesUp: 0, bytesDown: 0, seconds: seconds))
+                                           bytesUp: (tls?.bytesIn ?? 0) + (tls?.helloBytes ?? 0), bytesDown: tls?.bytesOut ?? 0,
+                                           seconds: seconds))
         }
         closed = true
         writeQueue.removeAll()
@@ -510,6 +514,7 @@ final class Connection: @unchecked Sendable {
                                 readReady = false
                             } else {
                                 tls.stream.networkDidWrite(count)
+                                tls.bytesIn += count
                                 if count < space.count, !hungUp { readReady = false }
                             }
                             moved = true
@@ -596,6 +601,7 @@ final class Connection: @unchecked Sendable {
     /// HTTP gets its 400; anything else a close. False when the connection is done with.
     private func sniffHello(_ tls: TLSTransport, _ bytes: [UInt8]) -> Bool {
         tls.hello += bytes
+        tls.helloBytes += bytes.count
         switch TLSRecordSniff(tls.hello) {
         case .tls:
             let hello = tls.hello
@@ -643,6 +649,7 @@ final class Connection: @unchecked Sendable {
     /// Writes the queue through the stream and drains its ring to the socket.
     private func flushTLS(_ tls: TLSTransport) {
         var progressed = false
+        tls.socketTookBytes = false
         do throws(SystemError) {
             if try drainCiphertext(tls) { progressed = true }
             while !writeQueue.isEmpty, tls.isEstablished {
@@ -662,7 +669,9 @@ final class Connection: @unchecked Sendable {
                 _ = shutdown(fd, Int32(SHUT_WR))
             }
         } catch where error.isWouldBlock {
-            if progressed || writeTimerDeadline == nil {
+            // Any byte the socket took counts as progress, a part of the ring included (a slow reader moves the ring
+            // a little at a time and must not be cut off while it does).
+            if progressed || tls.socketTookBytes || writeTimerDeadline == nil {
                 writeTimerDeadline = DispatchTime.now() + settings.writeTimeoutSeconds
             }
             return
@@ -682,6 +691,8 @@ final class Connection: @unchecked Sendable {
             let pending = tls.stream.pendingCiphertext()
             let count = try syscall("send") { send(fd, pending.baseAddress, pending.count, Int32(MSG_NOSIGNAL)) }
             tls.stream.ciphertextConsumed(count)
+            if count > 0 { tls.socketTookBytes = true }
+            tls.bytesOut += count
             sent = true
         }
         return sent
@@ -985,6 +996,8 @@ final class TLSTransport {
     private let counters: TLSCounters
     /// The first bytes, until they are sniffed.
     var hello: [UInt8] = []
+    /// How many bytes came as the first ones (they reach the stream through `feed`, not the ring's counts).
+    var helloBytes = 0
     private(set) var awaitingHello = true
     /// When the handshake must be done (set by its first byte; cleared when done).
     private(set) var handshakeDeadline: DispatchTime?
@@ -993,6 +1006,11 @@ final class TLSTransport {
     var peerEnded = false
     /// Our close_notify is in the ring: shut the write side once it has gone.
     var shutdownPending = false
+    /// The socket took bytes from the ring during the current flush (the write deadline moves on any progress).
+    var socketTookBytes = false
+    /// Bytes of TLS records read from the client and written to it (an intercepted tunnel's report).
+    var bytesIn = 0
+    var bytesOut = 0
     private var counted = false
 
     init(stream: TLSStream, counters: TLSCounters) {

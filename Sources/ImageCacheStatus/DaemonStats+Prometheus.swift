@@ -94,16 +94,23 @@ extension DaemonStats {
             out.family("leaf_mints_queued", "gauge", "Leaf certificates queued or being minted (at most 256; past it a CONNECT gets 503).")
             out.sample("leaf_mints_queued", [], Double(leafCertificates.mintsQueued))
         }
-        if let tls {
-            out.family("tls_handshakes_total", "counter", "TLS handshakes completed on the TLS listener, by whether a ticket resumed them.")
-            out.sample("tls_handshakes_total", [("listener", "tls"), ("resumed", "false")], Double(tls.fullHandshakes))
-            out.sample("tls_handshakes_total", [("listener", "tls"), ("resumed", "true")], Double(tls.resumedHandshakes))
-            out.family("tls_handshake_failures_total", "counter", "TLS connections that failed before or during the handshake, by reason.")
-            for (reason, count) in tls.failures.sorted(by: { $0.key < $1.key }) {
-                out.sample("tls_handshake_failures_total", [("listener", "tls"), ("reason", reason)], Double(count))
+        let listeners = [("tls", tls), ("intercept", interceptedTLS)].compactMap { name, value in value.map { (name, $0) } }
+        if !listeners.isEmpty {
+            out.family("tls_handshakes_total", "counter", "TLS handshakes completed, by listener (tls: tls-listen; intercept: inside intercepted tunnels) and whether a ticket resumed them.")
+            for (name, stats) in listeners {
+                out.sample("tls_handshakes_total", [("listener", name), ("resumed", "false")], Double(stats.fullHandshakes))
+                out.sample("tls_handshakes_total", [("listener", name), ("resumed", "true")], Double(stats.resumedHandshakes))
             }
-            out.family("tls_connections_open", "gauge", "Connections open on the TLS listener.")
-            out.sample("tls_connections_open", [("listener", "tls")], Double(tls.openConnections))
+            out.family("tls_handshake_failures_total", "counter", "TLS connections that failed before or during the handshake, by listener and reason.")
+            for (name, stats) in listeners {
+                for (reason, count) in stats.failures.sorted(by: { $0.key < $1.key }) {
+                    out.sample("tls_handshake_failures_total", [("listener", name), ("reason", reason)], Double(count))
+                }
+            }
+            out.family("tls_connections_open", "gauge", "TLS connections open, by listener.")
+            for (name, stats) in listeners { out.sample("tls_connections_open", [("listener", name)], Double(stats.openConnections)) }
+        }
+        if let tls {
             out.family("tls_certificate_expiry_seconds", "gauge", "Seconds until the TLS listener's certificate expires (tls-cert).")
             out.sample("tls_certificate_expiry_seconds", [], tls.certificateNotAfter - (time ?? 0))
         }

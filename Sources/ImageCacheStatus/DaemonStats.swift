@@ -139,6 +139,8 @@ public struct DaemonStats: Sendable, Codable, Equatable {
 
     /// The TLS listener (`tls-listen`; absent without one).
     public var tls: TLS?
+    /// The TLS servers inside intercepted tunnels (absent when nothing is intercepted); no certificate of its own.
+    public var interceptedTLS: TLS?
 
     /// The TLS listener: its handshakes, failures, open connections and certificate.
     public struct TLS: Sendable, Codable, Equatable {

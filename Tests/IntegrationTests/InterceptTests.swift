@@ -116,6 +116,12 @@ struct InterceptTests {
         let interceptedAfter = try await setup.curl("/b.png")
         #expect(Self.xCache(interceptedAfter.head) == ["HIT"])
         #expect(setup.origin.origin.requestCount("/a.png") == 1 && setup.origin.origin.requestCount("/b.png") == 1)
+        // The intercepted handshakes and the tunnels' bytes are counted
+        let metrics = try await setup.proxy.get("/_imagecached/metrics").text
+        #expect(metrics.contains("imagecached_tls_handshakes_total{listener=\"intercept\",resumed=\"false\"} 3"), "\(metrics)")
+        let stats = try DaemonStats.decode(Data(try await setup.proxy.get("/_imagecached/stats").body))
+        let tunnels = try #require(stats.tunnels)
+        #expect(tunnels.bytesDown > 3 * Self.png.count, "the TLS records sent inside the three tunnels")
         // The CA is made at start, with the key private
         let key = try FileManager.default.attributesOfItem(atPath: setup.caDirectory.appendingPathComponent("ca.key").path)
         #expect((key[.posixPermissions] as? NSNumber)?.intValue == 0o600)

@@ -27,6 +27,11 @@ extension Proxy {
                                      transformQueue: (pool.workers, pool.running, pool.queued), pixelCache: renditions.pixelCache.stats,
                                      inFlight: inFlight.summaries)
         stats.tunnels = metrics.tunnels.snapshot(limit: configuration.maxTunnels, interception: interception.current != nil)
+        if interception.current != nil {
+            let counters = TLSCounters.intercepted
+            stats.interceptedTLS = DaemonStats.TLS(fullHandshakes: counters.fullHandshakes, resumedHandshakes: counters.resumedHandshakes,
+                                                   failures: counters.failureCounts, openConnections: counters.openConnections)
+        }
         stats.leafCertificates = interception.stats
         return stats
     }
