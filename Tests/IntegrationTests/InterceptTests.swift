@@ -88,6 +88,12 @@ struct InterceptTests {
         }
     }
 
+    /// A sample's value in the metrics text (0 when absent). The intercepted TLS counts are the process's (one daemon
+    /// per process in production; these tests run several), so tests compare them before and after.
+    static func sample(_ metrics: String, _ line: String) -> Int {
+        metrics.split(separator: "\n").first { $0.hasPrefix(line + " ") }.flatMap { Int($0.split(separator: " ").last ?? "") } ?? 0
+    }
+
     static func xCache(_ head: String) -> [String] {
         head.split(separator: "\r\n").filter { $0.hasPrefix("X-Cache:") }.map { String($0.dropFirst(9)) }
     }
@@ -102,6 +108,8 @@ struct InterceptTests {
         setup.origin.origin.route("/a.png") { _ in InterceptTests.image() }
         setup.origin.origin.route("/b.png") { _ in InterceptTests.image() }
         // curl verifies the leaf against the daemon's CA only (--cacert): it succeeds only if the daemon minted it
+        let handshakes = "imagecached_tls_handshakes_total{listener=\"intercept\",resumed=\"false\"}"
+        let before = Self.sample(try await setup.proxy.get("/_imagecached/metrics").text, handshakes)
         let first = try await setup.curl("/a.png")
         let second = try await setup.curl("/a.png")
         #expect(first.exit == 0, "\(first.head)")
@@ -118,7 +126,7 @@ struct InterceptTests {
         #expect(setup.origin.origin.requestCount("/a.png") == 1 && setup.origin.origin.requestCount("/b.png") == 1)
         // The intercepted handshakes and the tunnels' bytes are counted
         let metrics = try await setup.proxy.get("/_imagecached/metrics").text
-        #expect(metrics.contains("imagecached_tls_handshakes_total{listener=\"intercept\",resumed=\"false\"} 3"), "\(metrics)")
+        #expect(Self.sample(metrics, handshakes) - before == 3, "\(metrics)")
         let stats = try DaemonStats.decode(Data(try await setup.proxy.get("/_imagecached/stats").body))
         let tunnels = try #require(stats.tunnels)
         #expect(tunnels.bytesDown > 3 * Self.png.count, "the TLS records sent inside the three tunnels")
@@ -192,6 +200,41 @@ struct InterceptTests {
         let lines = String(decoding: run.body, as: UTF8.self).split(separator: "\n").map(String.init)
         #expect(run.exit == 0, "\(run.head)")
         #expect(lines == ["200 MISS \(Self.png.count)", "200 HIT \(Self.png.count)", "200 BYPASS 9"], "\(lines)")
+    }
+
+    @Test("a host not in intercept-hosts gets a blind tunnel: the origin's own certificate reaches the client, nothing is cached")
+    func blindHTTPS() async throws {
+        let setup = try Setup { $0.interceptHosts = .none }
+        setup.origin.origin.route("/a.png") { _ in InterceptTests.image() }
+        let url = "https://\(setup.originAuthority)/a.png"
+        // curl trusts the origin's CA only: it succeeds only if the origin's own certificate came through the tunnel
+        let first = try await Self.run("/usr/bin/curl", ["-s", "-x", "http://127.0.0.1:\(setup.proxy.port)", "--cacert",
+                                                         setup.originCA.certificateFile.path, "-D", "/dev/stderr", url], environment: [:])
+        let second = try await Self.run("/usr/bin/curl", ["-s", "-x", "http://127.0.0.1:\(setup.proxy.port)", "--cacert",
+                                                          setup.originCA.certificateFile.path, "-D", "/dev/stderr", url], environment: [:])
+        #expect(first.exit == 0 && first.body == Self.png && second.body == Self.png)
+        // The proxy stored nothing and fetched nothing (the origin daemon answered both; it caches them itself)
+        #expect(setup.proxy.daemon.proxy.memory.stats.entries == 0)
+        let stats = try DaemonStats.decode(Data(try await setup.proxy.get("/_imagecached/stats").body))
+        #expect(stats.upstream.transfers.values.reduce(0, +) == 0)
+        #expect(stats.tunnels?.connects["tunnel"] == 2)
+    }
+
+    @Test("a ClientHello that stops after 5 bytes inside an intercepted tunnel is closed at server.header-timeout")
+    func stalledHandshakeInTunnel() async throws {
+        let setup = try Setup { $0.server.headerTimeoutSeconds = 1 }
+        let port = setup.proxy.port
+        let authority = setup.originAuthority
+        let timeouts = "imagecached_tls_handshake_failures_total{listener=\"intercept\",reason=\"timeout\"}"
+        let before = Self.sample(try await setup.proxy.get("/_imagecached/metrics").text, timeouts)
+        let end = try await offPool { () -> (head: String, closed: Bool) in
+            let (head, socket) = try openTunnel(daemonPort: port, target: authority, early: [0x16, 0x03, 0x01, 0x02, 0x00])
+            return (head, socket.readUntilClose().closed)
+        }
+        #expect(end.head.hasPrefix("HTTP/1.1 200 "))
+        #expect(end.closed)
+        let metrics = try await setup.proxy.get("/_imagecached/metrics").text
+        #expect(Self.sample(metrics, timeouts) - before == 1, "\(metrics)")
     }
 
     @Test("a client that sends garbage instead of a ClientHello inside the tunnel is closed")
