@@ -35,7 +35,6 @@ import json
 import multiprocessing
 import os
 import pwd
-import re
 import resource
 import shutil
 import socket
