@@ -10,6 +10,8 @@
   If-None-Match / If-Modified-Since that match answer 304.
   GET /__stats    JSON {path: {"200": n, "304": n, "first_byte": unix time the last 200 was sent (its first slice when dripped)}}
   GET /__reset    clears the counters
+With --tls-cert and --tls-key it speaks HTTPS instead (the https scenario: bench/https.py); the handshake is done in
+the connection's thread, on its first read.
 Every request is counted under its full path (options included).
 """
 import argparse
@@ -18,6 +20,7 @@ import json
 import os
 import socket
 import socketserver
+import ssl
 import threading
 import time
 from email.utils import formatdate
@@ -152,10 +155,22 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--max-age", type=int, default=3600)
+    parser.add_argument("--tls-cert", help="PEM chain: serve HTTPS (with --tls-key)")
+    parser.add_argument("--tls-key")
     args = parser.parse_args()
     default_max_age = args.max_age
     load()
     server = Server(("127.0.0.1", args.port), Handler)
+    if args.tls_cert:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(args.tls_cert, args.tls_key)
+        context.set_alpn_protocols(["http/1.1"])
+        accept = server.get_request
+
+        def get_request():
+            sock, address = accept()
+            return context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False), address
+        server.get_request = get_request
     print(f"origin: {len(files)} files on 127.0.0.1:{args.port}", flush=True)
     server.serve_forever()
 
