@@ -216,8 +216,11 @@ public struct CADirectory: Sendable {
         closeDescriptor(fd)
     }
 
+    /// Whether `file` is there (a link counts, as itself: it is not followed). faccessat(2), not `try?` around
+    /// FileManager: inlined into the typed-throws callers, Swift 6.3.1's optimiser let the `try?`'s error escape as
+    /// theirs in release builds, so a first start with interception on crashed printing a garbage CAError.
     private func exists(_ file: String) -> Bool {
-        (try? FileManager.default.attributesOfItem(atPath: file)) != nil
+        faccessat(AT_FDCWD, file, F_OK, AT_SYMLINK_NOFOLLOW) == 0
     }
 }
 

@@ -53,9 +53,17 @@ public struct LocalCA: Sendable {
         guard certificate.publicKey == Certificate.PublicKey(key.publicKey) else {
             throw CAError(path: keyPath, problem: "not the key of \(certificatePath)", fix: CAError.replace)
         }
-        let basicConstraints = try? certificate.extensions.basicConstraints
-        guard case .isCertificateAuthority = basicConstraints,
-              let identifier = (try? certificate.extensions.subjectKeyIdentifier)??.keyIdentifier else {
+        // do/catch, not `try?`, in a typed-throws initialiser (see CADirectory.exists: Swift 6.3.1's optimiser).
+        var basicConstraints: BasicConstraints?
+        var subjectKeyIdentifier: SubjectKeyIdentifier?
+        do {
+            basicConstraints = try certificate.extensions.basicConstraints
+            subjectKeyIdentifier = try certificate.extensions.subjectKeyIdentifier
+        } catch {
+            basicConstraints = nil
+            subjectKeyIdentifier = nil
+        }
+        guard case .isCertificateAuthority = basicConstraints, let identifier = subjectKeyIdentifier?.keyIdentifier else {
             throw CAError(path: certificatePath, problem: "not a CA certificate (CA:true and a subject key identifier)",
                           fix: CAError.replace)
         }
