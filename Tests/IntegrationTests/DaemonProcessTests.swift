@@ -85,6 +85,46 @@ struct DaemonProcessTests {
         #expect(await process.waitForExit() == 0)
     }
 
+    @Test("socket activation with a socket named tls (imagecached-tls.socket): it serves HTTPS there with tls-cert and tls-key, whatever the order of the sockets")
+    func socketActivationTLS() async throws {
+        let origin = try TestOrigin()
+        defer { origin.stop() }
+        origin.route("/a.png") { _ in DaemonProcessTests.image() }
+        let config = try DaemonProcessTests.configFile(origin)
+        defer { try? FileManager.default.removeItem(at: config) }
+        let directory = try TestPKI.makeDirectory()
+        let ca = try TestPKI.makeCA(named: "activation-ca", commonName: "activation test CA", permittedDNS: nil, in: directory)
+        let leaf = try TestPKI.issueLeaf(named: "activation", dnsNames: ["localhost"], by: ca, in: directory)
+        let (tlsFD, tlsPort) = try makeListeningSocket()
+        defer { close(tlsFD) }
+        let (plainFD, plainPort) = try makeListeningSocket()
+        defer { close(plainFD) }
+        // The tls socket first: the plain one is still the main listener
+        let process = try DaemonProcess(["--config", config.path, "--listen", "127.0.0.1:1",
+                                         "--tls-cert", leaf.certificateFile.path, "--tls-key", leaf.keyFile.path],
+                                        listeningFDs: [tlsFD, plainFD], names: ["tls", "imagecached.socket"])
+        defer { process.kill9() }
+        #expect(await process.waitForLog("2 socket(s) from systemd"), "\(process.log)")
+        let plain = try await offPool { try TestClient.get(port: plainPort, "/a.png") }
+        #expect(plain.status == 200)
+        let https = try await offPool { () -> (Int32, [UInt8]) in
+            let curl = Process()
+            curl.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
+            curl.arguments = ["-s", "--noproxy", "*", "--cacert", ca.certificateFile.path, "--max-time", "10",
+                              "https://localhost:\(tlsPort)/a.png"]
+            let out = Pipe()
+            curl.standardOutput = out
+            try curl.run()
+            let body = out.fileHandleForReading.readDataToEndOfFile()
+            curl.waitUntilExit()
+            return (curl.terminationStatus, Array(body))
+        }
+        process.send(SIGTERM)
+        #expect(https.0 == 0)
+        expectSameBytes(https.1, DaemonProcessTests.png)
+        #expect(await process.waitForExit() == 0)
+    }
+
     @Test("one event loop per allowed CPU, each pinned to its own CPU by default; unpinned with --server-cpu-affinity off; a narrower mask (taskset) means fewer loops")
     func loopsFollowTheCPUMask() async throws {
         let origin = try TestOrigin()

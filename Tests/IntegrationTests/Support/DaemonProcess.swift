@@ -20,7 +20,9 @@ final class DaemonProcess: @unchecked Sendable {
     /// Starts the binary with `arguments`; `environment` is added to a minimal one; `listeningFD` becomes fd 3
     /// with LISTEN_FDS=1 and LISTEN_PID set to the child's pid; `cpus` (a taskset list such as "1") narrows the
     /// CPUs it may run on, as systemd's CPUAffinity= would.
-    init(_ arguments: [String], environment: [String: String] = [:], listeningFD: Int32? = nil, cpus: String? = nil) throws {
+    /// `listeningFDs` (instead of `listeningFD`): several sockets, fds 3, 4, ..., named in LISTEN_FDNAMES by `names`.
+    init(_ arguments: [String], environment: [String: String] = [:], listeningFD: Int32? = nil, cpus: String? = nil,
+         listeningFDs: [Int32] = [], names: [String] = []) throws {
         var pipeFDs: [Int32] = [0, 0]
         guard pipe(&pipeFDs) == 0 else { throw POSIXError(.EIO) }
         for fd in pipeFDs { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
@@ -38,12 +40,17 @@ final class DaemonProcess: @unchecked Sendable {
         for (key, value) in environment { env[key] = value }
         var script = "exec \"$0\" \"$@\""
         if let cpus { script = "exec taskset -c \(cpus) \"$0\" \"$@\"" }  // taskset execs the binary: the pid stays
-        var highFD: Int32 = -1
-        if let listeningFD {
-            // Above the range in use, close-on-exec here; dup2 onto 3 clears the flag in the child.
-            highFD = fcntl(listeningFD, F_DUPFD_CLOEXEC, 200)
-            posix_spawn_file_actions_adddup2(&actions, highFD, 3)
-            env["LISTEN_FDS"] = "1"
+        var highFDs: [Int32] = []
+        let passed = listeningFD.map { [$0] } ?? listeningFDs
+        if !passed.isEmpty {
+            // Above the range in use, close-on-exec here; dup2 onto 3, 4, ... clears the flag in the child.
+            for (index, fd) in passed.enumerated() {
+                let high = fcntl(fd, F_DUPFD_CLOEXEC, 200)
+                highFDs.append(high)
+                posix_spawn_file_actions_adddup2(&actions, high, 3 + Int32(index))
+            }
+            env["LISTEN_FDS"] = String(passed.count)
+            if !names.isEmpty { env["LISTEN_FDNAMES"] = names.joined(separator: ":") }
             script = "LISTEN_PID=$$; export LISTEN_PID; " + script
         }
         let argv = ["/bin/sh", "-c", script, CLITests.binary.path] + arguments
@@ -56,7 +63,7 @@ final class DaemonProcess: @unchecked Sendable {
         var child: pid_t = 0
         let result = posix_spawn(&child, "/bin/sh", &actions, nil, cArgs, cEnv)
         close(pipeFDs[1])
-        if highFD >= 0 { close(highFD) }
+        for high in highFDs { close(high) }
         guard result == 0 else {
             close(pipeFDs[0])
             throw POSIXError(.init(rawValue: result) ?? .EIO)
