@@ -194,38 +194,41 @@ final class EventLoop: SinkExecutor, @unchecked Sendable {
 
     /// Watches `fd` for `connection` (edge-triggered). On the loop thread.
     func register(_ connection: Connection, fd: Int32) throws(SystemError) {
-        preconditionInLoop()
-        var event = epoll_event()
-        event.events = EPOLLIN.rawValue | EPOLLOUT.rawValue | EPOLLRDHUP.rawValue | EPOLLET.rawValue
-        event.data.u64 = connection.id
-        try syscall("epoll_ctl(ADD)") { epoll_ctl(epollFD, EPOLL_CTL_ADD, fd, &event) }
+        try watch(fd, token: connection.id)
         connections[connection.id] = connection
     }
 
     /// Stops watching `fd` (call before closing it). On the loop thread.
     func deregister(_ connection: Connection, fd: Int32) {
-        preconditionInLoop()
-        var event = epoll_event()
-        _ = epoll_ctl(epollFD, EPOLL_CTL_DEL, fd, &event)
+        unwatch(fd)
         connections[connection.id] = nil
     }
 
     /// Watches a tunnel's upstream socket `fd` (edge-triggered). On the loop thread.
     func register(_ tunnel: Tunnel, fd: Int32) throws(SystemError) {
-        preconditionInLoop()
-        var event = epoll_event()
-        event.events = EPOLLIN.rawValue | EPOLLOUT.rawValue | EPOLLRDHUP.rawValue | EPOLLET.rawValue
-        event.data.u64 = tunnel.token
-        try syscall("epoll_ctl(ADD tunnel)") { epoll_ctl(epollFD, EPOLL_CTL_ADD, fd, &event) }
+        try watch(fd, token: tunnel.token)
         tunnels[tunnel.token] = tunnel
     }
 
     /// Stops watching a tunnel's upstream socket (call before closing it). On the loop thread.
     func deregister(_ tunnel: Tunnel, fd: Int32) {
+        unwatch(fd)
+        tunnels[tunnel.token] = nil
+    }
+
+    /// Adds `fd` to the epoll set, edge-triggered for reads, writes and the peer's FIN, with `token` as its data.
+    private func watch(_ fd: Int32, token: UInt64) throws(SystemError) {
+        preconditionInLoop()
+        var event = epoll_event()
+        event.events = EPOLLIN.rawValue | EPOLLOUT.rawValue | EPOLLRDHUP.rawValue | EPOLLET.rawValue
+        event.data.u64 = token
+        try syscall("epoll_ctl(ADD)") { epoll_ctl(epollFD, EPOLL_CTL_ADD, fd, &event) }
+    }
+
+    private func unwatch(_ fd: Int32) {
         preconditionInLoop()
         var event = epoll_event()
         _ = epoll_ctl(epollFD, EPOLL_CTL_DEL, fd, &event)
-        tunnels[tunnel.token] = nil
     }
 
     // MARK: - The loop thread
