@@ -14,7 +14,7 @@ let package = Package(
         .executable(name: "imagecached", targets: ["imagecached"]),
         .library(name: "ImageCacheCore", targets: [
             "ImageCacheSystem", "ImageCacheHTTP", "ImageCacheStatus", "ImageCacheTransform", "ImageCacheServer", "ImageCacheStore",
-            "ImageCacheUpstream", "ImageCacheConfig", "ImageCacheCertificates", "ImageCacheCore", "ImageCacheOps", "ImageCacheTLS",
+            "ImageCacheUpstream", "ImageCacheConfig", "ImageCacheCertificates", "ImageCacheCore", "ImageCacheOps", "ImageCacheTLS", "ImageCacheFleet",
         ]),
     ],
     dependencies: [
@@ -113,24 +113,31 @@ let package = Package(
                            .product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: swiftSettings
         ),
+        // The fleet's shared tier on memcached (meta protocol leases): its own thread and sockets, a rendezvous ring, a
+        // breaker per server. Bytes and keys only: the core gives it entries in its checksummed format.
+        .target(
+            name: "ImageCacheFleet",
+            dependencies: ["ImageCacheSystem", "CEpoll", "CXXHash", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: swiftSettings
+        ),
         // Above the layers it configures: each owns its settings and their defaults; this one builds them from the keys.
         .target(
             name: "ImageCacheConfig",
-            dependencies: ["ImageCacheHTTP", "ImageCacheServer", "ImageCacheStore", "ImageCacheUpstream", "ImageCacheTransform",
+            dependencies: ["ImageCacheHTTP", "ImageCacheServer", "ImageCacheStore", "ImageCacheUpstream", "ImageCacheTransform", "ImageCacheFleet",
                            .product(name: "Yams", package: "Yams")],
             swiftSettings: swiftSettings
         ),
         .target(
             name: "ImageCacheCore",
             dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "ImageCacheStatus", "ImageCacheConfig", "ImageCacheServer",
-                           "ImageCacheStore", "ImageCacheUpstream", "ImageCacheTransform", "ImageCacheTLS", "ImageCacheCertificates",
+                           "ImageCacheStore", "ImageCacheUpstream", "ImageCacheTransform", "ImageCacheTLS", "ImageCacheCertificates", "ImageCacheFleet",
                            .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
         .target(
             name: "ImageCacheOps",
             dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "ImageCacheStatus", "ImageCacheConfig", "ImageCacheServer",
-                           "ImageCacheStore", "ImageCacheUpstream", "ImageCacheTransform", "ImageCacheCertificates", "ImageCacheTLS", "ImageCacheCore", "CEpoll",
+                           "ImageCacheStore", "ImageCacheUpstream", "ImageCacheTransform", "ImageCacheCertificates", "ImageCacheTLS", "ImageCacheCore", "ImageCacheFleet", "CEpoll",
                            .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings
         ),
@@ -187,10 +194,14 @@ let package = Package(
         .testTarget(name: "ImageCacheUpstreamTests",
                     dependencies: ["ImageCacheTestSupport", "ImageCacheSystem", "ImageCacheHTTP", "ImageCacheUpstream"],
                     swiftSettings: swiftSettings),
+        .testTarget(name: "ImageCacheFleetTests",
+                    dependencies: ["ImageCacheTestSupport", "ImageCacheSystem", "ImageCacheFleet",
+                                   .product(name: "Logging", package: "swift-log")],
+                    swiftSettings: swiftSettings),
         .testTarget(name: "ImageCacheCoreTests",
                     dependencies: ["ImageCacheTestSupport", "ImageCacheSystem", "ImageCacheHTTP", "ImageCacheStatus", "ImageCacheConfig",
                                    "ImageCacheServer", "ImageCacheStore", "ImageCacheUpstream", "ImageCacheTransform", "ImageCacheTLS",
-                                   "ImageCacheCertificates", "ImageCacheCore"],
+                                   "ImageCacheCertificates", "ImageCacheCore", "ImageCacheFleet"],
                     swiftSettings: swiftSettings),
         .testTarget(name: "ImageCacheOpsTests",
                     dependencies: ["ImageCacheTestSupport", "ImageCacheSystem", "ImageCacheStatus", "ImageCacheConfig", "ImageCacheStore",
@@ -208,7 +219,7 @@ let package = Package(
         .testTarget(name: "DocsTests", dependencies: ["ImageCacheTestSupport"], swiftSettings: swiftSettings),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: ["ImageCacheTestSupport", "ImageCacheSystem", "ImageCacheHTTP", "ImageCacheStatus", "ImageCacheConfig", "ImageCacheServer", "ImageCacheStore", "ImageCacheUpstream", "ImageCacheTransform", "ImageCacheCertificates", "ImageCacheTLS", "ImageCacheCore", "ImageCacheOps"],
+            dependencies: ["ImageCacheTestSupport", "ImageCacheSystem", "ImageCacheHTTP", "ImageCacheStatus", "ImageCacheConfig", "ImageCacheServer", "ImageCacheStore", "ImageCacheUpstream", "ImageCacheTransform", "ImageCacheCertificates", "ImageCacheTLS", "ImageCacheCore", "ImageCacheOps", "ImageCacheFleet"],
             swiftSettings: swiftSettings
         ),
     ],

@@ -1,0 +1,157 @@
+// FleetTier: the fleet's shared cache tier on memcached (meta protocol), as the daemon sees it: a lookup that wins a
+// fill lease on a miss (Nishtala et al., "Scaling Memcache at Facebook", 3.2.1; memcached's `mg ... N`), a store
+// fenced by the lease's CAS, a release, a delete. Values are opaque bytes with 32-bit client flags (the core puts its
+// checksummed entry format and markers in them); keys are at most 250 bytes of printable ASCII without spaces.
+//
+// API CONTRACT (ImageCacheCore codes against it; see docs/design/issue-30-plan.md). Completions run on the tier's own
+// thread: callers hop to their queue. Every operation ends: with an answer, or `.unavailable` when its server's breaker
+// is open, its deadline passes or its connection fails.
+
+public import Logging
+
+/// A value read from the tier.
+public struct FleetValue: Sendable {
+    public var bytes: [UInt8]
+    /// The client flags it was stored with.
+    public var flags: UInt32
+    public var cas: UInt64
+    /// Seconds of its memcached TTL left (nil: none, or not reported).
+    public var remainingTTL: Int?
+
+    public init(bytes: [UInt8], flags: UInt32, cas: UInt64, remainingTTL: Int?) {
+        self.bytes = bytes
+        self.flags = flags
+        self.cas = cas
+        self.remainingTTL = remainingTTL
+    }
+}
+
+/// What a lookup found.
+public enum FleetLookup: Sendable {
+    /// The value.
+    case hit(FleetValue)
+    /// No value: this host won the fill lease (`W`). Store with it, or release it.
+    case won(FleetLease)
+    /// No value: another host holds the fill lease (`Z`). Ask again later.
+    case wait
+    /// The key's server cannot be asked now (breaker open, deadline passed, connection failed): go on without it.
+    case unavailable(reason: String)
+}
+
+/// What a fenced store did.
+public enum FleetStoreResult: Sendable, Equatable {
+    case stored
+    /// The lease expired or was taken (the CAS no longer matches, or the key is gone): nothing stored.
+    case lostLease
+    /// Larger than the item size (fleet.item-max, or the server's own): nothing stored.
+    case tooLarge
+    case unavailable(reason: String)
+}
+
+/// A fill lease this host won: its key, its CAS (the fencing token of the store), and the progress mark that keeps it
+/// alive. The tier refreshes (`mg <key> T<lease>`) every held lease whose holder reported progress within the last
+/// lease time, about every third of it; a holder that stops reporting (a hung origin) lets it expire, and the next asker
+/// wins it. A lease ends with `store` or `release` (or with the tier).
+public final class FleetLease: Sendable, CustomStringConvertible {
+    public let key: String
+    public let cas: UInt64
+    /// The server index in the ring the key belongs to (the tier's own bookkeeping).
+    package let server: Int
+
+    package init(key: String, cas: UInt64, server: Int) {
+        self.key = key
+        self.cas = cas
+        self.server = server
+    }
+
+    /// The holder's fill made progress (bytes arrived): the lease is kept alive for another lease time.
+    public func progressed() {
+        // SKELETON: the client (being written) keeps a monotonic time stamp here.
+    }
+
+    public var description: String { "\(key) c\(cas)" }
+}
+
+/// Counters and per-server state, for /metrics, /stats and the status page.
+public struct FleetStats: Sendable, Equatable {
+    public enum ServerState: String, Sendable, Equatable {
+        /// Answering.
+        case up
+        /// The breaker is open: its keys are local-only until a probe answers.
+        case down
+        /// One `mn` probe is out.
+        case probing
+    }
+
+    public struct Server: Sendable, Equatable {
+        public var address: String
+        public var state: ServerState
+        /// The server's `item_size_max` from `stats settings`, once read.
+        public var itemSizeMax: Int?
+        public var operations: UInt64 = 0
+        public var failures: UInt64 = 0
+        public var timeouts: UInt64 = 0
+        public var breakerOpens: UInt64 = 0
+        public var bytesRead: UInt64 = 0
+        public var bytesWritten: UInt64 = 0
+
+        public init(address: String, state: ServerState, itemSizeMax: Int?) {
+            self.address = address
+            self.state = state
+            self.itemSizeMax = itemSizeMax
+        }
+    }
+
+    public var servers: [Server] = []
+    public var lookups: UInt64 = 0
+    public var hits: UInt64 = 0
+    /// Leases won (`W`).
+    public var leaseWins: UInt64 = 0
+    /// Lookups told to wait (`Z`).
+    public var leaseWaits: UInt64 = 0
+    public var unavailable: UInt64 = 0
+    public var stores: UInt64 = 0
+    public var lostLeases: UInt64 = 0
+    public var releases: UInt64 = 0
+    public var leasesHeld: Int = 0
+
+    public init() {}
+}
+
+/// The tier's client: one thread (`icd.fleet`) owns the sockets, the pending operations and their deadlines.
+public final class FleetTier: Sendable {
+    public init(settings: FleetSettings, logger: Logger) {}
+
+    /// Starts the tier's thread; asks each server's `stats settings` (logged: a server whose item_size_max is below
+    /// fleet.item-max is reported, and the smaller one is used).
+    public func start() {}
+
+    /// Ends the thread: operations still pending end `.unavailable`.
+    public func shutdown() {}
+
+    /// Puts new settings in force (a reload): a changed server list is a new ring; leases held stay with their server.
+    public func reload(_ settings: FleetSettings) {}
+
+    /// Looks `key` up; on a miss asks for the fill lease (`mg <key> s c f t v N<lease>`).
+    public func lookup(_ key: String, completion: @escaping @Sendable (FleetLookup) -> Void) {
+        completion(.unavailable(reason: "skeleton"))
+    }
+
+    /// Stores `value` under the lease's key while the lease holds (`ms <key> <n> T<ttl> F<flags> C<cas>`), and ends it.
+    public func store(_ lease: FleetLease, value: [UInt8], flags: UInt32, ttlSeconds: Int,
+                      completion: @escaping @Sendable (FleetStoreResult) -> Void) {
+        completion(.unavailable(reason: "skeleton"))
+    }
+
+    /// Hands the lease back (`md <key> C<cas> q`), so the next asker wins it at once; ends it.
+    public func release(_ lease: FleetLease) {}
+
+    /// Deletes `key` (`md <key> q`; with `cas`, only that value: a damaged one just read). Completion: false when
+    /// the server could not be asked.
+    public func delete(_ key: String, cas: UInt64? = nil, completion: (@Sendable (Bool) -> Void)? = nil) {
+        completion?(false)
+    }
+
+    /// A snapshot (thread-safe).
+    public func stats() -> FleetStats { FleetStats() }
+}
