@@ -325,6 +325,7 @@ final class Fetch: InFlightWork, @unchecked Sendable {
             if fleetWaited { metrics.takeovers.add() }
             answer = .won
         case .wait:
+            if !fleetWaited { context.events?(.fleetWaiting(key: key)) }
             fleetWaited = true
             metrics.waits.add()
             answer = .wait

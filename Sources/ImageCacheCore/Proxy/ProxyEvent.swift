@@ -21,6 +21,8 @@ public enum ProxyEvent: Sendable, Equatable {
     case passFinished(key: CacheKey)
     /// The fetch for `key` paused its upstream transfer: a client was behind and the in-flight budget full.
     case transferPaused(key: CacheKey)
+    /// The fetch for `key` was told by the fleet tier that another host fills it (its first "wait").
+    case fleetWaiting(key: CacheKey)
     /// /_imagecached/stats is about to be read (a test changes a counter here, to tell the status page's figures as
     /// its script computes them from those rendered with the page).
     case statsRead

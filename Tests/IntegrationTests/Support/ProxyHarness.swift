@@ -21,6 +21,35 @@ final class TestClock: Sendable {
 }
 
 /// Counts the fetches that paused their upstream transfer (backpressure) and lets a test wait for a number of them.
+/// Counts the events `matches` picks, and waits for a number of them.
+final class EventCounter: Sendable {
+    private let matches: @Sendable (ProxyEvent) -> Bool
+    private let state = Locked<(count: Int, target: Int)>((0, Int.max))
+    private let semaphore = DispatchSemaphore(value: 0)
+
+    init(_ matches: @escaping @Sendable (ProxyEvent) -> Bool) { self.matches = matches }
+
+    func observe(_ event: ProxyEvent) {
+        guard matches(event) else { return }
+        let fire = state.withLock { state -> Bool in
+            state.count += 1
+            return state.count == state.target
+        }
+        if fire { semaphore.signal() }
+    }
+
+    /// Waits until `target` such events were seen in all (off the Swift concurrency pool); false after `timeout`.
+    func wait(for target: Int, timeout: Double = 15) async -> Bool {
+        let already = state.withLock { state -> Bool in
+            state.target = target
+            return state.count >= target
+        }
+        if already { return true }
+        let semaphore = semaphore
+        return (try? await offPool { semaphore.wait(timeout: .now() + timeout) == .success }) ?? false
+    }
+}
+
 final class PauseBarrier: Sendable {
     private let state = Locked<(count: Int, target: Int)>((0, Int.max))
     private let semaphore = DispatchSemaphore(value: 0)
@@ -132,6 +161,8 @@ final class ProxyHarness {
     let waiters = WaiterBarrier()
     let pauses = PauseBarrier()
     let statsReads = StatsReadHook()
+    /// Fetches told by the fleet tier that another host fills their key.
+    let fleetWaits = EventCounter { if case .fleetWaiting = $0 { true } else { false } }
     /// This harness's own disk tier directory, removed at the end.
     let cacheDirectory: String
     var port: Int { daemon.port }
@@ -162,17 +193,19 @@ final class ProxyHarness {
         self.configuration = configuration
         self.logger = logger
         daemon = try ProxyHarness.makeDaemon(configuration, logger: logger, clock: clock, waiters: waiters, pauses: pauses,
-                                             statsReads: statsReads)
+                                             statsReads: statsReads, fleetWaits: fleetWaits)
         try daemon.start()
     }
 
     private static func makeDaemon(_ configuration: Configuration, logger: Logger, clock: TestClock, waiters: WaiterBarrier,
-                                   pauses: PauseBarrier, statsReads: StatsReadHook) throws -> Daemon {
+                                   pauses: PauseBarrier, statsReads: StatsReadHook,
+                                   fleetWaits: EventCounter) throws -> Daemon {
         // The history is sampled by the tests themselves (proxy.recordHistorySample), not by a timer.
         try Daemon(configuration: configuration, logger: logger, now: { clock.now() }, events: { event in
             waiters.observe(event)
             pauses.observe(event)
             statsReads.observe(event)
+            fleetWaits.observe(event)
         }, samplesHistory: false)
     }
 
@@ -183,7 +216,7 @@ final class ProxyHarness {
         var configuration = configuration
         configure(&configuration)
         daemon = try ProxyHarness.makeDaemon(configuration, logger: logger, clock: clock, waiters: waiters, pauses: pauses,
-                                             statsReads: statsReads)
+                                             statsReads: statsReads, fleetWaits: fleetWaits)
         try daemon.start()
     }
 

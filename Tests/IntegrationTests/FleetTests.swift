@@ -1,0 +1,221 @@
+// The fleet tier end to end: three daemons (in this process, each its own proxy, tiers and fleet client) in reverse
+// mode for one test origin, naming the same real memcached servers (started here on loopback ports). What a user of a
+// fleet notices: one origin fetch for a new image however many hosts ask at once; another host's fill served as a
+// fleet hit and kept locally; a response that cannot be shared (no-store, too large, an error) does not hold the
+// other hosts for the lease; a winner whose clients all leave hands its lease on; a damaged value is never served;
+// a memcached down or hung leaves each host serving on its own.
+
+import Foundation
+import ImageCacheTestSupport
+import Testing
+@testable import ImageCacheHTTP
+@testable import ImageCacheConfig
+@testable import ImageCacheStore
+@testable import ImageCacheFleet
+@testable import ImageCacheCore
+@testable import ImageCacheOps
+
+@Suite("Fleet: daemons sharing memcached", .serialized, .timeLimit(.minutes(3)))
+struct FleetTests {
+    /// `count` daemons in reverse mode for the first one's origin, all naming `servers`.
+    static func fleet(_ count: Int = 3, servers: [FleetMemcached], _ configure: (inout Configuration) -> Void = { _ in })
+        throws -> [ProxyHarness] {
+        let first = try ProxyHarness { configuration in
+            configuration.fleet.servers = servers.map { FleetServer(host: "127.0.0.1", port: $0.port) }
+            configuration.fleet.itemMaxBytes = 32 << 20
+            configure(&configuration)
+        }
+        var harnesses = [first]
+        for _ in 1..<count {
+            harnesses.append(try ProxyHarness { configuration in
+                configuration.origins = first.configuration.origins
+                configuration.fleet.servers = servers.map { FleetServer(host: "127.0.0.1", port: $0.port) }
+                configuration.fleet.itemMaxBytes = 32 << 20
+                configure(&configuration)
+            })
+        }
+        return harnesses
+    }
+
+    static func servers(_ count: Int = 3) throws -> [FleetMemcached] {
+        try (0..<count).map { _ in try FleetMemcached() }
+    }
+
+    static func fleetMetrics(_ harness: ProxyHarness) -> FleetMetrics { harness.daemon.proxy.metrics.fleet }
+
+    @Test("a storm of clients on three daemons for one new image: one origin fetch, the same bytes for all, fleet-collapsed on the others")
+    func storm() async throws {
+        let servers = try Self.servers()
+        let daemons = try Self.fleet(servers: servers)
+        let origin = daemons[0].origin
+        let body = Fixtures.png(size: 40_000)
+        let gate = Gate()
+        origin.route("/storm.png") { _ in Reply(status: 200, headers: [("Content-Type", "image/png"), ("Cache-Control", "max-age=300")], body: body, gate: gate) }
+        // The first daemon's fetch wins the lease and waits at the gate; then the others' clients arrive.
+        var connections = try await daemons[0].waitingClients(4, on: "/storm.png")
+        try await origin.waitForRequests("/storm.png", count: 1)
+        for daemon in daemons.dropFirst() { connections += try await daemon.waitingClients(4, on: "/storm.png") }
+        gate.open()
+        let responses = try await readAll(connections)
+        #expect(origin.requestCount("/storm.png") == 1)
+        #expect(responses.allSatisfy { $0.status == 200 && $0.body == body })
+        let statuses = responses.map { $0.header("Cache-Status") ?? "" }
+        #expect(statuses.prefix(4).allSatisfy { !$0.contains("detail=fleet") }, "\(statuses)")
+        #expect(statuses.dropFirst(4).allSatisfy { $0.contains("collapsed; detail=fleet") }, "\(statuses)")
+        #expect(Self.fleetMetrics(daemons[0]).leaseWins.current == 1)
+        #expect(Self.fleetMetrics(daemons[0]).stored.current == 1)
+        // Each host asked once per key, however many of its clients waited: the waits are polls of one fetch.
+        #expect(daemons.dropFirst().allSatisfy { Self.fleetMetrics($0).leaseWins.current == 0 && Self.fleetMetrics($0).hits.current == 1 })
+    }
+
+    @Test("another host's fill is a fleet hit (Age counted), kept locally: the next request there is a memory hit")
+    func fleetHitThenLocal() async throws {
+        let servers = try Self.servers(1)
+        let daemons = try Self.fleet(2, servers: servers)
+        let origin = daemons[0].origin
+        let body = Fixtures.png(size: 5000)
+        origin.route("/a.png") { _ in Reply(status: 200, headers: [("Content-Type", "image/png"), ("Cache-Control", "max-age=300")], body: body) }
+        let first = try await daemons[0].get("/a.png")
+        #expect(first.header("X-Cache") == "MISS")
+        daemons[1].clock.advance(20)
+        let fleetHit = try await daemons[1].get("/a.png")
+        #expect(fleetHit.body == body)
+        #expect(fleetHit.header("Cache-Status") == "imagecached; hit; ttl=280; detail=fleet")
+        #expect(fleetHit.header("Age") == "20")
+        let local = try await daemons[1].get("/a.png")
+        #expect(local.header("Cache-Status")?.contains("detail=fleet") == false)
+        #expect(local.header("X-Cache") == "HIT")
+        #expect(origin.requestCount("/a.png") == 1)
+        let stats = try await daemons[1].get("/_imagecached/metrics")
+        #expect(stats.text.contains("imagecached_fleet_hits_total 1"))
+        #expect(stats.text.contains("imagecached_requests_total{outcome=\"fleet_hit\"} 1"))
+    }
+
+    enum Unshared: String, CaseIterable, Sendable {
+        case noStore = "no-store", oversized, error = "503"
+    }
+
+    @Test("a response that cannot be shared leaves a pass marker: the waiting hosts fetch at once, not after the lease",
+          arguments: Unshared.allCases)
+    func unshared(_ kind: Unshared) async throws {
+        let servers = try Self.servers(1)
+        // A 60 s lease and wait: without the marker, the waiters would outlive the origin's wait below.
+        let daemons = try Self.fleet(3, servers: servers) {
+            $0.fleet.leaseSeconds = 60
+            $0.fleet.waitSeconds = 60
+            if kind == .oversized { $0.fleet.itemMaxBytes = 4096 }
+        }
+        let origin = daemons[0].origin
+        let gate = Gate()
+        let body = Fixtures.png(size: 20_000)
+        origin.route("/u.png") { _ in
+            switch kind {
+            case .noStore: Reply(status: 200, headers: [("Content-Type", "image/png"), ("Cache-Control", "no-store")], body: body, gate: gate)
+            case .oversized: Reply(status: 200, headers: [("Content-Type", "image/png"), ("Cache-Control", "max-age=300")], body: body, gate: gate)
+            case .error: Reply(status: 503, headers: [("Content-Type", "text/plain")], body: Array("down".utf8), gate: gate)
+            }
+        }
+        var connections = try await daemons[0].waitingClients(1, on: "/u.png")
+        try await origin.waitForRequests("/u.png", count: 1)
+        for daemon in daemons.dropFirst() { connections += try await daemon.waitingClients(1, on: "/u.png") }
+        gate.open()
+        // Each of the others fetches for itself as soon as it sees the marker (10 s, far below the 60 s lease).
+        try await origin.waitForRequests("/u.png", count: 3, timeout: .seconds(10))
+        let responses = try await readAll(connections)
+        #expect(responses.allSatisfy { $0.status == (kind == .error ? 503 : 200) })
+        #expect(Self.fleetMetrics(daemons[0]).passMarkers.current == 1)
+        #expect(daemons.dropFirst().map { Self.fleetMetrics($0).passMarkersSeen.current } == [1, 1])
+    }
+
+    @Test("a winner whose clients all leave hands the lease back: a waiting host takes over at its next poll")
+    func release() async throws {
+        let servers = try Self.servers(1)
+        let daemons = try Self.fleet(2, servers: servers) { $0.fleet.leaseSeconds = 60 }
+        let origin = daemons[0].origin
+        let gate = Gate()
+        let body = Fixtures.png(size: 3000)
+        origin.route("/r.png") { _ in Reply(status: 200, headers: [("Content-Type", "image/png"), ("Cache-Control", "max-age=300")], body: body, gate: gate) }
+        let leaving = try await daemons[0].waitingClients(1, on: "/r.png")
+        try await origin.waitForRequests("/r.png", count: 1)
+        let staying = try await daemons[1].waitingClients(1, on: "/r.png")
+        #expect(await daemons[1].fleetWaits.wait(for: 1), "the second host was never told to wait on the first one's fill")
+        leaving[0].close()
+        // The second host wins the handed-back lease and fetches itself, long before the 60 s lease would end.
+        try await origin.waitForRequests("/r.png", count: 2, timeout: .seconds(10))
+        gate.open()
+        let response = try await readAll(staying)[0]
+        #expect(response.status == 200 && response.body == body)
+        #expect(Self.fleetMetrics(daemons[0]).releases.current == 1)
+        #expect(Self.fleetMetrics(daemons[1]).takeovers.current == 1)
+    }
+
+    @Test("a winner whose origin hangs stops keeping its lease alive: it expires, and a waiting host takes over")
+    func hungWinner() async throws {
+        let servers = try Self.servers(1)
+        let daemons = try Self.fleet(2, servers: servers) { $0.fleet.leaseSeconds = 1 }
+        let origin = daemons[0].origin
+        let stalled = Gate(), gate = Gate()
+        let body = Fixtures.png(size: 3000)
+        // The first fetch gets its head and then nothing; the second (the takeover) is served when the gate opens.
+        origin.route("/hang.png") { request in
+            let first = origin.requestCount("/hang.png") == 1
+            return Reply(status: 200, headers: [("Content-Type", "image/png"), ("Cache-Control", "max-age=300")], body: body,
+                         gate: first ? stalled : gate)
+        }
+        let hung = try await daemons[0].waitingClients(1, on: "/hang.png")
+        try await origin.waitForRequests("/hang.png", count: 1)
+        let waiting = try await daemons[1].waitingClients(1, on: "/hang.png")
+        #expect(await daemons[1].fleetWaits.wait(for: 1))
+        // The lease (1 s, refreshed only while bytes arrive) lapses; the second host's next poll wins it.
+        try await origin.waitForRequests("/hang.png", count: 2, timeout: .seconds(15))
+        gate.open()
+        let response = try await readAll(waiting)[0]
+        #expect(response.status == 200 && response.body == body)
+        #expect(Self.fleetMetrics(daemons[1]).takeovers.current == 1)
+        stalled.open()
+        _ = try await readAll(hung)
+    }
+
+    @Test("a damaged value in memcached is a miss: never served, deleted, counted")
+    func damagedValue() async throws {
+        let servers = try Self.servers(1)
+        let daemons = try Self.fleet(2, servers: servers)
+        let origin = daemons[0].origin
+        let body = Fixtures.png(size: 6000)
+        origin.route("/d.png") { _ in Reply(status: 200, headers: [("Content-Type", "image/png"), ("Cache-Control", "max-age=300")], body: body) }
+        _ = try await daemons[0].get("/d.png")
+        let key = FleetEnvelope.key(for: CacheKey(try UpstreamURL.parse(origin.baseURL + "/d.png")))
+        // One byte of the body flipped, stored back as it was (same flags).
+        var value = try servers[0].get(key)
+        value[value.count - 100] ^= 0xFF
+        try servers[0].set(key, value: value, flags: FleetEnvelope.Flags.entry, ttl: 300)
+        let response = try await daemons[1].get("/d.png")
+        #expect(response.status == 200 && response.body == body)
+        #expect(response.header("Cache-Status")?.contains("detail=fleet") == false)
+        #expect(origin.requestCount("/d.png") == 2)
+        #expect(Self.fleetMetrics(daemons[1]).damaged.current == 1)
+    }
+
+    @Test("a memcached killed or hung: each host serves on its own, labelled detail=fleet-unavailable, within the tier's deadline")
+    func serverDown() async throws {
+        let servers = try Self.servers(1)
+        let daemons = try Self.fleet(1, servers: servers)
+        let origin = daemons[0].origin
+        let body = Fixtures.png(size: 2000)
+        origin.route("/k.png") { _ in Reply(status: 200, headers: [("Content-Type", "image/png"), ("Cache-Control", "max-age=300")], body: body) }
+        origin.route("/h.png") { _ in Reply(status: 200, headers: [("Content-Type", "image/png"), ("Cache-Control", "max-age=300")], body: body) }
+        servers[0].suspend()
+        let hung = try await daemons[0].get("/h.png")
+        #expect(hung.status == 200 && hung.body == body)
+        #expect(hung.header("Cache-Status")?.hasSuffix("detail=fleet-unavailable") == true)
+        servers[0].resume()
+        servers[0].kill9()
+        let killed = try await daemons[0].get("/k.png")
+        #expect(killed.status == 200 && killed.body == body)
+        #expect(killed.header("Cache-Status")?.hasSuffix("detail=fleet-unavailable") == true)
+        // A local hit never asks the tier.
+        let local = try await daemons[0].get("/k.png")
+        #expect(local.header("X-Cache") == "HIT")
+        #expect(Self.fleetMetrics(daemons[0]).unavailable.current == 2)
+    }
+}
