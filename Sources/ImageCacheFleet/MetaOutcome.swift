@@ -13,7 +13,8 @@
 //   A: mg k1 T5 c O4              -> HD c1 O4 Z                a held lease's touch keeps its CAS (and Z)
 //   A: mg k9 T5 c O9              -> EN O9                     ... and finds nothing once it expired
 //   A: md r1 C7 O13 (quiet: q)    -> (nothing) ; md r1 C999 q -> EX ; md r1 q (gone) -> NF
-//   A: ms big 33554432 ... (-I 32m) -> SERVER_ERROR object too large for cache   (no opaque; MN works after)
+//   A: ms big 33554432 ... (-I 32m) -> SERVER_ERROR object too large for cache   (no opaque; MN works after; the
+//      key's item is unlinked: `mg st s c N30 t` -> W, a too large `ms st`, then `mg st s c t` -> EN)
 //   T1 leases: `mg e1 T1 c t` every 0.3 s -> EN from the first clock tick on; T2 ones stay (memcached's clock counts
 //   whole seconds and an item with exptime <= now is gone, so a 1 s lease cannot be kept alive).
 //
@@ -44,6 +45,20 @@ package enum ReadStep: Equatable {
 }
 
 package enum MetaOutcome {
+    /// What memcached 1.6 adds to a value in its item (measured on 1.6.18 -I 32m: the largest value stored under a
+    /// 1-byte key was item_size_max - 60 bytes, under a 100-byte key - 159: a 48-byte header, the 8-byte CAS, the key
+    /// and its NUL, the CRLF), rounded up.
+    package static let itemOverheadBytes = 64
+
+    /// Whether a store is refused before it is sent: over fleet.item-max, or over the server's item_size_max with its
+    /// item header. (A store memcached refuses itself, `SERVER_ERROR object too large for cache`, also unlinks the
+    /// key's item: the lease's stub is gone then, and the next asker wins a new lease.)
+    package static func isTooLarge(valueBytes: Int, key: String, itemMaxBytes: Int, serverItemSizeMax: Int?) -> Bool {
+        if valueBytes > itemMaxBytes { return true }
+        guard let serverItemSizeMax else { return false }
+        return valueBytes + key.utf8.count + itemOverheadBytes > serverItemSizeMax
+    }
+
     package static func lookup(_ response: MetaResponse) -> LookupStep {
         let flags = response.flags
         switch response.status {
