@@ -4,6 +4,9 @@
 //
 //   A: mg f1 s c f N5 t O1        -> HD s0 c5 f0 t5 O1 W       miss: a 0-byte stub is made, A won the lease (c5)
 //   B: mg f1 s c f N5 t O2        -> HD s0 c5 f0 t5 O2 Z       another client holds it: wait
+//   A: mg tn1 s c f t N5 O1       -> HD s0 c1 f0 t-1 O1 W      `t` before `N` reports the fresh stub's TTL as -1
+//   A: mg tn4 s v c f N5 t O4     -> VA 0 s0 c4 f0 t5 O4 W     with `v` the stub answers VA 0 (this client asks
+//                                                                without `v`, so a large value never blocks control)
 //   A: ms f1 5 T60 F7 C5 O3 hello -> HD O3                     the store fenced by the lease's CAS
 //   B: mg f1 s c f N5 t O5        -> HD s5 c6 f7 t60 O5        a value (no W/Z): read it
 //   B: mg f1 v c f t O6           -> VA 5 c6 f7 t59 O6 hello
