@@ -332,3 +332,69 @@ struct FleetTierTests {
         #expect(reason == "the fleet tier shut down")
     }
 }
+
+/// The client against a scripted server: answers a real memcached gives only by chance.
+@Suite(.serialized, .timeLimit(.minutes(1)))
+struct FleetTierScriptedTests {
+    static let stats = "STAT item_size_max 1048576\r\nEND\r\n"
+
+    func tier(_ server: ScriptedMemcached) -> TierUnderTest {
+        let process: [MemcachedProcess] = []
+        return TierUnderTest(process) { $0.servers = [FleetServer(host: "127.0.0.1", port: server.port)] }
+    }
+
+    @Test func aValueThatVanishesBeforeItsReadIsLookedUpOnceMore() async throws {
+        // Given a value that is gone when first read, and there when looked up again
+        let server = try ScriptedMemcached([
+            "stats settings": [Self.stats],
+            "mg ic1:k s c f N5 t": ["HD s5 c1 f0 t-1 $O\r\n", "HD s5 c2 f3 t-1 $O\r\n"],
+            "mg ic1:k v c f t": ["EN $O\r\n", "VA 5 c2 f3 t-1 $O\r\nhello\r\n"],
+        ])
+        let a = tier(server)
+        // When it is looked up
+        let found = await a.lookup("ic1:k")
+        // Then the second lookup's read answers it
+        #expect(found.value?.bytes == Array("hello".utf8), "\(found.name)")
+        #expect(found.value?.cas == 2)
+        #expect(server.requests.filter { $0.hasPrefix("mg ic1:k") }.count == 4)
+    }
+
+    @Test func aValueThatVanishesTwiceIsUnavailable() async throws {
+        let server = try ScriptedMemcached([
+            "stats settings": [Self.stats],
+            "mg ic1:k s c f N5 t": ["HD s5 c1 f0 t-1 $O\r\n", "HD s5 c2 f0 t-1 $O\r\n"],
+            "mg ic1:k v c f t": ["EN $O\r\n", "EN $O\r\n"],
+        ])
+        let a = tier(server)
+        let found = await a.lookup("ic1:k")
+        guard case let .unavailable(reason) = found else { Issue.record("\(found.name)"); return }
+        #expect(reason == "the value changed twice while read")
+        #expect(server.requests.filter { $0.hasPrefix("mg ic1:k") }.count == 4)
+    }
+
+    static let notTheProtocol = [
+        "a wrong opaque token": "HD s0 c1 f0 t5 O999 W\r\n",
+        "a malformed answer": "VA five $O\r\n",
+        "an answer without its token": "HD s0 c1 f0 t5 W\r\n",
+        "a line of 9 KiB": String(repeating: "H", count: 9 << 10) + "\r\n",
+        "CLIENT_ERROR": "CLIENT_ERROR bad command line format\r\n",
+    ]
+
+    @Test(arguments: notTheProtocol.keys.sorted())
+    func anAnswerThatIsNotTheProtocolClosesTheConnectionAndCountsAFailure(_ what: String) async throws {
+        let answer = try #require(Self.notTheProtocol[what])
+        // Given a server answering a lookup with something else than the protocol (or a refusal of the line)
+        let server = try ScriptedMemcached([
+            "stats settings": [Self.stats, Self.stats],
+            "mg ic1:k s c f N5 t": [answer, "HD s0 c7 f0 t5 $O W\r\n"],
+        ])
+        let a = tier(server)
+        // When a key is looked up
+        let found = await a.lookup("ic1:k")
+        // Then it is unavailable, one failure is counted, and the next lookup works on a new connection
+        #expect(found.isUnavailable, "\(what): \(found.name)")
+        #expect(a.server.failures == 1, "\(what)")
+        #expect(await a.lookup("ic1:k").lease?.cas == 7, "\(what)")
+        #expect(server.requests.filter { $0 == "stats settings" }.count == 2, "\(what)")
+    }
+}
