@@ -186,7 +186,10 @@ extension FleetClient {
         case .probe: answerProbe(link, response)
         case .statsSettings: answerStats(link, response)
         }
-        if link.retired, !connection.hasPending { closeIdle() }
+        if link.retired, !connection.hasPending {
+            close(connection)  // a retired server's connection closes once idle (it may serve a held lease again)
+            closeIdle()
+        }
     }
 
     /// Answers `work` unavailable: its connection failed (or the tier ends).
