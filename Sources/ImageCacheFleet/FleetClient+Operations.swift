@@ -4,8 +4,8 @@
 //   lookup   control: mg <key> s c f N<lease> t  -> W: won (the lease is held and refreshed) | Z: wait |
 //            no W/Z: a value of s bytes -> read it: mg <key> v c f t on control (s <= bulk threshold) or bulk ->
 //            the hit (W/Z: won or wait; EN: gone meanwhile -> the lookup once more, at most once) | EN: unavailable
-//   store    control or bulk by size: ms <key> <n> T<ttl> F<flags> C<lease cas>; refused unsent when larger than
-//            min(fleet.item-max, the server's item_size_max); ends the lease's refreshes
+//   store    control or bulk by size: ms <key> <n> T<ttl> F<flags> C<lease cas>; refused unsent when over
+//            fleet.item-max or, with its item header, over the server's item_size_max; ends the lease's refreshes
 //   release  control: md <key> C<lease cas> (answer dropped); ends the lease's refreshes
 //   delete   control: md <key> [C<cas>]
 //   refresh  every lease/3 seconds, for each held lease whose holder reported progress within the last lease time:
@@ -116,8 +116,8 @@ extension FleetClient {
         }
         guard FleetKey.isValid(lease.key) else { return answer(.unavailable(reason: "invalid key")) }
         guard let link else { return answer(.unavailable(reason: "no fleet servers")) }
-        let limit = min(settings.itemMaxBytes, link.itemSizeMax ?? Int.max)
-        guard value.count <= limit else { return answer(.tooLarge) }
+        guard !MetaOutcome.isTooLarge(valueBytes: value.count, key: lease.key, itemMaxBytes: settings.itemMaxBytes,
+                                      serverItemSizeMax: link.itemSizeMax) else { return answer(.tooLarge) }
         guard link.breaker.allowsOperations else { return answer(.unavailable(reason: "\(link.server) is down")) }
         let role: FleetConnection.Role = value.count > settings.bulkThresholdBytes ? .bulk : .control
         let sent = send(.store(completion), on: link, role, valueBytes: value.count) { opaque in
@@ -186,7 +186,10 @@ extension FleetClient {
         case .probe: answerProbe(link, response)
         case .statsSettings: answerStats(link, response)
         }
-        if link.retired, !connection.hasPending { closeIdle() }
+        if link.retired, !connection.hasPending {
+            close(connection)  // a retired server's connection closes once idle (it may serve a held lease again)
+            closeIdle()
+        }
     }
 
     /// Answers `work` unavailable: its connection failed (or the tier ends).

@@ -4,8 +4,11 @@
 // checksummed entry format and markers in them); keys are at most 250 bytes of printable ASCII without spaces.
 //
 // API CONTRACT (ImageCacheCore codes against it; see docs/design/issue-30-plan.md). Completions run on the tier's own
-// thread: callers hop to their queue. Every operation ends: with an answer, or `.unavailable` when its server's breaker
-// is open, its deadline passes or its connection fails.
+// thread (once it is shut down: at once, on the caller's): callers hop to their queue. Every operation ends: with an
+// answer, or `.unavailable` when its server's breaker is open, its deadline passes or its connection fails.
+//
+// Ownership: FleetTier is a thin, immutable front; FleetClient.swift owns the thread and everything it touches. A
+// FleetLease is immutable but for its progress mark, an atomic any thread may set.
 
 public import Logging
 internal import Synchronization

@@ -4,6 +4,9 @@
 //
 //   A: mg f1 s c f N5 t O1        -> HD s0 c5 f0 t5 O1 W       miss: a 0-byte stub is made, A won the lease (c5)
 //   B: mg f1 s c f N5 t O2        -> HD s0 c5 f0 t5 O2 Z       another client holds it: wait
+//   A: mg tn1 s c f t N5 O1       -> HD s0 c1 f0 t-1 O1 W      `t` before `N` reports the fresh stub's TTL as -1
+//   A: mg tn4 s v c f N5 t O4     -> VA 0 s0 c4 f0 t5 O4 W     with `v` the stub answers VA 0 (this client asks
+//                                                                without `v`, so a large value never blocks control)
 //   A: ms f1 5 T60 F7 C5 O3 hello -> HD O3                     the store fenced by the lease's CAS
 //   B: mg f1 s c f N5 t O5        -> HD s5 c6 f7 t60 O5        a value (no W/Z): read it
 //   B: mg f1 v c f t O6           -> VA 5 c6 f7 t59 O6 hello
@@ -13,7 +16,8 @@
 //   A: mg k1 T5 c O4              -> HD c1 O4 Z                a held lease's touch keeps its CAS (and Z)
 //   A: mg k9 T5 c O9              -> EN O9                     ... and finds nothing once it expired
 //   A: md r1 C7 O13 (quiet: q)    -> (nothing) ; md r1 C999 q -> EX ; md r1 q (gone) -> NF
-//   A: ms big 33554432 ... (-I 32m) -> SERVER_ERROR object too large for cache   (no opaque; MN works after)
+//   A: ms big 33554432 ... (-I 32m) -> SERVER_ERROR object too large for cache   (no opaque; MN works after; the
+//      key's item is unlinked: `mg st s c N30 t` -> W, a too large `ms st`, then `mg st s c t` -> EN)
 //   T1 leases: `mg e1 T1 c t` every 0.3 s -> EN from the first clock tick on; T2 ones stay (memcached's clock counts
 //   whole seconds and an item with exptime <= now is gone, so a 1 s lease cannot be kept alive).
 //
@@ -44,6 +48,20 @@ package enum ReadStep: Equatable {
 }
 
 package enum MetaOutcome {
+    /// What memcached 1.6 adds to a value in its item (measured on 1.6.18 -I 32m: the largest value stored under a
+    /// 1-byte key was item_size_max - 60 bytes, under a 100-byte key - 159: a 48-byte header, the 8-byte CAS, the key
+    /// and its NUL, the CRLF), rounded up.
+    package static let itemOverheadBytes = 64
+
+    /// Whether a store is refused before it is sent: over fleet.item-max, or over the server's item_size_max with its
+    /// item header. (A store memcached refuses itself, `SERVER_ERROR object too large for cache`, also unlinks the
+    /// key's item: the lease's stub is gone then, and the next asker wins a new lease.)
+    package static func isTooLarge(valueBytes: Int, key: String, itemMaxBytes: Int, serverItemSizeMax: Int?) -> Bool {
+        if valueBytes > itemMaxBytes { return true }
+        guard let serverItemSizeMax else { return false }
+        return valueBytes + key.utf8.count + itemOverheadBytes > serverItemSizeMax
+    }
+
     package static func lookup(_ response: MetaResponse) -> LookupStep {
         let flags = response.flags
         switch response.status {
