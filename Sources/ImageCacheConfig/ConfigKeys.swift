@@ -625,8 +625,8 @@ extension ConfigKey {
         key("fleet.item-max", "SIZE", ByteSize.text(defaults.fleet.itemMaxBytes), "largest entry kept in the fleet tier; at most the servers' -I (checked at start); larger responses leave a pass marker") {
             $0.fleet.itemMaxBytes = try $1.size(atLeast: 1 << 10)
         },
-        key("fleet.lease", "DURATION", DurationText.text(Double(defaults.fleet.leaseSeconds)), "a fill lease's life in memcached (whole seconds, at least 1), kept alive while the winner's bytes arrive") {
-            $0.fleet.leaseSeconds = max(1, Int(try $1.seconds().rounded(.up)))
+        key("fleet.lease", "DURATION", DurationText.text(Double(defaults.fleet.leaseSeconds)), "a fill lease's life in memcached (whole seconds, at least 2: memcached's clock ticks once a second), kept alive while the winner's bytes arrive") {
+            $0.fleet.leaseSeconds = max(2, Int(try $1.seconds().rounded(.up)))
         },
         key("fleet.wait", "DURATION", DurationText.text(defaults.fleet.waitSeconds), "longest a host waits for another host's fill before it fetches alone") {
             $0.fleet.waitSeconds = try $1.seconds(allowingZero: true)

@@ -113,7 +113,7 @@ struct StatsHistoryTests {
         #expect(document.samples.map(\.t) == [1_800_000_020, 1_800_000_030])
         #expect(document.current.requests["hit"] == 14 && document.current.seconds == 4)
         #expect(document.capacity == 5 && document.interval == 10 && document.now == 1_800_000_034)
-        #expect(document.fromCache == ["hit", "disk_hit", "stale", "revalidated"])
+        #expect(document.fromCache == ["hit", "disk_hit", "stale", "revalidated", "fleet_hit"])
         #expect(document.outcomes.count == ServedOutcome.allCases.count)
     }
 }

@@ -126,7 +126,8 @@ struct InterceptTests {
         #expect(setup.origin.origin.requestCount("/a.png") == 1 && setup.origin.origin.requestCount("/b.png") == 1)
         // The intercepted handshakes and the tunnels' bytes are counted
         let metrics = try await setup.proxy.get("/_imagecached/metrics").text
-        #expect(Self.sample(metrics, handshakes) - before == 3, "\(metrics)")
+        // (at least: the count is process-wide, and other interception tests may run meanwhile)
+        #expect(Self.sample(metrics, handshakes) - before >= 3, "\(metrics)")
         let stats = try DaemonStats.decode(Data(try await setup.proxy.get("/_imagecached/stats").body))
         let tunnels = try #require(stats.tunnels)
         #expect(tunnels.bytesDown > 3 * Self.png.count, "the TLS records sent inside the three tunnels")

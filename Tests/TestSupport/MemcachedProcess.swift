@@ -123,6 +123,35 @@ public final class MemcachedProcess: @unchecked Sendable {
         return String(decoding: answer, as: UTF8.self)
     }
 
+    /// The bytes of `key`'s value (`mg <key> v`), as stored: binary, not text.
+    public func value(_ key: String) throws -> [UInt8] {
+        let fd = try Self.connect(port: port, timeoutSeconds: 5)
+        defer { close(fd) }
+        let request = Array("mg \(key) v\r\n".utf8)
+        guard request.withUnsafeBytes({ send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }) == request.count else {
+            throw MemcachedError(description: "send to memcached failed: errno \(errno)")
+        }
+        var answer: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while !Self.isComplete(answer) {
+            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            guard n > 0 else { throw MemcachedError(description: "memcached's answer ended early") }
+            answer += buffer[0..<n]
+        }
+        guard let lineEnd = answer.firstRange(of: [13, 10]),
+              case let line = String(decoding: answer[..<lineEnd.lowerBound], as: UTF8.self), line.hasPrefix("VA "),
+              let length = Int(line.split(separator: " ")[1]) else {
+            throw MemcachedError(description: "mg \(key): \(String(decoding: answer.prefix(80), as: UTF8.self))")
+        }
+        return Array(answer[lineEnd.upperBound..<(lineEnd.upperBound + length)])
+    }
+
+    /// Stores `value` under `key` with these client flags and TTL (`ms <key> <n> F<flags> T<ttl>`).
+    public func set(_ key: String, value: [UInt8], flags: UInt32, ttl: Int) throws {
+        let answer = try command("ms \(key) \(value.count) F\(flags) T\(ttl)", data: value)
+        guard answer.hasPrefix("HD") else { throw MemcachedError(description: "ms \(key): \(answer)") }
+    }
+
     /// Whether `bytes` hold a whole answer.
     private static func isComplete(_ bytes: [UInt8]) -> Bool {
         let text = String(decoding: bytes, as: UTF8.self)

@@ -35,7 +35,7 @@
 //               ── won ──────────> waitingForHead, holding the lease: the entry stored is shared with its CAS
 //                                  (`fleetStore`); what is not stored leaves a pass marker (`fleetPass`); every client
 //                                  gone hands the lease back (`fleetRelease`)
-//               ── wait ─────────> askingFleet again after 10 ms, doubling to 100 ms; past fleet.wait, the origin
+//               ── wait ─────────> askingFleet again after 10 ms, doubling to 40 ms; past fleet.wait, the origin
 //                                  alone (never storing in the fleet: the lease is another host's)
 //               ── pass marker ──> waitingForHead, alone (the winner's response could not be shared)
 //               ── unavailable ──> waitingForHead, alone, labelled detail=fleet-unavailable
@@ -91,6 +91,11 @@ struct FetchMachine {
         /// The fleet tier, when one is configured.
         var fleet: FleetRules?
     }
+
+    /// Longest pause between two polls of another host's fill, seconds: the last waiter's lag after the fill lands is at
+    /// most this (bench/fleet.py measured 67 ms median with a 100 ms cap; bench/fleet_sim.py projects 34 ms with
+    /// 50 ms), for one more tiny `mg` per 40 ms of waiting per host.
+    static let fleetPollCap = 0.04
 
     /// What the machine needs to know of the fleet tier.
     struct FleetRules {
@@ -408,7 +413,7 @@ struct FetchMachine {
                 return goUpstreamAndTake(now: now)
             }
             fleetRole = .asking(polls: polls + 1)
-            actions.append(.askFleet(after: min(0.01 * Double(1 << min(polls, 4)), 0.1)))
+            actions.append(.askFleet(after: min(0.01 * Double(1 << min(polls, 2)), FetchMachine.fleetPollCap)))
         case let .pass(reason):
             actions.append(.log(.debug, "\(key): the fleet's fill was not shared (\(reason)); fetching alone"))
             fleetRole = .done
