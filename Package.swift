@@ -185,7 +185,7 @@ let package = Package(
                     dependencies: ["ImageCacheTestSupport", "ImageCacheSystem", "ImageCacheHTTP", "ImageCacheTransform"],
                     swiftSettings: swiftSettings),
         .testTarget(name: "ImageCacheConfigTests",
-                    dependencies: ["ImageCacheTestSupport", "ImageCacheHTTP", "ImageCacheConfig", "ImageCacheServer", "ImageCacheStore",
+                    dependencies: ["ImageCacheTestSupport", "ImageCacheHTTP", "ImageCacheConfig", "ImageCacheServer", "ImageCacheStore", "ImageCacheFleet",
                                    "ImageCacheUpstream", "ImageCacheTransform"],
                     swiftSettings: swiftSettings),
         .testTarget(name: "ImageCacheServerTests",

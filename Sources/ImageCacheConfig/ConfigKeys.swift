@@ -21,6 +21,7 @@ internal import Foundation
 internal import ImageCacheServer
 internal import ImageCacheTransform
 internal import ImageCacheUpstream
+internal import ImageCacheFleet
 
 public struct ConfigKey: Sendable {
     public enum Reload: Sendable, Equatable {
@@ -609,6 +610,29 @@ extension ConfigKey {
             restart: .field(\.upstream.userAgent)) { $0.upstream.userAgent = try $1.scalar() },
         key("upstream.ca-bundle", "FILE", "the system store", "CA bundle file for upstream TLS verification", restart: .field(\.upstream.caBundle)) {
             $0.upstream.caBundle = try $1.scalar()
+        },
+        key("fleet.servers", "LIST", list(defaults.fleet.servers.map(\.description)), "memcached servers (host:port) of the fleet's shared tier: keys are spread over the list by rendezvous hashing and never rehashed when one fails (its keys go local-only); empty: no fleet") { configuration, value throws(ConfigError) in
+            var servers: [FleetServer] = []
+            for item in try value.items("a list of host:port like 10.0.0.5:11211,10.0.0.6:11211") {
+                guard let server = FleetServer(parsing: item) else {
+                    throw ConfigError(key: "fleet.servers", reason: "\(item) is not host:port (an IPv6 address in brackets: [::1]:11211)")
+                }
+                guard !servers.contains(server) else { throw ConfigError(key: "fleet.servers", reason: "\(item) is listed twice") }
+                servers.append(server)
+            }
+            configuration.fleet.servers = servers
+        },
+        key("fleet.item-max", "SIZE", ByteSize.text(defaults.fleet.itemMaxBytes), "largest entry kept in the fleet tier; at most the servers' -I (checked at start); larger responses leave a pass marker") {
+            $0.fleet.itemMaxBytes = try $1.size(atLeast: 1 << 10)
+        },
+        key("fleet.lease", "DURATION", DurationText.text(Double(defaults.fleet.leaseSeconds)), "a fill lease's life in memcached (whole seconds, at least 1), kept alive while the winner's bytes arrive") {
+            $0.fleet.leaseSeconds = max(1, Int(try $1.seconds().rounded(.up)))
+        },
+        key("fleet.wait", "DURATION", DurationText.text(defaults.fleet.waitSeconds), "longest a host waits for another host's fill before it fetches alone") {
+            $0.fleet.waitSeconds = try $1.seconds(allowingZero: true)
+        },
+        key("fleet.deadline", "DURATION", DurationText.text(defaults.fleet.deadlineSeconds), "deadline of each fleet operation, plus a value's transfer time at 50 MB/s; a server that misses it counts a failure") {
+            $0.fleet.deadlineSeconds = try $1.seconds()
         },
     ]
 

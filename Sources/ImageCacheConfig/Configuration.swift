@@ -16,6 +16,7 @@ public import ImageCacheServer
 internal import ImageCacheStore
 public import ImageCacheTransform
 public import ImageCacheUpstream
+public import ImageCacheFleet
 
 public struct Configuration: Sendable, Equatable {
     /// `listen`: address and port to serve on, "HOST:PORT" or "[V6]:PORT". Port 0 picks a free port. Default 127.0.0.1:8080.
@@ -174,6 +175,8 @@ public struct Configuration: Sendable, Equatable {
     public var server = ServerSettings()
     /// The `upstream.*` keys: how upstream transfers are made. See UpstreamSettings.
     public var upstream = UpstreamSettings()
+    /// The `fleet.*` keys: the fleet's shared tier on memcached (FleetSettings). No servers: no fleet.
+    public var fleet = FleetSettings()
 
     public init() {}
 

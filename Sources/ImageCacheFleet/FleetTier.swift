@@ -8,6 +8,7 @@
 // is open, its deadline passes or its connection fails.
 
 public import Logging
+internal import Synchronization
 
 /// A value read from the tier.
 public struct FleetValue: Sendable {
@@ -57,17 +58,23 @@ public final class FleetLease: Sendable, CustomStringConvertible {
     public let cas: UInt64
     /// The server index in the ring the key belongs to (the tier's own bookkeeping).
     package let server: Int
+    /// When the holder last reported progress (CLOCK_MONOTONIC, nanoseconds); a lease starts as progressed.
+    private let lastProgress: Atomic<UInt64>
 
     package init(key: String, cas: UInt64, server: Int) {
         self.key = key
         self.cas = cas
         self.server = server
+        lastProgress = Atomic(FleetClock.nanoseconds())
     }
 
-    /// The holder's fill made progress (bytes arrived): the lease is kept alive for another lease time.
+    /// The holder's fill made progress (bytes arrived): the lease is kept alive for another lease time. Cheap (a
+    /// clock read and an atomic store) and callable from any thread.
     public func progressed() {
-        // SKELETON: the client (being written) keeps a monotonic time stamp here.
+        lastProgress.store(FleetClock.nanoseconds(), ordering: .relaxed)
     }
+
+    package var lastProgressNanoseconds: UInt64 { lastProgress.load(ordering: .relaxed) }
 
     public var description: String { "\(key) c\(cas)" }
 }
@@ -114,44 +121,69 @@ public struct FleetStats: Sendable, Equatable {
     public var lostLeases: UInt64 = 0
     public var releases: UInt64 = 0
     public var leasesHeld: Int = 0
+    /// Stores refused as larger than the item size (unsent when over fleet.item-max or the server's item_size_max).
+    public var tooLarge: UInt64 = 0
+    /// Held leases kept alive (`mg <key> T<lease>` answered with the lease's CAS).
+    public var leaseRefreshes: UInt64 = 0
+    /// Held leases found expired or replaced by a refresh.
+    public var leasesLost: UInt64 = 0
 
     public init() {}
 }
 
-/// The tier's client: one thread (`icd.fleet`) owns the sockets, the pending operations and their deadlines.
+/// The tier's client: one thread (`icd.fleet`) owns the sockets, the pending operations and their deadlines
+/// (FleetClient.swift; the flows are FleetClient+Operations.swift).
 public final class FleetTier: Sendable {
-    public init(settings: FleetSettings, logger: Logger) {}
+    private let client: FleetClient
+
+    public convenience init(settings: FleetSettings, logger: Logger) {
+        self.init(settings: settings, logger: logger, observer: nil)
+    }
+
+    /// `observer` hears the thread's events (breaker states, item_size_max read, lease refreshes) on the fleet
+    /// thread, after the completions of the same turn's operations were queued: tests wait on it instead of a clock.
+    package init(settings: FleetSettings, logger: Logger, observer: (@Sendable (FleetEvent) -> Void)?) {
+        client = FleetClient(settings: settings, logger: logger, observer: observer)
+    }
+
+    deinit { client.shutdown() }
 
     /// Starts the tier's thread; asks each server's `stats settings` (logged: a server whose item_size_max is below
-    /// fleet.item-max is reported, and the smaller one is used).
-    public func start() {}
+    /// fleet.item-max is reported, and the smaller one is used). Operations posted before it wait for it.
+    public func start() { client.start() }
 
-    /// Ends the thread: operations still pending end `.unavailable`.
-    public func shutdown() {}
+    /// Ends the thread: operations still pending end `.unavailable`. Safe to call more than once, from any thread
+    /// (from a completion too); later operations are answered `.unavailable` at once on the caller's thread.
+    public func shutdown() { client.shutdown() }
 
     /// Puts new settings in force (a reload): a changed server list is a new ring; leases held stay with their server.
-    public func reload(_ settings: FleetSettings) {}
+    public func reload(_ settings: FleetSettings) { client.post(.reload(settings)) }
 
-    /// Looks `key` up; on a miss asks for the fill lease (`mg <key> s c f t v N<lease>`).
+    /// Looks `key` up; on a miss asks for the fill lease (`mg <key> s c f N<lease> t`, then `mg <key> v c f t` for a
+    /// value found: on the bulk connection when it is larger than fleet's bulk threshold).
     public func lookup(_ key: String, completion: @escaping @Sendable (FleetLookup) -> Void) {
-        completion(.unavailable(reason: "skeleton"))
+        client.post(.lookup(key, completion))
     }
 
-    /// Stores `value` under the lease's key while the lease holds (`ms <key> <n> T<ttl> F<flags> C<cas>`), and ends it.
+    /// Stores `value` under the lease's key while the lease holds (`ms <key> <n> T<ttl> F<flags> C<cas>`), and ends it
+    /// (no more refreshes; while the stub lives, its CAS still fences a second store with the same lease, e.g. a pass
+    /// marker after `.tooLarge`).
     public func store(_ lease: FleetLease, value: [UInt8], flags: UInt32, ttlSeconds: Int,
                       completion: @escaping @Sendable (FleetStoreResult) -> Void) {
-        completion(.unavailable(reason: "skeleton"))
+        client.post(.store(lease, value, flags, ttlSeconds, completion))
     }
 
-    /// Hands the lease back (`md <key> C<cas> q`), so the next asker wins it at once; ends it.
-    public func release(_ lease: FleetLease) {}
+    /// Hands the lease back (`md <key> C<cas>`), so the next asker wins it at once; ends it.
+    public func release(_ lease: FleetLease) { client.post(.release(lease)) }
 
-    /// Deletes `key` (`md <key> q`; with `cas`, only that value: a damaged one just read). Completion: false when
-    /// the server could not be asked.
+    /// Deletes `key` (`md <key>`; with `cas`, only that value: a damaged one just read). Completion: true when the
+    /// server answered that it is gone (deleted, not found, or already replaced by another value: EX with a `cas`);
+    /// false when the server could not be asked.
     public func delete(_ key: String, cas: UInt64? = nil, completion: (@Sendable (Bool) -> Void)? = nil) {
-        completion?(false)
+        client.post(.delete(key, cas, completion))
     }
 
-    /// A snapshot (thread-safe).
-    public func stats() -> FleetStats { FleetStats() }
+    /// A snapshot (thread-safe), as of the end of the fleet thread's last turn (a completion sees its own operation
+    /// counted).
+    public func stats() -> FleetStats { client.stats() }
 }

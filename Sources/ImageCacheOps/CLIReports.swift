@@ -37,6 +37,16 @@ public enum StatsReport {
         } else {
             line("disk", "off")
         }
+        if let fleet = stats.fleet {
+            line("fleet", "\(fleet.hits) hits, \(fleet.leaseWins) leases won (\(fleet.takeovers) takeovers), \(fleet.waits) waits, " +
+                 "\(fleet.stored) stored, \(fleet.passMarkers) markers left and \(fleet.passMarkersSeen) found, " +
+                 "\(fleet.unavailable) unavailable, \(fleet.damaged) damaged")
+            for server in fleet.servers {
+                line("", "\(printable(server.address, 80)): \(server.state), \(server.operations) operations, \(server.failures) failures, " +
+                     "\(bytes(server.bytesRead)) read, \(bytes(server.bytesWritten)) written" +
+                     (server.itemSizeMax.map { ", -I \(bytes($0))" } ?? ""))
+            }
+        }
         if stats.topHosts.isEmpty {
             line("top hosts", "none yet")
         } else {

@@ -195,6 +195,7 @@ public final class Daemon: @unchecked Sendable {
         listener.stop()
         for extra in extraListeners { extra.stop() }
         origin.shutdown()
+        proxy.stopFleet()
         proxy.disk?.flush()
     }
 

@@ -67,6 +67,7 @@ extension DaemonStats {
         out.family("config_reloads_total", "counter", "Configuration reloads (SIGHUP), by result.")
         out.sample("config_reloads_total", [("result", "applied")], Double(reloads))
         out.sample("config_reloads_total", [("result", "refused")], Double(reloadFailures))
+        if let fleet { writeFleet(fleet, to: &out) }
         if let tunnels {
             out.family("tunnels_open", "gauge", "CONNECT tunnels open now, by kind.")
             out.sample("tunnels_open", [("kind", "blind")], Double(tunnels.open - (tunnels.intercepted ?? 0)))
@@ -164,6 +165,48 @@ extension DaemonStats {
     }
 }
 
+extension DaemonStats {
+    /// The fleet tier (fleet.servers).
+    private func writeFleet(_ fleet: Fleet, to out: inout PrometheusWriter) {
+        out.family("fleet_hits_total", "counter", "Entries found in the fleet tier (another host stored them), verified and served.")
+        out.sample("fleet_hits_total", [], Double(fleet.hits))
+        out.family("fleet_lease_wins_total", "counter", "Fill leases this host won: it fetched from the origin for the fleet.")
+        out.sample("fleet_lease_wins_total", [], Double(fleet.leaseWins))
+        out.family("fleet_takeovers_total", "counter", "Fill leases won after waiting on another host's (it died, hung, lost its clients or failed).")
+        out.sample("fleet_takeovers_total", [], Double(fleet.takeovers))
+        out.family("fleet_waits_total", "counter", "Fleet lookups told to wait for another host's fill.")
+        out.sample("fleet_waits_total", [], Double(fleet.waits))
+        out.family("fleet_markers_total", "counter", "Pass markers (a fill that could not be shared), left by this host and found by it.")
+        out.sample("fleet_markers_total", [("direction", "left")], Double(fleet.passMarkers))
+        out.sample("fleet_markers_total", [("direction", "found")], Double(fleet.passMarkersSeen))
+        out.family("fleet_stores_total", "counter", "Entries this host stored in the fleet tier with its lease, and stores refused because the lease was lost.")
+        out.sample("fleet_stores_total", [("result", "stored")], Double(fleet.stored))
+        out.sample("fleet_stores_total", [("result", "lost_lease")], Double(fleet.lostLeases))
+        out.family("fleet_releases_total", "counter", "Fill leases handed back (every client of the fill went away).")
+        out.sample("fleet_releases_total", [], Double(fleet.releases))
+        out.family("fleet_unavailable_total", "counter", "Fleet lookups the tier could not answer (breaker open, deadline, connection): served locally.")
+        out.sample("fleet_unavailable_total", [], Double(fleet.unavailable))
+        out.family("fleet_damaged_total", "counter", "Fleet values refused (damaged or another key's) and deleted.")
+        out.sample("fleet_damaged_total", [], Double(fleet.damaged))
+        out.family("fleet_leases_held", "gauge", "Fill leases this host holds now.")
+        out.sample("fleet_leases_held", [], Double(fleet.leasesHeld))
+        out.family("fleet_server_up", "gauge", "1 while a fleet server answers; 0 while its breaker is open (its keys are local-only) or a probe is out.")
+        for server in fleet.servers { out.sample("fleet_server_up", [("server", server.address)], server.state == "up" ? 1 : 0) }
+        out.family("fleet_server_operations_total", "counter", "Operations sent to each fleet server.")
+        for server in fleet.servers { out.sample("fleet_server_operations_total", [("server", server.address)], Double(server.operations)) }
+        out.family("fleet_server_failures_total", "counter", "Failed operations on each fleet server (deadline, connection, protocol).")
+        for server in fleet.servers { out.sample("fleet_server_failures_total", [("server", server.address)], Double(server.failures)) }
+        out.family("fleet_breaker_opens_total", "counter", "Times each fleet server's circuit breaker opened.")
+        for server in fleet.servers { out.sample("fleet_breaker_opens_total", [("server", server.address)], Double(server.breakerOpens)) }
+        out.family("fleet_bytes_total", "counter", "Bytes read from and written to each fleet server.")
+        for server in fleet.servers {
+            out.sample("fleet_bytes_total", [("server", server.address), ("direction", "read")], Double(server.bytesRead))
+            out.sample("fleet_bytes_total", [("server", server.address), ("direction", "written")], Double(server.bytesWritten))
+        }
+    }
+
+}
+
 /// Appends metric families and samples in the text format.
 struct PrometheusWriter {
     private(set) var text = ""
@@ -188,4 +231,5 @@ struct PrometheusWriter {
         sample(name + "_sum", [], snapshot.sum)
         sample(name + "_count", [], Double(snapshot.count))
     }
+
 }

@@ -114,6 +114,51 @@ public struct DaemonStats: Sendable, Codable, Equatable {
     /// Interception's leaf certificates (absent unless intercept-hosts is set).
     public var leafCertificates: LeafCertificates?
 
+    /// The fleet's shared tier (absent unless fleet.servers names a server).
+    public var fleet: Fleet?
+
+    /// The fleet tier: what this host's fetches found there and did with their leases, and each memcached server.
+    public struct Fleet: Sendable, Codable, Equatable {
+        public struct Server: Sendable, Codable, Equatable {
+            public var address = ""
+            /// up, down (breaker open: its keys are local-only), probing.
+            public var state = "up"
+            /// The server's item_size_max (`stats settings`), once read.
+            public var itemSizeMax: Int?
+            public var operations = 0
+            public var failures = 0
+            public var timeouts = 0
+            public var breakerOpens = 0
+            public var bytesRead = 0
+            public var bytesWritten = 0
+            public init() {}
+        }
+        public var servers: [Server] = []
+        /// Entries found in the tier, verified and served.
+        public var hits = 0
+        /// Leases won (this host filled for the fleet), and of them after a wait (a takeover: the holder died, hung,
+        /// lost its clients or failed).
+        public var leaseWins = 0
+        public var takeovers = 0
+        /// Lookups told to wait for another host's fill.
+        public var waits = 0
+        /// Pass markers left (a fill that could not be shared) and found.
+        public var passMarkers = 0
+        public var passMarkersSeen = 0
+        public var stored = 0
+        public var lostLeases = 0
+        public var releases = 0
+        /// Lookups the tier could not answer (breaker open, deadline, connection).
+        public var unavailable = 0
+        /// Values refused (damaged or foreign) and deleted.
+        public var damaged = 0
+        /// Leases held now.
+        public var leasesHeld = 0
+        /// Entry bytes read from the tier.
+        public var bytesRead = 0
+        public init() {}
+    }
+
     /// The leaves minted for intercepted hosts (docs/design/issue-29-plan.md, D9): made, cached, being made.
     public struct LeafCertificates: Sendable, Codable, Equatable {
         /// Leaves minted since start.

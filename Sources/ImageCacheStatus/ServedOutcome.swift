@@ -11,15 +11,20 @@ public enum ServedOutcome: String, Sendable, CaseIterable, Codable {
     /// Forward mode passed on what the image checks refuse, uncached (forward-non-images pass). Last, so that the
     /// status page's colours of the others (by index) stay as they were.
     case notImage = "not_image"
+    /// A hit in the fleet's shared tier (another host stored it): kept here from then on. After notImage, for the
+    /// same reason.
+    case fleetHit = "fleet_hit"
 
     /// Served from stored bytes without transferring the body upstream.
-    package var fromCache: Bool { [.hit, .diskHit, .stale, .revalidated].contains(self) }
+    package var fromCache: Bool { [.hit, .diskHit, .stale, .revalidated, .fleetHit].contains(self) }
 }
 
 extension CacheOutcome {
     /// The label the response is counted under (requests_total, served_bytes_total by outcome).
     package var served: ServedOutcome {
-        guard let forward else { return (ttl ?? 0) < 0 ? .stale : detail == "disk" ? .diskHit : .hit }
+        guard let forward else {
+            return (ttl ?? 0) < 0 ? .stale : detail == "disk" ? .diskHit : detail == "fleet" ? .fleetHit : .hit
+        }
         if isNotImage { return .notImage }
         if collapsed { return .coalesced }
         switch forward {

@@ -130,6 +130,7 @@ extension StatusPage {
             recentErrors()
             if stats.transforms != nil { transforms() }
             if stats.tunnels != nil { tunnels() }
+            if stats.fleet != nil { fleet() }
             if stats.interceptCA != nil { interceptCA() }
             html += "</main>\n<script type=\"application/json\" id=\"initial-data\">"
             html += StatusPage.initialData(stats: stats, history: history)
@@ -276,6 +277,15 @@ extension StatusPage {
         mutating func tunnels() {
             openCard("section-tunnels", "Tunnels", caption: "CONNECT tunnels (HTTPS_PROXY): open now, and since start; bytes of closed tunnels.")
             figureList(.tunnels, small: true)
+            html += "</section>\n"
+        }
+
+        mutating func fleet() {
+            openCard("section-fleet", "Fleet",
+                     caption: "The fleet's shared tier on memcached (fleet.servers): what this host found there and did with its leases.")
+            figureList(.fleet, small: true)
+            table("fleet-servers", columns: ["Server", "State", "#Operations", "#Failures", "#Read", "#Written"],
+                  empty: "No servers.")
             html += "</section>\n"
         }
 

@@ -20,7 +20,7 @@ package struct StatusView: Sendable, Equatable {
     package struct Figure: Sendable, Equatable {
         package enum Unit: String, Sendable { case count, bytes, ratio, duration, milliseconds }
         /// Where on the page it goes.
-        package enum Group: Sendable { case header, overview, outcomes, coalescing, memory, disk, transforms, tunnels }
+        package enum Group: Sendable { case header, overview, outcomes, coalescing, memory, disk, transforms, tunnels, fleet }
 
         package var group: Group
         package var name: String
@@ -163,6 +163,18 @@ package struct StatusView: Sendable, Equatable {
                 list.append(Figure(.tunnels, "tunnels.intercepted", "Intercepted, open", intercepted, .count))
             }
         }
+        if let fleet = stats.fleet {
+            list += [
+                Figure(.fleet, "fleet.hits", "Fleet hits (other hosts' fills)", fleet.hits, .count),
+                Figure(.fleet, "fleet.leaseWins", "Leases won (fetched for the fleet)", fleet.leaseWins, .count),
+                Figure(.fleet, "fleet.takeovers", "Takeovers", fleet.takeovers, .count),
+                Figure(.fleet, "fleet.waits", "Waits on another host", fleet.waits, .count),
+                Figure(.fleet, "fleet.passMarkers", "Pass markers left", fleet.passMarkers, .count),
+                Figure(.fleet, "fleet.unavailable", "Unavailable (served alone)", fleet.unavailable, .count),
+                Figure(.fleet, "fleet.damaged", "Damaged values refused", fleet.damaged, .count),
+                Figure(.fleet, "fleet.serversUp", "Servers up", fleet.servers.filter { $0.state == "up" }.count, .count),
+            ]
+        }
         if let leaves = stats.leafCertificates {
             list += [
                 Figure(.tunnels, "leaves.cached", "Leaf certificates cached", leaves.cached, .count),
@@ -180,6 +192,11 @@ package struct StatusView: Sendable, Equatable {
             [.text(fetch.url, "url"), .text(fetch.kind), .text(StatusFormat.count(fetch.waiters), "num"),
              .text(StatusFormat.bytes(fetch.receivedBytes), "num"), .text(StatusFormat.seconds(fetch.seconds), "num")]
         }
+        if let fleet = stats.fleet { tables["fleet-servers"] = fleet.servers.map { server in
+            [.text(server.address, "url"), .text(server.state), .text(StatusFormat.count(server.operations), "num"),
+             .text(StatusFormat.count(server.failures), "num"), .text(StatusFormat.bytes(server.bytesRead), "num"),
+             .text(StatusFormat.bytes(server.bytesWritten), "num")]
+        } }
         let most = max(1, stats.topHosts.map(\.transfers).max() ?? 1)
         tables["top-hosts"] = stats.topHosts.map { host in
             [.text(host.host, "url"), .text(StatusFormat.count(host.transfers), "num"), .text(StatusFormat.bytes(host.bytes), "num"),

@@ -104,6 +104,7 @@ struct ConfigKeysTests {
             "upstream.connect-timeout", "upstream.timeout", "upstream.low-speed-limit", "upstream.low-speed-time",
             "upstream.max-redirects", "upstream.max-transfers", "upstream.max-host-connections",
             "upstream.queue-order", "upstream.queue-timeout", "upstream.user-agent", "upstream.ca-bundle",
+            "fleet.servers", "fleet.item-max", "fleet.lease", "fleet.wait", "fleet.deadline",
         ])
         // The switches take no value; every other flag does.
         #expect(ConfigKey.all.filter(\.isSwitch).map(\.name) == ["disk-fsync", "allow-svg", "allow-private-networks",

@@ -109,6 +109,25 @@ struct OpsTests {
         #expect(!report.unicodeScalars.contains { $0.value == 0x1B || $0.value == 0x07 })
     }
 
+    @Test("imagecached stats has a fleet line and one per memcached server, when the daemon has a fleet")
+    func statsReportFleet() {
+        var stats = DaemonStats()
+        var fleet = DaemonStats.Fleet()
+        fleet.hits = 7
+        fleet.leaseWins = 3
+        fleet.waits = 12
+        var server = DaemonStats.Fleet.Server()
+        server.address = "10.0.0.5:11211"
+        server.state = "down"
+        server.itemSizeMax = 32 << 20
+        fleet.servers = [server]
+        stats.fleet = fleet
+        let report = StatsReport.text(stats)
+        #expect(report.contains("fleet         7 hits, 3 leases won (0 takeovers), 12 waits"))
+        #expect(report.contains("              10.0.0.5:11211: down, 0 operations, 0 failures, 0 B read, 0 B written, -I 32.0 MiB"))
+        #expect(!StatsReport.text(DaemonStats()).contains("fleet"))
+    }
+
     @Test("the stats document lists at most 20 fetches in flight, the most waited-on first, then the oldest")
     func inFlightList() {
         // Given 25 fetches in flight, with 1 to 25 waiters, two with the most

@@ -39,6 +39,21 @@ struct StatusPageTests {
         stats.inFlightFetches = [.init(url: "\(scheme)origin.example/\(text).jpg", kind: "fetch", waiters: 4, receivedBytes: 65_536, seconds: 1.25)]
         stats.recentErrors = [.init(time: 1_764_150_000.5, kind: "upstream_\(text)", status: 504, reason: "origin timed out: \(text)",
                                     target: "/fetch?url=\(text)")]
+        var fleet = DaemonStats.Fleet()
+        fleet.hits = 120
+        fleet.leaseWins = 40
+        fleet.takeovers = 1
+        fleet.waits = 300
+        fleet.passMarkers = 2
+        fleet.unavailable = 5
+        var server = DaemonStats.Fleet.Server()
+        server.address = "10.0.0.5:11211 \(text)"
+        server.state = "down"
+        server.operations = 2000
+        server.failures = 4
+        server.bytesRead = 9_000_000
+        fleet.servers = [server]
+        stats.fleet = fleet
         stats.interceptCA = .init(certificatePath: "/var/lib/imagecached/ca/ca.pem", fingerprint: "AB:CD:EF",
                                   constrained: true, constraints: "constrained to 1 name (images.\(text).example)",
                                   notAfter: 1_764_150_034.5 + 400 * 86_400, expirySeconds: 400 * 86_400)
@@ -92,7 +107,11 @@ struct StatusPageTests {
             "disk.bytes": String(3 << 30), "disk.entries": "40000", "disk.limitBytes": String(10 << 30), "disk.evictions": "12",
             "errors.total": "7", "transforms.total": "40", "transforms.meanMilliseconds": "33", "uptimeSeconds": "93784.25",
         ]
-        for outcome in ServedOutcome.allCases { expected["requests.\(outcome.rawValue)"] = String(stats.requests[outcome.rawValue]!) }
+        for outcome in ServedOutcome.allCases { expected["requests.\(outcome.rawValue)"] = String(stats.requests[outcome.rawValue] ?? 0) }
+        for (name, value) in ["hits": 120, "leaseWins": 40, "takeovers": 1, "waits": 300, "passMarkers": 2, "unavailable": 5,
+                              "damaged": 0, "serversUp": 0] {
+            expected["fleet.\(name)"] = String(value)
+        }
         #expect(found == expected)
         #expect(stats.hitRatio == 9535.0 / 10012.0)
     }
@@ -354,6 +373,26 @@ struct StatusPageTests {
         #expect(html.contains(#"data-stat="tunnels.refused" data-unit="count" data-value="3""#))
         #expect(html.contains(#"data-stat="tunnels.intercepted" data-unit="count" data-value="2""#))
         #expect(html.contains(#"data-stat="leaves.cached" data-unit="count" data-value="6""#))
+    }
+
+    @Test("the fleet tier: /metrics has its counts and each server's state; the page has a Fleet card with the servers")
+    func fleet() {
+        let stats = Self.stats()
+        let text = stats.prometheusText
+        #expect(text.contains("imagecached_fleet_hits_total 120\n"))
+        #expect(text.contains("imagecached_fleet_lease_wins_total 40\n"))
+        #expect(text.contains("imagecached_fleet_takeovers_total 1\n"))
+        #expect(text.contains("imagecached_fleet_markers_total{direction=\"left\"} 2\n"))
+        #expect(text.contains("imagecached_fleet_server_up{server=\"10.0.0.5:11211 plain\"} 0\n"))
+        #expect(text.contains("imagecached_fleet_bytes_total{server=\"10.0.0.5:11211 plain\",direction=\"read\"} 9000000\n"))
+        let html = Self.render(stats)
+        #expect(html.contains("id=\"section-fleet\""))
+        #expect(html.contains(#"data-stat="fleet.leaseWins" data-unit="count" data-value="40""#))
+        #expect(html.contains(#"data-stat="fleet.serversUp" data-unit="count" data-value="0""#))
+        // A daemon without a fleet has neither.
+        var alone = Self.stats()
+        alone.fleet = nil
+        #expect(!alone.prometheusText.contains("imagecached_fleet_") && !Self.render(alone).contains("section-fleet"))
     }
 
     @Test("a daemon without interception shows no intercepted kind and no leaf certificates")

@@ -311,7 +311,7 @@ struct DaemonProcessTests {
         let service = try String(contentsOf: root.appendingPathComponent("systemd/imagecached.service"), encoding: .utf8)
             .replacingOccurrences(of: "/usr/local/bin/imagecached", with: CLITests.binary.path)
         try service.write(to: directory.appendingPathComponent("imagecached.service"), atomically: true, encoding: .utf8)
-        for socket in ["imagecached.socket", "imagecached-tls.socket"] {
+        for socket in ["imagecached.socket", "imagecached-tls.socket", "imagecached-memcached.service"] {
             try FileManager.default.copyItem(at: root.appendingPathComponent("systemd/\(socket)"),
                                              to: directory.appendingPathComponent(socket))
         }
@@ -337,13 +337,14 @@ struct DaemonProcessTests {
         }
     }
 
-    @Test("systemd-analyze verify accepts both units")
+    @Test("systemd-analyze verify accepts the units (the daemon's, its sockets, and the fleet's memcached)")
     func unitsVerify() async throws {
         // Given the units as make install writes them
         let (directory, service) = try DaemonProcessTests.installedUnits()
         defer { try? FileManager.default.removeItem(at: directory) }
         // When
-        let (status, output) = try await DaemonProcessTests.systemdAnalyze(["verify", "imagecached.service", "imagecached.socket", "imagecached-tls.socket"],
+        let (status, output) = try await DaemonProcessTests.systemdAnalyze(["verify", "imagecached.service", "imagecached.socket", "imagecached-tls.socket",
+                                                                            "imagecached-memcached.service"],
                                                                            in: directory)
         // Then
         #expect(status == 0, "\(output)")

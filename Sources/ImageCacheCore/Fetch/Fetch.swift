@@ -33,6 +33,7 @@ internal import ImageCacheConfig
 internal import ImageCacheServer
 internal import ImageCacheStore
 internal import ImageCacheUpstream
+internal import ImageCacheFleet
 internal import Dispatch
 internal import Foundation
 internal import Logging
@@ -82,6 +83,12 @@ final class Fetch: InFlightWork, @unchecked Sendable {
     private var attachedCount = 0
     /// When the fetch began (for the status page's list of fetches in flight).
     private let begun = ContinuousClock.now
+    // The fleet: the lease this host holds for the key (won, not yet stored, marked or released), and when the first
+    // lookup went out (fleet.wait is counted from it).
+    private var lease: FleetLease?
+    private var fleetAsked: ContinuousClock.Instant?
+    /// A lookup of this fetch answered "wait" (a lease won after that is a takeover).
+    private var fleetWaited = false
 
     init(_ machine: FetchMachine, settings: FetchSettings, context: FetchContext, handoff: Handoff) {
         self.machine = machine
@@ -145,6 +152,7 @@ final class Fetch: InFlightWork, @unchecked Sendable {
         case let .head(head, _, _): transferStatus = head.status
         case let .body(chunk) where transferStarted != nil:
             transferBytes += chunk.count
+            lease?.progressed()
             context.metrics.upstreamBytes.add(chunk.count)
         case .end: countTransfer(result: transferStatus == 304 ? "not_modified" : "ok")
         case let .failed(error): countTransfer(result: error.kind)
@@ -198,6 +206,8 @@ final class Fetch: InFlightWork, @unchecked Sendable {
         switch action {
         case .startTransfer, .cancelTransfer, .lookOnDisk:
             performTransferAction(action)
+        case .askFleet, .fleetStore, .fleetPass, .fleetRelease:
+            performFleetAction(action)
         case .sendInterim, .sendHead, .sendBody, .respondWhole, .respondStored, .end, .fail, .refuseRange, .abort:
             performSinkAction(action)
         case .store, .refresh, .keepInMemory, .promote, .remove, .removeRenditions:
@@ -220,6 +230,111 @@ final class Fetch: InFlightWork, @unchecked Sendable {
         default:
             preconditionFailure("not a transfer action: \(action)")
         }
+    }
+
+    /// The fleet tier: lookups and polls, and what becomes of a lease this host won.
+    private func performFleetAction(_ action: FetchMachine.Action) {
+        switch action {
+        case let .askFleet(after):
+            askFleet(after: after)
+        case let .fleetStore(entry, ttl):
+            guard let lease = lease.take() else { return }
+            let value = FleetEnvelope.encode(entry)
+            guard value.count <= settings.fleetItemMaxBytes else {
+                return leavePass(lease, reason: "\(value.count) bytes, over fleet.item-max (\(settings.fleetItemMaxBytes))",
+                                 ttl: settings.rules.fleet?.passSeconds ?? 60)
+            }
+            let fleet = context.fleet, metrics = context.metrics, logger = context.logger, key = key
+            fleet.store(lease, value: value, flags: FleetEnvelope.Flags.entry, ttlSeconds: ttl) { result in
+                switch result {
+                case .stored:
+                    metrics.fleet.stored.add()
+                case .tooLarge:
+                    // (The server's own -I is smaller than fleet.item-max: the waiters go alone.)
+                    logger.notice("\(key): the fleet server refused \(value.count) bytes as too large (check fleet.item-max against its -I)")
+                    fleet.store(lease, value: Array("too large for the fleet server".utf8), flags: FleetEnvelope.Flags.pass,
+                                ttlSeconds: 60) { _ in }
+                    metrics.fleet.passMarkers.add()
+                case .lostLease:
+                    metrics.fleet.lostLeases.add()
+                    logger.debug("\(key): the fleet lease was lost before the store (expired or taken over)")
+                case let .unavailable(reason):
+                    logger.debug("\(key): not stored in the fleet: \(reason)")
+                }
+            }
+        case let .fleetPass(reason, ttl):
+            guard let lease = lease.take() else { return }
+            leavePass(lease, reason: reason, ttl: ttl)
+        case .fleetRelease:
+            guard let lease = lease.take() else { return }
+            context.fleet.release(lease)
+            context.metrics.fleet.releases.add()
+        default:
+            preconditionFailure("not a fleet action: \(action)")
+        }
+    }
+
+    /// Leaves a pass marker with `lease`: the hosts waiting on it fetch for themselves at once.
+    private func leavePass(_ lease: FleetLease, reason: String, ttl: Int) {
+        context.metrics.fleet.passMarkers.add()
+        context.fleet.store(lease, value: Array(reason.prefix(200).utf8), flags: FleetEnvelope.Flags.pass, ttlSeconds: ttl) { _ in }
+    }
+
+    /// Looks the key up in the fleet tier, now or after `delay` seconds (a poll, jittered by up to a fifth so that
+    /// hosts waiting on one lease spread their polls).
+    private func askFleet(after delay: Double) {
+        if fleetAsked == nil { fleetAsked = .now }
+        let fleetKey = FleetEnvelope.key(for: key)
+        let ask: @Sendable () -> Void = { [self] in
+            guard !machine.isFinished else { return }
+            context.fleet.lookup(fleetKey) { [queue] answer in
+                queue.async { self.fleetAnswered(answer) }
+            }
+        }
+        if delay <= 0 { return ask() }
+        let jittered = delay * Double.random(in: 0.8...1.2)
+        queue.asyncAfter(deadline: .now() + jittered, execute: ask)
+    }
+
+    /// The fleet's answer, decoded and verified, for the machine.
+    private func fleetAnswered(_ lookup: FleetLookup) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        let metrics = context.metrics.fleet
+        let answer: FetchMachine.FleetAnswer
+        switch lookup {
+        case let .hit(value) where value.flags == FleetEnvelope.Flags.pass:
+            metrics.passMarkersSeen.add()
+            answer = .pass(String(decoding: value.bytes.prefix(200), as: UTF8.self))
+        case let .hit(value) where value.flags == FleetEnvelope.Flags.entry:
+            do {
+                answer = .hit(try FleetEnvelope.decode(value.bytes, for: key, policy: settings.rules.freshnessPolicy))
+                metrics.hits.add()
+                metrics.bytesRead.add(value.bytes.count)
+            } catch {
+                metrics.damaged.add()
+                context.fleet.delete(FleetEnvelope.key(for: key), cas: value.cas)
+                answer = .damaged(error.description)
+            }
+        case let .hit(value):
+            metrics.damaged.add()
+            context.fleet.delete(FleetEnvelope.key(for: key), cas: value.cas)
+            answer = .damaged("a value with unknown client flags \(value.flags)")
+        case let .won(lease):
+            self.lease = lease
+            metrics.leaseWins.add()
+            if fleetWaited { metrics.takeovers.add() }
+            answer = .won
+        case .wait:
+            fleetWaited = true
+            metrics.waits.add()
+            answer = .wait
+        case let .unavailable(reason):
+            metrics.unavailable.add()
+            answer = .unavailable(reason)
+        }
+        let waited = fleetAsked.map { (ContinuousClock.now - $0).inSeconds } ?? 0
+        run(machine.fleetAnswered(answer, waited: waited, now: context.now()))
+        applyBackpressure()
     }
 
     /// What the waiters' connections are sent.
@@ -431,6 +546,8 @@ final class Fetch: InFlightWork, @unchecked Sendable {
         }
         account(0)
         clients = [:]
+        // (The machine marked or released a lease it held; one left here would only wait out its time.)
+        if let lease = lease.take() { context.fleet.release(lease) }
         // The transfer's event closure holds this fetch: dropping the transfer breaks the cycle.
         transfer = nil
     }

@@ -4,6 +4,7 @@ internal import ImageCacheStatus
 internal import ImageCacheConfig
 internal import ImageCacheServer
 internal import ImageCacheStore
+internal import ImageCacheFleet
 internal import ImageCacheUpstream
 internal import Dispatch
 internal import Foundation
@@ -13,6 +14,8 @@ internal import Synchronization
 /// What a fetch needs from the daemon, handed in when it starts (no reference back to the proxy).
 struct FetchContext: Sendable {
     let origin: any Origin
+    /// The fleet's shared tier (its own thread; FleetSettings say whether it is in use: FetchSettings.rules.fleet).
+    let fleet: FleetTier
     let store: TieredStore
     let metrics: ProxyMetrics
     let logger: Logger

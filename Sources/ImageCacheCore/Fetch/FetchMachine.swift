@@ -28,6 +28,20 @@
 //   streaming ── end ──> store, end every waiter ──> finished
 //   any state ── every waiter gone (and nothing to fill) ──> finished
 //
+//   The fleet stage (a fleet tier is configured; a miss of the URL's own response, nothing stored here): between the
+//   disk's answer (or the start, without a disk tier) and the origin,
+//   askingFleet ── hit ──────────> kept here (memory, disk), each waiter it serves answered (hit; detail=fleet, or
+//                                  collapsed; detail=fleet after a wait); the rest revalidate it upstream
+//               ── won ──────────> waitingForHead, holding the lease: the entry stored is shared with its CAS
+//                                  (`fleetStore`); what is not stored leaves a pass marker (`fleetPass`); every client
+//                                  gone hands the lease back (`fleetRelease`)
+//               ── wait ─────────> askingFleet again after 10 ms, doubling to 100 ms; past fleet.wait, the origin
+//                                  alone (never storing in the fleet: the lease is another host's)
+//               ── pass marker ──> waitingForHead, alone (the winner's response could not be shared)
+//               ── unavailable ──> waitingForHead, alone, labelled detail=fleet-unavailable
+//               ── damaged ──────> waitingForHead, alone (the runner deleted the value)
+//   One fleet lookup per key per host: the coalesced fetch asks, not each client.
+//
 // Rules
 //   - A response that may not be shared (private, no-store, Set-Cookie, Vary: *) goes to the leader only; the other
 //     waiters go upstream on their own. Waiters whose request selects another variant (their fields differ in what
@@ -74,6 +88,45 @@ struct FetchMachine {
         var freshnessPolicy: FreshnessPolicy
         /// Forward mode: what the image checks refuse is passed on (pass) or refused (refuse).
         var forwardNonImages: ForwardNonImages = .pass
+        /// The fleet tier, when one is configured.
+        var fleet: FleetRules?
+    }
+
+    /// What the machine needs to know of the fleet tier.
+    struct FleetRules {
+        /// fleet.wait: longest a waiter waits for another host's fill, seconds.
+        var waitSeconds: Double
+        /// How long a pass marker stays: a response that may not be shared (hit-for-miss), seconds.
+        var passSeconds = 60
+        /// How long a pass marker stays after a failed fetch or an error answer, seconds.
+        var failurePassSeconds = 2
+    }
+
+    /// The fleet's answer to a lookup, as the runner decoded it.
+    enum FleetAnswer {
+        /// A verified entry.
+        case hit(CacheEntry)
+        /// This host won the fill lease (the runner holds it).
+        case won
+        /// Another host fills.
+        case wait
+        /// The winner's response could not be shared.
+        case pass(String)
+        case unavailable(String)
+        /// The value was damaged or foreign (the runner deleted it).
+        case damaged(String)
+    }
+
+    /// The fleet tier's part in the fetch.
+    enum FleetRole: Equatable {
+        /// Not asked (no fleet, or not a miss of the URL's own response).
+        case none
+        /// Asked; `polls` lookups answered "wait" so far.
+        case asking(polls: Int)
+        /// This host holds the fill lease.
+        case holdingLease
+        /// Done with the fleet (answered, released, stored, or gone alone).
+        case done
     }
 
     /// Why the image checks refuse a response (forward and fetch modes), as a client that is refused gets it.
@@ -140,6 +193,8 @@ struct FetchMachine {
         /// stale-if-error: `confirmed` is the outcome every waiter is then served with). `fallback`: a memory copy
         /// to revalidate when the disk's has no validators (one that landed between the lookup and the dispatch).
         case lookingOnDisk(confirmed: CacheOutcome?, removalsSeen: UInt64?, fallback: Revalidation?)
+        /// Waiting for the fleet tier's answer (a lookup, or the next poll of another host's fill).
+        case askingFleet
         case waitingForHead(Upstream)
         /// The image checks wait for the body's first bytes; chunks that came meanwhile are held back.
         case checkingBody(Response, prefix: [UInt8], heldBack: [[UInt8]])
@@ -153,6 +208,14 @@ struct FetchMachine {
         case cancelTransfer
         /// Ask the disk tier again for the leader's variant and report with `diskAnswered`.
         case lookOnDisk
+        /// Look the key up in the fleet tier after `after` seconds (a poll; 0: now), and report with `fleetAnswered`.
+        case askFleet(after: Double)
+        /// Share the stored entry through the fleet tier with the lease, for `ttl` seconds.
+        case fleetStore(CacheEntry, ttl: Int)
+        /// Leave a pass marker with the lease (`reason`, kept `ttl` seconds): the waiters fetch for themselves.
+        case fleetPass(reason: String, ttl: Int)
+        /// Hand the lease back: the next host to ask fills.
+        case fleetRelease
         /// A waiter joined; `waiters` counts them now.
         case waiterAttached(waiters: Int)
         /// Send a response head (`outcome`: how it was produced, already rendered in its fields); `ends`: the
@@ -211,6 +274,10 @@ struct FetchMachine {
     private(set) var fillsCache = false
     /// The actions of the event being handled.
     private var actions: [Action] = []
+    /// The fleet tier's part (see the fleet stage at the top).
+    private(set) var fleetRole = FleetRole.none
+    /// The Cache-Status detail of the origin's answer: "fleet-unavailable" when the fleet could not be asked.
+    private var fleetDetail: String?
 
     /// A fetch for `key` led by `leader` (`revalidating`: a stale copy to revalidate). `start` or `start(fromDisk:)`
     /// takes its first step.
@@ -244,7 +311,11 @@ struct FetchMachine {
     /// The first step when the disk was not asked: the upstream request (conditional when revalidating).
     mutating func start() -> [Action] {
         if case let .waitingForHead(upstream) = state {
-            actions.append(.startTransfer(conditional: upstream.revalidating?.entry.conditionalHeaders ?? HTTPHeaders()))
+            if upstream.revalidating == nil, asksFleet {
+                askFleet()
+            } else {
+                actions.append(.startTransfer(conditional: upstream.revalidating?.entry.conditionalHeaders ?? HTTPHeaders()))
+            }
         }
         return takeActions()
     }
@@ -264,7 +335,7 @@ struct FetchMachine {
         var waiter = waiter
         waiter.collapsed = collapsed
         switch state {
-        case .waitingForHead, .lookingOnDisk:
+        case .waitingForHead, .lookingOnDisk, .askingFleet:
             waiters.append(waiter)
             actions.append(.waiterAttached(waiters: waiters.count))
         case let .checkingBody(response, _, _):
@@ -304,11 +375,103 @@ struct FetchMachine {
         if isFinished { return [] }
         waiters.removeAll { $0.id == id }
         if waiters.isEmpty && !rules.completeAbandonedFetches && !fillsCache {
+            if fleetRole == .holdingLease {
+                // Another host's next poll wins the lease and fills instead.
+                fleetRole = .done
+                actions.append(.fleetRelease)
+            }
             actions.append(.log(.debug, "every client left; cancelling upstream \(key)"))
             actions.append(.cancelTransfer)
             finish()
         }
         return takeActions()
+    }
+
+    /// The fleet tier's answer to `askFleet` (`waited`: seconds since the first lookup of this fetch).
+    mutating func fleetAnswered(_ answer: FleetAnswer, waited: Double, now: Date) -> [Action] {
+        guard case .askingFleet = state, case let .asking(polls) = fleetRole else {
+            // Too late (every client went): a lease won meanwhile goes back at once.
+            if case .won = answer { actions.append(.fleetRelease) }
+            return takeActions()
+        }
+        switch answer {
+        case let .hit(entry):
+            fleetRole = .done
+            serveFleetEntry(entry, afterWaiting: polls > 0, now: now)
+        case .won:
+            fleetRole = .holdingLease
+            restartUpstream(revalidating: nil, now: now)
+        case .wait:
+            guard let fleet = rules.fleet, waited < fleet.waitSeconds else {
+                actions.append(.log(.notice, "\(key): waited \(Int(waited * 1000)) ms for another host's fill (fleet.wait); fetching alone"))
+                fleetRole = .done
+                return goUpstreamAndTake(now: now)
+            }
+            fleetRole = .asking(polls: polls + 1)
+            actions.append(.askFleet(after: min(0.01 * Double(1 << min(polls, 4)), 0.1)))
+        case let .pass(reason):
+            actions.append(.log(.debug, "\(key): the fleet's fill was not shared (\(reason)); fetching alone"))
+            fleetRole = .done
+            restartUpstream(revalidating: nil, now: now)
+        case let .unavailable(reason):
+            actions.append(.log(.debug, "\(key): fleet tier unavailable (\(reason)); fetching alone"))
+            fleetRole = .done
+            fleetDetail = "fleet-unavailable"
+            restartUpstream(revalidating: nil, now: now)
+        case let .damaged(reason):
+            actions.append(.log(.warning, "\(key): the fleet's value was refused and deleted: \(reason)"))
+            actions.append(.countError(kind: "fleet_damaged", status: nil, reason: reason))
+            fleetRole = .done
+            restartUpstream(revalidating: nil, now: now)
+        }
+        return takeActions()
+    }
+
+    private mutating func goUpstreamAndTake(now: Date) -> [Action] {
+        restartUpstream(revalidating: nil, now: now)
+        return takeActions()
+    }
+
+    /// The fleet stage applies: a fleet tier, and a miss of the URL's own response (no copy here to revalidate).
+    private var asksFleet: Bool {
+        rules.fleet != nil && fleetRole == .none && reason == .miss && variant.isEmpty && !fillsCache
+    }
+
+    private mutating func askFleet() {
+        fleetRole = .asking(polls: 0)
+        state = .askingFleet
+        actions.append(.askFleet(after: 0))
+    }
+
+    /// An entry another host stored: kept here, and served to each waiter it may serve (fresh, or within its
+    /// max-stale); the others revalidate it upstream (no lease: this host is not filling for the fleet).
+    private mutating func serveFleetEntry(_ entry: CacheEntry, afterWaiting: Bool, now: Date) {
+        actions.append(.store(entry))
+        var remaining: [Waiter] = []
+        for waiter in waiters {
+            let decision = CacheDecision.decide(stored: entry, request: waiter.request.cacheControl, now: now,
+                                                defaultStaleWhileRevalidate: 0)
+            guard case let .serve(serve) = decision else {
+                remaining.append(waiter)
+                continue
+            }
+            switch serve {
+            case .fresh, .stale(_, .maxStale):
+                var outcome: CacheOutcome
+                if afterWaiting {
+                    // Another host's fill, waited for: a coalesced miss, fleet-wide.
+                    outcome = CacheOutcome(forward: .miss, stored: true, collapsed: true, detail: "fleet")
+                } else {
+                    outcome = decision.servedOutcome(tier: "fleet") ?? .hit(ttl: 0, detail: "fleet")
+                }
+                actions.append(.respondStored(entry, outcome: outcome, file: nil, now: now, to: waiter.id))
+            default:
+                remaining.append(waiter)
+            }
+        }
+        waiters = remaining
+        guard !waiters.isEmpty else { return finish() }
+        restartUpstream(revalidating: entry.hasValidators ? Revalidation(entry: entry, bodyInFile: false) : nil, now: now)
     }
 
     /// The disk tier's answer to `lookOnDisk` (or to the lookup the fetch began with).
@@ -398,6 +561,7 @@ struct FetchMachine {
         }
         // Nothing there, or (after a purge or eviction meanwhile) another variant: fetch it whole, once.
         guard let stored, stored.vary?.matches(leader.forwardedHeaders) ?? true else {
+            if stored == nil, confirmed == nil, asksFleet, !waiters.isEmpty { return askFleet() }
             return goUpstream(revalidating: nil, now: now)
         }
         splitOffOtherVariants(stored)
@@ -846,6 +1010,7 @@ struct FetchMachine {
             outcome.stored = true
         }
         outcome.collapsed = waiter.collapsed
+        if outcome.detail == nil { outcome.detail = fleetDetail }
         guard waiter.collapsed, !response.privateFields.isEmpty else {
             return (response.head.forClient(outcome, policy: rules.freshnessPolicy), outcome)
         }
@@ -882,6 +1047,15 @@ struct FetchMachine {
                                    policy: rules.freshnessPolicy)
             actions.append(.store(entry))
             stored = entry
+            if fleetRole == .holdingLease {
+                fleetRole = .done
+                if let ttl = FleetEnvelope.sharedTTL(of: entry, now: response.responseTime) {
+                    actions.append(.fleetStore(entry, ttl: ttl))
+                } else {
+                    actions.append(.fleetPass(reason: entry.vary != nil ? "varies (Vary)" : "no freshness to share",
+                                              ttl: rules.fleet?.passSeconds ?? 60))
+                }
+            }
         } else if let revalidating = response.revalidating {
             // The stored variant is outdated and the new response is not kept.
             actions.append(.remove(variant: revalidating.entry.variantID))
@@ -894,6 +1068,10 @@ struct FetchMachine {
         }
         if case let .dontStore(why) = response.storeDecision {
             actions.append(.log(.debug, "not stored \(key): \(why)"))
+            if fleetRole == .holdingLease {
+                fleetRole = .done
+                actions.append(.fleetPass(reason: "not stored: \(why)", ttl: rules.fleet?.passSeconds ?? 60))
+            }
         }
         return stored
     }
@@ -1093,6 +1271,11 @@ struct FetchMachine {
 
     private mutating func finish() {
         if isFinished { return }
+        if fleetRole == .holdingLease {
+            // Ended without sharing (a failure, an error answer, a response not kept): the waiters go alone at once.
+            fleetRole = .done
+            actions.append(.fleetPass(reason: "the fill failed or was not kept", ttl: rules.fleet?.failurePassSeconds ?? 2))
+        }
         state = .finished
         waiters = []
         closeToNewcomers()

@@ -5,6 +5,7 @@ internal import ImageCacheConfig
 internal import ImageCacheServer
 internal import ImageCacheStore
 internal import ImageCacheUpstream
+internal import ImageCacheFleet
 internal import Dispatch
 internal import Foundation
 internal import Logging
@@ -17,6 +18,8 @@ struct FetchSettings {
     let writeBufferBytes: Int
     /// Forward and fetch modes follow redirects unless `allowed-sources` is set (a redirect could leave the list).
     let followsRedirects: Bool
+    /// fleet.item-max: an entry larger than this leaves a pass marker instead.
+    let fleetItemMaxBytes: Int
 
     init(_ settings: ProxySettings, writesToDisk: Bool) {
         let configuration = settings.configuration
@@ -28,7 +31,9 @@ struct FetchSettings {
             staleIfErrorSeconds: configuration.staleIfErrorSeconds,
             contentPolicy: settings.contentPolicy,
             freshnessPolicy: settings.freshnessPolicy,
-            forwardNonImages: configuration.forwardNonImages)
+            forwardNonImages: configuration.forwardNonImages,
+            fleet: configuration.fleet.isEnabled ? FetchMachine.FleetRules(waitSeconds: configuration.fleet.waitSeconds) : nil)
+        fleetItemMaxBytes = configuration.fleet.itemMaxBytes
         inFlightLimitBytes = configuration.inFlightLimitBytes
         writeBufferBytes = configuration.server.writeBufferBytes
         followsRedirects = configuration.allowedSources.isEmpty

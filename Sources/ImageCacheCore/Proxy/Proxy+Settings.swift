@@ -11,6 +11,7 @@ internal import ImageCacheStatus
 public import ImageCacheConfig
 internal import ImageCacheServer
 internal import ImageCacheTransform
+internal import ImageCacheFleet
 package import ImageCacheStore
 internal import Foundation
 internal import Synchronization
@@ -62,6 +63,8 @@ extension Proxy {
         var next = configuration
         next.keepRestartOnlySettings(of: current)
         settingsCell.replace(with: ProxySettings(next))
+        fleet.reload(next.fleet)
+        startFleetIfConfigured(next.fleet)
         memory.setLimits(bytes: next.memoryLimitBytes, count: next.memoryCountLimit,
                          objectLimitBytes: next.effectiveMemoryObjectLimitBytes)
     }

@@ -34,6 +34,8 @@ public import ImageCacheUpstream
 internal import ImageCacheTransform
 internal import Dispatch
 public import Foundation
+internal import Synchronization
+package import ImageCacheFleet
 public import Logging
 
 /// Answers requests from the cache, or through one coalesced upstream fetch per cache key.
@@ -57,6 +59,10 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
     public let metrics: ProxyMetrics
     /// Both tiers, behind the rules that span them (TieredStore.swift).
     public let store: TieredStore
+    /// The fleet's shared tier on memcached (ImageCacheFleet): its thread runs once fleet.servers names a server
+    /// (`fleetStarted`), at start or by a reload. Owns its own thread and sockets.
+    package let fleet: FleetTier
+    private let fleetStarted = Atomic<Bool>(false)
     /// The interception generation in force (the local CA, its server context, its leaves), swapped whole when the
     /// daemon hands over another CA (InterceptionCell.swift).
     package let interception: InterceptionCell
@@ -97,7 +103,8 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
                                 objectLimitBytes: configuration.effectiveMemoryObjectLimitBytes,
                                 variantLimit: configuration.maxVariants),
             disk: disk)
-        let context = FetchContext(origin: origin, store: store, metrics: metrics, logger: logger, events: events,
+        fleet = FleetTier(settings: configuration.fleet, logger: logger)
+        let context = FetchContext(origin: origin, fleet: fleet, store: store, metrics: metrics, logger: logger, events: events,
                                    via: loopGuard.viaValue, now: now, queue: queue)
         let table = InFlightTable(queue: queue)
         inFlight = table
@@ -116,6 +123,20 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
             pixelCache: PixelCache(limitBytes: transform.pixelCacheBytes), context: context, settings: settingsCell, table: table,
             unavailable: unavailable)
         renditions.fetchSource = { [weak self] request, sink in self?.serve(request, sink: sink) }
+        startFleetIfConfigured(configuration.fleet)
+    }
+
+    /// Starts the fleet tier's thread the first time fleet.servers names a server.
+    func startFleetIfConfigured(_ settings: FleetSettings) {
+        guard settings.isEnabled, fleetStarted.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged
+        else { return }
+        fleet.start()
+        logger.notice("fleet tier: \(settings.servers.count) memcached server(s): \(settings.servers.map(\.description).joined(separator: ", "))")
+    }
+
+    /// Stops the fleet tier's thread (pending operations end unavailable).
+    package func stopFleet() {
+        if fleetStarted.load(ordering: .relaxed) { fleet.shutdown() }
     }
 
     /// Called on the connection's loop thread.

@@ -68,6 +68,8 @@ public final class ProxyMetrics: Sendable {
     package let reloadFailures = Counter()
     /// CONNECT tunnels: the open count (and the max-tunnels cap), results, ends, bytes.
     package let tunnels = TunnelMetrics()
+    /// The fleet tier: what fetches found there and did with their leases.
+    package let fleet = FleetMetrics()
     /// The local CA in use (set at start and by each reload; nil without intercept-hosts). Its expiry is counted
     /// from each snapshot's time.
     private let interceptCA = Locked<DaemonStats.InterceptCA?>(nil)

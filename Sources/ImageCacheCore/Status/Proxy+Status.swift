@@ -15,6 +15,7 @@ internal import ImageCacheServer
 internal import ImageCacheStore
 internal import ImageCacheConfig
 internal import ImageCacheTransform
+internal import ImageCacheFleet
 internal import Dispatch
 internal import Foundation
 
@@ -33,6 +34,9 @@ extension Proxy {
                                                    failures: counters.failureCounts, openConnections: counters.openConnections)
         }
         stats.leafCertificates = interception.stats
+        if configuration.fleet.isEnabled {
+            stats.fleet = metrics.fleet.snapshot(tier: fleet.stats())
+        }
         return stats
     }
 

@@ -93,6 +93,10 @@ struct FetchMachineTests {
             case .finish: "finish"
             case .log: nil
             case let .countError(kind, _, _): "error \(kind)"
+            case let .askFleet(after): after == 0 ? "ask fleet" : "poll fleet after \(Int((after * 1000).rounded())) ms"
+            case let .fleetStore(entry, ttl): "fleet store \(entry.body.count) ttl \(ttl)"
+            case let .fleetPass(reason, ttl): "fleet pass \(ttl): \(reason)"
+            case .fleetRelease: "fleet release"
             }
         }
     }

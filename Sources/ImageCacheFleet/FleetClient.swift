@@ -1,0 +1,622 @@
+// The fleet tier's client: one thread, `icd.fleet`, owns the sockets to every memcached server, the requests waiting
+// for answers, their deadlines, the breakers and the held leases (as CurlMulti's thread owns curl's multi handle).
+//
+// Data model: `links` are the configured servers in ring order (FleetLink: address, breaker, a control and a bulk
+// connection, counters); `retired` are servers a reload removed, kept until their connections are idle.
+// `connections` maps epoll tokens (connection ids, from 1; 0 is the eventfd) to connections. `timers` is a min-heap
+// of deadlines in monotonic milliseconds: each request's deadline, each open breaker's probe time, the next lease
+// refresh; epoll_wait sleeps until the earliest. `held` are the leases won and not yet stored or released.
+// `counters` are the tier-wide stats; `published` is the copy `stats()` reads.
+//
+// Ownership: everything under "owned by the fleet thread" is touched only on that thread (and by `init` before it
+// starts). Other threads post `Command`s into `inbox` (a Locked list) and write the eventfd when the thread has not
+// been woken for the inbox yet; the eventfd is written only under the inbox lock while the inbox is open, and both
+// descriptors are closed in deinit, so a write never meets a closed descriptor. Completions and observer events are
+// collected in `ready` while the thread works and run at the end of its turn, after `published` is updated and with
+// no lock held: a completion sees stats that include its own operation, and may call into the tier (its command is
+// taken at the next turn).
+//
+// The loop: epoll_wait -> socket events (connect done, reads: at most 1 MiB per connection per turn, so a bulk
+// transfer never starves the others; writes) -> the inbox's commands -> due timers -> flush the connections that got
+// bytes to send (one send for a turn's pipelined requests) -> publish stats -> run completions.
+//
+// Failures: a missed deadline, a socket error, a protocol error or an answer that desyncs the stream closes that
+// connection, fails every request pending on it (`.unavailable`) and counts one failure on its server's breaker. A
+// connection the server closed while nothing was pending is just closed.
+//
+// Teardown: `shutdown()` posts the last command and closes the inbox; the thread fails what is pending, closes every
+// socket, runs the last completions and exits; `shutdown()` joins it (unless called on the thread itself: then the
+// thread detaches itself). Before `start()` there is no thread: `shutdown()` fails the queued commands on the
+// caller's thread. Commands posted after the shutdown are answered `.unavailable` on the caller's thread.
+
+#if canImport(Glibc)
+internal import Glibc
+#endif
+internal import CEpoll
+internal import ImageCacheSystem
+internal import Logging
+internal import Synchronization
+
+/// What the fleet thread reports besides completions (tests and logs wait on these instead of the clock).
+package enum FleetEvent: Sendable, Equatable {
+    /// A server's breaker changed state.
+    case serverState(server: String, state: FleetStats.ServerState)
+    /// A server's `stats settings` answered its `item_size_max`.
+    case itemSizeMax(server: String, bytes: Int)
+    /// A held lease was refreshed (`kept`), or found lost.
+    case leaseRefreshed(key: String, kept: Bool)
+}
+
+/// What a new thread runs (handed to pthread_create as its argument).
+private final class ThreadStart {
+    let body: () -> Void
+    init(_ body: @escaping () -> Void) { self.body = body }
+}
+
+/// The fleet thread and everything it owns. Confined to the fleet thread, except the inbox and the published stats.
+final class FleetClient: @unchecked Sendable {
+    enum Command {
+        case lookup(String, @Sendable (FleetLookup) -> Void)
+        case store(FleetLease, [UInt8], UInt32, Int, @Sendable (FleetStoreResult) -> Void)
+        case release(FleetLease)
+        case delete(String, UInt64?, (@Sendable (Bool) -> Void)?)
+        case reload(FleetSettings)
+        case shutdown
+    }
+
+    private struct Inbox {
+        var commands: [Command] = []
+        /// The eventfd was written for commands not taken yet.
+        var woken = false
+        var started = false
+        var closed = false
+        /// Someone waits in pthread_join for the thread (false: it detaches itself when it exits).
+        var joined = false
+    }
+
+    private enum Timer {
+        case deadline(connection: UInt64, serial: UInt64)
+        case probe(FleetLink)
+        case refresh
+    }
+
+    private static let wakeToken: UInt64 = 0
+    private static let maxEvents: Int32 = 64
+    private static let readBufferBytes = 256 << 10
+    /// Most bytes read from one connection per turn.
+    private static let readBudgetBytes = 1 << 20
+
+    // MARK: immutable
+    let logger: Logger
+    private let observer: (@Sendable (FleetEvent) -> Void)?
+    /// -1 when they could not be made: then the tier answers everything `.unavailable`.
+    private let epollFD: Int32
+    private let wakeFD: Int32
+
+    // MARK: shared, guarded by their locks
+    private let inbox = Locked(Inbox())
+    private let published: Locked<FleetStats>
+    private let thread = Locked<pthread_t?>(nil)
+
+    // MARK: shared, atomic
+    /// The fleet thread's pthread_t once it runs (0 before and after).
+    private let threadID = Atomic<UInt>(0)
+
+    // MARK: owned by the fleet thread
+    var settings: FleetSettings
+    var ring: FleetRing
+    var links: [FleetLink] = []
+    var retired: [FleetLink] = []
+    var held: [ObjectIdentifier: HeldLease] = [:]
+    var counters = FleetStats()
+    private var connections: [UInt64: FleetConnection] = [:]
+    private var timers = DeadlineHeap<Timer>()
+    private var refreshScheduled = false
+    private var dirty: [FleetConnection] = []
+    private var ready: [() -> Void] = []
+    private var nextConnectionID: UInt64 = 1
+    private var events: [epoll_event]
+    private let readBuffer: UnsafeMutableRawBufferPointer
+
+    init(settings: FleetSettings, logger: Logger, observer: (@Sendable (FleetEvent) -> Void)?) {
+        self.settings = settings
+        self.logger = logger
+        self.observer = observer
+        ring = FleetRing(servers: [])
+        var stats = FleetStats()
+        stats.servers = settings.servers.map { FleetStats.Server(address: $0.description, state: .up, itemSizeMax: nil) }
+        published = Locked(stats)
+        events = Array(repeating: epoll_event(), count: Int(Self.maxEvents))
+        readBuffer = .allocate(byteCount: Self.readBufferBytes, alignment: 16)
+        let epollFD = epoll_create1(Int32(EPOLL_CLOEXEC))
+        let wakeFD = epollFD >= 0 ? eventfd(0, Int32(EFD_CLOEXEC | EFD_NONBLOCK)) : -1
+        var event = epoll_event()
+        event.events = EPOLLIN.rawValue  // level-triggered: the thread reads the eventfd back to zero
+        event.data.u64 = Self.wakeToken
+        if wakeFD >= 0, epoll_ctl(epollFD, EPOLL_CTL_ADD, wakeFD, &event) == 0 {
+            self.epollFD = epollFD
+            self.wakeFD = wakeFD
+        } else {
+            logger.error("fleet tier: cannot make its epoll and eventfd descriptors; every operation answers unavailable",
+                         metadata: ["errno": "\(errno)"])
+            if wakeFD >= 0 { closeDescriptor(wakeFD) }
+            if epollFD >= 0 { closeDescriptor(epollFD) }
+            self.epollFD = -1
+            self.wakeFD = -1
+        }
+    }
+
+    deinit {
+        if wakeFD >= 0 { closeDescriptor(wakeFD) }
+        if epollFD >= 0 { closeDescriptor(epollFD) }
+        readBuffer.deallocate()
+    }
+
+    // MARK: - Any thread
+
+    func start() {
+        let start = inbox.withLock { inbox -> Bool in
+            guard !inbox.started, !inbox.closed, epollFD >= 0 else { return false }
+            inbox.started = true
+            return true
+        }
+        guard start else { return }
+        let body = Unmanaged.passRetained(ThreadStart { [self] in run() })  // holds the client until the thread exits
+        var handle = pthread_t()
+        let created = pthread_create(&handle, nil, { argument in
+            Unmanaged<ThreadStart>.fromOpaque(argument!).takeRetainedValue().body()
+            return nil
+        }, body.toOpaque())
+        guard created == 0 else {
+            body.release()
+            logger.error("fleet tier: cannot start its thread; every operation answers unavailable",
+                         metadata: ["errno": "\(created)"])
+            let queued = inbox.withLock { inbox -> [Command] in
+                inbox.started = false
+                inbox.closed = true
+                defer { inbox.commands = [] }
+                return inbox.commands
+            }
+            Self.refuse(queued, reason: "the fleet tier has no thread")
+            return
+        }
+        thread.withLock { $0 = handle }
+    }
+
+    /// Posts `command`; false (and nothing posted) once the client is shut down.
+    func post(_ command: Command) {
+        let posted = inbox.withLock { inbox -> Bool in
+            guard !inbox.closed, epollFD >= 0 else { return false }
+            inbox.commands.append(command)
+            if inbox.started, !inbox.woken {
+                inbox.woken = true
+                _ = eventfd_write(wakeFD, 1)
+            }
+            return true
+        }
+        if !posted { Self.refuse([command], reason: "the fleet tier is shut down") }
+    }
+
+    func shutdown() {
+        let onThread = threadID.load(ordering: .relaxed) == UInt(pthread_self())
+        let (closedNow, started, queued) = inbox.withLock { inbox -> (Bool, Bool, [Command]) in
+            guard !inbox.closed else { return (false, false, []) }
+            inbox.closed = true
+            guard inbox.started else {
+                defer { inbox.commands = [] }
+                return (true, false, inbox.commands)
+            }
+            inbox.commands.append(.shutdown)
+            inbox.joined = !onThread
+            _ = eventfd_write(wakeFD, 1)
+            return (true, true, [])
+        }
+        guard closedNow else { return }
+        guard started else {
+            Self.refuse(queued, reason: "the fleet tier is shut down")
+            return
+        }
+        if !onThread, let handle = thread.withLock({ $0 }) {
+            pthread_join(handle, nil)
+        }
+    }
+
+    func stats() -> FleetStats { published.withLock { $0 } }
+
+    /// Answers commands that will never reach the thread, on the caller's thread.
+    private static func refuse(_ commands: [Command], reason: String) {
+        for command in commands {
+            switch command {
+            case let .lookup(_, completion): completion(.unavailable(reason: reason))
+            case let .store(_, _, _, _, completion): completion(.unavailable(reason: reason))
+            case let .delete(_, _, completion): completion?(false)
+            case .release, .reload, .shutdown: break
+            }
+        }
+    }
+
+    // MARK: - The fleet thread
+
+    private func run() {
+        threadID.store(UInt(pthread_self()), ordering: .relaxed)
+        nameThisThread("icd.fleet")
+        apply(settings)
+        var exiting = false
+        while !exiting {
+            let count = events.withUnsafeMutableBufferPointer { buffer in
+                epoll_wait(epollFD, buffer.baseAddress, Self.maxEvents, sleepMilliseconds())
+            }
+            for index in 0..<max(0, Int(count)) { handle(events[index]) }
+            exiting = runCommands()
+            fireTimers()
+            flushDirty()
+            finishTurn()
+        }
+        tearDown()
+        finishTurn()
+        threadID.store(0, ordering: .relaxed)
+        let joined = inbox.withLock { $0.joined }
+        if !joined { pthread_detach(pthread_self()) }
+    }
+
+    private func sleepMilliseconds() -> Int32 {
+        guard let next = timers.nextDeadline else { return -1 }
+        let now = Self.milliseconds()
+        return next <= now ? 0 : Int32(clamping: next - now)
+    }
+
+    static func milliseconds() -> UInt64 { FleetClock.nanoseconds() / 1_000_000 }
+    static func seconds() -> Double { Double(FleetClock.nanoseconds()) / 1e9 }
+
+    /// Takes the posted commands and carries them out; true after the shutdown command.
+    private func runCommands() -> Bool {
+        let commands = inbox.withLock { inbox in
+            inbox.woken = false
+            defer { inbox.commands = [] }
+            return inbox.commands
+        }
+        for command in commands {
+            switch command {
+            case let .lookup(key, completion):
+                counters.lookups += 1
+                lookup(LookupJob(key: key, completion: completion))
+            case let .store(lease, value, flags, ttl, completion):
+                store(lease, value: value, flags: flags, ttlSeconds: ttl, completion: completion)
+            case let .release(lease):
+                release(lease)
+            case let .delete(key, cas, completion):
+                delete(key, cas: cas, completion: completion)
+            case let .reload(settings):
+                apply(settings)
+            case .shutdown:
+                return true
+            }
+        }
+        return false
+    }
+
+    private func handle(_ event: epoll_event) {
+        let token = event.data.u64
+        if token == Self.wakeToken {
+            var value: eventfd_t = 0
+            _ = eventfd_read(wakeFD, &value)
+            return
+        }
+        guard let connection = connections[token] else { return }  // closed meanwhile
+        let flags = event.events
+        if connection.phase == .connecting {
+            guard flags & (EPOLLOUT.rawValue | EPOLLERR.rawValue | EPOLLHUP.rawValue) != 0 else { return }
+            let error = connection.finishConnect()
+            guard error == 0 else {
+                fail(connection, reason: "connect: \(String(cString: strerror(error)))")
+                return
+            }
+            markDirty(connection)
+            return
+        }
+        if flags & EPOLLOUT.rawValue != 0 { flush(connection) }
+        if flags & (EPOLLIN.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0, !connection.isClosed {
+            receive(connection)
+        }
+    }
+
+    private func receive(_ connection: FleetConnection) {
+        var budget = Self.readBudgetBytes
+        while budget > 0, !connection.isClosed {
+            let count: Int?
+            do {
+                count = try connection.receive(into: UnsafeMutableRawBufferPointer(rebasing: readBuffer[0..<min(readBuffer.count, budget)]))
+            } catch {
+                fail(connection, reason: error.description)
+                return
+            }
+            guard let count else { return }  // nothing more now
+            guard count > 0 else {
+                if connection.hasPending {
+                    fail(connection, reason: "closed by the server")
+                } else {
+                    close(connection)
+                }
+                return
+            }
+            budget -= count
+            connection.link.counters.bytesRead += UInt64(count)
+            let responses: [MetaResponse]
+            do {
+                responses = try connection.parser.feed(UnsafeRawBufferPointer(rebasing: readBuffer[0..<count]))
+            } catch {
+                fail(connection, reason: error.description)
+                return
+            }
+            for response in responses {
+                guard !connection.isClosed else { return }
+                deliver(response, on: connection)
+            }
+        }
+    }
+
+    private func markDirty(_ connection: FleetConnection) {
+        guard !connection.isDirty else { return }
+        connection.isDirty = true
+        dirty.append(connection)
+    }
+
+    private func flushDirty() {
+        let connections = dirty
+        dirty = []
+        for connection in connections {
+            connection.isDirty = false
+            if connection.phase == .open { flush(connection) }
+        }
+    }
+
+    private func flush(_ connection: FleetConnection) {
+        do {
+            let (written, drained) = try connection.flush()
+            connection.link.counters.bytesWritten += UInt64(written)
+            watchWrite(connection, !drained)
+        } catch {
+            fail(connection, reason: error.description)
+        }
+    }
+
+    private func watchWrite(_ connection: FleetConnection, _ write: Bool) {
+        guard connection.watchingWrite != write else { return }
+        connection.watchingWrite = write
+        var event = epoll_event()
+        event.events = EPOLLIN.rawValue | (write ? EPOLLOUT.rawValue : 0)
+        event.data.u64 = connection.id
+        _ = epoll_ctl(epollFD, EPOLL_CTL_MOD, connection.fd, &event)
+    }
+
+    private func fireTimers() {
+        let now = Self.milliseconds()
+        while let timer = timers.popDue(now: now) {
+            switch timer {
+            case let .deadline(id, serial):
+                guard let connection = connections[id], connection.isPending(serial: serial) else { continue }
+                connection.link.counters.timeouts += 1
+                fail(connection, reason: "no answer within the deadline")
+            case let .probe(link):
+                probe(link)
+            case .refresh:
+                refreshScheduled = false
+                refreshLeases()
+                scheduleRefresh()
+            }
+        }
+    }
+
+    /// Publishes the stats, then runs the turn's completions and events (no lock held).
+    private func finishTurn() {
+        var stats = counters
+        stats.servers = links.map(\.stats)
+        stats.leasesHeld = held.count
+        published.withLock { $0 = stats }
+        let work = ready
+        ready = []
+        for item in work { item() }
+    }
+
+    /// Queues a completion (or an event) for the end of the turn.
+    func later(_ body: @escaping () -> Void) { ready.append(body) }
+
+    func emit(_ event: FleetEvent) {
+        guard let observer else { return }
+        ready.append { observer(event) }
+    }
+
+    private func tearDown() {
+        for connection in Array(connections.values) {
+            let requests = connection.takePending()
+            close(connection)
+            for request in requests { failed(request.work, reason: "the fleet tier shut down") }
+        }
+        for record in held.values { record.ended = true }
+        held = [:]
+        timers.removeAll()
+        let late = inbox.withLock { inbox in
+            defer { inbox.commands = [] }
+            return inbox.commands
+        }
+        for command in late {
+            switch command {
+            case let .lookup(_, completion): later { completion(.unavailable(reason: "the fleet tier shut down")) }
+            case let .store(_, _, _, _, completion): later { completion(.unavailable(reason: "the fleet tier shut down")) }
+            case let .delete(_, _, completion): later { completion?(false) }
+            case .release, .reload, .shutdown: break
+            }
+        }
+    }
+
+    // MARK: - Settings
+
+    /// Puts `new` in force: a new ring; links kept for servers still listed (their connections, breaker and leases),
+    /// made (resolved, their control connection opened for `stats settings`) for new ones, retired for the others.
+    private func apply(_ new: FleetSettings) {
+        settings = new
+        var servers: [FleetServer] = []
+        for server in new.servers where !servers.contains(server) { servers.append(server) }
+        var known: [FleetServer: FleetLink] = [:]
+        for link in links + retired { known[link.server] = link }
+        var fresh: [FleetLink] = []
+        links = servers.map { server in
+            if let link = known.removeValue(forKey: server) {
+                link.retired = false
+                return link
+            }
+            let link = FleetLink(server: server, settings: new)
+            fresh.append(link)
+            return link
+        }
+        retired = Array(known.values)
+        for link in links + retired {
+            link.breaker.failuresToOpen = max(1, new.breakerFailures)
+            link.breaker.openSeconds = new.breakerOpenSeconds
+        }
+        ring = FleetRing(servers: servers)
+        for link in retired where !link.retired {
+            link.retired = true
+            logger.info("fleet server removed from the ring: its connections close once idle",
+                        metadata: ["server": "\(link.server)"])
+        }
+        closeIdle()
+        for link in fresh {
+            switch link.address {
+            case .success:
+                _ = connection(link, .control)  // asks `stats settings` first
+            case let .failure(error):
+                logger.error("fleet server cannot be resolved: its keys are local-only",
+                             metadata: ["server": "\(link.server)", "error": "\(error)"])
+            }
+        }
+    }
+
+    /// Closes the idle connections of retired servers and forgets those with none left.
+    func closeIdle() {
+        for link in retired {
+            for connection in [link.control, link.bulk].compactMap({ $0 }) where !connection.hasPending {
+                close(connection)
+            }
+        }
+        retired.removeAll { $0.control == nil && $0.bulk == nil }
+    }
+
+    // MARK: - Connections
+
+    /// The link's connection for `role`, opened now if it has none (a control connection asks `stats settings`
+    /// first). Nil when it cannot be opened (the failure is counted).
+    func connection(_ link: FleetLink, _ role: FleetConnection.Role) -> FleetConnection? {
+        if let existing = link.connection(role) { return existing }
+        let address: SocketAddress
+        switch link.address {
+        case let .success(resolved): address = resolved
+        case .failure: return nil
+        }
+        let connection: FleetConnection
+        do {
+            connection = try FleetConnection(id: nextConnectionID, role: role, link: link, address: address,
+                                             maxValueBytes: link.itemSizeMax ?? MetaResponseParser.defaultMaxValueBytes)
+        } catch {
+            logger.info("fleet connection failed", metadata: ["server": "\(link.server)", "role": "\(role)", "error": "\(error)"])
+            countFailure(link)
+            return nil
+        }
+        nextConnectionID += 1
+        var event = epoll_event()
+        event.events = EPOLLIN.rawValue | EPOLLOUT.rawValue
+        event.data.u64 = connection.id
+        guard epoll_ctl(epollFD, EPOLL_CTL_ADD, connection.fd, &event) == 0 else {
+            logger.error("fleet connection cannot be watched", metadata: ["server": "\(link.server)", "errno": "\(errno)"])
+            connection.close()
+            countFailure(link)
+            return nil
+        }
+        connections[connection.id] = connection
+        link.setConnection(connection, role)
+        if role == .control {
+            let serial = connection.enqueue(.statsSettings, expects: .stats, parts: [MetaRequest.statsSettings])
+            schedule(deadlineSeconds: settings.deadlineSeconds, for: connection, serial: serial)
+        }
+        return connection
+    }
+
+    /// Queues a request on the link's `role` connection (opened if needed) with the deadline of an operation moving
+    /// `valueBytes`. False when no connection could be opened (the caller answers unavailable).
+    func send(_ work: FleetWork, on link: FleetLink, _ role: FleetConnection.Role, valueBytes: Int = 0,
+              expects: FleetConnection.Expectation? = nil, request: (UInt32) -> [[UInt8]]) -> Bool {
+        guard let connection = connection(link, role) else { return false }
+        let opaque = connection.takeOpaque()
+        let serial = connection.enqueue(work, expects: expects ?? .opaque(opaque), parts: request(opaque))
+        schedule(deadlineSeconds: settings.deadline(forValueBytes: valueBytes), for: connection, serial: serial)
+        link.counters.operations += 1
+        markDirty(connection)
+        return true
+    }
+
+    private func schedule(deadlineSeconds: Double, for connection: FleetConnection, serial: UInt64) {
+        let deadline = Self.milliseconds() + UInt64(max(1, (deadlineSeconds * 1000).rounded(.up)))
+        timers.insert(.deadline(connection: connection.id, serial: serial), at: deadline)
+    }
+
+    func schedule(probeOf link: FleetLink, at seconds: Double) {
+        let milliseconds = UInt64(max(0, (seconds * 1000).rounded(.up)))
+        timers.insert(.probe(link), at: milliseconds)
+    }
+
+    func scheduleRefresh() {
+        guard !refreshScheduled, !held.isEmpty else { return }
+        refreshScheduled = true
+        let interval = UInt64(max(100, settings.leaseSeconds * 1000 / 3))
+        timers.insert(.refresh, at: Self.milliseconds() + interval)
+    }
+
+    /// Closes `connection` after a failure: every pending request is answered unavailable, and its server's breaker
+    /// counts one failure.
+    func fail(_ connection: FleetConnection, reason: String) {
+        guard !connection.isClosed else { return }
+        let link = connection.link
+        let requests = connection.takePending()
+        close(connection)
+        logger.info("fleet connection failed",
+                    metadata: ["server": "\(link.server)", "role": "\(connection.role)", "reason": "\(reason)",
+                               "pending": "\(requests.count)"])
+        countFailure(link)
+        for request in requests { failed(request.work, reason: "\(link.server): \(reason)") }
+    }
+
+    /// Closes `connection` without counting a failure (idle, retired, or the tier's end).
+    func close(_ connection: FleetConnection) {
+        guard !connection.isClosed else { return }
+        if connections.removeValue(forKey: connection.id) != nil {
+            var event = epoll_event()
+            _ = epoll_ctl(epollFD, EPOLL_CTL_DEL, connection.fd, &event)
+        }
+        if connection.link.connection(connection.role) === connection {
+            connection.link.setConnection(nil, connection.role)
+        }
+        connection.close()
+    }
+
+    private func countFailure(_ link: FleetLink) {
+        link.counters.failures += 1
+        apply(link.breaker.recordFailure(now: Self.seconds()), to: link)
+    }
+
+    /// Logs, counts and schedules what a breaker transition calls for.
+    func apply(_ transition: FleetBreaker.Transition, to link: FleetLink) {
+        switch transition {
+        case .none:
+            return
+        case let .opened(until):
+            link.counters.breakerOpens += 1
+            logger.warning("fleet server is down: its keys are local-only until a probe answers",
+                           metadata: ["server": "\(link.server)", "seconds": "\(settings.breakerOpenSeconds)"])
+            schedule(probeOf: link, at: until)
+            emit(.serverState(server: link.server.description, state: .down))
+        case .closed:
+            logger.notice("fleet server answers again", metadata: ["server": "\(link.server)"])
+            emit(.serverState(server: link.server.description, state: .up))
+        }
+    }
+}

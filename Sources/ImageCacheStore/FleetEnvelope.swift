@@ -1,0 +1,80 @@
+// FleetEnvelope: a stored response as the fleet tier (memcached, ImageCacheFleet) holds it, and the rules for what a
+// value read from there may be. Pure; no I/O.
+//
+// Rules
+//   - The key is "ic1:" and the entry's disk file name (DiskEntryFormat.fileName: SHA-256 of the URL, "~r" for a
+//     rendition): at most 4 + 81 bytes of [0-9a-f~-:], well within memcached's 250, and the same for every host.
+//     Only the URL's own variant without Vary is shared (a response with Vary is a pass for the fleet: the waiters
+//     fetch for themselves, as before the fleet).
+//   - The value is the disk entry's bytes (DiskEntryFormat v4): the versioned, checksummed header with the full key
+//     and the variant, then the body. Reading one verifies the magic, the version, the header checksum, the key (the
+//     full URL and rendition, not just its hash), the variant, the length and the body checksum: a damaged, truncated,
+//     foreign or older-format value is refused (the caller deletes it and counts it), never served. Nothing read
+//     from a value names a file.
+//   - Markers are values with their own client flags (`Flags`), never decoded as entries: a pass marker says "the
+//     response could not be shared; fetch it yourself" to the hosts waiting on the lease.
+//   - A value's memcached TTL is the entry's remaining freshness (whole seconds, at least 1): the tier drops it when it
+//     goes stale, so a server that comes back after an outage holds nothing older than the rules allow. An entry
+//     with no freshness left is not shared (its waiters get a pass marker).
+
+public import ImageCacheHTTP
+public import Foundation
+
+public enum FleetEnvelope {
+    /// The client flags of a fleet value: what it is.
+    public enum Flags {
+        /// A stored response (DiskEntryFormat v4 bytes).
+        public static let entry: UInt32 = 4
+        /// A pass marker: the winner's response could not be shared (no-store, private, Vary, too large, an error, a
+        /// failed fetch); the bytes are a one-line reason.
+        public static let pass: UInt32 = 1
+    }
+
+    /// Why a value is not a usable entry (logged with the key).
+    public struct Refusal: Error, CustomStringConvertible {
+        public var description: String
+        init(_ description: String) { self.description = description }
+    }
+
+    /// The fleet key of `key`'s own response.
+    public static func key(for key: CacheKey) -> String { "ic1:" + DiskEntryFormat.fileName(for: key) }
+
+    /// The value for `entry`: its header and body as the disk writes them.
+    public static func encode(_ entry: CacheEntry) -> [UInt8] {
+        var bytes = DiskEntryFormat.encodeHeader(key: entry.key.description, variant: entry.variantID, head: entry.head,
+                                                 requestTime: entry.requestTime, responseTime: entry.responseTime,
+                                                 bodyLength: entry.body.count,
+                                                 bodyChecksum: DiskEntryFormat.checksum(entry.body))
+        bytes.append(contentsOf: entry.body)
+        return bytes
+    }
+
+    /// The entry a value read for `key` holds, verified whole; a refusal when it is damaged or not `key`'s.
+    public static func decode(_ bytes: [UInt8], for key: CacheKey, policy: FreshnessPolicy) throws(Refusal) -> CacheEntry {
+        let header: DiskEntryFormat.Header
+        do {
+            header = try DiskEntryFormat.decodeHeader(bytes[...])
+        } catch {
+            throw Refusal(error.description)
+        }
+        guard header.key == key.description else { throw Refusal("holds another key (\(header.key.prefix(200)))") }
+        guard header.variant.isEmpty else { throw Refusal("holds a variant, which the fleet does not share") }
+        guard bytes.count == header.fileSize else {
+            throw Refusal("\(bytes.count) bytes where the header says \(header.fileSize)")
+        }
+        let body = Array(bytes[header.bodyOffset...])
+        guard DiskEntryFormat.checksum(body) == header.bodyChecksum else { throw Refusal("body checksum mismatch") }
+        return CacheEntry(key: key, head: header.head, body: body, requestTime: header.requestTime,
+                          responseTime: header.responseTime, vary: nil, policy: policy)
+    }
+
+    /// Whether `entry` may be shared through the fleet at `now`, and for how long (the memcached TTL, seconds): its
+    /// own variant without Vary, with freshness left. nil: not shared (the waiters get a pass marker).
+    public static func sharedTTL(of entry: CacheEntry, now: Date) -> Int? {
+        guard entry.vary == nil, entry.variantID.isEmpty else { return nil }
+        let remaining = entry.freshnessLifetime - Freshness.currentAge(entry, now: now)
+        guard remaining >= 1 else { return nil }
+        // memcached reads a TTL over 30 days as a Unix time: never more than that.
+        return min(Int(remaining.rounded(.down)), 30 * 86_400)
+    }
+}
