@@ -33,6 +33,9 @@ The hosts
                                    each delay jittered by x0.8..1.2, as Fetch.askFleet does), until a hit, a W (the
                                    stub went), or --fleet-wait seconds: then it fetches from the origin alone and
                                    stores nothing.
+    The client's own commands are counted as it sends them: a lookup is `mg <key> s c f N<lease> t` (no value),
+    and one that finds a value reads it with a second `mg <key> v` (one more round trip); a lease refresh is a check
+    and a touch (two `mg`).
     A server listed in --servers-down is unavailable (its breaker open): its keys are fetched per host, at once.
   - A memcached server is an LRU by bytes of --server-memory (a hit moves the item to the head, as `mg` bumps it);
     stubs take no room (they live in memcached's temporary LRU). No slab classes: memory is counted in value bytes.
@@ -45,8 +48,9 @@ Time
 What is printed
   - origin fetches per second, per object fetched in the window, and per new object; the local hit ratio, fleet
     hits, waits; latency of requests that missed locally;
-  - per memcached server: lookups/s (first asks), lease polls/s (asks after a Z), stores/s, lease refreshes/s, bytes/s
-    out (values served) and in (values stored), evictions: the mean over servers and the busiest one.
+  - per memcached server: lookups/s (first asks), lease polls/s (asks after a Z), value reads/s, all mg/s, stores/s,
+    lease refreshes/s, bytes/s out (values served) and in (values stored), evictions: the mean over servers and the
+    busiest one.
 Replay (--replay, --check-against): fleet.py's storm on 3 hosts: --storm-clients clients sent back to back over the
 hosts, one new object, the origin waiting --origin-delay ms. Monte Carlo over --storms storms: origin fetches per
 image, tier mg (lookups + polls) and ms per image, and the last client's end after the origin's last byte, with the
@@ -156,11 +160,13 @@ class LRU:
 
 class Server:
     """One memcached: items (LRU), lease stubs {obj: cas}, and its counters."""
-    __slots__ = ("lru", "stubs", "cas", "up", "lookups", "polls", "stores", "refreshes", "lost", "bytes_out", "bytes_in")
+    __slots__ = ("lru", "stubs", "cas", "up", "lookups", "polls", "reads", "stores", "refreshes", "lost", "bytes_out",
+                 "bytes_in")
 
     def __init__(self, cap, up):
         self.lru, self.stubs, self.cas, self.up = LRU(cap), {}, 0, up
-        self.lookups = self.polls = self.stores = self.refreshes = self.lost = self.bytes_out = self.bytes_in = 0
+        self.lookups = self.polls = self.reads = self.stores = self.refreshes = self.lost = 0
+        self.bytes_out = self.bytes_in = 0
 
 
 class Fetch:
@@ -320,9 +326,11 @@ class Simulation:
                 srv.polls += 1
         size = self.sizes[f.obj]
         if srv.lru.touch(f.obj):
+            # the lookup (`mg <key> s c f N t`) answers the value's size; a second `mg <key> v` reads it
             if f.counted:
+                srv.reads += 1
                 srv.bytes_out += size
-            self.push(t + p.tier_rtt / 2 + size / p.tier_bandwidth, ANSWER, (f, HIT, None))
+            self.push(t + p.tier_rtt * 1.5 + size / p.tier_bandwidth, ANSWER, (f, HIT, None))
         elif f.obj in srv.stubs:
             self.push(t + p.tier_rtt / 2, ANSWER, (f, WAIT, None))
         else:
@@ -432,7 +440,9 @@ class Simulation:
         if self.fleet:
             per = []
             for srv in self.servers:
+                mg = srv.lookups + srv.polls + srv.reads + 2 * srv.refreshes
                 per.append({"lookups_per_s": srv.lookups / seconds, "polls_per_s": srv.polls / seconds,
+                            "reads_per_s": srv.reads / seconds, "mg_per_s": mg / seconds,
                             "stores_per_s": srv.stores / seconds, "refreshes_per_s": srv.refreshes / seconds,
                             "mb_out_per_s": srv.bytes_out / seconds / 1e6, "mb_in_per_s": srv.bytes_in / seconds / 1e6,
                             "evictions": srv.lru.evictions, "lost_leases": srv.lost, "up": srv.up,
@@ -469,9 +479,9 @@ def replay(p, sizes, storms, rng):
                 answer = t_ask + rtt / 2
                 t_ask = answer + poll_delay(k, p.poll_first, p.poll_cap) * rng.uniform(0.8, 1.2) + rtt / 2
                 k += 1
-            mg += 1 + k
+            mg += 1 + k + 1                 # its lookup, its polls, and the read of the value it found
             polls += k
-            ends.append(t_ask + rtt / 2 + size / bw + p.replay_serve)
+            ends.append(t_ask + rtt * 1.5 + size / bw + p.replay_serve)
         out["fetches"].append(1)
         out["mg"].append(mg)
         out["ms"].append(1)
@@ -532,7 +542,7 @@ def run_replay(p):
           f"store delay {p.replay_store_delay * 1000:.2f} ms, serve {p.replay_serve * 1000:.2f} ms")
     print("projected: median [p10, p90] over storms; measured: median [min, max] over fleet.py's URLs\n")
     rows = [("origin fetches per image (fleet)", spread(pred["fetches"], 2)),
-            ("tier mg per image (lookups + polls)", spread(pred["mg"])),
+            ("tier mg per image (lookups + polls + reads)", spread(pred["mg"])),
             ("  of which polls", spread(pred["polls"])),
             ("tier ms per image (stores)", spread(pred["ms"])),
             ("last client after the origin's last byte, ms", spread(pred["lag_ms"])),
@@ -547,7 +557,8 @@ def run_replay(p):
             print("(the file's imagecached nodes ran with --fleet off: they count as hosts alone)\n")
         meas = {rows[0][0]: measured_spread([u["origin_fetches"] for u in ic], 2),
                 rows[1][0]: measured_spread([u["tier"].get("cmd_get", 0) for u in ic]),
-                rows[2][0]: measured_spread([u["tier"].get("cmd_get", 0) - p.hosts for u in ic]) + (" (mg - hosts)" if ic else ""),
+                rows[2][0]: measured_spread([u["tier"].get("cmd_get", 0) - 2 * p.hosts + 1 for u in ic])
+                + (" (mg - 2 x hosts + 1)" if ic else ""),
                 rows[3][0]: measured_spread([u["tier"].get("cmd_set", 0) for u in ic]),
                 rows[4][0]: measured_spread([u["lag_ms"] for u in ic if u.get("lag_ms") is not None]),
                 rows[5][0]: measured_spread([u["origin_fetches"] for u in alone], 2) + f" ({', '.join(alone_names)})"}
@@ -600,7 +611,9 @@ def print_comparison(p, runs, seconds):
     if "fleet" in runs:
         servers = runs["fleet"]["servers"]
         up = [s for s in servers if s["up"]]
-        keys = [("lookups/s", "lookups_per_s", 0), ("lease polls/s", "polls_per_s", 0), ("stores/s", "stores_per_s", 1),
+        keys = [("lookups/s", "lookups_per_s", 0), ("lease polls/s", "polls_per_s", 0),
+                ("value reads/s (after a lookup found one)", "reads_per_s", 0), ("mg commands/s, all", "mg_per_s", 0),
+                ("stores/s", "stores_per_s", 1),
                 ("lease refreshes/s", "refreshes_per_s", 2), ("MB/s out (values served)", "mb_out_per_s", 1),
                 ("MB/s in (values stored)", "mb_in_per_s", 2), ("evictions", "evictions", 0),
                 ("lost leases", "lost_leases", 0), ("MB held at the end", "mb_used", 0)]
