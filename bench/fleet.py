@@ -478,8 +478,8 @@ def summarize(res):
                           for c, v in m.items()}, ""))
             rows.append((sec, f"{names[step]}: origin requests / requests (all rounds)",
                          {c: f"{v['origin']}/{v['requests']}" for c, v in m.items()},
-                         "imagecached B: 0 (all fleet hits)" if step == "cross" and "imagecached" in m else ""))
-            if step == "cross" and "imagecached" in m:
+                         "imagecached B: 0 (all fleet hits)" if step == "cross" and "imagecached" in m and fleet_on else ""))
+            if step == "cross" and "imagecached" in m and fleet_on:
                 rows.append((sec, f"{names[step]}: answers marked detail=fleet", {"imagecached": f"{m['imagecached']['fleet']}"}, ""))
         for c in clusters:
             rounds = res["fleethit"].get(c, [])
@@ -538,6 +538,24 @@ def write_report(res, path):
     return rows
 
 
+def rewrite_report(path):
+    """Rewrites a results file from its JSON block and its lines (after a change to the summary)."""
+    with open(path) as f:
+        text = f.read()
+    raw = re.search(r"```json\n(.*?)\n```", text, re.S)
+    lines = re.search(r"## Lines\n\n```\n(.*?)\n```", text, re.S)
+    if not raw or not lines:
+        sys.exit(f"{path}: not a fleet.py results file (no Lines or JSON block)")
+    res = json.loads(raw.group(1))
+    LINES[:] = lines.group(1).split("\n")
+    tail = text[raw.end():] if "## Projection" in text[raw.end():] else ""   # a section added after the raw block
+    write_report(res, path)
+    if tail.strip():
+        with open(path, "a") as f:
+            f.write("\n" + tail.lstrip("\n"))
+    print(f"rewritten {path}")
+
+
 # ---------------------------------------------------------------- main
 
 def main():
@@ -560,7 +578,11 @@ def main():
     parser.add_argument("--imagecached-args", default="", help="more flags for the 3 daemons, e.g. '--fleet-wait 5s'")
     parser.add_argument("--label", default="fleet", help="writes bench/results/<date>-<label>.md")
     parser.add_argument("--no-write", action="store_true", help="print only (trial runs)")
+    parser.add_argument("--report-only", metavar="RESULTS_MD",
+                        help="run nothing: rewrite that results file's tables from its own raw records and lines")
     args = parser.parse_args()
+    if args.report_only:
+        return rewrite_report(args.report_only)
     clusters = [c for c in CLUSTERS if c in args.only_cluster.split(",")]
     scenarios = [s for s in SCENARIOS if s in args.only.split(",")]
     unknown = set(filter(None, args.only_cluster.split(","))) - set(CLUSTERS) | set(filter(None, args.only.split(","))) - set(SCENARIOS)
