@@ -273,17 +273,21 @@ def wrk(port, paths, duration, connections, label, script="rotate.lua", mode=Non
 def crowd(port, path, clients, expect_sha, timeout=30):
     """`clients` connections, opened first, send GET `path` back to back from one thread, then one selector
     loop reads every answer (one thread, so the client adds no scheduling noise to the latencies).
-    Per client: start (request sent), first body byte and end (unix times), and whether the bytes were right."""
+    `port` is one port, or a list of them that the clients are spread over in turn (client i on port i mod n).
+    Per client: its port, start (request sent), first body byte and end (unix times), the response head, and
+    whether the bytes were right."""
     import selectors
     sel = selectors.DefaultSelector()
-    request = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUser-Agent: bench-crowd\r\n\r\n".encode()
-    socks = [socket.create_connection(("127.0.0.1", port), timeout=timeout) for _ in range(clients)]
+    ports = list(port) if isinstance(port, (list, tuple)) else [port]
+    requests = {p: f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{p}\r\nUser-Agent: bench-crowd\r\n\r\n".encode() for p in ports}
+    socks = [(ports[i % len(ports)], socket.create_connection(("127.0.0.1", ports[i % len(ports)]), timeout=timeout))
+             for i in range(clients)]
     results = []
     t0 = time.time()
-    for s in socks:
-        s.sendall(request)
+    for p, s in socks:
+        s.sendall(requests[p])
         s.setblocking(False)
-        r = {"ok": False, "start": time.time(), "first": None, "end": None, "buf": b"", "head": None, "length": None}
+        r = {"ok": False, "port": p, "start": time.time(), "first": None, "end": None, "buf": b"", "head": None, "length": None}
         results.append(r)
         sel.register(s, selectors.EVENT_READ, r)
     left = clients

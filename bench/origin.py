@@ -8,7 +8,8 @@
         maxage=N      Cache-Control: public, max-age=N
         v=TAG         ignored: makes a URL no cache has seen
   If-None-Match / If-Modified-Since that match answer 304.
-  GET /__stats    JSON {path: {"200": n, "304": n, "first_byte": unix time the last 200 was sent (its first slice when dripped)}}
+  GET /__stats    JSON {path: {"200": n, "304": n, "first_byte": unix time the last 200 was sent (its first slice when dripped),
+                               "last_byte": the latest unix time a 200's last byte was written}}
   GET /__reset    clears the counters
 With --tls-cert and --tls-key it speaks HTTPS instead (the https scenario: bench/https.py); the handshake is done in
 the connection's thread, on its first read.
@@ -55,6 +56,13 @@ def count(path, status, first_byte=None):
         entry[str(status)] = entry.get(str(status), 0) + 1
         if first_byte is not None:
             entry["first_byte"] = first_byte
+
+
+def sent(path, last_byte):
+    """Records when a 200's last byte was written (the latest of them, when several fetched the path)."""
+    with stats_lock:
+        entry = stats.setdefault(path, {"200": 0, "304": 0, "404": 0})
+        entry["last_byte"] = max(entry.get("last_byte", 0), last_byte)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -114,7 +122,9 @@ class Handler(BaseHTTPRequestHandler):
         headers.append(("Content-Type", ctype))
         if "drip" not in options:
             self.reply(200, data, headers)
-            count(path, 200, first_byte=time.time())
+            now = time.time()
+            count(path, 200, first_byte=now)
+            sent(path, now)
             return
         slices = 20
         step = (len(data) + slices - 1) // slices
@@ -133,6 +143,7 @@ class Handler(BaseHTTPRequestHandler):
             time.sleep(pause)
             self.wfile.write(data[i * step:(i + 1) * step])
             self.wfile.flush()
+        sent(path, time.time())
 
     do_HEAD = do_GET
 
