@@ -18,8 +18,10 @@ final class TierUnderTest: Sendable {
         var settings = FleetSettings()
         settings.servers = servers.map { FleetServer(host: "127.0.0.1", port: $0.port) }
         settings.itemMaxBytes = 32 << 20
-        // Generous for a loaded 2-core machine and a debug build; the tests of deadlines set their own.
-        settings.deadlineSeconds = 0.5
+        // Generous for a loaded 2-core machine and a debug build (a full run's first minute can pause a test for
+        // seconds): a deadline and a lease that such pauses do not reach; the tests of deadlines and expiry set their own.
+        settings.deadlineSeconds = 2
+        settings.leaseSeconds = 60
         configure(&settings)
         let (events, continuation) = AsyncStream.makeStream(of: FleetEvent.self)
         self.events = events

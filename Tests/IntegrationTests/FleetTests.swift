@@ -18,14 +18,16 @@ import Testing
 @Suite("Fleet: daemons sharing memcached", .serialized, .timeLimit(.minutes(3)))
 struct FleetTests {
     /// `count` daemons in reverse mode for the first one's origin, all naming `servers`.
-    /// (Each operation's deadline is 2 s, not 50 ms: these tests are about leases, and on a machine running every suite at
-    /// once a 50 ms deadline is missed, which makes a host serve alone, as it should in production.)
+    /// (Each operation's deadline is 2 s, not 50 ms, and a lease lives 60 s, not 5: these tests are about leases, and on a
+    /// machine running every suite at once a 50 ms deadline is missed, which makes a host serve alone, and a winner held at
+    /// a gate for more than 5 s loses its lease, as both should in production. The tests of expiry set their own.)
     static func fleet(_ count: Int = 3, servers: [MemcachedProcess], _ configure: (inout Configuration) -> Void = { _ in })
         throws -> [ProxyHarness] {
         let first = try ProxyHarness { configuration in
             configuration.fleet.servers = servers.map { FleetServer(host: "127.0.0.1", port: $0.port) }
             configuration.fleet.itemMaxBytes = 32 << 20
             configuration.fleet.deadlineSeconds = 2
+            configuration.fleet.leaseSeconds = 60
             configure(&configuration)
         }
         var harnesses = [first]
@@ -35,6 +37,7 @@ struct FleetTests {
                 configuration.fleet.servers = servers.map { FleetServer(host: "127.0.0.1", port: $0.port) }
                 configuration.fleet.itemMaxBytes = 32 << 20
                 configuration.fleet.deadlineSeconds = 2
+                configuration.fleet.leaseSeconds = 60
                 configure(&configuration)
             })
         }
