@@ -62,6 +62,8 @@ final class FleetClient: @unchecked Sendable {
         case store(FleetLease, [UInt8], UInt32, Int, @Sendable (FleetStoreResult) -> Void)
         case release(FleetLease)
         case delete(String, UInt64?, (@Sendable (Bool) -> Void)?)
+        case append(String, [UInt8], Int, @Sendable (Int, Int) -> Void)
+        case readEverywhere(String, @Sendable ([FleetLogRead]) -> Void)
         case reload(FleetSettings)
         case shutdown
     }
@@ -232,6 +234,8 @@ final class FleetClient: @unchecked Sendable {
             case let .lookup(_, completion): completion(.unavailable(reason: reason))
             case let .store(_, _, _, _, completion): completion(.unavailable(reason: reason))
             case let .delete(_, _, completion): completion?(false)
+            case let .append(_, _, _, completion): completion(0, 0)
+            case let .readEverywhere(_, completion): completion([])
             case .release, .reload, .shutdown: break
             }
         }
@@ -288,6 +292,10 @@ final class FleetClient: @unchecked Sendable {
                 release(lease)
             case let .delete(key, cas, completion):
                 delete(key, cas: cas, completion: completion)
+            case let .append(key, bytes, ttl, completion):
+                appendEverywhere(key, bytes, createTTLSeconds: ttl, completion: completion)
+            case let .readEverywhere(key, completion):
+                readEverywhere(key, completion: completion)
             case let .reload(settings):
                 apply(settings)
             case .shutdown:
@@ -446,6 +454,8 @@ final class FleetClient: @unchecked Sendable {
             case let .lookup(_, completion): later { completion(.unavailable(reason: "the fleet tier shut down")) }
             case let .store(_, _, _, _, completion): later { completion(.unavailable(reason: "the fleet tier shut down")) }
             case let .delete(_, _, completion): later { completion?(false) }
+            case let .append(_, _, _, completion): later { completion(0, 0) }
+            case let .readEverywhere(_, completion): later { completion([]) }
             case .release, .reload, .shutdown: break
             }
         }

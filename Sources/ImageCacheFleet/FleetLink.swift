@@ -85,4 +85,8 @@ enum FleetWork {
     /// The half-open breaker's `mn`.
     case probe
     case statsSettings
+    /// A log line for every server (FleetClient+Log.swift): an append, or the add that makes the value.
+    case append(AppendJob, step: AppendJob.Step)
+    /// One server's read of a log (`mg <key> v c`).
+    case logRead(LogReadJob, server: Int)
 }

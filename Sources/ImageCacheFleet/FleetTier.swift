@@ -186,6 +186,19 @@ public final class FleetTier: Sendable {
         client.post(.delete(key, cas, completion))
     }
 
+    /// Appends `bytes` to `key`'s value on every server whose breaker is closed (made, with `createTTLSeconds`, where
+    /// there is none): a log every host reads (FleetClient+Log.swift). Completion: the servers that took it, of those
+    /// asked.
+    public func appendEverywhere(_ key: String, _ bytes: [UInt8], createTTLSeconds: Int,
+                                 completion: @escaping @Sendable (_ stored: Int, _ asked: Int) -> Void) {
+        client.post(.append(key, bytes, createTTLSeconds, completion))
+    }
+
+    /// Reads `key` on every server (`mg <key> v c`): one answer per configured server, in the list's order.
+    public func readEverywhere(_ key: String, completion: @escaping @Sendable ([FleetLogRead]) -> Void) {
+        client.post(.readEverywhere(key, completion))
+    }
+
     /// A snapshot (thread-safe), as of the end of the fleet thread's last turn (a completion sees its own operation
     /// counted).
     public func stats() -> FleetStats { client.stats() }

@@ -62,6 +62,21 @@ package enum MetaRequest {
         line("ms \(key) \(count) T\(ttlSeconds) F\(flags) C\(cas) O\(opaque)")
     }
 
+    /// `ms` in append mode (`MA`): adds the bytes to the end of an existing value; NS when there is none.
+    package static func appendHeader(_ key: String, count: Int, opaque: UInt32) -> [UInt8] {
+        line("ms \(key) \(count) MA O\(opaque)")
+    }
+
+    /// `ms` in add mode (`ME`): stores only when there is no value; NS when there is one.
+    package static func addHeader(_ key: String, count: Int, ttlSeconds: Int, opaque: UInt32) -> [UInt8] {
+        line("ms \(key) \(count) ME T\(ttlSeconds) O\(opaque)")
+    }
+
+    /// A plain read with the CAS (no lease asked): `mg <key> v c O`.
+    package static func plainRead(_ key: String, opaque: UInt32) -> [UInt8] {
+        line("mg \(key) v c O\(opaque)")
+    }
+
     package static func delete(_ key: String, cas: UInt64?, opaque: UInt32) -> [UInt8] {
         line("md \(key)" + (cas.map { " C\($0)" } ?? "") + " O\(opaque)")
     }

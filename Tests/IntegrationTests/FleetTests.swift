@@ -226,3 +226,53 @@ struct FleetTests {
         #expect(Self.fleetMetrics(daemons[0]).unavailable.current == 2)
     }
 }
+
+@Suite("Fleet: purges reach every host", .serialized, .timeLimit(.minutes(2)))
+struct FleetPurgeTests {
+    @Test("a purge on one host drops the fleet's copy and every other host's copies; a host that reads a value its server kept is not served it")
+    func purgeAcrossHosts() async throws {
+        let servers = try FleetTests.servers(2)
+        let daemons = try FleetTests.fleet(3, servers: servers)
+        let origin = daemons[0].origin
+        let body = Fixtures.png(size: 4000)
+        origin.route("/p.png") { _ in Reply(status: 200, headers: [("Content-Type", "image/png"), ("Cache-Control", "max-age=300")], body: body) }
+        // A fetches, B has it from the fleet (and keeps it).
+        _ = try await daemons[0].get("/p.png")
+        let beforePurge = try await daemons[1].get("/p.png")
+        #expect(beforePurge.header("Cache-Status")?.hasSuffix("detail=fleet") == true)
+        let key = FleetEnvelope.key(for: CacheKey(try UpstreamURL.parse(origin.baseURL + "/p.png")))
+        let owner = try #require(servers.first { (try? $0.value(key)) != nil }, "the entry is in neither server")
+        let kept = try owner.value(key)
+        // When A purges the URL
+        let encoded = (origin.baseURL + "/p.png").addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
+        let purge = try await daemons[0].get("/_imagecached/cache?url=\(encoded)", method: "DELETE")
+        #expect(purge.status == 200)
+        #expect(purge.text.contains("fleet: logged on 2 of 2 servers"), "\(purge.text)")
+        // Then B drops its copy at its next read of the log (once a second)
+        #expect(await daemons[1].fleetPurges.wait(for: 1, timeout: 5), "B never applied the purge")
+        daemons[1].clock.advance(1)
+        let afterPurge = try await daemons[1].get("/p.png")
+        #expect(afterPurge.header("X-Cache") == "MISS", "\(afterPurge.headers)")
+        #expect(origin.requestCount("/p.png") == 2)
+        // And a value a server kept through the purge (it was away: here, the old bytes written back) is refused by
+        // the third host, which fetches for itself instead.
+        try owner.set(key, value: kept, flags: FleetEnvelope.Flags.entry, ttl: 300)
+        #expect(await daemons[2].fleetPurges.wait(for: 1, timeout: 5), "the third host never read the purge")
+        daemons[2].clock.advance(1)
+        let third = try await daemons[2].get("/p.png")
+        #expect(third.status == 200 && third.body == body)
+        #expect(third.header("Cache-Status")?.contains("detail=fleet") == false, "\(third.headers)")
+        #expect(daemons[2].daemon.proxy.metrics.fleet.purgedRefused.current == 1)
+    }
+
+    @Test("the log's lines: time and URL (or *), anything else skipped")
+    func lines() {
+        let line = FleetPurges.line(time: Date(timeIntervalSince1970: 1_800_000_000.25), url: "http://o.test/a.png")
+        #expect(line == "1800000000.250 http://o.test/a.png")
+        #expect(FleetPurges.parse(line)?.1 == "http://o.test/a.png")
+        #expect(FleetPurges.parse("1800000000.000 *")?.1 == "*")
+        for bad in ["", "x http://o.test/a", "1800000000 not a url", "-5 http://o.test/a", "nan http://o.test/a", "1800000000"] {
+            #expect(FleetPurges.parse(bad) == nil, "\(bad)")
+        }
+    }
+}

@@ -307,9 +307,17 @@ final class Fetch: InFlightWork, @unchecked Sendable {
             answer = .pass(String(decoding: value.bytes.prefix(200), as: UTF8.self))
         case let .hit(value) where value.flags == FleetEnvelope.Flags.entry:
             do {
-                answer = .hit(try FleetEnvelope.decode(value.bytes, for: key, policy: settings.rules.freshnessPolicy))
-                metrics.hits.add()
+                let entry = try FleetEnvelope.decode(value.bytes, for: key, policy: settings.rules.freshnessPolicy)
                 metrics.bytesRead.add(value.bytes.count)
+                if context.fleetPurges.isPurged(entry) {
+                    // Older than a purge of its URL (its server missed the delete): gone, and this host fetches.
+                    metrics.purgedRefused.add()
+                    context.fleet.delete(FleetEnvelope.key(for: key), cas: value.cas)
+                    answer = .pass("purged")
+                } else {
+                    metrics.hits.add()
+                    answer = .hit(entry)
+                }
             } catch {
                 metrics.damaged.add()
                 context.fleet.delete(FleetEnvelope.key(for: key), cas: value.cas)

@@ -16,6 +16,8 @@ struct FetchContext: Sendable {
     let origin: any Origin
     /// The fleet's shared tier (its own thread; FleetSettings say whether it is in use: FetchSettings.rules.fleet).
     let fleet: FleetTier
+    /// The fleet's purge log as this host knows it (confined to `queue`).
+    let fleetPurges: FleetPurges
     let store: TieredStore
     let metrics: ProxyMetrics
     let logger: Logger

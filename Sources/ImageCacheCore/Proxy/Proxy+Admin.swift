@@ -23,6 +23,7 @@ internal import ImageCacheStatus
 internal import ImageCacheConfig
 internal import ImageCacheServer
 internal import ImageCacheStore
+internal import ImageCacheFleet
 internal import Foundation
 internal import ImageCacheTransform
 internal import Logging
@@ -126,7 +127,12 @@ extension Proxy {
             logger.notice("purge: everything (\(memory.count) entries in memory) by \(client.address)")
             // Files first, then memory (TieredStore): a disk lookup queued behind the removal finds nothing, and one
             // that started before it cannot promote its copy afterwards (MemoryCache.promote, removal count).
-            store.removeAll { failure in answer(failure, "purged everything") }
+            store.removeAll { [self] failure in
+                guard failure == nil, configuration.fleet.isEnabled else { return answer(failure, "purged everything") }
+                queue.async { [fleetPurges] in
+                    fleetPurges.purged(nil) { stored, asked in answer(nil, "purged everything (fleet: logged on \(stored) of \(asked) servers)") }
+                }
+            }
             return
         }
         let names = query.split(separator: "&").map { $0.split(separator: "=", maxSplits: 1).first.map(String.init) ?? "" }
@@ -145,8 +151,16 @@ extension Proxy {
         let key = CacheKey(url)
         logger.notice("purge: \(key) by \(client.address)")
         // Every variant of the URL, in both tiers.
-        store.remove(key) { [hasDisk = store.writesToDisk] wasInMemory, failure in
-            answer(failure, hasDisk || wasInMemory ? "purged \(key)" : "not cached: \(key)")
+        let fleetEnabled = configuration.fleet.isEnabled
+        store.remove(key) { [hasDisk = store.writesToDisk, queue, fleetPurges] wasInMemory, failure in
+            let message = hasDisk || wasInMemory ? "purged \(key)" : "not cached: \(key)"
+            guard failure == nil, fleetEnabled else { return answer(failure, message) }
+            // Every host's copies and the fleet's: the purge goes to the fleet's log (FleetPurges.swift).
+            queue.async {
+                fleetPurges.purged(url) { stored, asked in
+                    answer(nil, message + " (fleet: logged on \(stored) of \(asked) servers; every host drops its copies within about a second)")
+                }
+            }
         }
     }
 }

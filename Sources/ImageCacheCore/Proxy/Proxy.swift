@@ -62,6 +62,8 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
     /// The fleet's shared tier on memcached (ImageCacheFleet): its thread runs once fleet.servers names a server
     /// (`fleetStarted`), at start or by a reload. Owns its own thread and sockets.
     package let fleet: FleetTier
+    /// The fleet's purge log (FleetPurges.swift). Confined to `queue`.
+    let fleetPurges: FleetPurges
     private let fleetStarted = Atomic<Bool>(false)
     /// The interception generation in force (the local CA, its server context, its leaves), swapped whole when the
     /// daemon hands over another CA (InterceptionCell.swift).
@@ -104,7 +106,8 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
                                 variantLimit: configuration.maxVariants),
             disk: disk)
         fleet = FleetTier(settings: configuration.fleet, logger: logger)
-        let context = FetchContext(origin: origin, fleet: fleet, store: store, metrics: metrics, logger: logger, events: events,
+        fleetPurges = FleetPurges(fleet: fleet, store: store, logger: logger, now: now, events: events, queue: queue)
+        let context = FetchContext(origin: origin, fleet: fleet, fleetPurges: fleetPurges, store: store, metrics: metrics, logger: logger, events: events,
                                    via: loopGuard.viaValue, now: now, queue: queue)
         let table = InFlightTable(queue: queue)
         inFlight = table
@@ -131,12 +134,15 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
         guard settings.isEnabled, fleetStarted.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged
         else { return }
         fleet.start()
+        queue.async { [fleetPurges] in fleetPurges.start() }
         logger.notice("fleet tier: \(settings.servers.count) memcached server(s): \(settings.servers.map(\.description).joined(separator: ", "))")
     }
 
     /// Stops the fleet tier's thread (pending operations end unavailable).
     package func stopFleet() {
-        if fleetStarted.load(ordering: .relaxed) { fleet.shutdown() }
+        guard fleetStarted.load(ordering: .relaxed) else { return }
+        queue.sync { fleetPurges.stop() }
+        fleet.shutdown()
     }
 
     /// Called on the connection's loop thread.

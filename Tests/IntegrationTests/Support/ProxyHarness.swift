@@ -163,6 +163,8 @@ final class ProxyHarness {
     let statsReads = StatsReadHook()
     /// Fetches told by the fleet tier that another host fills their key.
     let fleetWaits = EventCounter { if case .fleetWaiting = $0 { true } else { false } }
+    /// Purges from the fleet's log applied here.
+    let fleetPurges = EventCounter { if case .fleetPurgeApplied = $0 { true } else { false } }
     /// This harness's own disk tier directory, removed at the end.
     let cacheDirectory: String
     var port: Int { daemon.port }
@@ -193,19 +195,20 @@ final class ProxyHarness {
         self.configuration = configuration
         self.logger = logger
         daemon = try ProxyHarness.makeDaemon(configuration, logger: logger, clock: clock, waiters: waiters, pauses: pauses,
-                                             statsReads: statsReads, fleetWaits: fleetWaits)
+                                             statsReads: statsReads, fleetWaits: fleetWaits, fleetPurges: fleetPurges)
         try daemon.start()
     }
 
     private static func makeDaemon(_ configuration: Configuration, logger: Logger, clock: TestClock, waiters: WaiterBarrier,
                                    pauses: PauseBarrier, statsReads: StatsReadHook,
-                                   fleetWaits: EventCounter) throws -> Daemon {
+                                   fleetWaits: EventCounter, fleetPurges: EventCounter) throws -> Daemon {
         // The history is sampled by the tests themselves (proxy.recordHistorySample), not by a timer.
         try Daemon(configuration: configuration, logger: logger, now: { clock.now() }, events: { event in
             waiters.observe(event)
             pauses.observe(event)
             statsReads.observe(event)
             fleetWaits.observe(event)
+            fleetPurges.observe(event)
         }, samplesHistory: false)
     }
 
@@ -216,7 +219,7 @@ final class ProxyHarness {
         var configuration = configuration
         configure(&configuration)
         daemon = try ProxyHarness.makeDaemon(configuration, logger: logger, clock: clock, waiters: waiters, pauses: pauses,
-                                             statsReads: statsReads, fleetWaits: fleetWaits)
+                                             statsReads: statsReads, fleetWaits: fleetWaits, fleetPurges: fleetPurges)
         try daemon.start()
     }
 

@@ -17,6 +17,8 @@ package final class FleetMetrics: Sendable {
     let unavailable = Counter()
     let damaged = Counter()
     let bytesRead = Counter()
+    /// Fleet values refused as older than a purge of their URL.
+    let purgedRefused = Counter()
 
     package init() {}
 

@@ -1,0 +1,181 @@
+// FleetPurges: a purge on any host of the fleet reaches every host's local tiers, and no host serves from the fleet a
+// value older than a purge of its URL (a value on a server that missed the purge's delete, being away, included).
+//
+// Design: a purge log in the tier. A purge appends one line, "<time> <url>\n" ("*" for everything; time: seconds since
+// 1970, the purging host's clock), to the value `ic1:purge` on EVERY server (FleetTier.appendEverywhere; the log is
+// made with a one-hour TTL, so it is trimmed by starting again every hour), and deletes the URL's own fleet copy.
+// Every host reads the log on every server once a second (`poll`), applies the lines it has not seen (its local copies
+// of the URL, variants and renditions, go: TieredStore.remove), and keeps each URL's latest purge time for an hour.
+// A value read from the fleet whose response is not newer than its URL's purge (or a purge of everything) is refused:
+// deleted, and the host fetches for itself (`isPurged`). Because the line is on every server, a server that was away
+// during a purge does not lose it: the hosts learn it from the others, and its stale values are refused by time.
+// Bound: a host drops its local copies within about a second of the purge (one poll), plus the read's deadline.
+// Limits: a host cut off from every server learns the purge when it can read a log again, if within the hour; the log
+// holds an hour of purges (its reads cost its size per host per second; 1,000 purges an hour are about 100 KB).
+// Clocks: purge and response times come from different hosts: keep them in step (NTP), as for any shared cache.
+//
+// Ownership: confined to the proxy queue (the poll timer runs there; reads hop back to it).
+
+internal import ImageCacheSystem
+internal import ImageCacheHTTP
+internal import ImageCacheStore
+internal import ImageCacheFleet
+internal import Dispatch
+internal import Foundation
+internal import Logging
+
+final class FleetPurges: @unchecked Sendable {
+    /// The log's key on every server.
+    static let logKey = "ic1:purge"
+    /// How long the log (and this host's memory of each purge) lasts, seconds.
+    static let retentionSeconds = 3600
+    /// Purges remembered at most (the oldest are forgotten first).
+    static let rememberedLimit = 100_000
+
+    private let fleet: FleetTier
+    private let store: TieredStore
+    private let logger: Logger
+    private let now: @Sendable () -> Date
+    private let events: (@Sendable (ProxyEvent) -> Void)?
+    private let queue: DispatchQueue
+
+    // MARK: owned by queue
+    /// Lines applied (or made here), with when they were seen, for the retention time.
+    private var seen: [String: Date] = [:]
+    /// Each URL's latest purge time.
+    private var purgedAt: [String: Date] = [:]
+    /// The latest purge of everything.
+    private var purgedAllAt: Date?
+    private var timer: (any DispatchSourceTimer)?
+    private var reading = false
+
+    init(fleet: FleetTier, store: TieredStore, logger: Logger, now: @escaping @Sendable () -> Date,
+         events: (@Sendable (ProxyEvent) -> Void)?, queue: DispatchQueue) {
+        self.fleet = fleet
+        self.store = store
+        self.logger = logger
+        self.now = now
+        self.events = events
+        self.queue = queue
+    }
+
+    /// Starts reading the log every `interval` seconds.
+    func start(interval: Double = 1) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard timer == nil else { return }
+        let timer = DispatchSource.makeTimerSource(queue: queue)
+        timer.schedule(deadline: .now(), repeating: interval, leeway: .milliseconds(50))
+        timer.setEventHandler { [weak self] in self?.poll() }
+        timer.resume()
+        self.timer = timer
+    }
+
+    func stop() {
+        timer?.cancel()
+        timer = nil
+    }
+
+    /// A purge made on this host (its local copies are gone already): logged on every server, the URL's fleet copy
+    /// deleted. `url` nil: everything. Completion: the servers that logged it, of those asked.
+    func purged(_ url: UpstreamURL?, completion: @escaping @Sendable (Int, Int) -> Void) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        let time = now()
+        let line = Self.line(time: time, url: url?.string ?? "*")
+        seen[line] = time
+        remember(url?.string ?? "*", at: time)
+        if let url { fleet.delete(FleetEnvelope.key(for: CacheKey(url))) }
+        fleet.appendEverywhere(Self.logKey, Array((line + "\n").utf8), createTTLSeconds: Self.retentionSeconds,
+                               completion: completion)
+    }
+
+    /// Whether a fleet entry is older than a purge of its URL (or of everything).
+    func isPurged(_ entry: CacheEntry) -> Bool {
+        dispatchPrecondition(condition: .onQueue(queue))
+        if let all = purgedAllAt, entry.responseTime <= all { return true }
+        guard let time = purgedAt[entry.key.url.string] else { return false }
+        return entry.responseTime <= time
+    }
+
+    /// Reads the log on every server, and applies what is new.
+    func poll() {
+        dispatchPrecondition(condition: .onQueue(queue))
+        guard !reading else { return }
+        reading = true
+        weak let weakSelf = self
+        fleet.readEverywhere(Self.logKey) { [queue] reads in
+            queue.async { weakSelf?.apply(reads) }
+        }
+    }
+
+    private func apply(_ reads: [FleetLogRead]) {
+        reading = false
+        var applied = 0
+        for read in reads {
+            guard case let .value(bytes, _) = read.state else { continue }
+            for raw in bytes.split(separator: UInt8(ascii: "\n")) {
+                let line = String(decoding: raw, as: UTF8.self)
+                guard seen[line] == nil, let (time, target) = Self.parse(line) else { continue }
+                seen[line] = time
+                applyPurge(target, at: time)
+                applied += 1
+            }
+        }
+        forgetOld()
+        if applied > 0 { logger.info("fleet: applied \(applied) purge(s) from the fleet's log") }
+    }
+
+    private func applyPurge(_ target: String, at time: Date) {
+        remember(target, at: time)
+        if target == "*" {
+            logger.notice("fleet: a purge of everything (from another host)")
+            store.removeAll { _ in }
+            events?(.fleetPurgeApplied(url: target))
+            return
+        }
+        guard let url = try? UpstreamURL.parse(target) else { return }
+        logger.notice("fleet: purge of \(target) (from another host)")
+        let events = events
+        store.remove(CacheKey(url)) { _, _ in events?(.fleetPurgeApplied(url: target)) }
+    }
+
+    private func remember(_ target: String, at time: Date) {
+        if target == "*" {
+            purgedAllAt = max(purgedAllAt ?? time, time)
+        } else {
+            purgedAt[target] = max(purgedAt[target] ?? time, time)
+        }
+    }
+
+    /// Forgets purges older than the retention, and the oldest beyond the limit.
+    private func forgetOld() {
+        let horizon = now().addingTimeInterval(-Double(Self.retentionSeconds + 60))
+        seen = seen.filter { $0.value > horizon }
+        purgedAt = purgedAt.filter { $0.value > horizon }
+        if let all = purgedAllAt, all <= horizon { purgedAllAt = nil }
+        if purgedAt.count > Self.rememberedLimit {
+            let kept = purgedAt.sorted { $0.value > $1.value }.prefix(Self.rememberedLimit)
+            purgedAt = Dictionary(uniqueKeysWithValues: kept.map { ($0.key, $0.value) })
+        }
+        if seen.count > Self.rememberedLimit {
+            let kept = seen.sorted { $0.value > $1.value }.prefix(Self.rememberedLimit)
+            seen = Dictionary(uniqueKeysWithValues: kept.map { ($0.key, $0.value) })
+        }
+    }
+
+    // MARK: the log's lines (pure)
+
+    /// "<seconds since 1970, 3 decimals> <url or *>".
+    static func line(time: Date, url: String) -> String {
+        String(format: "%.3f", time.timeIntervalSince1970) + " " + url
+    }
+
+    /// The time and target of a line; nil for what is not one (a damaged or foreign line is skipped).
+    static func parse(_ line: String) -> (Date, String)? {
+        let parts = line.split(separator: " ", maxSplits: 1)
+        guard parts.count == 2, let seconds = Double(parts[0]), seconds.isFinite, seconds > 0,
+              !parts[1].contains(where: { $0.isWhitespace }) else { return nil }
+        let target = String(parts[1])
+        guard target == "*" || (try? UpstreamURL.parse(target)) != nil else { return nil }
+        return (Date(timeIntervalSince1970: seconds), target)
+    }
+}
