@@ -188,6 +188,8 @@ extension DaemonStats {
         out.sample("fleet_unavailable_total", [], Double(fleet.unavailable))
         out.family("fleet_damaged_total", "counter", "Fleet values refused (damaged or another key's) and deleted.")
         out.sample("fleet_damaged_total", [], Double(fleet.damaged))
+        out.family("fleet_purged_refused_total", "counter", "Fleet values refused as older than a purge of their URL (their server missed the purge).")
+        out.sample("fleet_purged_refused_total", [], Double(fleet.purgedRefused))
         out.family("fleet_leases_held", "gauge", "Fill leases this host holds now.")
         out.sample("fleet_leases_held", [], Double(fleet.leasesHeld))
         out.family("fleet_server_up", "gauge", "1 while a fleet server answers; 0 while its breaker is open (its keys are local-only) or a probe is out.")

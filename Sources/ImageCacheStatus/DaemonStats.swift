@@ -152,6 +152,8 @@ public struct DaemonStats: Sendable, Codable, Equatable {
         public var unavailable = 0
         /// Values refused (damaged or foreign) and deleted.
         public var damaged = 0
+        /// Fleet values refused as older than a purge of their URL (their server missed the purge's delete).
+        public var purgedRefused = 0
         /// Leases held now.
         public var leasesHeld = 0
         /// Entry bytes read from the tier.

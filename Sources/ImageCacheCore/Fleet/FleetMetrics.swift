@@ -37,6 +37,7 @@ package final class FleetMetrics: Sendable {
         fleet.unavailable = unavailable.current
         fleet.damaged = damaged.current
         fleet.bytesRead = bytesRead.current
+        fleet.purgedRefused = purgedRefused.current
         fleet.leasesHeld = tier.leasesHeld
         fleet.servers = tier.servers.map { server in
             var out = DaemonStats.Fleet.Server()
