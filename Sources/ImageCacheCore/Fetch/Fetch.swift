@@ -239,45 +239,17 @@ final class Fetch: InFlightWork, @unchecked Sendable {
             askFleet(after: after)
         case let .fleetStore(entry, ttl):
             guard let lease = lease.take() else { return }
-            let value = FleetEnvelope.encode(entry)
-            guard value.count <= settings.fleetItemMaxBytes else {
-                return leavePass(lease, reason: "\(value.count) bytes, over fleet.item-max (\(settings.fleetItemMaxBytes))",
-                                 ttl: settings.rules.fleet?.passSeconds ?? 60)
-            }
-            let fleet = context.fleet, metrics = context.metrics, logger = context.logger, key = key
-            fleet.store(lease, value: value, flags: FleetEnvelope.Flags.entry, ttlSeconds: ttl) { result in
-                switch result {
-                case .stored:
-                    metrics.fleet.stored.add()
-                case .tooLarge:
-                    // (The server's own -I is smaller than fleet.item-max: the waiters go alone.)
-                    logger.notice("\(key): the fleet server refused \(value.count) bytes as too large (check fleet.item-max against its -I)")
-                    fleet.store(lease, value: Array("too large for the fleet server".utf8), flags: FleetEnvelope.Flags.pass,
-                                ttlSeconds: 60) { _ in }
-                    metrics.fleet.passMarkers.add()
-                case .lostLease:
-                    metrics.fleet.lostLeases.add()
-                    logger.debug("\(key): the fleet lease was lost before the store (expired or taken over)")
-                case let .unavailable(reason):
-                    logger.debug("\(key): not stored in the fleet: \(reason)")
-                }
-            }
+            FleetFill.store(entry, lease: lease, ttl: ttl, itemMaxBytes: settings.fleetItemMaxBytes,
+                            passSeconds: settings.rules.fleet?.passSeconds ?? 60, context: context)
         case let .fleetPass(reason, ttl):
             guard let lease = lease.take() else { return }
-            leavePass(lease, reason: reason, ttl: ttl)
+            FleetFill.leavePass(lease, reason: reason, ttl: ttl, context: context)
         case .fleetRelease:
             guard let lease = lease.take() else { return }
-            context.fleet.release(lease)
-            context.metrics.fleet.releases.add()
+            FleetFill.release(lease, context: context)
         default:
             preconditionFailure("not a fleet action: \(action)")
         }
-    }
-
-    /// Leaves a pass marker with `lease`: the hosts waiting on it fetch for themselves at once.
-    private func leavePass(_ lease: FleetLease, reason: String, ttl: Int) {
-        context.metrics.fleet.passMarkers.add()
-        context.fleet.store(lease, value: Array(reason.prefix(200).utf8), flags: FleetEnvelope.Flags.pass, ttlSeconds: ttl) { _ in }
     }
 
     /// Looks the key up in the fleet tier, now or after `delay` seconds (a poll, jittered by up to a fifth so that
@@ -299,47 +271,12 @@ final class Fetch: InFlightWork, @unchecked Sendable {
     /// The fleet's answer, decoded and verified, for the machine.
     private func fleetAnswered(_ lookup: FleetLookup) {
         dispatchPrecondition(condition: .onQueue(queue))
-        let metrics = context.metrics.fleet
-        let answer: FetchMachine.FleetAnswer
-        switch lookup {
-        case let .hit(value) where value.flags == FleetEnvelope.Flags.pass:
-            metrics.passMarkersSeen.add()
-            answer = .pass(String(decoding: value.bytes.prefix(200), as: UTF8.self))
-        case let .hit(value) where value.flags == FleetEnvelope.Flags.entry:
-            do {
-                let entry = try FleetEnvelope.decode(value.bytes, for: key, policy: settings.rules.freshnessPolicy)
-                metrics.bytesRead.add(value.bytes.count)
-                if context.fleetPurges.isPurged(entry) {
-                    // Older than a purge of its URL (its server missed the delete): gone, and this host fetches.
-                    metrics.purgedRefused.add()
-                    context.fleet.delete(FleetEnvelope.key(for: key), cas: value.cas)
-                    answer = .pass("purged")
-                } else {
-                    metrics.hits.add()
-                    answer = .hit(entry)
-                }
-            } catch {
-                metrics.damaged.add()
-                context.fleet.delete(FleetEnvelope.key(for: key), cas: value.cas)
-                answer = .damaged(error.description)
-            }
-        case let .hit(value):
-            metrics.damaged.add()
-            context.fleet.delete(FleetEnvelope.key(for: key), cas: value.cas)
-            answer = .damaged("a value with unknown client flags \(value.flags)")
-        case let .won(lease):
-            self.lease = lease
-            metrics.leaseWins.add()
-            if fleetWaited { metrics.takeovers.add() }
-            answer = .won
-        case .wait:
+        let (answer, won) = FleetFill.answer(lookup, key: key, policy: settings.rules.freshnessPolicy, waitedBefore: fleetWaited,
+                                             context: context)
+        if let won { lease = won }
+        if case .wait = answer {
             if !fleetWaited { context.events?(.fleetWaiting(key: key)) }
             fleetWaited = true
-            metrics.waits.add()
-            answer = .wait
-        case let .unavailable(reason):
-            metrics.unavailable.add()
-            answer = .unavailable(reason)
         }
         let waited = fleetAsked.map { (ContinuousClock.now - $0).inSeconds } ?? 0
         run(machine.fleetAnswered(answer, waited: waited, now: context.now()))

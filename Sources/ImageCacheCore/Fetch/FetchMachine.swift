@@ -97,6 +97,27 @@ struct FetchMachine {
     /// 50 ms), for one more tiny `mg` per 40 ms of waiting per host.
     static let fleetPollCap = 0.04
 
+    /// The pause before the next poll of another host's fill, after `polls` answers "wait": 10 ms, doubling to
+    /// `fleetPollCap` (the runner jitters it).
+    static func fleetPollDelay(afterPolls polls: Int) -> Double {
+        min(0.01 * Double(1 << min(polls, 2)), fleetPollCap)
+    }
+
+    /// How an entry another host stored serves a request here: `hit; ttl=N; detail=fleet` when it was there at the first
+    /// lookup, `fwd=uri-miss; stored; collapsed; detail=fleet` when this host waited for the fill (a coalesced miss,
+    /// fleet-wide); nil when the request may not be served from it (no-cache, too old for its max-age): it goes on.
+    static func fleetOutcome(_ entry: CacheEntry, request: CacheControl, afterWaiting: Bool, now: Date) -> CacheOutcome? {
+        let decision = CacheDecision.decide(stored: entry, request: request, now: now, defaultStaleWhileRevalidate: 0)
+        guard case let .serve(serve) = decision else { return nil }
+        switch serve {
+        case .fresh, .stale(_, .maxStale):
+            if afterWaiting { return CacheOutcome(forward: .miss, stored: true, collapsed: true, detail: "fleet") }
+            return decision.servedOutcome(tier: "fleet") ?? .hit(ttl: 0, detail: "fleet")
+        default:
+            return nil
+        }
+    }
+
     /// What the machine needs to know of the fleet tier.
     struct FleetRules {
         /// fleet.wait: longest a waiter waits for another host's fill, seconds.
@@ -413,7 +434,7 @@ struct FetchMachine {
                 return goUpstreamAndTake(now: now)
             }
             fleetRole = .asking(polls: polls + 1)
-            actions.append(.askFleet(after: min(0.01 * Double(1 << min(polls, 2)), FetchMachine.fleetPollCap)))
+            actions.append(.askFleet(after: FetchMachine.fleetPollDelay(afterPolls: polls)))
         case let .pass(reason):
             actions.append(.log(.debug, "\(key): the fleet's fill was not shared (\(reason)); fetching alone"))
             fleetRole = .done
@@ -454,25 +475,12 @@ struct FetchMachine {
         actions.append(.store(entry))
         var remaining: [Waiter] = []
         for waiter in waiters {
-            let decision = CacheDecision.decide(stored: entry, request: waiter.request.cacheControl, now: now,
-                                                defaultStaleWhileRevalidate: 0)
-            guard case let .serve(serve) = decision else {
+            guard let outcome = FetchMachine.fleetOutcome(entry, request: waiter.request.cacheControl, afterWaiting: afterWaiting,
+                                                          now: now) else {
                 remaining.append(waiter)
                 continue
             }
-            switch serve {
-            case .fresh, .stale(_, .maxStale):
-                var outcome: CacheOutcome
-                if afterWaiting {
-                    // Another host's fill, waited for: a coalesced miss, fleet-wide.
-                    outcome = CacheOutcome(forward: .miss, stored: true, collapsed: true, detail: "fleet")
-                } else {
-                    outcome = decision.servedOutcome(tier: "fleet") ?? .hit(ttl: 0, detail: "fleet")
-                }
-                actions.append(.respondStored(entry, outcome: outcome, file: nil, now: now, to: waiter.id))
-            default:
-                remaining.append(waiter)
-            }
+            actions.append(.respondStored(entry, outcome: outcome, file: nil, now: now, to: waiter.id))
         }
         waiters = remaining
         guard !waiters.isEmpty else { return finish() }

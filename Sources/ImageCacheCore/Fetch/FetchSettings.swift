@@ -32,10 +32,17 @@ struct FetchSettings {
             contentPolicy: settings.contentPolicy,
             freshnessPolicy: settings.freshnessPolicy,
             forwardNonImages: configuration.forwardNonImages,
-            fleet: configuration.fleet.isEnabled ? FetchMachine.FleetRules(waitSeconds: configuration.fleet.waitSeconds) : nil)
+            fleet: Self.fleetRules(configuration))
         fleetItemMaxBytes = configuration.fleet.itemMaxBytes
         inFlightLimitBytes = configuration.inFlightLimitBytes
         writeBufferBytes = configuration.server.writeBufferBytes
         followsRedirects = configuration.allowedSources.isEmpty
+    }
+}
+
+extension FetchSettings {
+    /// The fleet tier's rules for a machine (a fetch's, a rendition job's); nil without fleet.servers.
+    static func fleetRules(_ configuration: Configuration) -> FetchMachine.FleetRules? {
+        configuration.fleet.isEnabled ? FetchMachine.FleetRules(waitSeconds: configuration.fleet.waitSeconds) : nil
     }
 }

@@ -4,7 +4,16 @@
 // (`context.queue`); the collector, the timer and the pool's callbacks hop there. It holds no reference to the proxy
 // or its table: what it needs is its `FetchContext`, the pool, and its `Handoff` (callbacks from Renditions).
 // Lifetime: the in-flight table holds the job from its start to `.finish` (Renditions never replaces a job in it);
-// every callback (collector, deadline, pool, a client's cancel) holds it weakly.
+// every callback (collector, deadline, pool, a client's cancel, the lease's keep-alive) holds it weakly, but for a
+// fleet lookup in flight, which holds it until it answers (within fleet.deadline), so that a lease won after every
+// client left is handed back rather than left to expire.
+//
+// The fleet (RenditionMachine's fleet stage): lookups and polls go to the fleet tier (FleetFill decodes and counts
+// the answers, as for a fetch); a lease won is kept in `lease` until the machine stores, marks or releases it (one
+// still held at `.finish` is released). The tier refreshes a held lease only while its holder reports progress: the
+// job reports the source's bytes as they arrive (the collector), the source's arrival, a worker taking the transform,
+// and, while the transform is with the pool, every third of fleet.lease (`keepAlive`): a transform is bounded by
+// transform-queue-timeout and the transform's own timeout, so a lease outlives them only as long as they last.
 
 internal import ImageCacheSystem
 internal import ImageCacheHTTP
@@ -12,6 +21,7 @@ internal import ImageCacheServer
 internal import ImageCacheStatus
 internal import ImageCacheStore
 internal import ImageCacheTransform
+internal import ImageCacheFleet
 internal import Dispatch
 internal import Logging
 internal import Foundation
@@ -20,6 +30,14 @@ final class RenditionJob: InFlightWork, @unchecked Sendable {
     private struct Client {
         let sink: any ResponseSink
         let request: ClientRequest
+    }
+
+    /// The fleet tier's limits the runner applies (the machine's rules carry the rest).
+    struct FleetLimits {
+        /// fleet.item-max: a rendition larger than this leaves a pass marker instead.
+        var itemMaxBytes: Int
+        /// fleet.lease, seconds: the keep-alive reports progress every third of it while the pool has the transform.
+        var leaseSeconds: Int
     }
 
     /// What the job asks of its owner.
@@ -38,6 +56,7 @@ final class RenditionJob: InFlightWork, @unchecked Sendable {
     private let pool: TransformPool
     private let context: FetchContext
     private let handoff: Handoff
+    private let fleetLimits: FleetLimits
     let key: CacheKey
     let rendition: RenditionRequest
     /// When the job began (for the list of work in flight).
@@ -53,9 +72,17 @@ final class RenditionJob: InFlightWork, @unchecked Sendable {
     private var deadline: DispatchWorkItem?
     /// The pool's ticket while the transform may still be in its queue.
     private var ticket: UInt64?
+    // The fleet: the lease this job holds for its key (won, not yet stored, marked or released), when the first lookup
+    // went out (fleet.wait is counted from it), whether a lookup answered "wait" (a lease won after is a takeover),
+    // and the keep-alive timer while the pool has the transform.
+    private var lease: FleetLease?
+    private var fleetAsked: ContinuousClock.Instant?
+    private var fleetWaited = false
+    private var keepAlive: DispatchWorkItem?
 
     init(_ machine: RenditionMachine, spec: TransformSpec, maxSourceBytes: Int, pool: TransformPool, context: FetchContext,
-         handoff: Handoff) {
+         handoff: Handoff, fleetLimits: FleetLimits) {
+        self.fleetLimits = fleetLimits
         self.machine = machine
         self.spec = spec
         self.maxSourceBytes = maxSourceBytes
@@ -113,9 +140,24 @@ final class RenditionJob: InFlightWork, @unchecked Sendable {
 
     private func perform(_ action: RenditionMachine.Action) {
         switch action {
+        case let .askFleet(after):
+            askFleet(after: after)
+        case let .fleetStore(entry, ttl):
+            guard let lease = lease.take() else { return }
+            FleetFill.store(entry, lease: lease, ttl: ttl, itemMaxBytes: fleetLimits.itemMaxBytes,
+                            passSeconds: machine.rules.fleet?.passSeconds ?? 60, context: context)
+        case let .fleetPass(reason, ttl):
+            guard let lease = lease.take() else { return }
+            FleetFill.leavePass(lease, reason: reason, ttl: ttl, context: context)
+        case .fleetRelease:
+            guard let lease = lease.take() else { return }
+            FleetFill.release(lease, context: context)
         case let .fetchSource(request):
             weak let job = self
-            let collector = SourceCollector(limit: maxSourceBytes) { [queue] result in
+            // The source's bytes arriving keep a lease this job holds alive (any thread: an atomic store).
+            var progress: (@Sendable () -> Void)?
+            if let lease { progress = { lease.progressed() } }
+            let collector = SourceCollector(limit: maxSourceBytes, progress: progress) { [queue] result in
                 queue.async { job?.sourceArrived(result) }
             }
             self.collector = collector
@@ -135,6 +177,8 @@ final class RenditionJob: InFlightWork, @unchecked Sendable {
             collector?.abandon()
             collector = nil
         case let .submit(source):
+            lease?.progressed()
+            armKeepAlive()
             weak let job = self
             ticket = pool.submit(TransformPool.Job(source: source, spec: spec, started: { [queue] in
                 queue.async { job?.workerStarted() }
@@ -170,13 +214,69 @@ final class RenditionJob: InFlightWork, @unchecked Sendable {
         case .finish:
             deadline?.cancel()
             deadline = nil
+            keepAlive?.cancel()
+            keepAlive = nil
+            // (The machine marked or released a lease it held; one left here would only wait out its time.)
+            if let lease = lease.take() { context.fleet.release(lease) }
             handoff.finished(self)
             context.events?(.fetchFinished(key: key))
         }
     }
 
+    /// Looks the key up in the fleet tier, now or after `delay` seconds (a poll, jittered by up to a fifth so that
+    /// hosts waiting on one lease spread their polls). The lookup holds the job until it answers.
+    private func askFleet(after delay: Double) {
+        if fleetAsked == nil { fleetAsked = .now }
+        let fleetKey = FleetEnvelope.key(for: key)
+        let ask: @Sendable () -> Void = { [self] in
+            guard !machine.isDone else { return }
+            context.fleet.lookup(fleetKey) { [queue] answer in
+                queue.async { self.fleetAnswered(answer) }
+            }
+        }
+        if delay <= 0 { return ask() }
+        queue.asyncAfter(deadline: .now() + delay * Double.random(in: 0.8...1.2), execute: ask)
+    }
+
+    /// The fleet's answer, decoded and verified, for the machine.
+    private func fleetAnswered(_ lookup: FleetLookup) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        let (answer, won) = FleetFill.answer(lookup, key: key, policy: machine.rules.freshness, waitedBefore: fleetWaited,
+                                             context: context)
+        if let won { lease = won }
+        switch answer {
+        case .wait:
+            if !fleetWaited { context.events?(.fleetWaiting(key: key)) }
+            fleetWaited = true
+        case let .damaged(reason):
+            context.metrics.error("fleet_damaged", status: nil, reason: reason, target: key.description)
+        default:
+            break
+        }
+        let waited = fleetAsked.map { (ContinuousClock.now - $0).inSeconds } ?? 0
+        run(machine.fleetAnswered(answer, waited: waited, now: context.now()))
+    }
+
+    /// While the pool has the transform and the job holds a lease, reports progress every third of fleet.lease.
+    private func armKeepAlive() {
+        guard lease != nil, keepAlive == nil else { return }
+        weak let job = self
+        let timer = DispatchWorkItem { job?.keepAliveFired() }
+        keepAlive = timer
+        queue.asyncAfter(deadline: .now() + Double(fleetLimits.leaseSeconds) / 3, execute: timer)
+    }
+
+    private func keepAliveFired() {
+        dispatchPrecondition(condition: .onQueue(queue))
+        keepAlive = nil
+        guard let lease, machine.isWithPool else { return }
+        lease.progressed()
+        armKeepAlive()
+    }
+
     private func sourceArrived(_ result: Result<RenditionMachine.Source, RenditionMachine.SourceFailure>) {
         dispatchPrecondition(condition: .onQueue(queue))
+        lease?.progressed()
         collector = nil
         run(machine.sourceArrived(result, now: context.now()))
     }
@@ -189,6 +289,7 @@ final class RenditionJob: InFlightWork, @unchecked Sendable {
 
     private func workerStarted() {
         dispatchPrecondition(condition: .onQueue(queue))
+        lease?.progressed()
         ticket = nil
         run(machine.workerStarted())
     }

@@ -9,6 +9,7 @@
 // States (each carries its own data; `done` is terminal)
 //
 //   idle ── start ──> waitingForSource (the source asked for through the cache, the deadline armed)
+//        └─ start, a new rendition with a fleet tier ──> askingFleet (the fleet stage, below)
 //   waitingForSource ── source 200/203, same validator as the stale rendition ──> refreshed (new freshness, same
 //        │                                                                      bytes, no transform) ──> storing/done
 //        ├─ source 200/203, new (or no) validator ──> queued(Source, etag)    (a source revalidated into another
@@ -25,6 +26,28 @@
 //                                      ── queued: withdrawn from the pool's queue, then done
 //                                      ── transforming: runs on (a worker cannot be stopped); its result is stored
 //                                         if the job stores, else dropped
+//
+//   The fleet stage (a fleet tier is configured; a new rendition: nothing stored here, the job stores, the leader did
+//   not ask no-cache): before the source is asked for, so that N hosts asking for a new rendition cost one source
+//   fetch, one decode and one encode fleet-wide (the fetch's fleet stage, FetchMachine, by the same rules):
+//   askingFleet ── hit ──────────> kept here (memory, disk; `store`), each client it serves answered (hit; detail=fleet,
+//                                  or fwd=uri-miss; stored; collapsed; detail=fleet after a wait): no source, no
+//                                  transform; the clients it may not serve (no-cache) have it made here, alone
+//               ── won ──────────> waitingForSource, holding the lease: the result stored goes to the fleet with its
+//                                  CAS (`fleetStore`); a result not stored or not shareable, a failure, the deadline
+//                                  leave a pass marker (`fleetPass`); every client gone before a worker has the
+//                                  transform (waiting for the source, or withdrawn from the pool's queue) hands the
+//                                  lease back (`fleetRelease`). The runner keeps the lease alive while the source's
+//                                  bytes arrive and, on a timer, while the transform is with this host's pool (its
+//                                  queue timeout and the transform's own timeout bound that)
+//               ── wait ─────────> askingFleet again after 10 ms, doubling to 40 ms; past fleet.wait, made alone
+//                                  (never stored in the fleet: the lease is another host's)
+//               ── pass marker, unavailable, damaged ──> waitingForSource, alone (the response says
+//                                  detail=transformed; the fleet's state is in the fleet metrics)
+//               ── every client gone ──> done (a lease won by a lookup still out is handed back when it answers)
+//   The source deadline (transform-source-timeout) is armed when the source is asked for, after the fleet stage: a
+//   client waits at most fleet.wait for another host's rendition, then the source timeout. One fleet lookup per
+//   rendition key per host: the job (the coalesced unit) asks, not each client.
 //
 // Rules
 //   - A result whose source may not be shared (private, no-store) goes to the leader only; the other clients ask
@@ -52,6 +75,8 @@ struct RenditionMachine {
         var staleIfErrorSeconds: Double
         var completeAbandonedJobs: Bool
         var freshness: FreshnessPolicy
+        /// The fleet tier, when one is configured (the fetch's rules: fleet.wait, the pass markers' lives).
+        var fleet: FetchMachine.FleetRules? = nil
     }
 
     struct Waiter {
@@ -77,6 +102,8 @@ struct RenditionMachine {
     enum State {
         /// Not started yet.
         case idle
+        /// Waiting for the fleet tier's answer (a lookup, or the next poll of another host's rendition).
+        case askingFleet
         case waitingForSource
         /// Handed to the pool, waiting for a worker.
         case queued(Source, etag: String?)
@@ -91,14 +118,25 @@ struct RenditionMachine {
         var forwardStatus: Int?
         var forward: CacheOutcome.Forward
         var stored: Bool
+        /// The Cache-Status detail when it is not the job's own making ("fleet": another host made it).
+        var detail: String? = nil
 
         func outcome(collapsed: Bool) -> CacheOutcome {
             CacheOutcome(forward: forward, forwardStatus: forwardStatus, revalidated: forwardStatus == 304, stored: stored,
-                         collapsed: collapsed, detail: forwardStatus == 304 ? "refreshed" : "transformed")
+                         collapsed: collapsed, detail: detail ?? (forwardStatus == 304 ? "refreshed" : "transformed"))
         }
     }
 
     enum Action {
+        /// Look the rendition's key up in the fleet tier after `after` seconds (a poll; 0: now), and report with
+        /// `fleetAnswered`.
+        case askFleet(after: Double)
+        /// Share the stored entry through the fleet tier with the lease this job holds, for `ttl` seconds.
+        case fleetStore(CacheEntry, ttl: Int)
+        /// Leave a pass marker with the lease: the hosts waiting on it make the rendition for themselves.
+        case fleetPass(reason: String, ttl: Int)
+        /// Hand the lease back: another host's next poll wins it.
+        case fleetRelease
         /// Ask the cache for the source (Proxy.serve), collecting it whole.
         case fetchSource(ClientRequest)
         /// Report `deadline` after this many seconds.
@@ -143,6 +181,8 @@ struct RenditionMachine {
 
     private(set) var state: State = .idle
     private(set) var waiters: [Waiter] = []
+    /// The fleet tier's part in the job (see the fleet stage at the top).
+    private(set) var fleetRole = FetchMachine.FleetRole.none
 
     init(key: CacheKey, leader: ClientRequest, rendition: RenditionRequest, stale: CacheEntry?, stores: Bool, rules: Rules,
          fillsCache: Bool = false, nonce: UInt64 = .random(in: 0...UInt64.max)) {
@@ -161,6 +201,14 @@ struct RenditionMachine {
         return false
     }
 
+    /// The transform is with this host's pool (queued or on a worker).
+    var isWithPool: Bool {
+        switch state {
+        case .queued, .transforming: true
+        default: false
+        }
+    }
+
     /// The format metrics name before a result exists.
     private var formatLabel: String { rendition.choice.format?.rawValue ?? "-" }
 
@@ -168,8 +216,46 @@ struct RenditionMachine {
 
     mutating func start() -> [Action] {
         guard case .idle = state else { return [] }
-        state = .waitingForSource
-        return [.fetchSource(Self.sourceRequest(for: leader)), .armDeadline(seconds: rules.sourceTimeoutSeconds)]
+        if asksFleet {
+            fleetRole = .asking(polls: 0)
+            state = .askingFleet
+            return [.askFleet(after: 0)]
+        }
+        return askForSource()
+    }
+
+    /// The fleet tier's answer to `askFleet` (`waited`: seconds since the job's first lookup).
+    mutating func fleetAnswered(_ answer: FetchMachine.FleetAnswer, waited: Double, now: Date) -> [Action] {
+        guard case .askingFleet = state, case let .asking(polls) = fleetRole else {
+            // Too late (every client went): a lease won meanwhile goes back at once.
+            if case .won = answer { return [.fleetRelease] }
+            return []
+        }
+        switch answer {
+        case let .hit(entry):
+            fleetRole = .done
+            return serveFleetEntry(entry, afterWaiting: polls > 0, now: now)
+        case .won:
+            fleetRole = .holdingLease
+            return askForSource()
+        case .wait:
+            guard let fleet = rules.fleet, waited < fleet.waitSeconds else {
+                fleetRole = .done
+                return [.log(.notice, "\(key): waited \(Int(waited * 1000)) ms for another host's rendition (fleet.wait); making it alone")]
+                    + askForSource()
+            }
+            fleetRole = .asking(polls: polls + 1)
+            return [.askFleet(after: FetchMachine.fleetPollDelay(afterPolls: polls))]
+        case let .pass(reason):
+            fleetRole = .done
+            return [.log(.debug, "\(key): the fleet's rendition was not shared (\(reason)); making it alone")] + askForSource()
+        case let .unavailable(reason):
+            fleetRole = .done
+            return [.log(.debug, "\(key): fleet tier unavailable (\(reason)); making it alone")] + askForSource()
+        case let .damaged(reason):
+            fleetRole = .done
+            return [.log(.warning, "\(key): the fleet's value was refused and deleted: \(reason)")] + askForSource()
+        }
     }
 
     /// A client waits for the rendition (the first one, or one that joined: `collapsed`).
@@ -191,10 +277,17 @@ struct RenditionMachine {
         waiters.removeAll { $0.id == id }
         guard waiters.isEmpty, !fillsCache, !(rules.completeAbandonedJobs && stores) else { return [] }
         switch state {
+        case .askingFleet:
+            // (A lookup still out: a lease it wins is handed back when it answers.)
+            state = .done
+            fleetRole = .done
+            return [.log(.debug, "every client left; dropping the rendition job \(key) (asking the fleet)"),
+                    .count(format: formatLabel, result: "abandoned", seconds: 0, bytesIn: 0, bytesOut: 0), .finish]
         case .waitingForSource:
             state = .done
-            return [.cancelDeadline, .abandonSource, .log(.debug, "every client left; dropping the rendition job \(key)"),
-                    .count(format: formatLabel, result: "abandoned", seconds: 0, bytesIn: 0, bytesOut: 0), .finish]
+            return endLease(.fleetRelease)
+                + [.cancelDeadline, .abandonSource, .log(.debug, "every client left; dropping the rendition job \(key)"),
+                   .count(format: formatLabel, result: "abandoned", seconds: 0, bytesIn: 0, bytesOut: 0), .finish]
         case .queued:
             return [.withdraw]
         case .transforming:
@@ -241,7 +334,7 @@ struct RenditionMachine {
         guard case let .queued(source, _) = state else { return [] }
         if !waiters.isEmpty { return [.submit(source: source.body)] }
         state = .done
-        return [.log(.debug, "every client left; the queued transform of \(key) was withdrawn"),
+        return endLease(.fleetRelease) + [.log(.debug, "every client left; the queued transform of \(key) was withdrawn"),
                 .count(format: formatLabel, result: "abandoned", seconds: 0, bytesIn: 0, bytesOut: 0), .finish]
     }
 
@@ -268,7 +361,7 @@ struct RenditionMachine {
                 : .log(.debug, "transformed \(what): not shareable (the source is private or no-store)")
             return [.count(format: image.format.rawValue, result: "ok", seconds: seconds, bytesIn: source.body.count,
                            bytesOut: image.bytes.count), log]
-                + answer(made, forwardStatus: nil, store: .store(made.entry))
+                + answer(made, forwardStatus: nil, store: .store(made.entry), now: now)
         }
     }
 
@@ -280,6 +373,44 @@ struct RenditionMachine {
     }
 
     // MARK: decisions
+
+    /// The fleet stage applies: a fleet tier, and a new rendition this job stores (no stale one here to refresh; not
+    /// a refresh in the background) for a leader that may be served a stored one (no no-cache).
+    private var asksFleet: Bool {
+        rules.fleet != nil && stale == nil && stores && !fillsCache && !leader.cacheControl.noCache
+    }
+
+    private mutating func askForSource() -> [Action] {
+        state = .waitingForSource
+        return [.fetchSource(Self.sourceRequest(for: leader)), .armDeadline(seconds: rules.sourceTimeoutSeconds)]
+    }
+
+    /// The lease this job holds ends with `action` (a pass marker, a release); nothing when it holds none.
+    private mutating func endLease(_ action: Action) -> [Action] {
+        guard fleetRole == .holdingLease else { return [] }
+        fleetRole = .done
+        return [action]
+    }
+
+    /// A rendition another host made: kept here, and sent to each client it may serve (fresh, or within its
+    /// max-stale); the others have it made here, alone (no lease: this host is not filling for the fleet).
+    private mutating func serveFleetEntry(_ entry: CacheEntry, afterWaiting: Bool, now: Date) -> [Action] {
+        var actions: [Action] = [.store(entry)]
+        var remaining: [Waiter] = []
+        for waiter in waiters {
+            guard let outcome = FetchMachine.fleetOutcome(entry, request: waiter.request.cacheControl, afterWaiting: afterWaiting,
+                                                          now: now) else {
+                remaining.append(waiter)
+                continue
+            }
+            actions.append(.send(entry, to: waiter.id, outcome: outcome))
+        }
+        waiters = remaining
+        guard waiters.isEmpty else { return actions + askForSource() }
+        // Clients that join while the store takes it are answered from it (a coalesced miss, fleet-wide).
+        state = .storing(entry, Outcomes(forwardStatus: nil, forward: .miss, stored: true, detail: "fleet"))
+        return actions
+    }
 
     private mutating func sourceReceived(_ source: Source, now: Date) -> [Action] {
         let status = source.head.status
@@ -295,7 +426,7 @@ struct RenditionMachine {
                                   mediaType: stale.head.headers["Content-Type"] ?? "application/octet-stream",
                                   source: source.head, etag: etag, freshness: rules.freshness, now: now)
             let counted: [Action] = made.isShareable ? [.count(format: made.format, result: "refreshed", seconds: 0, bytesIn: 0, bytesOut: 0)] : []
-            return counted + answer(made, forwardStatus: 304, store: .refresh(made.entry))
+            return counted + answer(made, forwardStatus: 304, store: .refresh(made.entry), now: now)
         }
         // (An SVG source without transform-allow-svg, or one SVGGuard refuses, is the Transformer's to refuse.)
         state = .queued(source, etag: etag)
@@ -332,18 +463,21 @@ struct RenditionMachine {
         if !waiters.isEmpty { actions.append(.fail(ids: waiters.map(\.id), status: status, reason: reason)) }
         waiters = []
         state = .done
-        return actions + [.finish]
+        // The hosts waiting on this one's rendition try for themselves at once.
+        return actions + endLease(.fleetPass(reason: "the rendition could not be made (\(label))", ttl: rules.fleet?.failurePassSeconds ?? 2))
+            + [.finish]
     }
 
     /// A made (or refreshed) entry: stored when the job stores and the store's rules allow, sent to every client (a
     /// result that may not be shared: to the leader only; the others ask again, after the job has left the table).
-    private mutating func answer(_ made: Made, forwardStatus: Int?, store: Action) -> [Action] {
+    private mutating func answer(_ made: Made, forwardStatus: Int?, store: Action, now: Date) -> [Action] {
         let storing = stores && made.isStorable
         guard made.isShareable else {
             let first = waiters.first, others = Array(waiters.dropFirst())
             waiters = []
             state = .done
             var actions: [Action] = storing ? [store] : []
+            actions += endLease(.fleetPass(reason: "not shareable (the source is private or no-store)", ttl: rules.fleet?.passSeconds ?? 60))
             actions.append(.finish)
             if !others.isEmpty { actions.append(.redispatch(others)) }
             if let first {
@@ -355,6 +489,11 @@ struct RenditionMachine {
         }
         let outcomes = Outcomes(forwardStatus: forwardStatus, forward: stale == nil ? .miss : .stale, stored: stores)
         var actions: [Action] = storing ? [store] : []
+        if storing, let ttl = FleetEnvelope.sharedTTL(of: made.entry, now: now) {
+            actions += endLease(.fleetStore(made.entry, ttl: ttl))
+        } else {
+            actions += endLease(.fleetPass(reason: storing ? "no freshness to share" : "not stored", ttl: rules.fleet?.passSeconds ?? 60))
+        }
         actions += waiters.map { Action.send(made.entry, to: $0.id, outcome: outcomes.outcome(collapsed: $0.collapsed)) }
         waiters = []
         if storing {

@@ -14,6 +14,9 @@
 //                              │   transform
 //                              └─> TransformPool (a worker) ── Transformer.run ──> store the rendition, answer
 //                                  every waiter (Cache-Status: detail=transformed)
+//                              (with a fleet tier, a new rendition is first looked up in the fleet: another host's
+//                              is served and kept here, and one host makes it for the fleet: RenditionMachine's
+//                              fleet stage)
 //
 // RULES
 //   Key: the source URL and the rendition's text: canonical options (TransformOptions.canonical) + "/f:" + the
@@ -43,6 +46,7 @@ internal import ImageCacheConfig
 internal import ImageCacheServer
 internal import ImageCacheStore
 internal import ImageCacheTransform
+internal import ImageCacheFleet
 internal import Dispatch
 internal import Foundation
 internal import Logging
@@ -134,7 +138,8 @@ final class Renditions: @unchecked Sendable {
         let rules = RenditionMachine.Rules(sourceTimeoutSeconds: configuration.transform.sourceTimeoutSeconds,
                                            staleIfErrorSeconds: configuration.staleIfErrorSeconds,
                                            completeAbandonedJobs: configuration.completeAbandonedFetches,
-                                           freshness: current.freshnessPolicy)
+                                           freshness: current.freshnessPolicy,
+                                           fleet: FetchSettings.fleetRules(configuration))
         let machine = RenditionMachine(key: key, leader: leader, rendition: rendition, stale: stale, stores: stores,
                                        rules: rules, fillsCache: fillsCache)
         weak let renditions = self
@@ -161,7 +166,9 @@ final class Renditions: @unchecked Sendable {
                                  avifEffort: configuration.transform.avifEffort, webpEffort: configuration.transform.webpEffort,
                                  pixelCache: pixelCache.limitBytes > 0 ? pixelCache : nil)
         let job = RenditionJob(machine, spec: spec, maxSourceBytes: configuration.transform.maxSourceBytes, pool: pool,
-                               context: context, handoff: handoff)
+                               context: context, handoff: handoff,
+                               fleetLimits: RenditionJob.FleetLimits(itemMaxBytes: configuration.fleet.itemMaxBytes,
+                                                                     leaseSeconds: configuration.fleet.leaseSeconds))
         precondition(self.job(key) == nil, "one rendition job per key: the table is a job's only owner")
         table.insert(job, for: .rendition(key))
         active += 1

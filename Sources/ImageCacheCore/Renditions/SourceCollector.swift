@@ -22,10 +22,13 @@ final class SourceCollector: ResponseSink, @unchecked Sendable {
     private var cancelCallbacks: [@Sendable () -> Void] = []
     private var abandoned = false
     private let limit: Int
+    /// Told of each chunk of the body as it arrives (a fleet lease kept alive by the job's progress).
+    private let progress: (@Sendable () -> Void)?
     private let report: @Sendable (Result<Source, Failure>) -> Void
 
-    init(limit: Int, report: @escaping @Sendable (Result<Source, Failure>) -> Void) {
+    init(limit: Int, progress: (@Sendable () -> Void)? = nil, report: @escaping @Sendable (Result<Source, Failure>) -> Void) {
         self.limit = limit
+        self.progress = progress
         self.report = report
     }
 
@@ -71,6 +74,7 @@ final class SourceCollector: ResponseSink, @unchecked Sendable {
     }
 
     func body(_ chunk: [UInt8]) {
+        progress?()
         let over: Int? = lock.withLock {
             guard !reported else { return nil }
             if body.isEmpty { body = chunk } else { body += chunk }

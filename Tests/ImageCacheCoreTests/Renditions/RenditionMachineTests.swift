@@ -61,6 +61,10 @@ struct RenditionMachineTests {
     static func lines(_ actions: [RenditionMachine.Action]) -> [String] {
         actions.compactMap { action in
             switch action {
+            case let .askFleet(after): after == 0 ? "ask fleet" : "poll fleet after \(Int((after * 1000).rounded())) ms"
+            case let .fleetStore(entry, ttl): "fleet store \(entry.body.count) ttl \(ttl)"
+            case let .fleetPass(_, ttl): "fleet pass \(ttl)s"
+            case .fleetRelease: "fleet release"
             case let .fetchSource(request): "fetch source \(request.head.target)"
             case let .armDeadline(seconds): "arm deadline \(Int(seconds))s"
             case .cancelDeadline: "cancel deadline"

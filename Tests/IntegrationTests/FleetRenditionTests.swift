@@ -1,0 +1,108 @@
+// Renditions in the fleet tier end to end: three daemons (in this process, transforms on, libvips) naming the same
+// real memcached servers. What a user of a fleet notices: a new rendition asked for on every host at once is made
+// once for the whole fleet (one source fetch, one decode and one encode), and every client gets the same bytes;
+// another host's rendition is a fleet hit, kept locally; a winner whose clients all leave hands its lease on.
+
+import Foundation
+import ImageCacheTestSupport
+import Testing
+@testable import ImageCacheHTTP
+@testable import ImageCacheConfig
+@testable import ImageCacheStore
+@testable import ImageCacheFleet
+@testable import ImageCacheCore
+@testable import ImageCacheOps
+
+@Suite("Fleet: renditions made once per fleet", .serialized, .timeLimit(.minutes(3)))
+struct FleetRenditionTests {
+    /// A new AVIF of photo.jpg (640x427), 64 pixels wide.
+    static let avif = TransformTests.path("format:avif/w:64", "photo.jpg")
+
+    /// Transforms made (result ok) on each daemon.
+    static func transforms(_ daemons: [ProxyHarness]) async throws -> [Int] {
+        var counts: [Int] = []
+        for daemon in daemons { counts.append(try await TransformTests.transformsDone(daemon)) }
+        return counts
+    }
+
+    @Test("a storm of clients on three daemons for one new rendition: one source fetch and one encode fleet-wide, the same bytes for all")
+    func storm() async throws {
+        // Given three daemons sharing three memcached servers, and a source the origin holds at a gate
+        let servers = try FleetTests.servers()
+        let daemons = try FleetTests.fleet(servers: servers)
+        let origin = daemons[0].origin
+        let gate = Gate()
+        ImageFiles.serveGated(daemons[0], "/photo.jpg", ImageFiles.bytes("photo.jpg"), gate: gate)
+        // When the first daemon's job wins the rendition's lease and waits for its source, and then the others' clients
+        // arrive and are told to wait on it
+        var connections = try await daemons[0].waitingClients(4, on: Self.avif)
+        try await origin.waitForRequests("/photo.jpg", count: 1)
+        for daemon in daemons.dropFirst() {
+            connections += try await daemon.waitingClients(4, on: Self.avif)
+            #expect(await daemon.fleetWaits.wait(for: 1), "a second host was never told to wait on the first one's rendition")
+        }
+        gate.open()
+        let responses = try await readAll(connections)
+        // Then the source was fetched once and the rendition made once, for all twelve clients
+        #expect(origin.requestCount("/photo.jpg") == 1)
+        #expect(try await Self.transforms(daemons) == [1, 0, 0])
+        #expect(responses.allSatisfy { $0.status == 200 && $0.body == responses[0].body })
+        #expect(Decoded.read(responses[0].body) == Decoded(format: "avif", width: 64, height: 43, frames: 1))
+        let statuses = responses.map { $0.header("Cache-Status") ?? "" }
+        #expect(statuses.prefix(4).allSatisfy { $0.contains("detail=transformed") }, "\(statuses)")
+        #expect(statuses.dropFirst(4).allSatisfy { $0.contains("fwd=uri-miss; stored; collapsed; detail=fleet") }, "\(statuses)")
+        // The winner won two leases (the rendition's, and its source's through the cache) and shared both; each other
+        // host asked once for the rendition, however many of its clients waited, and never for the source.
+        #expect(FleetTests.fleetMetrics(daemons[0]).leaseWins.current == 2)
+        #expect(FleetTests.fleetMetrics(daemons[0]).stored.current == 2)
+        #expect(daemons.dropFirst().allSatisfy {
+            FleetTests.fleetMetrics($0).leaseWins.current == 0 && FleetTests.fleetMetrics($0).hits.current == 1
+        })
+    }
+
+    @Test("another host's rendition is a fleet hit, kept locally: no source fetch, no transform, the next request a memory hit")
+    func fleetHitThenLocal() async throws {
+        // Given a rendition one daemon made
+        let servers = try FleetTests.servers(1)
+        let daemons = try FleetTests.fleet(2, servers: servers)
+        ImageFiles.serve(daemons[0], "photo.jpg")
+        let made = try await daemons[0].get(Self.avif)
+        #expect(made.status == 200 && made.header("Cache-Status")?.contains("detail=transformed") == true)
+        // When another daemon is asked for it
+        let fleetHit = try await daemons[1].get(Self.avif)
+        // Then it serves the fleet's copy, keeps it, and serves the next request from memory
+        #expect(fleetHit.status == 200 && fleetHit.body == made.body)
+        #expect(fleetHit.header("Cache-Status")?.hasPrefix("imagecached; hit; ttl=") == true)
+        #expect(fleetHit.header("Cache-Status")?.hasSuffix("detail=fleet") == true, "\(fleetHit.header("Cache-Status") ?? "")")
+        let local = try await daemons[1].get(Self.avif)
+        #expect(local.header("X-Cache") == "HIT" && local.header("Cache-Status")?.contains("detail=fleet") == false)
+        #expect(local.body == made.body)
+        #expect(daemons[0].origin.requestCount("/photo.jpg") == 1)
+        #expect(try await Self.transforms(daemons) == [1, 0])
+    }
+
+    @Test("a winner whose clients all leave before its transform hands the lease back: a waiting host makes the rendition")
+    func release() async throws {
+        // Given a winner waiting for its gated source, and a second host waiting on the winner's rendition
+        let servers = try FleetTests.servers(1)
+        let daemons = try FleetTests.fleet(2, servers: servers)
+        let origin = daemons[0].origin
+        let gate = Gate()
+        ImageFiles.serveGated(daemons[0], "/photo.jpg", ImageFiles.bytes("photo.jpg"), gate: gate)
+        let leaving = try await daemons[0].waitingClients(1, on: Self.avif)
+        try await origin.waitForRequests("/photo.jpg", count: 1)
+        let staying = try await daemons[1].waitingClients(1, on: Self.avif)
+        #expect(await daemons[1].fleetWaits.wait(for: 1), "the second host was never told to wait on the first one's rendition")
+        // When the winner's only client leaves
+        leaving[0].close()
+        // Then the second host wins the handed-back lease and fetches the source itself, long before the 60 s lease ends
+        try await origin.waitForRequests("/photo.jpg", count: 2, timeout: .seconds(10))
+        gate.open()
+        let response = try await readAll(staying)[0]
+        #expect(response.status == 200 && response.header("Cache-Status")?.contains("detail=transformed") == true)
+        // Two leases handed back: the rendition's (the job), then its source's (the source fetch the job left).
+        #expect(FleetTests.fleetMetrics(daemons[0]).releases.current == 2)
+        #expect(FleetTests.fleetMetrics(daemons[1]).takeovers.current >= 1)
+        #expect(try await Self.transforms(daemons) == [0, 1])
+    }
+}
