@@ -13,9 +13,11 @@
 //     from a value names a file.
 //   - Markers are values with their own client flags (`Flags`), never decoded as entries: a pass marker says "the
 //     response could not be shared; fetch it yourself" to the hosts waiting on the lease.
-//   - A value's memcached TTL is the entry's remaining freshness (whole seconds, at least 1): the tier drops it when it
-//     goes stale, so a server that comes back after an outage holds nothing older than the rules allow. An entry
-//     with no freshness left is not shared (its waiters get a pass marker).
+//   - A value's memcached TTL is the entry's remaining freshness (whole seconds, at least 1), at most an hour
+//     (`maxSharedSeconds`): the tier drops it when it goes stale, so a server that comes back after an outage holds
+//     nothing older than the rules allow; and no value outlives the hosts' memory of a purge of its URL (the purge log,
+//     Core's FleetPurges, keeps every purge at least that long). An entry with no freshness left is not shared (its
+//     waiters get a pass marker). A hot image is fetched again fleet-wide (once) at most every hour.
 
 public import ImageCacheHTTP
 public import Foundation
@@ -68,13 +70,15 @@ public enum FleetEnvelope {
                           responseTime: header.responseTime, vary: nil, policy: policy)
     }
 
+    /// The longest a value stays in the fleet, seconds: no longer than a purge is remembered (FleetPurges).
+    public static let maxSharedSeconds = 3600
+
     /// Whether `entry` may be shared through the fleet at `now`, and for how long (the memcached TTL, seconds): its
     /// own variant without Vary, with freshness left. nil: not shared (the waiters get a pass marker).
     public static func sharedTTL(of entry: CacheEntry, now: Date) -> Int? {
         guard entry.vary == nil, entry.variantID.isEmpty else { return nil }
         let remaining = entry.freshnessLifetime - Freshness.currentAge(entry, now: now)
         guard remaining >= 1 else { return nil }
-        // memcached reads a TTL over 30 days as a Unix time: never more than that.
-        return min(Int(remaining.rounded(.down)), 30 * 86_400)
+        return min(Int(remaining.rounded(.down)), maxSharedSeconds)
     }
 }

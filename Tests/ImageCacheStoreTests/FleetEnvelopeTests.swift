@@ -60,14 +60,14 @@ struct FleetEnvelopeTests {
         #expect(rendition.hasPrefix(key + "~") && rendition.utf8.count <= 250)
     }
 
-    @Test("shared for the freshness it has left; not at all when stale, or when it varies (Vary)")
+    @Test("shared for the freshness it has left, at most an hour; not at all when stale, or when it varies (Vary)")
     func sharedTTL() {
         #expect(FleetEnvelope.sharedTTL(of: Self.entry(age: 100), now: Fixture.t0) == 200)
         #expect(FleetEnvelope.sharedTTL(of: Self.entry(age: 299.5), now: Fixture.t0) == nil)
         #expect(FleetEnvelope.sharedTTL(of: Self.entry(cacheControl: "no-cache"), now: Fixture.t0) == nil)
         let varied = Self.entry(extra: [("Vary", "Accept")], requestHeaders: ["Accept": "image/webp"])
         #expect(FleetEnvelope.sharedTTL(of: varied, now: Fixture.t0) == nil)
-        // (memcached reads a TTL over 30 days as a Unix time)
-        #expect(FleetEnvelope.sharedTTL(of: Self.entry(cacheControl: "max-age=31536000"), now: Fixture.t0) == 30 * 86_400)
+        // At most an hour: no value outlives the hosts' memory of a purge (FleetPurges).
+        #expect(FleetEnvelope.sharedTTL(of: Self.entry(cacheControl: "max-age=31536000"), now: Fixture.t0) == 3600)
     }
 }

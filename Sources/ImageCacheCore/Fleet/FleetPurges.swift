@@ -2,16 +2,19 @@
 // value older than a purge of its URL (a value on a server that missed the purge's delete, being away, included).
 //
 // Design: a purge log in the tier. A purge appends one line, "<time> <url>\n" ("*" for everything; time: seconds since
-// 1970, the purging host's clock), to the value `ic1:purge` on EVERY server (FleetTier.appendEverywhere; the log is
-// made with a one-hour TTL, so it is trimmed by starting again every hour), and deletes the URL's own fleet copy.
-// Every host reads the log on every server once a second (`poll`), applies the lines it has not seen (its local copies
-// of the URL, variants and renditions, go: TieredStore.remove), and keeps each URL's latest purge time for an hour.
+// 1970, the purging host's clock), to the log of the hour, `ic1:purge:<hours since 1970>`, on EVERY server
+// (FleetTier.appendEverywhere; each hour's log is made with a two-hour TTL, so a line stays readable for an hour at
+// least and the logs trim themselves), and deletes the URL's own fleet copy. Every host reads this hour's and the last
+// hour's logs on every server once a second (`poll`), applies the lines it has not seen (its local copies of the URL,
+// variants and renditions, go: TieredStore.remove), and keeps each URL's latest purge time for two hours, longer than
+// any fleet value lives (FleetEnvelope.maxSharedSeconds: an hour).
 // A value read from the fleet whose response is not newer than its URL's purge (or a purge of everything) is refused:
 // deleted, and the host fetches for itself (`isPurged`). Because the line is on every server, a server that was away
 // during a purge does not lose it: the hosts learn it from the others, and its stale values are refused by time.
 // Bound: a host drops its local copies within about a second of the purge (one poll), plus the read's deadline.
-// Limits: a host cut off from every server learns the purge when it can read a log again, if within the hour; the log
-// holds an hour of purges (its reads cost its size per host per second; 1,000 purges an hour are about 100 KB).
+// Limits: a host cut off from every server learns the purge when it can read a log again, if within the hour; the logs
+// hold one to two hours of purges (their reads cost their size per host per second; 1,000 purges an hour are about
+// 100 KB).
 // Clocks: purge and response times come from different hosts: keep them in step (NTP), as for any shared cache.
 //
 // Ownership: confined to the proxy queue (the poll timer runs there; reads hop back to it).
@@ -25,10 +28,11 @@ internal import Foundation
 internal import Logging
 
 final class FleetPurges: @unchecked Sendable {
-    /// The log's key on every server.
-    static let logKey = "ic1:purge"
-    /// How long the log (and this host's memory of each purge) lasts, seconds.
-    static let retentionSeconds = 3600
+    /// The log of the hour that holds `time`, on every server.
+    static func logKey(at time: Date) -> String { "ic1:purge:\(Int((time.timeIntervalSince1970 / 3600).rounded(.down)))" }
+    /// How long an hour's log lasts in memcached, and this host's memory of each purge, seconds: longer than any fleet
+    /// value lives (FleetEnvelope.maxSharedSeconds).
+    static let retentionSeconds = 2 * 3600
     /// Purges remembered at most (the oldest are forgotten first).
     static let rememberedLimit = 100_000
 
@@ -47,7 +51,8 @@ final class FleetPurges: @unchecked Sendable {
     /// The latest purge of everything.
     private var purgedAllAt: Date?
     private var timer: (any DispatchSourceTimer)?
-    private var reading = false
+    /// Log reads out (this hour's and the last hour's).
+    private var reading = 0
 
     init(fleet: FleetTier, store: TieredStore, logger: Logger, now: @escaping @Sendable () -> Date,
          events: (@Sendable (ProxyEvent) -> Void)?, queue: DispatchQueue) {
@@ -84,7 +89,7 @@ final class FleetPurges: @unchecked Sendable {
         seen[line] = time
         remember(url?.string ?? "*", at: time)
         if let url { fleet.delete(FleetEnvelope.key(for: CacheKey(url))) }
-        fleet.appendEverywhere(Self.logKey, Array((line + "\n").utf8), createTTLSeconds: Self.retentionSeconds,
+        fleet.appendEverywhere(Self.logKey(at: time), Array((line + "\n").utf8), createTTLSeconds: Self.retentionSeconds,
                                completion: completion)
     }
 
@@ -99,16 +104,19 @@ final class FleetPurges: @unchecked Sendable {
     /// Reads the log on every server, and applies what is new.
     func poll() {
         dispatchPrecondition(condition: .onQueue(queue))
-        guard !reading else { return }
-        reading = true
+        guard reading == 0 else { return }
+        let time = now()
         weak let weakSelf = self
-        fleet.readEverywhere(Self.logKey) { [queue] reads in
-            queue.async { weakSelf?.apply(reads) }
+        for key in [Self.logKey(at: time.addingTimeInterval(-3600)), Self.logKey(at: time)] {
+            reading += 1
+            fleet.readEverywhere(key) { [queue] reads in
+                queue.async { weakSelf?.apply(reads) }
+            }
         }
     }
 
     private func apply(_ reads: [FleetLogRead]) {
-        reading = false
+        reading -= 1
         var applied = 0
         for read in reads {
             guard case let .value(bytes, _) = read.state else { continue }
