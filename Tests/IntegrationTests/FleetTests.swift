@@ -183,6 +183,49 @@ struct FleetTests {
         _ = try await readAll(hung)
     }
 
+    @Test("a copy gone stale on three hosts is revalidated once for the fleet: one conditional request, every host refreshed")
+    func staleRevalidatedOnce() async throws {
+        let servers = try Self.servers(1)
+        let daemons = try Self.fleet(3, servers: servers)
+        let origin = daemons[0].origin
+        let body = Fixtures.png(size: 5000)
+        let gate = Gate()
+        origin.route("/s.png") { request in
+            let fields = [("Content-Type", "image/png"), ("Cache-Control", "max-age=10"), ("ETag", "\"v1\"")]
+            if request.header("If-None-Match") == "\"v1\"" {
+                // (held before its head: a 304 has no body for a body gate to hold)
+                var notModified = Reply(status: 304, headers: fields)
+                notModified.gateBeforeHead = gate
+                return notModified
+            }
+            return Reply(status: 200, headers: fields, body: body)
+        }
+        // Every host has a copy (one origin fetch, two fleet hits); the tier's copy goes when it goes stale.
+        for daemon in daemons { _ = try await daemon.get("/s.png") }
+        #expect(origin.requestCount("/s.png") == 1)
+        let key = FleetEnvelope.key(for: CacheKey(try UpstreamURL.parse(origin.baseURL + "/s.png")))
+        let deleted = try servers[0].command("md \(key)")
+        #expect(deleted.hasPrefix("HD"), "\(deleted)")
+
+        for daemon in daemons { daemon.clock.advance(20) }
+        // The first host wins the lease and asks the origin (held at the gate); the others wait on it.
+        var connections = try await daemons[0].waitingClients(1, on: "/s.png")
+        try await origin.waitForRequests("/s.png", count: 2)
+        for daemon in daemons.dropFirst() {
+            connections += try await daemon.waitingClients(1, on: "/s.png")
+            #expect(await daemon.fleetWaits.wait(for: 1), "a host was not told to wait on the first one's revalidation")
+        }
+        gate.open()
+        let responses = try await readAll(connections)
+        #expect(responses.allSatisfy { $0.status == 200 && $0.body == body })
+        #expect(origin.requestCount("/s.png") == 2, "one conditional request for the fleet")
+        #expect(responses[0].header("X-Cache") == "REVALIDATED")
+        #expect(responses.dropFirst().allSatisfy { $0.header("Cache-Status") == "imagecached; fwd=stale; stored; collapsed; detail=fleet" },
+                "\(responses.map { $0.header("Cache-Status") ?? "" })")
+        // and each host's copy is fresh again
+        for daemon in daemons { #expect(try await daemon.get("/s.png").header("X-Cache") == "HIT") }
+    }
+
     @Test("a damaged value in memcached is a miss: never served, deleted, counted")
     func damagedValue() async throws {
         let servers = try Self.servers(1)

@@ -28,11 +28,12 @@
 //   streaming ── end ──> store, end every waiter ──> finished
 //   any state ── every waiter gone (and nothing to fill) ──> finished
 //
-//   The fleet stage (a fleet tier is configured; a miss of the URL's own response, nothing stored here): between the
-//   disk's answer (or the start, without a disk tier) and the origin,
+//   The fleet stage (a fleet tier is configured; a miss of the URL's own response, or a stale copy of it to revalidate):
+//   between the disk's answer (or the start, without a disk tier) and the origin,
 //   askingFleet ── hit ──────────> kept here (memory, disk), each waiter it serves answered (hit; detail=fleet, or
 //                                  collapsed; detail=fleet after a wait); the rest revalidate it upstream
-//               ── won ──────────> waitingForHead, holding the lease: the entry stored is shared with its CAS
+//               ── won ──────────> waitingForHead (revalidating the stale copy, if any), holding the lease: the entry
+//                                  stored, or the copy a 304 refreshed (revalidated once per fleet), is shared with its CAS
 //                                  (`fleetStore`); what is not stored leaves a pass marker (`fleetPass`); every client
 //                                  gone hands the lease back (`fleetRelease`)
 //               ── wait ─────────> askingFleet again after 10 ms, doubling to 40 ms; past fleet.wait, the origin
@@ -106,12 +107,13 @@ struct FetchMachine {
     /// How an entry another host stored serves a request here: `hit; ttl=N; detail=fleet` when it was there at the first
     /// lookup, `fwd=uri-miss; stored; collapsed; detail=fleet` when this host waited for the fill (a coalesced miss,
     /// fleet-wide); nil when the request may not be served from it (no-cache, too old for its max-age): it goes on.
-    static func fleetOutcome(_ entry: CacheEntry, request: CacheControl, afterWaiting: Bool, now: Date) -> CacheOutcome? {
+    static func fleetOutcome(_ entry: CacheEntry, request: CacheControl, afterWaiting: Bool, now: Date,
+                             forward: CacheOutcome.Forward = .miss) -> CacheOutcome? {
         let decision = CacheDecision.decide(stored: entry, request: request, now: now, defaultStaleWhileRevalidate: 0)
         guard case let .serve(serve) = decision else { return nil }
         switch serve {
         case .fresh, .stale(_, .maxStale):
-            if afterWaiting { return CacheOutcome(forward: .miss, stored: true, collapsed: true, detail: "fleet") }
+            if afterWaiting { return CacheOutcome(forward: forward, stored: true, collapsed: true, detail: "fleet") }
             return decision.servedOutcome(tier: "fleet") ?? .hit(ttl: 0, detail: "fleet")
         default:
             return nil
@@ -220,7 +222,8 @@ struct FetchMachine {
         /// to revalidate when the disk's has no validators (one that landed between the lookup and the dispatch).
         case lookingOnDisk(confirmed: CacheOutcome?, removalsSeen: UInt64?, fallback: Revalidation?)
         /// Waiting for the fleet tier's answer (a lookup, or the next poll of another host's fill).
-        case askingFleet
+        /// (`revalidating`: the stale copy here that the origin is asked about if the fleet has no fresh one.)
+        case askingFleet(revalidating: Revalidation?)
         case waitingForHead(Upstream)
         /// The image checks wait for the body's first bytes; chunks that came meanwhile are held back.
         case checkingBody(Response, prefix: [UInt8], heldBack: [[UInt8]])
@@ -337,8 +340,8 @@ struct FetchMachine {
     /// The first step when the disk was not asked: the upstream request (conditional when revalidating).
     mutating func start() -> [Action] {
         if case let .waitingForHead(upstream) = state {
-            if upstream.revalidating == nil, asksFleet {
-                askFleet()
+            if asksFleet, upstream.revalidating?.bodyInFile != true {
+                askFleet(revalidating: upstream.revalidating)
             } else {
                 actions.append(.startTransfer(conditional: upstream.revalidating?.entry.conditionalHeaders ?? HTTPHeaders()))
             }
@@ -415,7 +418,7 @@ struct FetchMachine {
 
     /// The fleet tier's answer to `askFleet` (`waited`: seconds since the first lookup of this fetch).
     mutating func fleetAnswered(_ answer: FleetAnswer, waited: Double, now: Date) -> [Action] {
-        guard case .askingFleet = state, case let .asking(polls) = fleetRole else {
+        guard case let .askingFleet(revalidating) = state, case let .asking(polls) = fleetRole else {
             // Too late (every client went): a lease won meanwhile goes back at once.
             if case .won = answer { actions.append(.fleetRelease) }
             return takeActions()
@@ -426,47 +429,51 @@ struct FetchMachine {
             serveFleetEntry(entry, afterWaiting: polls > 0, now: now)
         case .won:
             fleetRole = .holdingLease
-            restartUpstream(revalidating: nil, now: now)
+            restartUpstream(revalidating: revalidating, now: now)
         case .wait:
             guard let fleet = rules.fleet, waited < fleet.waitSeconds else {
                 actions.append(.log(.notice, "\(key): waited \(Int(waited * 1000)) ms for another host's fill (fleet.wait); fetching alone"))
                 fleetRole = .done
-                return goUpstreamAndTake(now: now)
+                restartUpstream(revalidating: revalidating, now: now)
+                return takeActions()
             }
             fleetRole = .asking(polls: polls + 1)
             actions.append(.askFleet(after: FetchMachine.fleetPollDelay(afterPolls: polls)))
         case let .pass(reason):
             actions.append(.log(.debug, "\(key): the fleet's fill was not shared (\(reason)); fetching alone"))
             fleetRole = .done
-            restartUpstream(revalidating: nil, now: now)
+            restartUpstream(revalidating: revalidating, now: now)
         case let .unavailable(reason):
             actions.append(.log(.debug, "\(key): fleet tier unavailable (\(reason)); fetching alone"))
             fleetRole = .done
             fleetDetail = "fleet-unavailable"
-            restartUpstream(revalidating: nil, now: now)
+            restartUpstream(revalidating: revalidating, now: now)
         case let .damaged(reason):
             actions.append(.log(.warning, "\(key): the fleet's value was refused and deleted: \(reason)"))
             actions.append(.countError(kind: "fleet_damaged", status: nil, reason: reason))
             fleetRole = .done
-            restartUpstream(revalidating: nil, now: now)
+            restartUpstream(revalidating: revalidating, now: now)
         }
         return takeActions()
     }
 
-    private mutating func goUpstreamAndTake(now: Date) -> [Action] {
-        restartUpstream(revalidating: nil, now: now)
-        return takeActions()
-    }
-
-    /// The fleet stage applies: a fleet tier, and a miss of the URL's own response (no copy here to revalidate).
+    /// The fleet stage applies: a fleet tier, and a miss of the URL's own response or a stale copy of it to revalidate
+    /// (revalidated once per fleet: the host that wins the lease asks the origin, the others take what it stores). Not
+    /// for a request's own no-cache (`.request`: the origin must confirm it), another variant, or a bypass.
     private var asksFleet: Bool {
-        rules.fleet != nil && fleetRole == .none && reason == .miss && variant.isEmpty && !fillsCache
+        rules.fleet != nil && fleetRole == .none && (reason == .miss || reason == .stale) && variant.isEmpty
     }
 
-    private mutating func askFleet() {
+    private mutating func askFleet(revalidating: Revalidation? = nil) {
         fleetRole = .asking(polls: 0)
-        state = .askingFleet
+        state = .askingFleet(revalidating: revalidating)
         actions.append(.askFleet(after: 0))
+    }
+
+    /// Upstream for the stale copy `revalidating`, through the fleet stage when it applies.
+    private mutating func revalidateViaFleet(_ revalidating: Revalidation, now: Date) {
+        if asksFleet, !revalidating.bodyInFile { return askFleet(revalidating: revalidating) }
+        restartUpstream(revalidating: revalidating, now: now)
     }
 
     /// An entry another host stored: kept here, and served to each waiter it may serve (fresh, or within its
@@ -476,7 +483,7 @@ struct FetchMachine {
         var remaining: [Waiter] = []
         for waiter in waiters {
             guard let outcome = FetchMachine.fleetOutcome(entry, request: waiter.request.cacheControl, afterWaiting: afterWaiting,
-                                                          now: now) else {
+                                                          now: now, forward: reason == .stale ? .stale : .miss) else {
                 remaining.append(waiter)
                 continue
             }
@@ -600,9 +607,9 @@ struct FetchMachine {
         if waiters.isEmpty {
             guard revalidatesInBackground else { return finish() }
             fillsCache = true
-            return restartUpstream(revalidating: revalidating, now: now)
+            return revalidateViaFleet(revalidating, now: now)
         }
-        goUpstream(revalidating: revalidating, now: now)
+        revalidateViaFleet(revalidating, now: now)
     }
 
     /// Who the stored copy serves: everyone after a confirmation; else whom it is fresh for (or whose max-stale
@@ -867,6 +874,15 @@ struct FetchMachine {
                                       allStatuses: leader.mode == .reverse,
                                       negativeTTL: rules.freshnessPolicy.negativeTTLSeconds) == .store
         actions.append(keep ? .refresh(refreshed, bodyInFile: revalidating.bodyInFile) : .remove(variant: entry.variantID))
+        if fleetRole == .holdingLease {
+            // Revalidated once for the fleet: the refreshed copy (head and body) is what the other hosts take.
+            fleetRole = .done
+            if keep, !revalidating.bodyInFile, let ttl = FleetEnvelope.sharedTTL(of: refreshed, now: now) {
+                actions.append(.fleetStore(refreshed, ttl: ttl))
+            } else {
+                actions.append(.fleetPass(reason: "the revalidated copy is not shared", ttl: rules.fleet?.passSeconds ?? 60))
+            }
+        }
         if revalidating.bodyInFile {
             // The body is in the file: the refreshed header was written; stream the body from there. Not kept: the
             // file is gone, so fetch the whole response instead.

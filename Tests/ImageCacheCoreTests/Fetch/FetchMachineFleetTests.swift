@@ -44,14 +44,43 @@ struct FetchMachineFleetTests {
         #expect(T.lines(machine.start(fromDisk: nil, removalsSeen: 0, now: T.t0)) == ["ask fleet"])
     }
 
-    @Test("revalidations, bypasses and vary misses never ask the fleet")
-    func onlyMisses() {
-        var stale = Self.machine(reason: .stale, revalidating: T.stored(age: 120))
-        #expect(T.lines(stale.start()) == ["start If-None-Match: \"v1\""])
+    @Test("a request's own no-cache, bypasses and vary misses never ask the fleet")
+    func onlyMissesAndStaleCopies() {
+        var request = Self.machine(reason: .request, revalidating: T.stored(age: 120))
+        #expect(T.lines(request.start()) == ["start If-None-Match: \"v1\""])
         var bypass = Self.machine(reason: .bypass)
         #expect(T.lines(bypass.start()) == ["start"])
         var vary = Self.machine(reason: .varyMiss)
         #expect(T.lines(vary.start()) == ["start"])
+    }
+
+    @Test("a stale copy is revalidated once per fleet: the lease's winner asks the origin, and shares the copy its 304 refreshed")
+    func staleRevalidatedOnce() {
+        var machine = Self.machine(reason: .stale, revalidating: T.stored(age: 120))
+        #expect(T.lines(machine.start()) == ["ask fleet"])
+        #expect(T.lines(machine.fleetAnswered(.won, waited: 0, now: T.t0)) == ["start If-None-Match: \"v1\""])
+        let lines = T.lines(machine.receiveHead(HTTPResponseHead(status: 304, headers: HTTPHeaders([
+            ("ETag", "\"v1\""), ("Cache-Control", "max-age=60"),
+        ])), url: T.url, redirects: [], now: T.t0))
+        #expect(lines.prefix(2) == ["refresh \"v1\"", "fleet store 100 ttl 60"], "\(lines)")
+        #expect(lines.contains("stored REVALIDATED imagecached; fwd=stale; fwd-status=304; stored to 1"))
+    }
+
+    @Test("a stale copy another host revalidated meanwhile: the fleet's fresh copy replaces it, no request to the origin")
+    func staleRefreshedByAnotherHost() {
+        var machine = Self.machine(reason: .stale, revalidating: T.stored(age: 120))
+        _ = machine.start()
+        #expect(T.lines(machine.fleetAnswered(.wait, waited: 0, now: T.t0)) == ["poll fleet after 10 ms"])
+        #expect(T.lines(machine.fleetAnswered(.hit(Self.fleetEntry(age: 1)), waited: 0.01, now: T.t0)) == [
+            "store 100", "stored COALESCED imagecached; fwd=stale; stored; collapsed; detail=fleet to 1", "closed", "finish",
+        ])
+    }
+
+    @Test("a stale copy whose fleet lookup is unavailable is revalidated here, as without a fleet")
+    func staleAlone() {
+        var machine = Self.machine(reason: .stale, revalidating: T.stored(age: 120))
+        _ = machine.start()
+        #expect(T.lines(machine.fleetAnswered(.unavailable("down"), waited: 0, now: T.t0)) == ["start If-None-Match: \"v1\""])
     }
 
     @Test("a fleet hit is kept here and served to every waiter as hit; detail=fleet, with its age counted")
