@@ -7,6 +7,7 @@
 
 import Foundation
 import ImageCacheTestSupport
+import ImageCacheSystem
 import Testing
 @testable import ImageCacheHTTP
 @testable import ImageCacheConfig
@@ -317,5 +318,89 @@ struct FleetPurgeTests {
         for bad in ["", "x http://o.test/a", "1800000000 not a url", "-5 http://o.test/a", "nan http://o.test/a", "1800000000"] {
             #expect(FleetPurges.parse(bad) == nil, "\(bad)")
         }
+    }
+}
+
+@Suite("Fleet: hosts and servers that fail", .serialized, .timeLimit(.minutes(2)))
+struct FleetFailureTests {
+    @Test("a winner killed (SIGKILL) mid-body: its lease lapses, a surviving host takes over, and every client of the survivor is answered")
+    func winnerKilled() async throws {
+        let memcached = try MemcachedProcess()
+        let origin = try TestOrigin()
+        defer { origin.stop() }
+        let body = Fixtures.jpeg(size: 60_000)
+        let first = Locked(true)
+        // The first fetch drips its body (its lease is kept alive while bytes arrive); the takeover's comes at once.
+        origin.route("/kill.jpg") { _ in
+            let isFirst = first.withLock { value in defer { value = false }; return value }
+            var reply = Reply(status: 200, headers: [("Content-Type", "image/jpeg"), ("Cache-Control", "max-age=300")], body: body,
+                              drip: isFirst ? (chunks: 60, interval: .milliseconds(500)) : nil)
+            reply.closeAfter = isFirst
+            return reply
+        }
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("imagecached-fleet-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        func daemon(_ name: String) throws -> DaemonProcess {
+            try DaemonProcess(["--listen", "127.0.0.1:0", "--origin", origin.baseURL, "--memory-limit", "16MiB",
+                               "--cache-dir", directory.appendingPathComponent(name).path, "--server-cpu-affinity", "off",
+                               "--fleet-servers", "127.0.0.1:\(memcached.port)", "--fleet-lease", "2s", "--fleet-deadline", "2s"])
+        }
+        let winner = try daemon("a"), survivor = try daemon("b")
+        defer {
+            winner.kill9()
+            survivor.kill9()
+        }
+        let winnerPort = try #require(await winner.port()), survivorPort = try #require(await survivor.port())
+        // The winner's client starts the fetch; its first bytes are on their way when the survivor's clients ask.
+        let dying = try TestConnection(port: winnerPort)
+        try dying.request("/kill.jpg")
+        try await origin.waitForRequests("/kill.jpg", count: 1)
+        var survivors: [TestConnection] = []
+        for _ in 0..<3 {
+            let connection = try TestConnection(port: survivorPort)
+            try connection.request("/kill.jpg")
+            survivors.append(connection)
+        }
+        _ = try await dying.head()
+        winner.send(SIGKILL)
+        #expect(await winner.waitForExit() == 128 + SIGKILL)
+        // The survivor's next poll after the lease lapses wins it: one more origin fetch, and all three answered.
+        try await origin.waitForRequests("/kill.jpg", count: 2, timeout: .seconds(15))
+        let responses = try await readAll(survivors)
+        #expect(responses.allSatisfy { $0.status == 200 && $0.body == body })
+        #expect(origin.requestCount("/kill.jpg") == 2)
+        let metrics = try await offPool { try TestClient.get(port: survivorPort, "/_imagecached/metrics") }
+        #expect(metrics.text.contains("imagecached_fleet_takeovers_total 1\n"), "\(metrics.text.split(separator: "\n").filter { $0.contains("fleet_") })")
+    }
+
+    @Test("a slow memcached (300 ms each way): operations end at their deadline, the host serves alone, and after three failures its breaker keeps requests off the slow server")
+    func slowServer() async throws {
+        let memcached = try MemcachedProcess()
+        let slow = try DelayProxy(to: memcached.port, delay: .milliseconds(300))
+        let daemons = try FleetTests.fleet(1, servers: []) { configuration in
+            configuration.fleet.servers = [FleetServer(host: "127.0.0.1", port: slow.port)]
+            configuration.fleet.deadlineSeconds = 0.05
+            configuration.fleet.breakerOpenSeconds = 60
+        }
+        let daemon = daemons[0], origin = daemon.origin
+        let body = Fixtures.png(size: 2000)
+        for index in 0..<5 {
+            origin.route("/slow\(index).png") { _ in Reply(status: 200, headers: [("Content-Type", "image/png"), ("Cache-Control", "max-age=300")], body: body) }
+        }
+        var statuses: [String] = []
+        for index in 0..<5 {
+            let response = try await daemon.get("/slow\(index).png")
+            #expect(response.status == 200 && response.body == body)
+            statuses.append(response.header("Cache-Status") ?? "")
+        }
+        #expect(statuses.allSatisfy { $0.hasSuffix("detail=fleet-unavailable") }, "\(statuses)")
+        let stats = daemon.daemon.proxy.fleet.stats()
+        #expect(stats.servers.first?.state == .down, "\(stats.servers)")
+        // Three operations went to the slow server and missed their deadline; the other two never left the host.
+        #expect(stats.servers.first?.failures == 3, "\(stats.servers)")
+        #expect(stats.servers.first?.breakerOpens == 1)
+        // A local hit never asks the tier.
+        #expect(try await daemon.get("/slow0.png").header("X-Cache") == "HIT")
     }
 }
