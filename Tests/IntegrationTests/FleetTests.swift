@@ -404,3 +404,51 @@ struct FleetFailureTests {
         #expect(try await daemon.get("/slow0.png").header("X-Cache") == "HIT")
     }
 }
+
+@Suite("Fleet: a partition", .serialized, .timeLimit(.minutes(1)), .enabled(if: TestNetwork.isAvailable, "root and iproute2 only"))
+struct FleetPartitionTests {
+    @Test("memcached in a network namespace of its own: a host cut off from it serves alone, while the others still coalesce through it")
+    func partition() async throws {
+        let network = try TestNetwork(links: 2)
+        let memcached = try MemcachedProcess(namespace: network.namespace, hosts: network.addresses, port: 11211)
+        // A and C reach the server over the first link, B over the second (one server: the same owner for every key).
+        func host(_ link: Int, origins: [OriginMapping]? = nil) throws -> ProxyHarness {
+            try ProxyHarness { configuration in
+                if let origins { configuration.origins = origins }
+                configuration.fleet.servers = [FleetServer(host: network.addresses[link], port: memcached.port)]
+                configuration.fleet.deadlineSeconds = 0.5
+                configuration.fleet.leaseSeconds = 60
+                configuration.fleet.breakerOpenSeconds = 60
+            }
+        }
+        let a = try host(0)
+        let b = try host(1, origins: a.configuration.origins), c = try host(0, origins: a.configuration.origins)
+        let origin = a.origin
+        let body = Fixtures.png(size: 3000)
+        for path in ["/one.png", "/two.png", "/three.png"] {
+            origin.route(path) { _ in Reply(status: 200, headers: [("Content-Type", "image/png"), ("Cache-Control", "max-age=300")], body: body) }
+        }
+        // Before: one fetch, and the others' hits through the namespace.
+        _ = try await a.get("/one.png")
+        #expect(try await b.get("/one.png").header("Cache-Status")?.hasSuffix("detail=fleet") == true)
+        #expect(try await c.get("/one.png").header("Cache-Status")?.hasSuffix("detail=fleet") == true)
+        // When B's link is cut
+        try network.cut(1)
+        // Then B serves alone (its lookup ends at its deadline), labelled so
+        let alone = try await b.get("/two.png")
+        #expect(alone.status == 200 && alone.body == body)
+        #expect(alone.header("Cache-Status")?.hasSuffix("detail=fleet-unavailable") == true, "\(alone.headers)")
+        // while A and C still share one fetch for a new image
+        let gate = Gate()
+        origin.route("/three.png") { _ in Reply(status: 200, headers: [("Content-Type", "image/png"), ("Cache-Control", "max-age=300")], body: body, gate: gate) }
+        var connections = try await a.waitingClients(2, on: "/three.png")
+        try await origin.waitForRequests("/three.png", count: 1)
+        connections += try await c.waitingClients(2, on: "/three.png")
+        #expect(await c.fleetWaits.wait(for: 1))
+        gate.open()
+        let responses = try await readAll(connections)
+        #expect(responses.allSatisfy { $0.status == 200 && $0.body == body })
+        #expect(origin.requestCount("/three.png") == 1)
+        #expect(responses.suffix(2).allSatisfy { $0.header("Cache-Status")?.hasSuffix("collapsed; detail=fleet") == true })
+    }
+}

@@ -47,6 +47,23 @@ public final class MemcachedProcess: @unchecked Sendable {
         throw lastError
     }
 
+    /// Starts memcached inside the network namespace `namespace` (`ip netns exec`), listening on `hosts` (addresses of
+    /// that namespace) and `port`. Root only; `command` and `value` are not for it (they dial 127.0.0.1).
+    public init(namespace: String, hosts: [String], port: Int) throws {
+        itemSizeMax = "32m"
+        self.port = port
+        var arguments = ["netns", "exec", namespace, "/usr/bin/memcached", "-l", hosts.joined(separator: ","), "-p", String(port),
+                         "-U", "0", "-t", "1", "-m", "64", "-I", itemSizeMax, "-vv", "-u", "root"]
+        if geteuid() != 0 { arguments.removeLast(2) }
+        let incarnation = try Incarnation(executable: "/usr/sbin/ip", arguments: arguments)
+        guard incarnation.waitForOutput("server listening", timeout: 10) else {
+            incarnation.kill(SIGKILL)
+            _ = incarnation.waitForExit(timeout: 10)
+            throw MemcachedError(description: "memcached in \(namespace) did not start: \(incarnation.output.suffix(300))")
+        }
+        self.incarnation = incarnation
+    }
+
     deinit {
         let incarnation = current
         incarnation.kill(SIGKILL)
@@ -236,7 +253,7 @@ private final class Incarnation: @unchecked Sendable {
     private var text = ""
     private var exitStatus: Int32?
 
-    init(arguments: [String]) throws(MemcachedError) {
+    init(executable: String = "/usr/bin/memcached", arguments: [String]) throws(MemcachedError) {
         var fds: [Int32] = [0, 0]
         // Close-on-exec at once (pipe2 is not in Glibc's Swift module): another child spawned meanwhile would hold the
         // write end and delay the end of this output until it exits.
@@ -248,7 +265,7 @@ private final class Incarnation: @unchecked Sendable {
         posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
         posix_spawn_file_actions_adddup2(&actions, fds[1], 1)
         posix_spawn_file_actions_adddup2(&actions, fds[1], 2)
-        let argv = ["/usr/bin/memcached"] + arguments
+        let argv = [executable] + arguments
         let cArgs = argv.map { strdup($0) } + [nil]
         let cEnv: [UnsafeMutablePointer<CChar>?] = [strdup("PATH=/usr/bin:/bin"), nil]
         defer {
@@ -256,7 +273,7 @@ private final class Incarnation: @unchecked Sendable {
             cEnv.forEach { free($0) }
         }
         var child: pid_t = 0
-        let result = posix_spawn(&child, "/usr/bin/memcached", &actions, nil, cArgs, cEnv)
+        let result = posix_spawn(&child, executable, &actions, nil, cArgs, cEnv)
         close(fds[1])
         guard result == 0 else {
             close(fds[0])
