@@ -29,7 +29,7 @@ The hosts
       no value, no lease stub   -> W: a 0-byte stub with a fresh CAS is made; this host fetches from the origin
                                    (keeping the lease alive while its bytes arrive: one `mg T` every lease/3) and
                                    then stores with `ms ... C<cas>`, which replaces the stub;
-      a stub (another's lease)  -> Z: the host asks again after 10 ms, doubling to 100 ms (--poll-first, --poll-cap;
+      a stub (another's lease)  -> Z: the host asks again after 10 ms, doubling to 40 ms (--poll-first, --poll-cap;
                                    each delay jittered by x0.8..1.2, as Fetch.askFleet does), until a hit, a W (the
                                    stub went), or --fleet-wait seconds: then it fetches from the origin alone and
                                    stores nothing.
@@ -76,9 +76,9 @@ INF = float("inf")
 
 # ---------------------------------------------------------------- rules (pure)
 
-def poll_delay(polls, first=0.01, cap=0.1):
+def poll_delay(polls, first=0.01, cap=0.04):
     """Seconds before the next ask after `polls` answers of Z so far, before jitter: `first` doubling up to `cap`
-    (FetchMachine.fleetAnswered: min(0.01 * 2^min(polls, 4), 0.1), the same for these defaults)."""
+    (FetchMachine.fleetPollDelay: min(0.01 * 2^min(polls, 2), 0.04), the same for these defaults)."""
     return min(first * (1 << min(polls, 30)), cap)
 
 
@@ -644,7 +644,7 @@ def main():
     parser.add_argument("--lease", type=float, default=5, help="fleet.lease, s")
     parser.add_argument("--fleet-wait", type=float, default=10, help="fleet.wait, s")
     parser.add_argument("--poll-first", type=float, default=0.01, help="s before a waiter's first poll (the daemon: 10 ms)")
-    parser.add_argument("--poll-cap", type=float, default=0.1, help="s the doubling poll delay stops at (the daemon: 100 ms)")
+    parser.add_argument("--poll-cap", type=float, default=0.04, help="s the doubling poll delay stops at (the daemon: 40 ms, FetchMachine.fleetPollCap)")
     parser.add_argument("--duration", type=float, default=60, help="simulated seconds")
     parser.add_argument("--warmup", type=float, default=10, help="seconds before counting")
     parser.add_argument("--cold", action="store_true", help="start with every tier empty")

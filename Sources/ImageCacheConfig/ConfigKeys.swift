@@ -625,8 +625,11 @@ extension ConfigKey {
         key("fleet.item-max", "SIZE", ByteSize.text(defaults.fleet.itemMaxBytes), "largest entry kept in the fleet tier; at most the servers' -I (checked at start); larger responses leave a pass marker") {
             $0.fleet.itemMaxBytes = try $1.size(atLeast: 1 << 10)
         },
-        key("fleet.lease", "DURATION", DurationText.text(Double(defaults.fleet.leaseSeconds)), "a fill lease's life in memcached (whole seconds, at least 2: memcached's clock ticks once a second), kept alive while the winner's bytes arrive") {
-            $0.fleet.leaseSeconds = max(2, Int(try $1.seconds().rounded(.up)))
+        key("fleet.lease", "DURATION", DurationText.text(Double(defaults.fleet.leaseSeconds)), "a fill lease's life in memcached (whole seconds, 2s to 1h: memcached's clock ticks once a second), kept alive while the winner's bytes arrive") {
+            let seconds = try $1.seconds()
+            // (memcached reads a TTL over 30 days as a Unix time: an hour is far beyond any fill.)
+            guard seconds <= 3600 else { throw ConfigError(key: "fleet.lease", reason: "at most 1h (a fill lease is refreshed while its bytes arrive)") }
+            $0.fleet.leaseSeconds = max(2, Int(seconds.rounded(.up)))
         },
         key("fleet.wait", "DURATION", DurationText.text(defaults.fleet.waitSeconds), "longest a host waits for another host's fill before it fetches alone") {
             $0.fleet.waitSeconds = try $1.seconds(allowingZero: true)

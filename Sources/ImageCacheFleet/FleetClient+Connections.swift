@@ -117,8 +117,12 @@ extension FleetClient {
         return true
     }
 
+    /// A request's deadline: its own time from when the requests before it on the connection are due (answers come
+    /// in order), so only the first one out measures the server.
     private func schedule(deadlineSeconds: Double, for connection: FleetConnection, serial: UInt64) {
-        let deadline = Self.milliseconds() + UInt64(max(1, (deadlineSeconds * 1000).rounded(.up)))
+        let start = max(Self.milliseconds(), connection.lastDeadline)
+        let deadline = start + UInt64(max(1, (deadlineSeconds * 1000).rounded(.up)))
+        connection.lastDeadline = deadline
         timers.insert(.deadline(connection: connection.id, serial: serial), at: deadline)
     }
 

@@ -162,6 +162,11 @@ final class FleetClient: @unchecked Sendable {
         let start = inbox.withLock { inbox -> Bool in
             guard !inbox.started, !inbox.closed, epollFD >= 0 else { return false }
             inbox.started = true
+            // Commands posted before the start (a reload, a lookup) wake the thread's first wait.
+            if !inbox.commands.isEmpty, !inbox.woken {
+                inbox.woken = true
+                _ = eventfd_write(wakeFD, 1)
+            }
             return true
         }
         guard start else { return }

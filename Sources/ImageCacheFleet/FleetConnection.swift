@@ -19,6 +19,10 @@ internal import Glibc
 internal import ImageCacheSystem
 
 final class FleetConnection {
+    /// The latest deadline of a request pending here (ms, FleetClient.milliseconds): a request queued behind others
+    /// gets its time from theirs, since memcached answers in order (a read behind a 20 MiB upload is not late).
+    var lastDeadline: UInt64 = 0
+
     enum Role: String {
         /// Lookups, lease checks and refreshes, deletes, stores and reads of values up to the bulk threshold.
         case control

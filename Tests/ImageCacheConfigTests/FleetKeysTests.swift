@@ -45,5 +45,8 @@ struct FleetKeysTests {
         #expect(try Self.apply("fleet.item-max", "32MiB").fleet.itemMaxBytes == 32 << 20)
         #expect(throws: ConfigError.self) { _ = try Self.apply("fleet.item-max", "100") }
         #expect(try Self.apply("fleet.wait", "0").fleet.waitSeconds == 0)
+        // At most an hour (memcached would read a TTL over 30 days as a time in the past: no lease would hold).
+        #expect(try Self.apply("fleet.lease", "1h").fleet.leaseSeconds == 3600)
+        #expect(throws: ConfigError.self) { _ = try Self.apply("fleet.lease", "3601s") }
     }
 }

@@ -33,6 +33,8 @@ final class FleetPurges: @unchecked Sendable {
     /// How long an hour's log lasts in memcached, and this host's memory of each purge, seconds: longer than any fleet
     /// value lives (FleetEnvelope.maxSharedSeconds).
     static let retentionSeconds = 2 * 3600
+    /// How far ahead of this host's clock a purge line may be dated (clocks in step, give or take).
+    static let clockSkewSeconds = 300.0
     /// Purges remembered at most (the oldest are forgotten first).
     static let rememberedLimit = 100_000
 
@@ -123,6 +125,13 @@ final class FleetPurges: @unchecked Sendable {
             for raw in bytes.split(separator: UInt8(ascii: "\n")) {
                 let line = String(decoding: raw, as: UTF8.self)
                 guard seen[line] == nil, let (time, target) = Self.parse(line) else { continue }
+                // A line dated well ahead of this host's clock (a clock far off, or a stray write) would disable the
+                // fleet for its URL until then: skipped, and logged once.
+                guard time <= now().addingTimeInterval(Self.clockSkewSeconds) else {
+                    seen[line] = now()
+                    logger.warning("fleet: a purge line dated \(Int(time.timeIntervalSince(now()))) s ahead of this host's clock was skipped: \(line.prefix(200))")
+                    continue
+                }
                 seen[line] = time
                 applyPurge(target, at: time)
                 applied += 1

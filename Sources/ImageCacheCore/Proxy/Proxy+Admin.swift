@@ -18,6 +18,7 @@
 //   DELETE /_imagecached/cache?url=<URL>     removes one URL (normalised like every cache key) from memory and disk
 //   DELETE /_imagecached/cache               removes everything from memory and disk
 
+internal import ImageCacheSystem
 internal import ImageCacheHTTP
 internal import ImageCacheStatus
 internal import ImageCacheConfig
@@ -127,12 +128,11 @@ extension Proxy {
             logger.notice("purge: everything (\(memory.count) entries in memory) by \(client.address)")
             // Files first, then memory (TieredStore): a disk lookup queued behind the removal finds nothing, and one
             // that started before it cannot promote its copy afterwards (MemoryCache.promote, removal count).
-            store.removeAll { [self] failure in
-                guard failure == nil, configuration.fleet.isEnabled else { return answer(failure, "purged everything") }
-                queue.async { [fleetPurges] in
-                    fleetPurges.purged(nil) { stored, asked in answer(nil, "purged everything (fleet: logged on \(stored) of \(asked) servers)") }
-                }
+            guard configuration.fleet.isEnabled else {
+                store.removeAll { failure in answer(failure, "purged everything") }
+                return
             }
+            purgeWithFleet(nil, answer: answer) { [store] done in store.removeAll { done($0, "purged everything") } }
             return
         }
         let names = query.split(separator: "&").map { $0.split(separator: "=", maxSplits: 1).first.map(String.init) ?? "" }
@@ -151,15 +151,36 @@ extension Proxy {
         let key = CacheKey(url)
         logger.notice("purge: \(key) by \(client.address)")
         // Every variant of the URL, in both tiers.
-        let fleetEnabled = configuration.fleet.isEnabled
-        store.remove(key) { [hasDisk = store.writesToDisk, queue, fleetPurges] wasInMemory, failure in
-            let message = hasDisk || wasInMemory ? "purged \(key)" : "not cached: \(key)"
-            guard failure == nil, fleetEnabled else { return answer(failure, message) }
-            // Every host's copies and the fleet's: the purge goes to the fleet's log (FleetPurges.swift).
-            queue.async {
-                fleetPurges.purged(url) { stored, asked in
-                    answer(nil, message + " (fleet: logged on \(stored) of \(asked) servers; every host drops its copies within about a second)")
-                }
+        let hasDisk = store.writesToDisk
+        guard configuration.fleet.isEnabled else {
+            store.remove(key) { wasInMemory, failure in answer(failure, hasDisk || wasInMemory ? "purged \(key)" : "not cached: \(key)") }
+            return
+        }
+        purgeWithFleet(url, answer: answer) { [store] done in
+            store.remove(key) { wasInMemory, failure in done(failure, hasDisk || wasInMemory ? "purged \(key)" : "not cached: \(key)") }
+        }
+    }
+
+    /// A purge with a fleet: recorded first (from then on this host refuses the fleet's copy older than the purge, so
+    /// nothing fills again what `removeLocally` removes next), logged for every host and the URL's fleet copy deleted
+    /// (FleetPurges.swift); answered once the local removal and the log's append are both done.
+    private func purgeWithFleet(_ url: UpstreamURL?, answer: @escaping @Sendable (String?, String) -> Void,
+                                removeLocally: @escaping @Sendable (@escaping @Sendable (String?, String) -> Void) -> Void) {
+        let parts = Locked<(local: (String?, String)?, fleet: (Int, Int)?)>((nil, nil))
+        let finish: @Sendable () -> Void = {
+            guard let (local, fleet) = parts.withLock({ state in
+                state.local.flatMap { local in state.fleet.map { (local, $0) } }
+            }) else { return }
+            answer(local.0, local.1 + " (fleet: logged on \(fleet.0) of \(fleet.1) servers; every host drops its copies within about a second)")
+        }
+        queue.async { [fleetPurges] in
+            fleetPurges.purged(url) { stored, asked in
+                parts.withLock { $0.fleet = (stored, asked) }
+                finish()
+            }
+            removeLocally { failure, message in
+                parts.withLock { $0.local = (failure, message) }
+                finish()
             }
         }
     }
