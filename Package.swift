@@ -165,7 +165,7 @@ let package = Package(
         // bodies, and the store's fixtures (keys, heads, entries at a fixed time).
         .target(
             name: "ImageCacheTestSupport",
-            dependencies: ["ImageCacheHTTP", "ImageCacheStore", .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: ["ImageCacheSystem", "ImageCacheHTTP", "ImageCacheStore", .product(name: "Crypto", package: "swift-crypto")],
             path: "Tests/TestSupport",
             swiftSettings: swiftSettings
         ),

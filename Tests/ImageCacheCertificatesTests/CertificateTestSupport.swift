@@ -2,6 +2,7 @@
 // `Verifier`, and OpenSSL's `openssl verify` as curl, Python and Node would judge a chain), and a fixed clock.
 
 import Foundation
+import ImageCacheTestSupport
 import ImageCacheCertificates
 import ImageCacheHTTP
 import SwiftASN1
@@ -67,16 +68,8 @@ enum Verifiers {
     /// Runs a program to completion; its exit status and its output (standard output and error together).
     static func run(_ program: String, _ arguments: [String]) throws -> (Int32, String) {
         try #require(FileManager.default.isExecutableFile(atPath: program), "\(program) missing: run scripts/install-deps --test")
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: program)
-        process.arguments = arguments
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
-        try process.run()
-        let data = pipe.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+        let result = try Subprocess.run(program, arguments, mergeError: true)
+        return (result.exitCode, result.outputText)
     }
 }
 

@@ -88,13 +88,9 @@ struct TLSIdentityTests {
     func encryptedKey() throws {
         let pki = try TestPKI.standard()
         let encrypted = pki.directory.appendingPathComponent("encrypted-\(UUID().uuidString).key")
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
-        process.arguments = ["pkey", "-in", pki.imagesLeaf.keyFile.path, "-aes256", "-passout", "pass:secret", "-out", encrypted.path]
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
-        process.waitUntilExit()
-        try #require(process.terminationStatus == 0)
+        let result = try Subprocess.run("/usr/bin/openssl", ["pkey", "-in", pki.imagesLeaf.keyFile.path, "-aes256", "-passout", "pass:secret",
+                                                            "-out", encrypted.path])
+        try #require(result.status == 0)
         let error = #expect(throws: TLSError.self) {
             try TLSIdentity(certificateChainFile: pki.imagesLeaf.certificateFile.path, privateKeyFile: encrypted.path)
         }

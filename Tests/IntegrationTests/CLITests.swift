@@ -20,18 +20,8 @@ struct CLITests {
     /// status, stdout, stderr).
     static func run(_ arguments: [String], environment: [String: String]? = nil) async throws -> (Int32, String, String) {
         try await offPool {
-            let process = Process()
-            process.executableURL = binary
-            process.arguments = arguments
-            if let environment { process.environment = environment }
-            let out = Pipe(), err = Pipe()
-            process.standardOutput = out
-            process.standardError = err
-            try process.run()
-            let stdout = out.fileHandleForReading.readDataToEndOfFile()
-            let stderr = err.fileHandleForReading.readDataToEndOfFile()
-            process.waitUntilExit()
-            return (process.terminationStatus, String(decoding: stdout, as: UTF8.self), String(decoding: stderr, as: UTF8.self))
+            let result = try Subprocess.run(binary.path, arguments, environment: environment)
+            return (result.exitCode, result.outputText, result.errorText)
         }
     }
 
@@ -74,15 +64,9 @@ struct CLITests {
     @Test("an environment variable is a setting too, and a bad one is reported by name")
     func environment() async throws {
         let (status, _, stderr) = try await offPool {
-            let process = Process()
-            process.executableURL = CLITests.binary
-            process.environment = ["IMAGECACHED_UPSTREAM_QUEUE_ORDER": "sideways", "PATH": "/usr/bin:/bin"]
-            let err = Pipe()
-            process.standardError = err
-            try process.run()
-            let data = err.fileHandleForReading.readDataToEndOfFile()
-            process.waitUntilExit()
-            return (process.terminationStatus, "", String(decoding: data, as: UTF8.self))
+            let result = try Subprocess.run(CLITests.binary.path, [],
+                                            environment: ["IMAGECACHED_UPSTREAM_QUEUE_ORDER": "sideways", "PATH": "/usr/bin:/bin"])
+            return (result.exitCode, "", result.errorText)
         }
         #expect(status == 2)
         #expect(stderr.contains("IMAGECACHED_UPSTREAM_QUEUE_ORDER: 'sideways' is not fifo or lifo"))

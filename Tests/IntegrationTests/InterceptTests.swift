@@ -70,21 +70,11 @@ struct InterceptTests {
 
     static func run(_ executable: String, _ arguments: [String], environment: [String: String]) async throws -> (body: [UInt8], head: String, exit: Int32) {
         try await offPool {
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: executable)
-            process.arguments = arguments
             var env = ProcessInfo.processInfo.environment
             for name in ["http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "all_proxy", "NO_PROXY", "no_proxy"] { env[name] = nil }
             for (name, value) in environment { env[name] = value }
-            process.environment = env
-            let out = Pipe(), err = Pipe()
-            process.standardOutput = out
-            process.standardError = err
-            try process.run()
-            let body = out.fileHandleForReading.readDataToEndOfFile()
-            let head = err.fileHandleForReading.readDataToEndOfFile()
-            process.waitUntilExit()
-            return (Array(body), String(decoding: head, as: UTF8.self), process.terminationStatus)
+            let result = try Subprocess.run(executable, arguments, environment: env)
+            return (result.output, result.errorText, result.exitCode)
         }
     }
 

@@ -50,18 +50,9 @@ struct TLSListenerTests {
         let port = harness.daemon.tlsPort
         let ca = certificates.ca.certificateFile.path
         return try await offPool {
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
-            process.arguments = ["-s", "--noproxy", "*", "--cacert", ca, "-D", "/dev/stderr", "--max-time", "20"]
-                + paths.map { "https://localhost:\(port)\($0)" }
-            let out = Pipe(), err = Pipe()
-            process.standardOutput = out
-            process.standardError = err
-            try process.run()
-            let body = out.fileHandleForReading.readDataToEndOfFile()
-            let headers = err.fileHandleForReading.readDataToEndOfFile()
-            process.waitUntilExit()
-            return (Array(body), String(decoding: headers, as: UTF8.self), process.terminationStatus)
+            let result = try Subprocess.run("/usr/bin/curl", ["-s", "--noproxy", "*", "--cacert", ca, "-D", "/dev/stderr", "--max-time", "20"]
+                                                + paths.map { "https://localhost:\(port)\($0)" })
+            return (result.output, result.errorText, result.exitCode)
         }
     }
 

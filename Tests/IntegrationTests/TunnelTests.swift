@@ -23,17 +23,9 @@ struct TunnelTests {
     /// Runs curl through the daemon as an HTTP proxy with a tunnel for every request (-p): status, body, stderr.
     static func curlThroughTunnel(daemonPort: Int, url: String) async throws -> (body: [UInt8], headers: String, exit: Int32) {
         try await offPool {
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
-            process.arguments = ["-s", "-p", "-x", "http://127.0.0.1:\(daemonPort)", "-D", "/dev/stderr", "--max-time", "20", url]
-            let out = Pipe(), err = Pipe()
-            process.standardOutput = out
-            process.standardError = err
-            try process.run()
-            let body = out.fileHandleForReading.readDataToEndOfFile()
-            let headers = err.fileHandleForReading.readDataToEndOfFile()
-            process.waitUntilExit()
-            return (Array(body), String(decoding: headers, as: UTF8.self), process.terminationStatus)
+            let result = try Subprocess.run("/usr/bin/curl", ["-s", "-p", "-x", "http://127.0.0.1:\(daemonPort)", "-D", "/dev/stderr",
+                                                              "--max-time", "20", url])
+            return (result.output, result.errorText, result.exitCode)
         }
     }
 

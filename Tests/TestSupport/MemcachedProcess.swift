@@ -255,8 +255,11 @@ private final class Incarnation: @unchecked Sendable {
 
     init(executable: String = "/usr/bin/memcached", arguments: [String]) throws(MemcachedError) {
         var fds: [Int32] = [0, 0]
-        // Close-on-exec at once (pipe2 is not in Glibc's Swift module): another child spawned meanwhile would hold the
-        // write end and delay the end of this output until it exits.
+        // Close-on-exec at once, under the tests' spawn lock (pipe2 is not in Glibc's Swift module): another child
+        // spawned meanwhile would hold the write end and delay the end of this output until it exits.
+        Subprocess.lockSpawns()
+        var locked = true
+        defer { if locked { Subprocess.unlockSpawns() } }
         guard pipe(&fds) == 0 else { throw MemcachedError(description: "pipe failed: errno \(errno)") }
         for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
         var actions = posix_spawn_file_actions_t()
@@ -274,6 +277,8 @@ private final class Incarnation: @unchecked Sendable {
         }
         var child: pid_t = 0
         let result = posix_spawn(&child, executable, &actions, nil, cArgs, cEnv)
+        Subprocess.unlockSpawns()
+        locked = false
         close(fds[1])
         guard result == 0 else {
             close(fds[0])

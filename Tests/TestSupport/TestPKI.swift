@@ -140,23 +140,11 @@ package struct TestPKI: Sendable {
     /// Runs `openssl` with `arguments`; its standard output, or a `Failure` with its standard error.
     @discardableResult
     private static func openssl(_ arguments: [String]) throws -> String {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["openssl"] + arguments
-        let output = Pipe()
-        let errors = Pipe()
-        process.standardOutput = output
-        process.standardError = errors
-        try process.run()
-        // Small outputs (a fingerprint, a line of progress): the pipes' buffers hold them until the process ends.
-        let outputBytes = output.fileHandleForReading.readDataToEndOfFile()
-        let errorBytes = errors.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else {
-            throw Failure(description: "openssl \(arguments.joined(separator: " ")) exited \(process.terminationStatus): "
-                          + String(decoding: errorBytes, as: UTF8.self)
-                          + " (the openssl tool is installed by scripts/install-deps --test)")
+        let result = try Subprocess.run("/usr/bin/env", ["openssl"] + arguments)
+        guard result.status == 0 else {
+            throw Failure(description: "openssl \(arguments.joined(separator: " ")) exited \(result.exitCode): "
+                          + result.errorText + " (the openssl tool is installed by scripts/install-deps --test)")
         }
-        return String(decoding: outputBytes, as: UTF8.self)
+        return result.outputText
     }
 }

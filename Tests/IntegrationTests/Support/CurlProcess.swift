@@ -2,6 +2,7 @@
 // the proxy does. The proxy variables of the test's own environment are left out, so only `-x` decides.
 
 import Foundation
+import ImageCacheTestSupport
 import ImageCacheSystem
 
 struct CurlResult: Sendable {
@@ -21,33 +22,11 @@ enum CurlProcess {
     /// `input`: bytes written to curl's standard input (for `--data-binary @-`).
     static func run(proxyPort: Int, _ arguments: [String], input: [UInt8]? = nil) async throws -> CurlResult {
         try await offPool {
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
-            process.arguments = ["-sS", "-i", "--noproxy", "", "-x", "http://127.0.0.1:\(proxyPort)", "--max-time", "30"] + arguments
-            process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.lowercased().hasSuffix("_proxy") }
-            let out = Pipe(), err = Pipe(), stdin = Pipe()
-            process.standardOutput = out
-            process.standardError = err
-            process.standardInput = stdin
-            try process.run()
-            // Written from a thread of its own: curl may not read its input before the pipes' buffers fill.
-            let writer = Thread {
-                if let input { stdin.fileHandleForWriting.write(Data(input)) }
-                try? stdin.fileHandleForWriting.close()
-            }
-            writer.start()
-            let stderrData = Locked<Data>(Data())
-            let stderrRead = DispatchSemaphore(value: 0)
-            Thread {
-                let data = err.fileHandleForReading.readDataToEndOfFile()
-                stderrData.withLock { $0 = data }
-                stderrRead.signal()
-            }.start()
-            let stdout = [UInt8](out.fileHandleForReading.readDataToEndOfFile())
-            process.waitUntilExit()
-            stderrRead.wait()
-            return parse(stdout, exitStatus: process.terminationStatus,
-                         stderr: String(decoding: stderrData.withLock { $0 }, as: UTF8.self))
+            let result = try Subprocess.run(
+                "/usr/bin/curl", ["-sS", "-i", "--noproxy", "", "-x", "http://127.0.0.1:\(proxyPort)", "--max-time", "30"] + arguments,
+                environment: ProcessInfo.processInfo.environment.filter { !$0.key.lowercased().hasSuffix("_proxy") },
+                input: input ?? [])
+            return parse(result.output, exitStatus: result.exitCode, stderr: result.errorText)
         }
     }
 

@@ -6,6 +6,7 @@
 // error (and output) go to a pipe read by a thread of its own; tests wait for log lines, never sleep.
 
 import Foundation
+import ImageCacheTestSupport
 import Synchronization
 import ImageCacheSystem
 
@@ -23,6 +24,10 @@ final class DaemonProcess: @unchecked Sendable {
     /// `listeningFDs` (instead of `listeningFD`): several sockets, fds 3, 4, ..., named in LISTEN_FDNAMES by `names`.
     init(_ arguments: [String], environment: [String: String] = [:], listeningFD: Int32? = nil, cpus: String? = nil,
          listeningFDs: [Int32] = [], names: [String] = []) throws {
+        // (from the pipe to the spawn under the tests' spawn lock: no other child inherits this pipe meanwhile)
+        Subprocess.lockSpawns()
+        var locked = true
+        defer { if locked { Subprocess.unlockSpawns() } }
         var pipeFDs: [Int32] = [0, 0]
         guard pipe(&pipeFDs) == 0 else { throw POSIXError(.EIO) }
         for fd in pipeFDs { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
@@ -62,6 +67,8 @@ final class DaemonProcess: @unchecked Sendable {
         }
         var child: pid_t = 0
         let result = posix_spawn(&child, "/bin/sh", &actions, nil, cArgs, cEnv)
+        Subprocess.unlockSpawns()
+        locked = false
         close(pipeFDs[1])
         for high in highFDs { close(high) }
         guard result == 0 else {

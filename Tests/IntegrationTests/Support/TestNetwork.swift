@@ -3,6 +3,7 @@
 // (`ip link set ... down` on this side) drops its packets silently, as a partition does. Removed with the namespace.
 
 import Foundation
+import ImageCacheTestSupport
 
 final class TestNetwork: @unchecked Sendable {
     struct Failure: Error, CustomStringConvertible { var description: String }
@@ -48,17 +49,9 @@ final class TestNetwork: @unchecked Sendable {
     func cut(_ index: Int) throws { try Self.ip(["link", "set", hostSides[index], "down"]) }
 
     private static func ip(_ arguments: [String]) throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/sbin/ip")
-        process.arguments = arguments
-        let pipe = Pipe()
-        process.standardError = pipe
-        process.standardOutput = FileHandle.nullDevice
-        try process.run()
-        let error = pipe.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else {
-            throw Failure(description: "ip \(arguments.joined(separator: " ")): \(String(decoding: error, as: UTF8.self))")
+        let result = try Subprocess.run("/usr/sbin/ip", arguments)
+        guard result.status == 0 else {
+            throw Failure(description: "ip \(arguments.joined(separator: " ")): \(result.errorText)")
         }
     }
 }
