@@ -68,6 +68,8 @@ struct FleetRenditionTests {
         ImageFiles.serve(daemons[0], "photo.jpg")
         let made = try await daemons[0].get(Self.avif)
         #expect(made.status == 200 && made.header("Cache-Status")?.contains("detail=transformed") == true)
+        // (the source and the rendition are both in the fleet)
+        #expect(await daemons[0].fleetStores.wait(for: 2), "the entries never reached the fleet")
         // When another daemon is asked for it
         let fleetHit = try await daemons[1].get(Self.avif)
         // Then it serves the fleet's copy, keeps it, and serves the next request from memory

@@ -85,6 +85,7 @@ struct FleetTests {
         origin.route("/a.png") { _ in Reply(status: 200, headers: [("Content-Type", "image/png"), ("Cache-Control", "max-age=300")], body: body) }
         let first = try await daemons[0].get("/a.png")
         #expect(first.header("X-Cache") == "MISS")
+        #expect(await daemons[0].fleetStores.wait(for: 1), "the entry never reached the fleet")
         daemons[1].clock.advance(20)
         let fleetHit = try await daemons[1].get("/a.png")
         #expect(fleetHit.body == body)
@@ -202,7 +203,9 @@ struct FleetTests {
             return Reply(status: 200, headers: fields, body: body)
         }
         // Every host has a copy (one origin fetch, two fleet hits); the tier's copy goes when it goes stale.
-        for daemon in daemons { _ = try await daemon.get("/s.png") }
+        _ = try await daemons[0].get("/s.png")
+        #expect(await daemons[0].fleetStores.wait(for: 1), "the entry never reached the fleet")
+        for daemon in daemons.dropFirst() { _ = try await daemon.get("/s.png") }
         #expect(origin.requestCount("/s.png") == 1)
         let key = FleetEnvelope.key(for: CacheKey(try UpstreamURL.parse(origin.baseURL + "/s.png")))
         let deleted = try servers[0].command("md \(key)")
@@ -235,9 +238,11 @@ struct FleetTests {
         let body = Fixtures.png(size: 6000)
         origin.route("/d.png") { _ in Reply(status: 200, headers: [("Content-Type", "image/png"), ("Cache-Control", "max-age=300")], body: body) }
         _ = try await daemons[0].get("/d.png")
+        #expect(await daemons[0].fleetStores.wait(for: 1), "the entry never reached the fleet")
         let key = FleetEnvelope.key(for: CacheKey(try UpstreamURL.parse(origin.baseURL + "/d.png")))
         // One byte of the body flipped, stored back as it was (same flags).
         var value = try servers[0].value(key)
+        try #require(value.count > 100, "\(value.count) bytes in the fleet")
         value[value.count - 100] ^= 0xFF
         try servers[0].set(key, value: value, flags: FleetEnvelope.Flags.entry, ttl: 300)
         let response = try await daemons[1].get("/d.png")
@@ -282,6 +287,7 @@ struct FleetPurgeTests {
         origin.route("/p.png") { _ in Reply(status: 200, headers: [("Content-Type", "image/png"), ("Cache-Control", "max-age=300")], body: body) }
         // A fetches, B has it from the fleet (and keeps it).
         _ = try await daemons[0].get("/p.png")
+        #expect(await daemons[0].fleetStores.wait(for: 1), "the entry never reached the fleet")
         let beforePurge = try await daemons[1].get("/p.png")
         #expect(beforePurge.header("Cache-Status")?.hasSuffix("detail=fleet") == true)
         let key = FleetEnvelope.key(for: CacheKey(try UpstreamURL.parse(origin.baseURL + "/p.png")))
@@ -430,6 +436,7 @@ struct FleetPartitionTests {
         }
         // Before: one fetch, and the others' hits through the namespace.
         _ = try await a.get("/one.png")
+        #expect(await a.fleetStores.wait(for: 1), "the entry never reached the fleet")
         #expect(try await b.get("/one.png").header("Cache-Status")?.hasSuffix("detail=fleet") == true)
         #expect(try await c.get("/one.png").header("Cache-Status")?.hasSuffix("detail=fleet") == true)
         // When B's link is cut

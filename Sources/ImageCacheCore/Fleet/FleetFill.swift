@@ -67,10 +67,12 @@ enum FleetFill {
                              context: context)
         }
         let fleet = context.fleet, metrics = context.metrics, logger = context.logger, key = entry.key
+        let events = context.events, queue = context.queue
         fleet.store(lease, value: value, flags: FleetEnvelope.Flags.entry, ttlSeconds: ttl) { result in
             switch result {
             case .stored:
                 metrics.fleet.stored.add()
+                if let events { queue.async { events(.fleetStored(key: key)) } }
             case .tooLarge:
                 // (The server's own -I is smaller than fleet.item-max: the waiters go alone.)
                 logger.notice("\(key): the fleet server refused \(value.count) bytes as too large (check fleet.item-max against its -I)")

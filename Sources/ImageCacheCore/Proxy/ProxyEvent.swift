@@ -23,6 +23,8 @@ public enum ProxyEvent: Sendable, Equatable {
     case transferPaused(key: CacheKey)
     /// The fetch for `key` was told by the fleet tier that another host fills it (its first "wait").
     case fleetWaiting(key: CacheKey)
+    /// An entry this host filled is in the fleet tier (its store with the lease answered).
+    case fleetStored(key: CacheKey)
     /// A purge from another host's log was applied here (`url`: the URL, or "*" for everything).
     case fleetPurgeApplied(url: String)
     /// /_imagecached/stats is about to be read (a test changes a counter here, to tell the status page's figures as

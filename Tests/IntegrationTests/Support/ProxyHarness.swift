@@ -163,6 +163,8 @@ final class ProxyHarness {
     let statsReads = StatsReadHook()
     /// Fetches told by the fleet tier that another host fills their key.
     let fleetWaits = EventCounter { if case .fleetWaiting = $0 { true } else { false } }
+    /// Entries this host stored in the fleet tier.
+    let fleetStores = EventCounter { if case .fleetStored = $0 { true } else { false } }
     /// Purges from the fleet's log applied here.
     let fleetPurges = EventCounter { if case .fleetPurgeApplied = $0 { true } else { false } }
     /// This harness's own disk tier directory, removed at the end.
@@ -195,13 +197,13 @@ final class ProxyHarness {
         self.configuration = configuration
         self.logger = logger
         daemon = try ProxyHarness.makeDaemon(configuration, logger: logger, clock: clock, waiters: waiters, pauses: pauses,
-                                             statsReads: statsReads, fleetWaits: fleetWaits, fleetPurges: fleetPurges)
+                                             statsReads: statsReads, fleetWaits: fleetWaits, fleetPurges: fleetPurges, fleetStores: fleetStores)
         try daemon.start()
     }
 
     private static func makeDaemon(_ configuration: Configuration, logger: Logger, clock: TestClock, waiters: WaiterBarrier,
                                    pauses: PauseBarrier, statsReads: StatsReadHook,
-                                   fleetWaits: EventCounter, fleetPurges: EventCounter) throws -> Daemon {
+                                   fleetWaits: EventCounter, fleetPurges: EventCounter, fleetStores: EventCounter) throws -> Daemon {
         // The history is sampled by the tests themselves (proxy.recordHistorySample), not by a timer.
         try Daemon(configuration: configuration, logger: logger, now: { clock.now() }, events: { event in
             waiters.observe(event)
@@ -209,6 +211,7 @@ final class ProxyHarness {
             statsReads.observe(event)
             fleetWaits.observe(event)
             fleetPurges.observe(event)
+            fleetStores.observe(event)
         }, samplesHistory: false)
     }
 
@@ -219,7 +222,7 @@ final class ProxyHarness {
         var configuration = configuration
         configure(&configuration)
         daemon = try ProxyHarness.makeDaemon(configuration, logger: logger, clock: clock, waiters: waiters, pauses: pauses,
-                                             statsReads: statsReads, fleetWaits: fleetWaits, fleetPurges: fleetPurges)
+                                             statsReads: statsReads, fleetWaits: fleetWaits, fleetPurges: fleetPurges, fleetStores: fleetStores)
         try daemon.start()
     }
 
