@@ -237,19 +237,17 @@ final class Fetch: InFlightWork, @unchecked Sendable {
         switch action {
         case let .askFleet(after):
             askFleet(after: after)
-        case let .fleetStore(entry, ttl):
-            guard let lease = lease.take() else { return }
-            FleetFill.store(entry, lease: lease, ttl: ttl, itemMaxBytes: settings.fleetItemMaxBytes,
-                            passSeconds: settings.rules.fleet?.passSeconds ?? 60, context: context)
-        case let .fleetPass(reason, ttl):
-            guard let lease = lease.take() else { return }
-            FleetFill.leavePass(lease, reason: reason, ttl: ttl, context: context)
-        case .fleetRelease:
-            guard let lease = lease.take() else { return }
-            FleetFill.release(lease, context: context)
+        case let .fleetStore(entry, ttl): endLease(.store(entry, ttl: ttl))
+        case let .fleetPass(reason, ttl): endLease(.pass(reason: reason, ttl: ttl))
+        case .fleetRelease: endLease(.release)
         default:
             preconditionFailure("not a fleet action: \(action)")
         }
+    }
+
+    private func endLease(_ end: FleetFill.LeaseEnd) {
+        FleetFill.end(&lease, end, itemMaxBytes: settings.fleetItemMaxBytes, passSeconds: settings.rules.fleet?.passSeconds ?? 60,
+                      context: context)
     }
 
     /// Looks the key up in the fleet tier, now or after `delay` seconds (a poll, jittered by up to a fifth so that
@@ -493,7 +491,7 @@ final class Fetch: InFlightWork, @unchecked Sendable {
         account(0)
         clients = [:]
         // (The machine marked or released a lease it held; one left here would only wait out its time.)
-        if let lease = lease.take() { context.fleet.release(lease) }
+        endLease(.release)
         // The transfer's event closure holds this fetch: dropping the transfer breaks the cycle.
         transfer = nil
     }

@@ -11,6 +11,26 @@ internal import Foundation
 internal import Logging
 
 enum FleetFill {
+    /// What becomes of a lease a runner holds: its machine's fleetStore, fleetPass or fleetRelease.
+    enum LeaseEnd {
+        case store(CacheEntry, ttl: Int)
+        case pass(reason: String, ttl: Int)
+        case release
+    }
+
+    /// Ends the runner's `lease` as `end` says, once (it is taken out); nothing when the runner holds none.
+    static func end(_ lease: inout FleetLease?, _ end: LeaseEnd, itemMaxBytes: Int, passSeconds: Int, context: FetchContext) {
+        guard let held = lease.take() else { return }
+        switch end {
+        case let .store(entry, ttl):
+            store(entry, lease: held, ttl: ttl, itemMaxBytes: itemMaxBytes, passSeconds: passSeconds, context: context)
+        case let .pass(reason, ttl):
+            leavePass(held, reason: reason, ttl: ttl, context: context)
+        case .release:
+            release(held, context: context)
+        }
+    }
+
     /// The fleet's answer to a lookup of `key`, decoded and verified for the machine: a damaged or foreign value is
     /// deleted (by its CAS) and answered `damaged`; a value not newer than a purge of its URL (FleetPurges) is deleted
     /// and answered as a pass marker; the counts kept (hits, bytes, markers seen, wins, takeovers after
@@ -59,7 +79,7 @@ enum FleetFill {
 
     /// Shares `entry` through the fleet with `lease` for `ttl` seconds; an entry over fleet.item-max (or over the
     /// server's own -I) leaves a pass marker instead (`passSeconds`), so the hosts waiting on the lease go alone.
-    static func store(_ entry: CacheEntry, lease: FleetLease, ttl: Int, itemMaxBytes: Int, passSeconds: Int,
+    private static func store(_ entry: CacheEntry, lease: FleetLease, ttl: Int, itemMaxBytes: Int, passSeconds: Int,
                       context: FetchContext) {
         let value = FleetEnvelope.encode(entry)
         guard value.count <= itemMaxBytes else {
@@ -89,13 +109,13 @@ enum FleetFill {
     }
 
     /// Leaves a pass marker with `lease`: the hosts waiting on it fetch (or make) for themselves at once.
-    static func leavePass(_ lease: FleetLease, reason: String, ttl: Int, context: FetchContext) {
+    private static func leavePass(_ lease: FleetLease, reason: String, ttl: Int, context: FetchContext) {
         context.metrics.fleet.passMarkers.add()
         context.fleet.store(lease, value: Array(reason.prefix(200).utf8), flags: FleetEnvelope.Flags.pass, ttlSeconds: ttl) { _ in }
     }
 
     /// Hands `lease` back: the next host to ask wins it at once.
-    static func release(_ lease: FleetLease, context: FetchContext) {
+    private static func release(_ lease: FleetLease, context: FetchContext) {
         context.fleet.release(lease)
         context.metrics.fleet.releases.add()
     }

@@ -138,20 +138,18 @@ final class RenditionJob: InFlightWork, @unchecked Sendable {
         }
     }
 
+    private func endLease(_ end: FleetFill.LeaseEnd) {
+        FleetFill.end(&lease, end, itemMaxBytes: fleetLimits.itemMaxBytes, passSeconds: machine.rules.fleet?.passSeconds ?? 60,
+                      context: context)
+    }
+
     private func perform(_ action: RenditionMachine.Action) {
         switch action {
         case let .askFleet(after):
             askFleet(after: after)
-        case let .fleetStore(entry, ttl):
-            guard let lease = lease.take() else { return }
-            FleetFill.store(entry, lease: lease, ttl: ttl, itemMaxBytes: fleetLimits.itemMaxBytes,
-                            passSeconds: machine.rules.fleet?.passSeconds ?? 60, context: context)
-        case let .fleetPass(reason, ttl):
-            guard let lease = lease.take() else { return }
-            FleetFill.leavePass(lease, reason: reason, ttl: ttl, context: context)
-        case .fleetRelease:
-            guard let lease = lease.take() else { return }
-            FleetFill.release(lease, context: context)
+        case let .fleetStore(entry, ttl): endLease(.store(entry, ttl: ttl))
+        case let .fleetPass(reason, ttl): endLease(.pass(reason: reason, ttl: ttl))
+        case .fleetRelease: endLease(.release)
         case let .fetchSource(request):
             weak let job = self
             // The source's bytes arriving keep a lease this job holds alive (any thread: an atomic store).
@@ -217,7 +215,7 @@ final class RenditionJob: InFlightWork, @unchecked Sendable {
             keepAlive?.cancel()
             keepAlive = nil
             // (The machine marked or released a lease it held; one left here would only wait out its time.)
-            if let lease = lease.take() { context.fleet.release(lease) }
+            endLease(.release)
             handoff.finished(self)
             context.events?(.fetchFinished(key: key))
         }

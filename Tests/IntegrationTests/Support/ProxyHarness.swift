@@ -29,6 +29,8 @@ final class EventCounter: Sendable {
 
     init(_ matches: @escaping @Sendable (ProxyEvent) -> Bool) { self.matches = matches }
 
+    var count: Int { state.withLock { $0.count } }
+
     func observe(_ event: ProxyEvent) {
         guard matches(event) else { return }
         let fire = state.withLock { state -> Bool in
@@ -50,12 +52,12 @@ final class EventCounter: Sendable {
     }
 }
 
+/// Counts the fetches that paused their transfer (an EventCounter), and calls `onPaused` at each.
 final class PauseBarrier: Sendable {
-    private let state = Locked<(count: Int, target: Int)>((0, Int.max))
-    private let semaphore = DispatchSemaphore(value: 0)
+    private let counter = EventCounter { if case .transferPaused = $0 { true } else { false } }
     private let pausedCallback = Locked<(@Sendable () -> Void)?>(nil)
 
-    var count: Int { state.withLock { $0.count } }
+    var count: Int { counter.count }
 
     /// Called when a fetch pauses its transfer.
     var onPaused: (@Sendable () -> Void)? {
@@ -64,25 +66,12 @@ final class PauseBarrier: Sendable {
     }
 
     func observe(_ event: ProxyEvent) {
-        guard case .transferPaused = event else { return }
-        onPaused?()
-        let fire = state.withLock { state -> Bool in
-            state.count += 1
-            return state.count == state.target
-        }
-        if fire { semaphore.signal() }
+        if case .transferPaused = event { onPaused?() }
+        counter.observe(event)
     }
 
     /// Waits until `target` pauses were seen in all (off the Swift concurrency pool); false after `timeout`.
-    func wait(for target: Int, timeout: Double = 15) async -> Bool {
-        let already = state.withLock { state -> Bool in
-            state.target = target
-            return state.count >= target
-        }
-        if already { return true }
-        let semaphore = semaphore
-        return (try? await offPool { semaphore.wait(timeout: .now() + timeout) == .success }) ?? false
-    }
+    func wait(for target: Int, timeout: Double = 15) async -> Bool { await counter.wait(for: target, timeout: timeout) }
 }
 
 /// `body` run on its first call only: a continuation resumed by an event that can come again (another fetch that
