@@ -184,8 +184,8 @@ extension FleetClient {
         case let .check(record): answerCheck(record, response)
         case let .touch(record): answerTouch(record, response)
         case .probe: answerProbe(link, response)
-        case let .append(job, step): answerAppend(job, step: step, response, link: link)
-        case let .logRead(job, server): answerLogRead(job, server: server, response)
+        case let .append(part): answerAppend(part, response)
+        case let .logRead(part): answerLogRead(part, response)
         case .statsSettings: answerStats(link, response)
         }
         if link.retired, !connection.hasPending {
@@ -206,12 +206,10 @@ extension FleetClient {
             later { completion?(false) }
         case let .check(record), let .touch(record):
             record.refreshing = false
-        case let .append(job, _):
-            job.answered(stored: false)
-            finishAppend(job)
-        case let .logRead(job, server):
-            job.results[server] = FleetLogRead(server: job.results[server].server, state: .unavailable(reason))
-            finishLogRead(job)
+        case let .append(part):
+            failedAppend(part, reason: reason)
+        case let .logRead(part):
+            failedLogRead(part, reason: reason)
         case .release, .probe, .statsSettings:
             break  // a failed probe reopened the breaker with its connection's failure
         }

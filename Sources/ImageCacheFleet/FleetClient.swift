@@ -63,7 +63,7 @@ final class FleetClient: @unchecked Sendable {
         case release(FleetLease)
         case delete(String, UInt64?, (@Sendable (Bool) -> Void)?)
         case append(String, [UInt8], Int, @Sendable (Int, Int) -> Void)
-        case readEverywhere(String, @Sendable ([FleetLogRead]) -> Void)
+        case readLog(String, @Sendable ([FleetLogRead]) -> Void)
         case reload(FleetSettings)
         case shutdown
     }
@@ -240,7 +240,7 @@ final class FleetClient: @unchecked Sendable {
             case let .store(_, _, _, _, completion): completion(.unavailable(reason: reason))
             case let .delete(_, _, completion): completion?(false)
             case let .append(_, _, _, completion): completion(0, 0)
-            case let .readEverywhere(_, completion): completion([])
+            case let .readLog(_, completion): completion([])
             case .release, .reload, .shutdown: break
             }
         }
@@ -297,10 +297,10 @@ final class FleetClient: @unchecked Sendable {
                 release(lease)
             case let .delete(key, cas, completion):
                 delete(key, cas: cas, completion: completion)
-            case let .append(key, bytes, ttl, completion):
-                appendEverywhere(key, bytes, createTTLSeconds: ttl, completion: completion)
-            case let .readEverywhere(key, completion):
-                readEverywhere(key, completion: completion)
+            case let .append(name, line, ttl, completion):
+                appendToLog(name, line: line, createTTLSeconds: ttl, completion: completion)
+            case let .readLog(name, completion):
+                readLog(name, completion: completion)
             case let .reload(settings):
                 apply(settings)
             case .shutdown:
@@ -460,7 +460,7 @@ final class FleetClient: @unchecked Sendable {
             case let .store(_, _, _, _, completion): later { completion(.unavailable(reason: "the fleet tier shut down")) }
             case let .delete(_, _, completion): later { completion?(false) }
             case let .append(_, _, _, completion): later { completion(0, 0) }
-            case let .readEverywhere(_, completion): later { completion([]) }
+            case let .readLog(_, completion): later { completion([]) }
             case .release, .reload, .shutdown: break
             }
         }

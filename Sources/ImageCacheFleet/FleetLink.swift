@@ -19,6 +19,9 @@ final class FleetLink {
     var itemSizeMax: Int?
     var counters: FleetStats.Server
     var retired = false
+    /// This host's place in each log it reads or appends to on this server (FleetClient+Log.swift), least recently
+    /// used first.
+    var logCursors: [(name: String, cursor: FleetLogCursor)] = []
 
     init(server: FleetServer, settings: FleetSettings) {
         self.server = server
@@ -85,8 +88,8 @@ enum FleetWork {
     /// The half-open breaker's `mn`.
     case probe
     case statsSettings
-    /// A log line for every server (FleetClient+Log.swift): an append, or the add that makes the value.
-    case append(AppendJob, step: AppendJob.Step)
-    /// One server's read of a log (`mg <key> v c`).
-    case logRead(LogReadJob, server: Int)
+    /// A step of one server's walk to append a log line (FleetClient+Log.swift).
+    case append(AppendPart)
+    /// A step of one server's walk to read a log.
+    case logRead(LogReadPart)
 }

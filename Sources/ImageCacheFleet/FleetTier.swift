@@ -186,17 +186,18 @@ public final class FleetTier: Sendable {
         client.post(.delete(key, cas, completion))
     }
 
-    /// Appends `bytes` to `key`'s value on every server whose breaker is closed (made, with `createTTLSeconds`, where
-    /// there is none): a log every host reads (FleetClient+Log.swift). Completion: the servers that took it, of those
-    /// asked.
-    public func appendEverywhere(_ key: String, _ bytes: [UInt8], createTTLSeconds: Int,
-                                 completion: @escaping @Sendable (_ stored: Int, _ asked: Int) -> Void) {
-        client.post(.append(key, bytes, createTTLSeconds, completion))
+    /// Appends `line` (one or more whole lines, `\n`-ended) to log `name` on every server whose breaker is closed: a
+    /// log every host reads (FleetLog.swift: segments `<name>.<n>`, each made with `createTTLSeconds`). Completion:
+    /// the servers that took it, of those asked.
+    public func appendToLog(_ name: String, line: [UInt8], createTTLSeconds: Int,
+                            completion: @escaping @Sendable (_ stored: Int, _ asked: Int) -> Void) {
+        client.post(.append(name, line, createTTLSeconds, completion))
     }
 
-    /// Reads `key` on every server (`mg <key> v c`): one answer per configured server, in the list's order.
-    public func readEverywhere(_ key: String, completion: @escaping @Sendable ([FleetLogRead]) -> Void) {
-        client.post(.readEverywhere(key, completion))
+    /// Reads log `name` on every server: what was appended since this host's last read of it there. One answer per
+    /// configured server, in the list's order.
+    public func readLog(_ name: String, completion: @escaping @Sendable ([FleetLogRead]) -> Void) {
+        client.post(.readLog(name, completion))
     }
 
     /// A snapshot (thread-safe), as of the end of the fleet thread's last turn (a completion sees its own operation

@@ -11,6 +11,7 @@
 //   touch    mg <key> T<lease> c O<op>             keeps a held lease alive
 //   store    ms <key> <n> T<ttl> F<flags> C<cas> O<op>   fenced by the lease's CAS
 //   delete   md <key> [C<cas>] O<op>               a release is a delete fenced by the lease's CAS
+//   size     mg <key> s O<op>                       a log segment's size (FleetLog.swift)
 //   noop     mn                                     the half-open breaker's probe (answer MN)
 //   stats    stats settings                         item_size_max (answer STAT name value ... END)
 // Not `q` (quiet) mode: in 1.6.18 a quiet `md` stays silent on HD but still answers NF and EX, so whether an answer
@@ -70,6 +71,11 @@ package enum MetaRequest {
     /// `ms` in add mode (`ME`): stores only when there is no value; NS when there is one.
     package static func addHeader(_ key: String, count: Int, ttlSeconds: Int, opaque: UInt32) -> [UInt8] {
         line("ms \(key) \(count) ME T\(ttlSeconds) O\(opaque)")
+    }
+
+    /// The size of a value, without it: `mg <key> s` (HD s<n>, or EN).
+    package static func size(_ key: String, opaque: UInt32) -> [UInt8] {
+        line("mg \(key) s O\(opaque)")
     }
 
     /// A plain read with the CAS (no lease asked): `mg <key> v c O`.

@@ -3,18 +3,21 @@
 //
 // Design: a purge log in the tier. A purge appends one line, "<time> <url>\n" ("*" for everything; time: seconds since
 // 1970, the purging host's clock), to the log of the hour, `ic1:purge:<hours since 1970>`, on EVERY server
-// (FleetTier.appendEverywhere; each hour's log is made with a two-hour TTL, so a line stays readable for an hour at
-// least and the logs trim themselves), and deletes the URL's own fleet copy. Every host reads this hour's and the last
-// hour's logs on every server once a second (`poll`), applies the lines it has not seen (its local copies of the URL,
-// variants and renditions, go: TieredStore.remove), and keeps each URL's latest purge time for two hours, longer than
-// any fleet value lives (FleetEnvelope.maxSharedSeconds: an hour).
+// (FleetTier.appendToLog: a log is a series of segments of 64 KiB at most, each made with a two-hour TTL, so a line
+// stays readable for an hour at least and the logs trim themselves; FleetLog.swift), and deletes the URL's own fleet
+// copy. Every host reads this hour's and the last hour's logs on every server once a second (`poll`): each read returns
+// only the lines appended since this host's last read of that server (two small `mg` per log and server when nothing
+// changed). It applies the lines it has not seen (its local copies of the URL, variants and renditions, go:
+// TieredStore.remove), and keeps each URL's latest purge time for two hours, longer than any fleet value lives
+// (FleetEnvelope.maxSharedSeconds: an hour).
 // A value read from the fleet whose response is not newer than its URL's purge (or a purge of everything) is refused:
 // deleted, and the host fetches for itself (`isPurged`). Because the line is on every server, a server that was away
 // during a purge does not lose it: the hosts learn it from the others, and its stale values are refused by time.
 // Bound: a host drops its local copies within about a second of the purge (one poll), plus the read's deadline.
-// Limits: a host cut off from every server learns the purge when it can read a log again, if within the hour; the logs
-// hold one to two hours of purges (their reads cost their size per host per second; 1,000 purges an hour are about
-// 100 KB).
+// Limits: a log holds FleetLogLimits.maxSegments segments of 64 KiB per server (16 MiB: about 150,000 purges of
+// 100-byte URLs an hour); past that a purge answers that it was logged on fewer servers (0 when all are full), and the
+// local purge still happens. This host remembers FleetPurges.rememberedLimit purges. A host cut off from every server
+// learns the purge when it can read a log again, if within the hour.
 // Clocks: purge and response times come from different hosts: keep them in step (NTP), as for any shared cache.
 //
 // Ownership: confined to the proxy queue (the poll timer runs there; reads hop back to it).
@@ -91,8 +94,8 @@ final class FleetPurges: @unchecked Sendable {
         seen[line] = time
         remember(url?.string ?? "*", at: time)
         if let url { fleet.delete(FleetEnvelope.key(for: CacheKey(url))) }
-        fleet.appendEverywhere(Self.logKey(at: time), Array((line + "\n").utf8), createTTLSeconds: Self.retentionSeconds,
-                               completion: completion)
+        fleet.appendToLog(Self.logKey(at: time), line: Array((line + "\n").utf8), createTTLSeconds: Self.retentionSeconds,
+                          completion: completion)
     }
 
     /// Whether a fleet entry is older than a purge of its URL (or of everything).
@@ -111,7 +114,7 @@ final class FleetPurges: @unchecked Sendable {
         weak let weakSelf = self
         for key in [Self.logKey(at: time.addingTimeInterval(-3600)), Self.logKey(at: time)] {
             reading += 1
-            fleet.readEverywhere(key) { [queue] reads in
+            fleet.readLog(key) { [queue] reads in
                 queue.async { weakSelf?.apply(reads) }
             }
         }
@@ -121,8 +124,7 @@ final class FleetPurges: @unchecked Sendable {
         reading -= 1
         var applied = 0
         for read in reads {
-            guard case let .value(bytes, _) = read.state else { continue }
-            for raw in bytes.split(separator: UInt8(ascii: "\n")) {
+            for raw in read.appended.split(separator: UInt8(ascii: "\n")) {
                 let line = String(decoding: raw, as: UTF8.self)
                 guard seen[line] == nil, let (time, target) = Self.parse(line) else { continue }
                 // A line dated well ahead of this host's clock (a clock far off, or a stray write) would disable the
