@@ -4,8 +4,11 @@
 // Rules
 //   - The key is "ic1:" and the entry's disk file name (DiskEntryFormat.fileName: SHA-256 of the URL, "~r" for a
 //     rendition): at most 4 + 81 bytes of [0-9a-f~-:], well within memcached's 250, and the same for every host.
-//     Only the URL's own variant without Vary is shared (a response with Vary is a pass for the fleet: the waiters
-//     fetch for themselves, as before the fleet).
+//     The URL's first response is shared, with or without Vary (not Vary: *): one value per URL, whatever variant
+//     the winner's request selected; the variant (its VaryKey: the request field values it was selected with) is in
+//     the value, and a host serves it only to requests that select it (the others fetch their own variant, as before
+//     the fleet). So `Vary: Origin` or `Vary: Accept-Encoding` on images costs nothing to the many clients that send
+//     the same fields (or none), and a client that differs is served exactly as without a fleet.
 //   - The value is the disk entry's bytes (DiskEntryFormat v4): the versioned, checksummed header with the full key
 //     and the variant, then the body. Reading one verifies the magic, the version, the header checksum, the key (the
 //     full URL and rendition, not just its hash), the variant, the length and the body checksum: a damaged, truncated,
@@ -27,7 +30,7 @@ public enum FleetEnvelope {
     public enum Flags {
         /// A stored response (DiskEntryFormat v4 bytes).
         public static let entry: UInt32 = 4
-        /// A pass marker: the winner's response could not be shared (no-store, private, Vary, too large, an error, a
+        /// A pass marker: the winner's response could not be shared (no-store, private, Vary: *, too large, an error, a
         /// failed fetch); the bytes are a one-line reason.
         public static let pass: UInt32 = 1
     }
@@ -60,23 +63,33 @@ public enum FleetEnvelope {
             throw Refusal(error.description)
         }
         guard header.key == key.description else { throw Refusal("holds another key (\(header.key.prefix(200)))") }
-        guard header.variant.isEmpty else { throw Refusal("holds a variant, which the fleet does not share") }
+        if let vary = header.vary {
+            // The variant must be what the response's own Vary names select (a value whose variant disagrees with its
+            // head is not one this daemon wrote).
+            guard !vary.matchesNothing,
+                  VaryKey.make(response: header.head, request: HTTPHeaders())?.names == vary.names else {
+                throw Refusal("its variant does not match its Vary field")
+            }
+        } else if !header.head.headers.tokens("Vary").isEmpty {
+            throw Refusal("varies (Vary) but holds no variant")
+        }
         guard bytes.count == header.fileSize else {
             throw Refusal("\(bytes.count) bytes where the header says \(header.fileSize)")
         }
         let body = Array(bytes[header.bodyOffset...])
         guard DiskEntryFormat.checksum(body) == header.bodyChecksum else { throw Refusal("body checksum mismatch") }
         return CacheEntry(key: key, head: header.head, body: body, requestTime: header.requestTime,
-                          responseTime: header.responseTime, vary: nil, policy: policy)
+                          responseTime: header.responseTime, vary: header.vary, policy: policy)
     }
 
     /// The longest a value stays in the fleet, seconds: no longer than a purge is remembered (FleetPurges).
     public static let maxSharedSeconds = 3600
 
     /// Whether `entry` may be shared through the fleet at `now`, and for how long (the memcached TTL, seconds): its
-    /// own variant without Vary, with freshness left. nil: not shared (the waiters get a pass marker).
+    /// own response (with its Vary variant, not Vary: *), with freshness left. nil: not shared (the waiters get a pass
+    /// marker).
     public static func sharedTTL(of entry: CacheEntry, now: Date) -> Int? {
-        guard entry.vary == nil, entry.variantID.isEmpty else { return nil }
+        guard entry.vary?.matchesNothing != true, entry.variantID == (entry.vary?.id ?? "") else { return nil }
         let remaining = entry.freshnessLifetime - Freshness.currentAge(entry, now: now)
         guard remaining >= 1 else { return nil }
         return min(Int(remaining.rounded(.down)), maxSharedSeconds)

@@ -1,6 +1,6 @@
 // FleetEnvelope: an entry as the fleet tier holds it. A value read back is the same response, verified whole; a
-// damaged, truncated, foreign or varied one is refused (never served); only what has freshness left is shared, for
-// as long as it has.
+// damaged, truncated or foreign one, or one whose variant disagrees with its Vary, is refused (never served); a varied
+// one keeps its variant; only what has freshness left is shared, for as long as it has.
 
 import Foundation
 import ImageCacheTestSupport
@@ -60,14 +60,46 @@ struct FleetEnvelopeTests {
         #expect(rendition.hasPrefix(key + "~") && rendition.utf8.count <= 250)
     }
 
-    @Test("shared for the freshness it has left, at most an hour; not at all when stale, or when it varies (Vary)")
+    @Test("shared for the freshness it has left, at most an hour, with its variant when it varies; not at all when stale or Vary: *")
     func sharedTTL() {
         #expect(FleetEnvelope.sharedTTL(of: Self.entry(age: 100), now: Fixture.t0) == 200)
         #expect(FleetEnvelope.sharedTTL(of: Self.entry(age: 299.5), now: Fixture.t0) == nil)
         #expect(FleetEnvelope.sharedTTL(of: Self.entry(cacheControl: "no-cache"), now: Fixture.t0) == nil)
         let varied = Self.entry(extra: [("Vary", "Accept")], requestHeaders: ["Accept": "image/webp"])
-        #expect(FleetEnvelope.sharedTTL(of: varied, now: Fixture.t0) == nil)
+        #expect(FleetEnvelope.sharedTTL(of: varied, now: Fixture.t0) == 300)
+        let everything = Self.entry(extra: [("Vary", "*")])
+        #expect(FleetEnvelope.sharedTTL(of: everything, now: Fixture.t0) == nil)
         // At most an hour: no value outlives the hosts' memory of a purge (FleetPurges).
         #expect(FleetEnvelope.sharedTTL(of: Self.entry(cacheControl: "max-age=31536000"), now: Fixture.t0) == 3600)
+    }
+
+    @Test("a varied response travels with its variant: read back, it selects the requests its own did, and no other")
+    func variantRoundTrip() throws {
+        let varied = Self.entry(extra: [("Vary", "Origin, Accept")], requestHeaders: ["Accept": "image/webp"])
+        let decoded = try FleetEnvelope.decode(FleetEnvelope.encode(varied), for: varied.key, policy: FreshnessPolicy())
+        #expect(decoded.variantID == varied.variantID && !decoded.variantID.isEmpty)
+        #expect(decoded.vary?.matches(["Accept": "image/webp"]) == true)
+        #expect(decoded.vary?.matches(["Accept": "image/avif"]) == false)
+        #expect(decoded.vary?.matches(["Accept": "image/webp", "Origin": "https://site.test"]) == false)
+    }
+
+    @Test("a value whose variant disagrees with its head's Vary is refused (not one this daemon wrote)")
+    func variantMismatch() {
+        // Vary names Accept; the variant was made for Origin.
+        let varied = Self.entry(extra: [("Vary", "Origin")], requestHeaders: ["Origin": "https://a.test"])
+        var head = varied.head
+        head.headers.remove("Vary")
+        head.headers.add("Vary", "Accept")
+        let forged = CacheEntry(key: varied.key, head: head, body: varied.body, requestTime: varied.requestTime,
+                                responseTime: varied.responseTime, vary: varied.vary, policy: FreshnessPolicy())
+        #expect(throws: FleetEnvelope.Refusal.self) {
+            try FleetEnvelope.decode(FleetEnvelope.encode(forged), for: varied.key, policy: FreshnessPolicy())
+        }
+        // A head with Vary and no variant at all.
+        let bare = CacheEntry(key: varied.key, head: varied.head, body: varied.body, requestTime: varied.requestTime,
+                              responseTime: varied.responseTime, vary: nil, policy: FreshnessPolicy())
+        #expect(throws: FleetEnvelope.Refusal.self) {
+            try FleetEnvelope.decode(FleetEnvelope.encode(bare), for: varied.key, policy: FreshnessPolicy())
+        }
     }
 }

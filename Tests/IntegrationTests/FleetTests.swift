@@ -103,6 +103,36 @@ struct FleetTests {
         #expect(stats.text.contains("imagecached_requests_total{outcome=\"fleet_hit\"} 1"))
     }
 
+    @Test("a response with Vary is shared with its variant: a host whose client sends the same fields gets a fleet hit; one that differs fetches its own")
+    func varyShared() async throws {
+        let servers = try Self.servers(1)
+        let daemons = try Self.fleet(3, servers: servers)
+        let origin = daemons[0].origin
+        let plain = Fixtures.png(size: 5000), forSite = Fixtures.png(size: 6000)
+        // S3 with CORS: Vary: Origin, and a different answer for a request that names an Origin.
+        origin.route("/v.png") { request in
+            Reply(status: 200, headers: [("Content-Type", "image/png"), ("Cache-Control", "max-age=300"), ("Vary", "Origin")],
+                  body: request.header("Origin") == nil ? plain : forSite)
+        }
+        let first = try await daemons[0].get("/v.png")
+        #expect(first.body == plain)
+        #expect(await daemons[0].fleetStores.wait(for: 1), "the varied entry never reached the fleet")
+        // A host whose client sends no Origin either: the fleet's copy, no origin fetch.
+        let shared = try await daemons[1].get("/v.png")
+        #expect(shared.body == plain)
+        #expect(shared.header("Cache-Status")?.hasSuffix("detail=fleet") == true, "\(shared.header("Cache-Status") ?? "")")
+        #expect(origin.requestCount("/v.png") == 1)
+        // A host whose client names an Origin: its own variant from the origin, never the other variant's bytes.
+        let other = try await daemons[2].get("/v.png", headers: [("Origin", "https://site.test")])
+        #expect(other.body == forSite)
+        #expect(other.header("Cache-Status")?.contains("detail=fleet") == false, "\(other.header("Cache-Status") ?? "")")
+        #expect(origin.requestCount("/v.png") == 2)
+        // And its next plain request is served from the fleet's copy (kept there when it came), no origin fetch.
+        let plainThere = try await daemons[2].get("/v.png")
+        #expect(plainThere.body == plain)
+        #expect(origin.requestCount("/v.png") == 2)
+    }
+
     enum Unshared: String, CaseIterable, Sendable {
         case noStore = "no-store", oversized, error = "503"
     }

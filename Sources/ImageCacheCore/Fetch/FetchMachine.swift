@@ -476,10 +476,12 @@ struct FetchMachine {
         restartUpstream(revalidating: revalidating, now: now)
     }
 
-    /// An entry another host stored: kept here, and served to each waiter it may serve (fresh, or within its
-    /// max-stale); the others revalidate it upstream (no lease: this host is not filling for the fleet).
+    /// An entry another host stored: kept here, and served to each waiter it may serve (its variant, when it varies;
+    /// fresh, or within its max-stale); a waiter whose request selects another variant goes to that variant's fetch;
+    /// the others revalidate it upstream (no lease: this host is not filling for the fleet).
     private mutating func serveFleetEntry(_ entry: CacheEntry, afterWaiting: Bool, now: Date) {
         actions.append(.store(entry))
+        splitOffOtherVariants(entry)
         var remaining: [Waiter] = []
         for waiter in waiters {
             guard let outcome = FetchMachine.fleetOutcome(entry, request: waiter.request.cacheControl, afterWaiting: afterWaiting,
@@ -1081,7 +1083,7 @@ struct FetchMachine {
                 if let ttl = FleetEnvelope.sharedTTL(of: entry, now: response.responseTime) {
                     actions.append(.fleetStore(entry, ttl: ttl))
                 } else {
-                    actions.append(.fleetPass(reason: entry.vary != nil ? "varies (Vary)" : "no freshness to share",
+                    actions.append(.fleetPass(reason: entry.vary?.matchesNothing == true ? "Vary: *" : "no freshness to share",
                                               ttl: rules.fleet?.passSeconds ?? 60))
                 }
             }

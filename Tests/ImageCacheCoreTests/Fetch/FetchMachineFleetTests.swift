@@ -216,5 +216,40 @@ struct FetchMachineFleetTests {
         let lines = T.lines(machine.fleetAnswered(.hit(Self.fleetEntry(age: 5)), waited: 0, now: T.t0))
         #expect(lines == ["store 100", "stored HIT imagecached; hit; ttl=55; detail=fleet to 1", "start If-None-Match: \"v1\""])
     }
-}
 
+    @Test("a winner's response with Vary is shared with its variant (Vary: * is not: a pass marker)")
+    func varyShared() {
+        var machine = T.machine(leader: T.request([("Accept", "image/webp")]), rules: Self.fleetRules())
+        _ = machine.start()
+        _ = machine.fleetAnswered(.won, waited: 0, now: T.t0)
+        _ = machine.receiveHead(T.head(200, [("Vary", "Accept")]), url: T.url, redirects: [], now: T.t0)
+        #expect(T.lines(machine.receiveBody(T.png, now: T.t0)).prefix(2) == ["store 100", "fleet store 100 ttl 60"])
+
+        var everything = Self.machine()
+        _ = everything.start()
+        _ = everything.fleetAnswered(.won, waited: 0, now: T.t0)
+        _ = everything.receiveHead(T.head(200, [("Vary", "*")]), url: T.url, redirects: [], now: T.t0)
+        let lines = T.lines(everything.receiveBody(T.png, now: T.t0))
+        #expect(lines.contains { $0.hasPrefix("fleet pass 60") }, "\(lines)")
+        #expect(!lines.contains { $0.hasPrefix("fleet store") })
+    }
+
+    @Test("a fleet hit that varies is served to the waiters it selects; the others go to their own variant's fetch")
+    func varyHitSplitsWaiters() {
+        var machine = T.machine(leader: T.request([("Accept", "image/webp")]),
+                                others: [T.request([("Accept", "image/avif")]), T.request([("Accept", "image/webp")])],
+                                rules: Self.fleetRules())
+        _ = machine.start()
+        let varied = Fixture.entry([("Content-Type", "image/png"), ("Cache-Control", "max-age=60"), ("ETag", "\"v1\""),
+                                    ("Vary", "Accept")],
+                                   key: Fixture.key(T.url), body: T.png, requestTime: T.t0, responseTime: T.t0,
+                                   requestHeaders: ["Accept": "image/webp"])
+        let lines = T.lines(machine.fleetAnswered(.hit(varied), waited: 0, now: T.t0))
+        #expect(lines == [
+            "store 100", "to variants [2]",
+            "stored HIT imagecached; hit; ttl=60; detail=fleet to 1",
+            "stored HIT imagecached; hit; ttl=60; detail=fleet to 3",
+            "closed", "finish",
+        ], "\(lines)")
+    }
+}
