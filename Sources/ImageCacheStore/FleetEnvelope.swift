@@ -65,13 +65,12 @@ public enum FleetEnvelope {
         guard header.key == key.description else { throw Refusal("holds another key (\(header.key.prefix(200)))") }
         if let vary = header.vary {
             // The variant must be what the response's own Vary names select (a value whose variant disagrees with its
-            // head is not one this daemon wrote).
+            // head is not one this daemon wrote). (A rendition made for Accept has `Vary: Accept` and no variant: its
+            // key names the format it chose.)
             guard !vary.matchesNothing,
                   VaryKey.make(response: header.head, request: HTTPHeaders())?.names == vary.names else {
                 throw Refusal("its variant does not match its Vary field")
             }
-        } else if !header.head.headers.tokens("Vary").isEmpty {
-            throw Refusal("varies (Vary) but holds no variant")
         }
         guard bytes.count == header.fileSize else {
             throw Refusal("\(bytes.count) bytes where the header says \(header.fileSize)")
