@@ -37,8 +37,9 @@ package enum FleetLogLimits {
     package static let maxSegments = 256
     /// Requests one walk may take (a segment can take three: size, and an append that lost a race, and size again).
     package static let maxSteps = maxSegments * 3 + 8
-    /// Cursors a server keeps (one per log name read; the least recently used go first).
-    package static let maxCursors = 16
+    /// Cursors a server keeps (one per log name read; the least recently used go first): the purge log's 26 hourly logs
+    /// and room to spare.
+    package static let maxCursors = 40
 
     package static func segmentBytes(itemSizeMax: Int?) -> Int {
         guard let itemSizeMax, itemSizeMax > 0 else { return segmentBytes }

@@ -16,11 +16,11 @@
 //     from a value names a file.
 //   - Markers are values with their own client flags (`Flags`), never decoded as entries: a pass marker says "the
 //     response could not be shared; fetch it yourself" to the hosts waiting on the lease.
-//   - A value's memcached TTL is the entry's remaining freshness (whole seconds, at least 1), at most an hour
+//   - A value's memcached TTL is the entry's remaining freshness (whole seconds, at least 1), at most a day
 //     (`maxSharedSeconds`): the tier drops it when it goes stale, so a server that comes back after an outage holds
 //     nothing older than the rules allow; and no value outlives the hosts' memory of a purge of its URL (the purge log,
 //     Core's FleetPurges, keeps every purge at least that long). An entry with no freshness left is not shared (its
-//     waiters get a pass marker). A hot image is fetched again fleet-wide (once) at most every hour.
+//     waiters get a pass marker). An image fresh for longer is fetched again fleet-wide (once) daily.
 
 public import ImageCacheHTTP
 public import Foundation
@@ -81,8 +81,9 @@ public enum FleetEnvelope {
                           responseTime: header.responseTime, vary: header.vary, policy: policy)
     }
 
-    /// The longest a value stays in the fleet, seconds: no longer than a purge is remembered (FleetPurges).
-    public static let maxSharedSeconds = 3600
+    /// The longest a value stays in the fleet, seconds (a day): shorter than a purge is remembered (FleetPurges keeps
+    /// its log and its memory of each purge an hour longer).
+    public static let maxSharedSeconds = 24 * 3600
 
     /// Whether `entry` may be shared through the fleet at `now`, and for how long (the memcached TTL, seconds): its
     /// own response (with its Vary variant, not Vary: *), with freshness left. nil: not shared (the waiters get a pass

@@ -60,7 +60,7 @@ struct FleetEnvelopeTests {
         #expect(rendition.hasPrefix(key + "~") && rendition.utf8.count <= 250)
     }
 
-    @Test("shared for the freshness it has left, at most an hour, with its variant when it varies; not at all when stale or Vary: *")
+    @Test("shared for the freshness it has left, at most a day, with its variant when it varies; not at all when stale or Vary: *")
     func sharedTTL() {
         #expect(FleetEnvelope.sharedTTL(of: Self.entry(age: 100), now: Fixture.t0) == 200)
         #expect(FleetEnvelope.sharedTTL(of: Self.entry(age: 299.5), now: Fixture.t0) == nil)
@@ -69,8 +69,8 @@ struct FleetEnvelopeTests {
         #expect(FleetEnvelope.sharedTTL(of: varied, now: Fixture.t0) == 300)
         let everything = Self.entry(extra: [("Vary", "*")])
         #expect(FleetEnvelope.sharedTTL(of: everything, now: Fixture.t0) == nil)
-        // At most an hour: no value outlives the hosts' memory of a purge (FleetPurges).
-        #expect(FleetEnvelope.sharedTTL(of: Self.entry(cacheControl: "max-age=31536000"), now: Fixture.t0) == 3600)
+        // At most a day: no value outlives the hosts' memory of a purge (FleetPurges keeps it an hour longer).
+        #expect(FleetEnvelope.sharedTTL(of: Self.entry(cacheControl: "max-age=31536000"), now: Fixture.t0) == 86_400)
     }
 
     @Test("a varied response travels with its variant: read back, it selects the requests its own did, and no other")

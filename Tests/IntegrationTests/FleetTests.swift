@@ -348,6 +348,46 @@ struct FleetPurgeTests {
         #expect(daemons[2].daemon.proxy.metrics.fleet.purgedRefused.current == 1)
     }
 
+    @Test("a host that starts hours after a purge catches up from the older logs, and refuses a value a server kept through it")
+    func lateHostCatchesUp() async throws {
+        let servers = try FleetTests.servers(1)
+        let a = try FleetTests.fleet(1, servers: servers)[0]
+        let body = Fixtures.png(size: 3000)
+        a.origin.route("/c.png") { _ in Reply(status: 200, headers: [("Content-Type", "image/png"), ("Cache-Control", "max-age=86400")], body: body) }
+        _ = try await a.get("/c.png")
+        #expect(await a.fleetStores.wait(for: 1), "the entry never reached the fleet")
+        let key = FleetEnvelope.key(for: CacheKey(try UpstreamURL.parse(a.origin.baseURL + "/c.png")))
+        let kept = try servers[0].value(key)
+        // A purges; the server then holds the old value again (it was away for the delete: here, written back).
+        let encoded = (a.origin.baseURL + "/c.png").addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
+        let purge = try await a.get("/_imagecached/cache?url=\(encoded)", method: "DELETE")
+        #expect(purge.text.contains("fleet: logged on 1 of 1 servers"), "\(purge.text)")
+        try servers[0].set(key, value: kept, flags: FleetEnvelope.Flags.entry, ttl: 3600)
+        // When a host starts three hours later (its clock; the purge is in a log three hours old)
+        let late = try ProxyHarness(clockAhead: 3 * 3600 + 60) { configuration in
+            configuration.origins = a.configuration.origins
+            configuration.fleet.servers = servers.map { FleetServer(host: "127.0.0.1", port: $0.port) }
+            configuration.fleet.deadlineSeconds = 2
+        }
+        // Then it reads that log in its catch-up, and the value (fresh for a day) is refused, fetched anew
+        #expect(await late.fleetPurges.wait(for: 1, timeout: 10), "the late host never read the older log")
+        let response = try await late.get("/c.png")
+        #expect(response.status == 200 && response.body == body)
+        #expect(response.header("Cache-Status")?.contains("detail=fleet") == false, "\(response.headers)")
+        #expect(late.daemon.proxy.metrics.fleet.purgedRefused.current == 1)
+        #expect(a.origin.requestCount("/c.png") == 2)
+    }
+
+    @Test("a poll reads this hour's and the last hour's logs; a catch-up every hour's within the retention, a day and an hour")
+    func logKeys() {
+        let time = Date(timeIntervalSince1970: 1_800_000_000)
+        #expect(FleetPurges.logKeys(at: time, catchingUp: false) == ["ic1:purge:499999", "ic1:purge:500000"])
+        let all = FleetPurges.logKeys(at: time, catchingUp: true)
+        #expect(all.count == 26 && all.first == "ic1:purge:499975" && all.last == "ic1:purge:500000")
+        #expect(FleetEnvelope.maxSharedSeconds < FleetPurges.retentionSeconds)
+        #expect(FleetLogLimits.maxCursors >= all.count)
+    }
+
     @Test("the log's lines: time and URL (or *), anything else skipped")
     func lines() {
         let line = FleetPurges.line(time: Date(timeIntervalSince1970: 1_800_000_000.25), url: "http://o.test/a.png")

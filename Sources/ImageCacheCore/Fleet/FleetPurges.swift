@@ -3,21 +3,24 @@
 //
 // Design: a purge log in the tier. A purge appends one line, "<time> <url>\n" ("*" for everything; time: seconds since
 // 1970, the purging host's clock), to the log of the hour, `ic1:purge:<hours since 1970>`, on EVERY server
-// (FleetTier.appendToLog: a log is a series of segments of 64 KiB at most, each made with a two-hour TTL, so a line
-// stays readable for an hour at least and the logs trim themselves; FleetLog.swift), and deletes the URL's own fleet
-// copy. Every host reads this hour's and the last hour's logs on every server once a second (`poll`): each read returns
-// only the lines appended since this host's last read of that server (two small `mg` per log and server when nothing
-// changed). It applies the lines it has not seen (its local copies of the URL, variants and renditions, go:
-// TieredStore.remove), and keeps each URL's latest purge time for two hours, longer than any fleet value lives
-// (FleetEnvelope.maxSharedSeconds: an hour).
+// (FleetTier.appendToLog: a log is a series of segments of 64 KiB at most, each made with a TTL of `retentionSeconds`,
+// 25 hours, so the logs trim themselves; FleetLog.swift), and deletes the URL's own fleet copy. Every host reads this
+// hour's and the last hour's logs on every server once a second (`poll`): each read returns only the lines appended
+// since this host's last read of that server (two small `mg` per log and server when nothing changed). A host that
+// has not read every server within the last 50 minutes (it just started, or a server was away) catches up: it reads
+// every hour's log within the retention, at most every 10 s, until each server has been read whole. It applies the
+// lines it has not seen (its local copies of the URL, variants and renditions, go: TieredStore.remove), and keeps
+// each URL's latest purge time for the retention, longer than any fleet value lives (FleetEnvelope.maxSharedSeconds:
+// a day).
 // A value read from the fleet whose response is not newer than its URL's purge (or a purge of everything) is refused:
 // deleted, and the host fetches for itself (`isPurged`). Because the line is on every server, a server that was away
 // during a purge does not lose it: the hosts learn it from the others, and its stale values are refused by time.
 // Bound: a host drops its local copies within about a second of the purge (one poll), plus the read's deadline.
 // Limits: a log holds FleetLogLimits.maxSegments segments of 64 KiB per server (16 MiB: about 150,000 purges of
 // 100-byte URLs an hour); past that a purge answers that it was logged on fewer servers (0 when all are full), and the
-// local purge still happens. This host remembers FleetPurges.rememberedLimit purges. A host cut off from every server
-// learns the purge when it can read a log again, if within the hour.
+// local purge still happens. This host remembers `rememberedLimit` purges; when it must forget one early, it refuses
+// every fleet value not newer than the latest purge it forgot (`forgottenThrough`): a refetch, never a purged value.
+// A host cut off from every server learns the purges when it can read the logs again, within the retention.
 // Clocks: purge and response times come from different hosts: keep them in step (NTP), as for any shared cache.
 //
 // Ownership: confined to the proxy queue (the poll timer runs there; reads hop back to it).
@@ -34,8 +37,12 @@ final class FleetPurges: @unchecked Sendable {
     /// The log of the hour that holds `time`, on every server.
     static func logKey(at time: Date) -> String { "ic1:purge:\(Int((time.timeIntervalSince1970 / 3600).rounded(.down)))" }
     /// How long an hour's log lasts in memcached, and this host's memory of each purge, seconds: longer than any fleet
-    /// value lives (FleetEnvelope.maxSharedSeconds).
-    static let retentionSeconds = 2 * 3600
+    /// value lives (FleetEnvelope.maxSharedSeconds) by an hour.
+    static let retentionSeconds = FleetEnvelope.maxSharedSeconds + 3600
+    /// A server not read whole within this long is read again from the oldest log (a catch-up), seconds.
+    static let caughtUpSeconds = 50 * 60.0
+    /// Catch-up reads are this far apart at least, seconds.
+    static let catchUpIntervalSeconds = 10.0
     /// How far ahead of this host's clock a purge line may be dated (clocks in step, give or take).
     static let clockSkewSeconds = 300.0
     /// Purges remembered at most (the oldest are forgotten first).
@@ -55,6 +62,12 @@ final class FleetPurges: @unchecked Sendable {
     private var purgedAt: [String: Date] = [:]
     /// The latest purge of everything.
     private var purgedAllAt: Date?
+    /// The latest purge forgotten before its time (past `rememberedLimit`): no older fleet value is served.
+    private var forgottenThrough: Date?
+    /// When each server (`host:port`) was last read without a failure, in a poll that read every log it needed.
+    private var readWhole: [String: Date] = [:]
+    /// When the last catch-up read started.
+    private var lastCatchUp: Date?
     private var timer: (any DispatchSourceTimer)?
     /// Log reads out (this hour's and the last hour's).
     private var reading = 0
@@ -102,26 +115,69 @@ final class FleetPurges: @unchecked Sendable {
     func isPurged(_ entry: CacheEntry) -> Bool {
         dispatchPrecondition(condition: .onQueue(queue))
         if let all = purgedAllAt, entry.responseTime <= all { return true }
+        if let forgotten = forgottenThrough, entry.responseTime <= forgotten { return true }
         guard let time = purgedAt[entry.key.url.string] else { return false }
         return entry.responseTime <= time
     }
 
-    /// Reads the log on every server, and applies what is new.
+    /// Reads the logs on every server (this hour's and the last; every hour's within the retention when catching up),
+    /// and applies what is new.
     func poll() {
         dispatchPrecondition(condition: .onQueue(queue))
         guard reading == 0 else { return }
         let time = now()
+        let servers = fleet.stats().servers.map(\.address)
+        let behind = servers.contains { readWhole[$0].map { time.timeIntervalSince($0) > Self.caughtUpSeconds } ?? true }
+        let catchingUp = behind && lastCatchUp.map { time.timeIntervalSince($0) >= Self.catchUpIntervalSeconds || $0 > time } ?? true
+        if catchingUp { lastCatchUp = time }
+        let keys = Self.logKeys(at: time, catchingUp: catchingUp)
         weak let weakSelf = self
-        for key in [Self.logKey(at: time.addingTimeInterval(-3600)), Self.logKey(at: time)] {
+        let poll = PollReads(expected: keys.count, catchingUp: catchingUp, started: time)
+        for key in keys {
             reading += 1
             fleet.readLog(key) { [queue] reads in
-                queue.async { weakSelf?.apply(reads) }
+                queue.async { weakSelf?.apply(reads, poll: poll) }
             }
         }
     }
 
-    private func apply(_ reads: [FleetLogRead]) {
+    /// The logs a poll reads: the last hour's and this hour's; when catching up, every hour's within the retention.
+    static func logKeys(at time: Date, catchingUp: Bool) -> [String] {
+        let hours = catchingUp ? retentionSeconds / 3600 : 1
+        return (0...hours).reversed().map { logKey(at: time.addingTimeInterval(-Double($0 * 3600))) }
+    }
+
+    /// One poll's reads: which servers failed in any of them. Confined to the proxy queue (the reads' completions hop
+    /// back to it before they touch it).
+    private final class PollReads: @unchecked Sendable {
+        let expected: Int
+        let catchingUp: Bool
+        let started: Date
+        var answered = 0
+        var failed: Set<String> = []
+        var servers: Set<String> = []
+        init(expected: Int, catchingUp: Bool, started: Date) {
+            self.expected = expected
+            self.catchingUp = catchingUp
+            self.started = started
+        }
+    }
+
+    private func apply(_ reads: [FleetLogRead], poll: PollReads) {
         reading -= 1
+        poll.answered += 1
+        for read in reads {
+            poll.servers.insert(read.server)
+            if read.failure != nil { poll.failed.insert(read.server) }
+        }
+        if poll.answered == poll.expected {
+            // A server read whole is caught up: by a catch-up, or by a poll of the last two hours while it was caught up.
+            for server in poll.servers where !poll.failed.contains(server) {
+                if poll.catchingUp || readWhole[server].map({ poll.started.timeIntervalSince($0) <= Self.caughtUpSeconds }) == true {
+                    readWhole[server] = poll.started
+                }
+            }
+        }
         var applied = 0
         for read in reads {
             for raw in read.appended.split(separator: UInt8(ascii: "\n")) {
@@ -171,8 +227,14 @@ final class FleetPurges: @unchecked Sendable {
         seen = seen.filter { $0.value > horizon }
         purgedAt = purgedAt.filter { $0.value > horizon }
         if let all = purgedAllAt, all <= horizon { purgedAllAt = nil }
+        if let forgotten = forgottenThrough, forgotten <= horizon { forgottenThrough = nil }
         if purgedAt.count > Self.rememberedLimit {
-            let kept = purgedAt.sorted { $0.value > $1.value }.prefix(Self.rememberedLimit)
+            let sorted = purgedAt.sorted { $0.value > $1.value }
+            let kept = sorted.prefix(Self.rememberedLimit)
+            if let newestForgotten = sorted.dropFirst(Self.rememberedLimit).first?.value {
+                forgottenThrough = max(forgottenThrough ?? newestForgotten, newestForgotten)
+                logger.warning("fleet: more than \(Self.rememberedLimit) purges within \(Self.retentionSeconds / 3600) h: fleet values from before \(newestForgotten) are refused")
+            }
             purgedAt = Dictionary(uniqueKeysWithValues: kept.map { ($0.key, $0.value) })
         }
         if seen.count > Self.rememberedLimit {

@@ -161,8 +161,10 @@ final class ProxyHarness {
     var port: Int { daemon.port }
 
     /// A daemon in reverse-proxy mode for `origin` (paths map 1:1), private networks allowed so that forward and
-    /// fetch modes can reach the loopback origin; `configure` changes anything else.
-    init(logCapture: LogCapture? = nil, _ configure: (inout Configuration) -> Void = { _ in }) throws {
+    /// fetch modes can reach the loopback origin; `configure` changes anything else. `clockAhead`: seconds this
+    /// daemon's clock starts ahead of the others' (a host that starts later, or comes back after hours away).
+    init(logCapture: LogCapture? = nil, clockAhead: Double = 0, _ configure: (inout Configuration) -> Void = { _ in }) throws {
+        clock.advance(clockAhead)
         origin = try TestOrigin()
         var configuration = Configuration()
         configuration.listen = ListenAddress(host: "127.0.0.1", port: 0)
