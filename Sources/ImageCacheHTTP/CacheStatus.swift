@@ -27,6 +27,8 @@
 // prefetch's report are all rendered from it. Nothing reads a response's fields back to learn what happened; a
 // response with no outcome is the daemon's own error answer.
 
+package import Foundation
+
 /// How a response was produced.
 public struct CacheOutcome: Sendable, Equatable {
     package enum Forward: String, Sendable, Equatable {
@@ -50,6 +52,21 @@ public struct CacheOutcome: Sendable, Equatable {
     /// RFC 9211 detail: "disk" for a hit read from the disk tier, "stale-if-error" for a stale entry served because
     /// the origin failed.
     package var detail: String?
+    /// When the origin answered for the response served, for a sink that makes a response of its own from it (a
+    /// rendition job's source collector): nil for what was not received from the origin (the daemon's own answers).
+    package var received: Received?
+
+    /// A served response's times as its stored entry keeps them (RFC 9111 4.2.3): its response_time and its
+    /// corrected_initial_age (its current age is `initialAge` plus the time since `responseTime`).
+    package struct Received: Sendable, Equatable {
+        package var responseTime: Date
+        package var initialAge: Double
+
+        package init(responseTime: Date, initialAge: Double) {
+            self.responseTime = responseTime
+            self.initialAge = initialAge
+        }
+    }
 
     package init(forward: Forward? = nil, ttl: Double? = nil, forwardStatus: Int? = nil, revalidated: Bool = false,
                  stored: Bool = false, collapsed: Bool = false, detail: String? = nil) {

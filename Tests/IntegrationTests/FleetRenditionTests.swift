@@ -107,4 +107,88 @@ struct FleetRenditionTests {
         #expect(FleetTests.fleetMetrics(daemons[1]).takeovers.current >= 1)
         #expect(try await Self.transforms(daemons) == [0, 1])
     }
+
+    @Test("a rendition whose source is purged while it is transformed is served to its client and kept nowhere: not in the fleet, not here")
+    func purgeDuringTransform() async throws {
+        // Given two daemons, and the first one's worker held as it takes a new rendition's transform
+        let servers = try FleetTests.servers(1)
+        let daemons = try FleetTests.fleet(2, servers: servers)
+        ImageFiles.serve(daemons[0], "photo.jpg")
+        let held = Gate()
+        defer { held.open() }
+        daemons[0].transformHold.hold(at: held)
+        let client = try daemons[0].connect()
+        try client.request(Self.avif)
+        #expect(await daemons[0].transformHold.wait(for: 1), "the transform never started")
+        // When the source is purged 1 s after the origin answered for it, and the transform ends 1 s later
+        daemons[0].clock.advance(1)
+        let source = (daemons[0].origin.baseURL + "/photo.jpg").addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
+        let purge = try await daemons[0].get("/_imagecached/cache?url=\(source)", method: "DELETE")
+        #expect(purge.status == 200)
+        daemons[0].clock.advance(1)
+        held.open()
+        let made = try await readAll([client])[0]
+        // Then its client has it, not stored
+        #expect(made.status == 200 && Decoded.read(made.body)?.format == "avif")
+        #expect(made.header("Cache-Status") == "imagecached; fwd=uri-miss; detail=transformed", "\(made.headers)")
+        // and the other host, once it has read the purge, makes its own (the lease was handed back, nothing stored in the fleet)
+        #expect(await daemons[1].fleetPurges.wait(for: 1, timeout: 5), "the second host never read the purge")
+        daemons[1].clock.advance(2)
+        let other = try await daemons[1].get(Self.avif)
+        #expect(other.status == 200 && other.header("Cache-Status")?.contains("detail=transformed") == true, "\(other.headers)")
+        #expect(daemons[0].origin.requestCount("/photo.jpg") == 2)
+        #expect(await daemons[1].fleetStores.wait(for: 2), "the second host's entries never reached the fleet")
+        // and the first host kept nothing: it is served the second host's rendition from the fleet, not its own from memory
+        let again = try await daemons[0].get(Self.avif)
+        #expect(again.header("Cache-Status")?.hasSuffix("detail=fleet") == true, "\(again.headers)")
+        #expect(again.body == other.body)
+        #expect(try await Self.transforms(daemons) == [1, 1])
+    }
+
+    @Test("a winner whose source waits on another host's fill longer than fleet.lease keeps its rendition's lease: one encode fleet-wide")
+    func leaseKeptWhileSourceWaits() async throws {
+        // Given two daemons with a 2 s lease, and a source whose body the origin drips over 6 s (the host fetching it
+        // keeps the source's lease alive as its bytes arrive)
+        let servers = try FleetTests.servers(1)
+        let daemons = try FleetTests.fleet(2, servers: servers) { $0.fleet.leaseSeconds = 2 }
+        let origin = daemons[0].origin
+        let photo = ImageFiles.bytes("photo.jpg")
+        origin.route("/photo.jpg") { _ in
+            Reply(status: 200, headers: [("Content-Type", "image/jpeg"), ("Cache-Control", "max-age=600")], body: photo,
+                  drip: (chunks: 12, interval: .milliseconds(500)))
+        }
+        // The second host fetches the source (its lease); the first host's job wins the rendition's lease, and its
+        // source waits on the second host's fill
+        let sourceClient = try await daemons[1].waitingClients(1, on: "/photo.jpg")
+        try await origin.waitForRequests("/photo.jpg", count: 1)
+        let winner = try await daemons[0].waitingClients(1, on: Self.avif)
+        #expect(await daemons[0].fleetWaits.wait(for: 1), "the first host's source never waited on the second host's fill")
+        // When the second host is asked for the rendition, and waits on the first host's lease for as long as the drip
+        let second = try await daemons[1].waitingClients(1, on: Self.avif)
+        #expect(await daemons[1].fleetWaits.wait(for: 1), "the second host never waited on the first host's rendition")
+        let responses = try await readAll(winner + second)
+        _ = try await readAll(sourceClient)
+        // Then the rendition's lease outlived the source's wait: one source fetch, one encode, and the second host's
+        // client has the first host's rendition
+        #expect(origin.requestCount("/photo.jpg") == 1)
+        #expect(try await Self.transforms(daemons) == [1, 0])
+        #expect(responses.allSatisfy { $0.status == 200 && $0.body == responses[0].body })
+        #expect(responses[1].header("Cache-Status")?.hasSuffix("collapsed; detail=fleet") == true, "\(responses[1].headers)")
+        #expect(FleetTests.fleetMetrics(daemons[1]).takeovers.current == 0)
+    }
+
+    @Test("a rendition made while the tier is unavailable says detail=fleet-unavailable, as a fetch does")
+    func unavailable() async throws {
+        // Given a daemon whose only memcached is gone
+        let servers = try FleetTests.servers(1)
+        let daemons = try FleetTests.fleet(1, servers: servers)
+        ImageFiles.serve(daemons[0], "photo.jpg")
+        servers[0].kill9()
+        // When a new rendition is asked for
+        let response = try await daemons[0].get(Self.avif)
+        // Then it is made here, and its Cache-Status says the tier could not be asked
+        #expect(response.status == 200 && Decoded.read(response.body)?.format == "avif")
+        #expect(response.header("Cache-Status") == "imagecached; fwd=uri-miss; stored; detail=fleet-unavailable", "\(response.headers)")
+        #expect(try await Self.transforms(daemons) == [1])
+    }
 }

@@ -1042,6 +1042,11 @@ struct FetchMachine {
         }
         outcome.collapsed = waiter.collapsed
         if outcome.detail == nil { outcome.detail = fleetDetail }
+        // The times its entry is stored with (`store`), for a sink that makes something from it (a rendition's source).
+        outcome.received = CacheOutcome.Received(
+            responseTime: response.responseTime,
+            initialAge: Freshness.correctedInitialAge(of: response.head, requestTime: response.requestTime,
+                                                      responseTime: response.responseTime))
         guard waiter.collapsed, !response.privateFields.isEmpty else {
             return (response.head.forClient(outcome, policy: rules.freshnessPolicy), outcome)
         }

@@ -27,6 +27,9 @@ public enum ProxyEvent: Sendable, Equatable {
     case fleetStored(key: CacheKey)
     /// A purge from another host's log was applied here (`url`: the URL, or "*" for everything).
     case fleetPurgeApplied(url: String)
+    /// A worker took the transform of the rendition `key` and is about to run it. Told on the worker's thread, not
+    /// the proxy queue: a test holds the worker here to land a purge mid-transform.
+    case transformStarting(key: CacheKey)
     /// /_imagecached/stats is about to be read (a test changes a counter here, to tell the status page's figures as
     /// its script computes them from those rendered with the page).
     case statsRead

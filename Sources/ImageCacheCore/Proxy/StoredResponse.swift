@@ -17,6 +17,8 @@ enum StoredResponse {
     @discardableResult
     static func send(_ entry: CacheEntry, to sink: any ResponseSink, request: ClientRequest, outcome: CacheOutcome,
                      now: Date, file: FileBody? = nil) -> Int {
+        var outcome = outcome
+        outcome.received = CacheOutcome.Received(responseTime: entry.responseTime, initialAge: entry.correctedInitialAge)
         sink.note(outcome)
         // Preconditions and Range are for a successful response (RFC 9110 13.2.1, 14.2); a stored 404 or 301 is sent
         // as it is.

@@ -12,8 +12,11 @@
 // the answers, as for a fetch); a lease won is kept in `lease` until the machine stores, marks or releases it (one
 // still held at `.finish` is released). The tier refreshes a held lease only while its holder reports progress: the
 // job reports the source's bytes as they arrive (the collector), the source's arrival, a worker taking the transform,
-// and, while the transform is with the pool, every third of fleet.lease (`keepAlive`): a transform is bounded by
-// transform-queue-timeout and the transform's own timeout, so a lease outlives them only as long as they last.
+// and, while the machine says so (`keepsLeaseAlive`: waiting for the source, which may itself wait on another host's
+// fill for up to fleet.wait, or the transform with the pool), every third of fleet.lease (`keepAlive`): the source
+// wait is bounded by transform-source-timeout, a transform by transform-queue-timeout and its own timeout, so a
+// lease outlives them only as long as they last; a host that hangs or dies stops reporting, and its lease lapses.
+// Purges: a made rendition is checked against FleetPurges (the machine's `purged`) by its source's response time.
 
 internal import ImageCacheSystem
 internal import ImageCacheHTTP
@@ -159,6 +162,7 @@ final class RenditionJob: InFlightWork, @unchecked Sendable {
                 queue.async { job?.sourceArrived(result) }
             }
             self.collector = collector
+            armKeepAlive()
             handoff.fetchSource(request, collector)
         case let .armDeadline(seconds):
             weak let job = self
@@ -178,7 +182,9 @@ final class RenditionJob: InFlightWork, @unchecked Sendable {
             lease?.progressed()
             armKeepAlive()
             weak let job = self
+            let events = context.events, key = key
             ticket = pool.submit(TransformPool.Job(source: source, spec: spec, started: { [queue] in
+                events?(.transformStarting(key: key))
                 queue.async { job?.workerStarted() }
             }) { [queue] result, seconds in
                 queue.async { job?.transformed(result, seconds: seconds) }
@@ -255,7 +261,8 @@ final class RenditionJob: InFlightWork, @unchecked Sendable {
         run(machine.fleetAnswered(answer, waited: waited, now: context.now()))
     }
 
-    /// While the pool has the transform and the job holds a lease, reports progress every third of fleet.lease.
+    /// While the machine keeps the lease it holds alive (its source awaited, or the transform with the pool), reports
+    /// progress every third of fleet.lease.
     private func armKeepAlive() {
         guard lease != nil, keepAlive == nil else { return }
         weak let job = self
@@ -267,7 +274,7 @@ final class RenditionJob: InFlightWork, @unchecked Sendable {
     private func keepAliveFired() {
         dispatchPrecondition(condition: .onQueue(queue))
         keepAlive = nil
-        guard let lease, machine.isWithPool else { return }
+        guard let lease, machine.keepsLeaseAlive else { return }
         lease.progressed()
         armKeepAlive()
     }
@@ -276,7 +283,7 @@ final class RenditionJob: InFlightWork, @unchecked Sendable {
         dispatchPrecondition(condition: .onQueue(queue))
         lease?.progressed()
         collector = nil
-        run(machine.sourceArrived(result, now: context.now()))
+        run(machine.sourceArrived(result, now: context.now(), purged: isPurged))
     }
 
     private func deadlinePassed() {
@@ -295,6 +302,13 @@ final class RenditionJob: InFlightWork, @unchecked Sendable {
     private func transformed(_ result: Result<TransformedImage, TransformFailure>, seconds: Double) {
         dispatchPrecondition(condition: .onQueue(queue))
         ticket = nil
-        run(machine.transformed(result, seconds: seconds, now: context.now()))
+        run(machine.transformed(result, seconds: seconds, now: context.now(), purged: isPurged))
+    }
+
+    /// Whether a purge of the entry's URL (the source's, for a rendition) came after its response time (FleetPurges:
+    /// the purges made here and read from the fleet's log).
+    private func isPurged(_ entry: CacheEntry) -> Bool {
+        dispatchPrecondition(condition: .onQueue(queue))
+        return context.fleetPurges.isPurged(entry)
     }
 }

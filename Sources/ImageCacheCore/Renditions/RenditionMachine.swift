@@ -37,13 +37,17 @@
 //                                  CAS (`fleetStore`); a result not stored or not shareable, a failure, the deadline
 //                                  leave a pass marker (`fleetPass`); every client gone before a worker has the
 //                                  transform (waiting for the source, or withdrawn from the pool's queue) hands the
-//                                  lease back (`fleetRelease`). The runner keeps the lease alive while the source's
-//                                  bytes arrive and, on a timer, while the transform is with this host's pool (its
-//                                  queue timeout and the transform's own timeout bound that)
+//                                  lease back (`fleetRelease`), and so does a result whose source was purged
+//                                  while it was made. The runner keeps the lease alive while the source's bytes
+//                                  arrive and, on a timer (`keepsLeaseAlive`), while the source is awaited (it may
+//                                  itself wait on another host's fill; transform-source-timeout bounds that) and
+//                                  while the transform is with this host's pool (its queue timeout and the
+//                                  transform's own timeout bound that)
 //               ── wait ─────────> askingFleet again after 10 ms, doubling to 40 ms; past fleet.wait, made alone
 //                                  (never stored in the fleet: the lease is another host's)
 //               ── pass marker, unavailable, damaged ──> waitingForSource, alone (the response says
-//                                  detail=transformed; the fleet's state is in the fleet metrics)
+//                                  detail=fleet-unavailable when the tier could not be asked, as for a fetch; else
+//                                  detail=transformed)
 //               ── every client gone ──> done (a lease won by a lookup still out is handed back when it answers)
 //   The source deadline (transform-source-timeout) is armed when the source is asked for, after the fleet stage: a
 //   client waits at most fleet.wait for another host's rendition, then the source timeout. One fleet lookup per
@@ -58,6 +62,11 @@
 //     from the entry at once).
 //   - When the last client goes, the job ends unless it was started with no client (a stale-while-revalidate refresh)
 //     or complete-abandoned-fetches is on and the job stores its result: then it runs on to fill the cache.
+//   - A rendition is received when its source was: its response time is the source entry's (the time the origin
+//     answered for the source), its age its source's (`entry`). A purge of the source after then (the runner's
+//     `purged`: FleetPurges) covers it: a result made from a source purged meanwhile goes to the job's clients and is
+//     kept nowhere (not stored, not shared: a lease held is handed back); every other host refuses a copy of it by
+//     the same time (FleetFill.answer).
 //   - Late events (a source after the deadline, a result after the job ended) change nothing.
 
 internal import ImageCacheSystem
@@ -90,6 +99,9 @@ struct RenditionMachine {
     struct Source: Sendable {
         var head: HTTPResponseHead
         var body: [UInt8]
+        /// When the origin answered for it and how old it was then (its entry's times, told with its outcome); nil
+        /// when its producer did not say.
+        var received: CacheOutcome.Received? = nil
     }
 
     /// Why the source did not arrive whole.
@@ -183,6 +195,9 @@ struct RenditionMachine {
     private(set) var waiters: [Waiter] = []
     /// The fleet tier's part in the job (see the fleet stage at the top).
     private(set) var fleetRole = FetchMachine.FleetRole.none
+    /// The Cache-Status detail of a rendition made here: "fleet-unavailable" when the fleet could not be asked (as
+    /// for a fetch), else nil ("transformed").
+    private var fleetDetail: String?
 
     init(key: CacheKey, leader: ClientRequest, rendition: RenditionRequest, stale: CacheEntry?, stores: Bool, rules: Rules,
          fillsCache: Bool = false, nonce: UInt64 = .random(in: 0...UInt64.max)) {
@@ -206,6 +221,18 @@ struct RenditionMachine {
         switch state {
         case .queued, .transforming: true
         default: false
+        }
+    }
+
+    /// The runner keeps the lease this job holds alive (reports progress every third of fleet.lease): the job holds
+    /// one and works toward its rendition, waiting for its source (which may itself wait on another host's fill, up
+    /// to fleet.wait; transform-source-timeout bounds it) or with the transform in this host's pool (its queue timeout
+    /// and the transform's own bound it). A host that hangs or dies stops the timer, and its lease lapses.
+    var keepsLeaseAlive: Bool {
+        guard fleetRole == .holdingLease else { return false }
+        switch state {
+        case .waitingForSource, .queued, .transforming: return true
+        default: return false
         }
     }
 
@@ -251,6 +278,7 @@ struct RenditionMachine {
             return [.log(.debug, "\(key): the fleet's rendition was not shared (\(reason)); making it alone")] + askForSource()
         case let .unavailable(reason):
             fleetRole = .done
+            fleetDetail = "fleet-unavailable"
             return [.log(.debug, "\(key): fleet tier unavailable (\(reason)); making it alone")] + askForSource()
         case let .damaged(reason):
             fleetRole = .done
@@ -298,15 +326,17 @@ struct RenditionMachine {
         }
     }
 
-    /// The source arrived whole (any status), or could not (`failure`).
-    mutating func sourceArrived(_ result: Result<Source, SourceFailure>, now: Date) -> [Action] {
+    /// The source arrived whole (any status), or could not (`failure`). `purged`: whether a purge of the source's URL
+    /// came after an entry's response time (the runner asks FleetPurges).
+    mutating func sourceArrived(_ result: Result<Source, SourceFailure>, now: Date,
+                                purged: (CacheEntry) -> Bool = { _ in false }) -> [Action] {
         guard case .waitingForSource = state else { return [] }
         var actions: [Action] = [.cancelDeadline]
         switch result {
         case let .failure(failure):
             actions += sourceFailed(failure, now: now)
         case let .success(source):
-            actions += sourceReceived(source, now: now)
+            actions += sourceReceived(source, now: now, purged: purged)
         }
         return actions
     }
@@ -338,8 +368,10 @@ struct RenditionMachine {
                 .count(format: formatLabel, result: "abandoned", seconds: 0, bytesIn: 0, bytesOut: 0), .finish]
     }
 
-    /// The transform ended (a worker's result, or the pool's refusal: queue full, waited too long).
-    mutating func transformed(_ result: Result<TransformedImage, TransformFailure>, seconds: Double, now: Date) -> [Action] {
+    /// The transform ended (a worker's result, or the pool's refusal: queue full, waited too long). `purged`: as for
+    /// `sourceArrived` (a purge may land while the transform runs).
+    mutating func transformed(_ result: Result<TransformedImage, TransformFailure>, seconds: Double, now: Date,
+                              purged: (CacheEntry) -> Bool = { _ in false }) -> [Action] {
         let source: Source, etag: String?
         switch state {
         case let .queued(queuedSource, queuedTag), let .transforming(queuedSource, queuedTag):
@@ -354,14 +386,14 @@ struct RenditionMachine {
         case let .success(image):
             let tag = etag ?? RenditionTag.etag(sourceValidator: String(nonce), rendition: key.rendition)
             let made = Self.entry(key: key, rendition: rendition, body: image.bytes, mediaType: image.format.mediaType,
-                                  source: source.head, etag: tag, freshness: rules.freshness, now: now)
+                                  source: source, etag: tag, freshness: rules.freshness, now: now)
             let what = "\(key.url.string.prefix(300)) [\(key.rendition)]"
             let log: Action = made.isShareable
                 ? .log(.debug, "transformed \(what) -> \(image.width)x\(image.height) \(image.format.rawValue) \(image.bytes.count) bytes in \(Int(seconds * 1000)) ms")
                 : .log(.debug, "transformed \(what): not shareable (the source is private or no-store)")
             return [.count(format: image.format.rawValue, result: "ok", seconds: seconds, bytesIn: source.body.count,
                            bytesOut: image.bytes.count), log]
-                + answer(made, forwardStatus: nil, store: .store(made.entry), now: now)
+                + answer(made, forwardStatus: nil, store: .store(made.entry), now: now, purged: purged)
         }
     }
 
@@ -412,7 +444,7 @@ struct RenditionMachine {
         return actions
     }
 
-    private mutating func sourceReceived(_ source: Source, now: Date) -> [Action] {
+    private mutating func sourceReceived(_ source: Source, now: Date, purged: (CacheEntry) -> Bool) -> [Action] {
         let status = source.head.status
         guard status == 200 || status == 203 else {
             if status >= 500, let served = serveStale(now: now) { return served }
@@ -424,9 +456,9 @@ struct RenditionMachine {
             // The source is what the rendition was made from: new freshness, same bytes.
             let made = Self.entry(key: key, rendition: rendition, body: stale.body,
                                   mediaType: stale.head.headers["Content-Type"] ?? "application/octet-stream",
-                                  source: source.head, etag: etag, freshness: rules.freshness, now: now)
+                                  source: source, etag: etag, freshness: rules.freshness, now: now)
             let counted: [Action] = made.isShareable ? [.count(format: made.format, result: "refreshed", seconds: 0, bytesIn: 0, bytesOut: 0)] : []
-            return counted + answer(made, forwardStatus: 304, store: .refresh(made.entry), now: now)
+            return counted + answer(made, forwardStatus: 304, store: .refresh(made.entry), now: now, purged: purged)
         }
         // (An SVG source without transform-allow-svg, or one SVGGuard refuses, is the Transformer's to refuse.)
         state = .queued(source, etag: etag)
@@ -470,8 +502,14 @@ struct RenditionMachine {
 
     /// A made (or refreshed) entry: stored when the job stores and the store's rules allow, sent to every client (a
     /// result that may not be shared: to the leader only; the others ask again, after the job has left the table).
-    private mutating func answer(_ made: Made, forwardStatus: Int?, store: Action, now: Date) -> [Action] {
-        let storing = stores && made.isStorable
+    /// A result whose source was purged after the origin answered for it (`purged`: a purge that landed while the
+    /// source arrived or the transform ran) goes to this job's clients, who asked before the purge, and is kept
+    /// nowhere: not stored here, not shared (a lease held is handed back: the next host makes it from the source as
+    /// it is now).
+    private mutating func answer(_ made: Made, forwardStatus: Int?, store: Action, now: Date,
+                                 purged: (CacheEntry) -> Bool) -> [Action] {
+        let sourcePurged = purged(made.entry)
+        let storing = stores && made.isStorable && !sourcePurged
         guard made.isShareable else {
             let first = waiters.first, others = Array(waiters.dropFirst())
             waiters = []
@@ -483,13 +521,17 @@ struct RenditionMachine {
             if let first {
                 actions.append(.send(made.entry, to: first.id,
                                      outcome: CacheOutcome(forward: .miss, forwardStatus: forwardStatus,
-                                                           revalidated: forwardStatus == 304, detail: "transformed")))
+                                                           revalidated: forwardStatus == 304, detail: fleetDetail ?? "transformed")))
             }
             return actions
         }
-        let outcomes = Outcomes(forwardStatus: forwardStatus, forward: stale == nil ? .miss : .stale, stored: stores)
+        let outcomes = Outcomes(forwardStatus: forwardStatus, forward: stale == nil ? .miss : .stale,
+                                stored: stores && !sourcePurged, detail: fleetDetail)
         var actions: [Action] = storing ? [store] : []
-        if storing, let ttl = FleetEnvelope.sharedTTL(of: made.entry, now: now) {
+        if sourcePurged {
+            actions += [.log(.info, "\(key): its source was purged while it was made; served to its clients, kept nowhere")]
+                + endLease(.fleetRelease)
+        } else if storing, let ttl = FleetEnvelope.sharedTTL(of: made.entry, now: now) {
             actions += endLease(.fleetStore(made.entry, ttl: ttl))
         } else {
             actions += endLease(.fleetPass(reason: storing ? "no freshness to share" : "not stored", ttl: rules.fleet?.passSeconds ?? 60))
@@ -530,21 +572,33 @@ struct RenditionMachine {
         var format: String
     }
 
-    /// The stored response of a rendition: the image, with the source's freshness fields.
-    static func entry(key: CacheKey, rendition: RenditionRequest, body: [UInt8], mediaType: String, source: HTTPResponseHead,
+    /// The stored response of a rendition: the image, with the source's freshness fields, received when its source
+    /// was: its response time is the source entry's (the time the origin answered for the source, so a purge of the
+    /// source after then covers the rendition too: FleetPurges.isPurged on every host, `answer` here), and its Age
+    /// the source's corrected initial age, rounded up, so that it is exactly as old as its source at any time (the
+    /// served head's Age counts up to the moment the source was served: with the source's response time it would
+    /// count that time twice). A source whose times are unknown: received now, with its Age as served.
+    static func entry(key: CacheKey, rendition: RenditionRequest, body: [UInt8], mediaType: String, source: Source,
                       etag: String, freshness: FreshnessPolicy, now: Date) -> Made {
         var headers = HTTPHeaders()
         headers.add("Content-Type", mediaType)
         // The source's freshness, its targeted cache-control fields included (RFC 9213: they govern it here too).
         for name in ["Cache-Control", "Expires", "Date", "Age", "Last-Modified"] + freshness.targetedFields {
-            for value in source.headers.values(name) { headers.add(name, value) }
+            for value in source.head.headers.values(name) { headers.add(name, value) }
         }
-        if !headers.contains("Date") { headers.add("Date", HTTPDate.format(now)) }
+        let received = source.received?.responseTime ?? now
+        if let initialAge = source.received?.initialAge {
+            headers.remove("Age")
+            let age = Int(initialAge.rounded(.up))
+            if age > 0 { headers.add("Age", String(age)) }
+        }
+        if !headers.contains("Date") { headers.add("Date", HTTPDate.format(received)) }
         headers.add("ETag", etag)
         if rendition.choice.variesOnAccept { headers.add("Vary", "Accept") }
         headers.add("X-Content-Type-Options", "nosniff")
         let head = HTTPResponseHead(status: 200, headers: headers)
-        let entry = CacheEntry(key: key, head: head, body: body, requestTime: now, responseTime: now, vary: nil, policy: freshness)
+        let entry = CacheEntry(key: key, head: head, body: body, requestTime: received, responseTime: received, vary: nil,
+                               policy: freshness)
         // The store's own rules (Storability), for the rendition's head as stored, with the source request's method.
         let request = HTTPRequestHead(method: "GET", target: key.url.pathAndQuery, headers: HTTPHeaders())
         let storable = Storability.decide(request: request, requestCacheControl: CacheControl(HTTPHeaders()), response: head,

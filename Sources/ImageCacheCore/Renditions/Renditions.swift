@@ -23,8 +23,9 @@
 //   format class (FormatNegotiation: explicit format, "avif"/"webp" negotiated, or "src") + ":v" when the response
 //   varies on Accept. Equivalent URLs (aliases, order, defaults, dpr) share one entry; Accept never splits the
 //   cache beyond the format class.
-//   Freshness: the source's, as served to the job (Cache-Control, Expires, Date, Age, Last-Modified copied), so a
-//   rendition goes stale when its source does. A source that may not be stored (no-store, private) makes a
+//   Freshness: the source's, as served to the job (Cache-Control, Expires, Date, Last-Modified copied; received
+//   when the source was, with its source's age: RenditionMachine.entry), so a rendition goes stale when its source
+//   does, and a purge of the source after the origin answered for it covers the rendition. A source that may not be stored (no-store, private) makes a
 //   rendition that is not stored either.
 //   Validators: ETag = hash of (the source's ETag, else Last-Modified, else nothing: then a new ETag per transform)
 //   and the rendition's text. A stale rendition whose source comes back with the same validator is refreshed

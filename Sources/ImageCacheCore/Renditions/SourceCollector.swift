@@ -17,6 +17,8 @@ final class SourceCollector: ResponseSink, @unchecked Sendable {
     private let lock = NSLock()
     private var head: HTTPResponseHead?
     private var body: [UInt8] = []
+    /// When the origin answered for the source (its outcome, told before its head).
+    private var received: CacheOutcome.Received?
     private var reported = false
     /// What whoever answers the source request runs when this client leaves (`abandon`).
     private var cancelCallbacks: [@Sendable () -> Void] = []
@@ -86,7 +88,7 @@ final class SourceCollector: ResponseSink, @unchecked Sendable {
     func end() {
         let result: Result<Source, Failure>? = lock.withLock {
             guard !reported, let head else { return nil }
-            return .success(Source(head: head, body: body))
+            return .success(Source(head: head, body: body, received: received))
         }
         if let result { finish(result) } else { finish(.failure(Failure(status: 502, reason: "the source response ended without a head", label: "source_failed"))) }
     }
@@ -105,7 +107,7 @@ final class SourceCollector: ResponseSink, @unchecked Sendable {
             }
         }
         if body.count > limit { return finish(.failure(tooLarge(body.count))) }
-        finish(.success(Source(head: head, body: body)))
+        finish(.success(Source(head: head, body: body, received: lock.withLock { received })))
     }
 
     func respond(_ head: SerializedResponseHead, extra: HTTPHeaders, body: [UInt8]) {
@@ -129,6 +131,10 @@ final class SourceCollector: ResponseSink, @unchecked Sendable {
 
     func abort() {
         finish(.failure(Failure(status: 502, reason: "the source transfer broke off", label: "source_failed")))
+    }
+
+    func note(_ outcome: CacheOutcome) {
+        lock.withLock { received = outcome.received }
     }
 
     func onCancel(_ callback: @escaping @Sendable () -> Void) {

@@ -180,10 +180,121 @@ struct RenditionMachineFleetTests {
         }
         #expect(T.lines(machine.fleetAnswered(answer, waited: 0, now: T.t0)) == ["fetch source /a.jpg", "arm deadline 10s"])
         _ = machine.sourceArrived(.success(T.source()), now: T.t0)
+        // (an unavailable tier is said in Cache-Status, as for a fetch; a marker or a damaged value is the fleet working)
+        let detail = kind == .unavailable ? "fleet-unavailable" : "transformed"
         #expect(T.lines(machine.transformed(.success(T.image), seconds: 0.01, now: T.t0)) == [
             "count webp ok 500->\(Self.made)", "store \(Self.made)",
-            "send \(Self.made) to 1: imagecached; fwd=uri-miss; stored; detail=transformed",
+            "send \(Self.made) to 1: imagecached; fwd=uri-miss; stored; detail=\(detail)",
         ])
+    }
+
+    @Test("a rendition made alone while the tier was unavailable says detail=fleet-unavailable to every client, a private one's too")
+    func unavailableDetail() {
+        // Given a job for two clients that the tier could not answer
+        var machine = Self.machine(others: 1)
+        _ = machine.fleetAnswered(.unavailable("connection refused"), waited: 0, now: T.t0)
+        _ = machine.sourceArrived(.success(T.source()), now: T.t0)
+        // When the rendition is made, Then both clients are told the tier was unavailable
+        #expect(T.lines(machine.transformed(.success(T.image), seconds: 0.01, now: T.t0)) == [
+            "count webp ok 500->\(Self.made)", "store \(Self.made)",
+            "send \(Self.made) to 1: imagecached; fwd=uri-miss; stored; detail=fleet-unavailable",
+            "send \(Self.made) to 2: imagecached; fwd=uri-miss; stored; collapsed; detail=fleet-unavailable",
+        ])
+        // And a rendition of a private source (the leader's alone) says it too
+        var privately = Self.machine()
+        _ = privately.fleetAnswered(.unavailable("connection refused"), waited: 0, now: T.t0)
+        _ = privately.sourceArrived(.success(T.source(cacheControl: "private, max-age=60")), now: T.t0)
+        #expect(T.lines(privately.transformed(.success(T.image), seconds: 0.01, now: T.t0)).last
+                == "send \(Self.made) to 1: imagecached; fwd=uri-miss; detail=fleet-unavailable")
+    }
+
+    @Test("the lease a job holds is kept alive while its source is awaited (it may wait on another host's fill) and while the pool has the transform; never without a lease")
+    func keepsLeaseAlive() {
+        // Given a job asking the fleet: no lease yet
+        var machine = Self.machine()
+        #expect(!machine.keepsLeaseAlive)
+        // When it wins the lease and waits for its source (which may wait on another host's fill longer than fleet.lease)
+        _ = machine.fleetAnswered(.won, waited: 0, now: T.t0)
+        // Then the lease is kept alive, and while the transform is queued and on a worker
+        #expect(machine.keepsLeaseAlive)
+        _ = machine.sourceArrived(.success(T.source()), now: T.t0)
+        #expect(machine.keepsLeaseAlive)
+        _ = machine.workerStarted()
+        #expect(machine.keepsLeaseAlive)
+        // Once the rendition is shared the lease is the store's: nothing more to keep alive
+        _ = machine.transformed(.success(T.image), seconds: 0.01, now: T.t0)
+        #expect(!machine.keepsLeaseAlive)
+        // A job making its rendition alone, or one that handed its lease back, holds nothing to keep alive
+        var alone = Self.machine()
+        _ = alone.fleetAnswered(.unavailable("connection refused"), waited: 0, now: T.t0)
+        #expect(!alone.keepsLeaseAlive)
+        var abandoned = Self.machine()
+        _ = abandoned.fleetAnswered(.won, waited: 0, now: T.t0)
+        _ = abandoned.detach(1)
+        #expect(!abandoned.keepsLeaseAlive)
+    }
+
+    @Test("a rendition is received when its source was: the source entry's response time, and its age exactly its source's")
+    func sourceTimes() {
+        // Given a source the origin answered 30 s before t0 (corrected initial age 10: Age 10 from the origin), served
+        // from the cache at t0 with Age: 40
+        var source = RenditionMachine.Source(
+            head: Fixture.head(200, [("Content-Type", "image/jpeg"), ("Cache-Control", "max-age=600"), ("Date", Fixture.date(-40)),
+                                     ("Age", "40"), ("ETag", "\"v1\"")]),
+            body: Array(repeating: 1, count: 500))
+        source.received = CacheOutcome.Received(responseTime: T.t0.addingTimeInterval(-30), initialAge: 10)
+        // When its rendition is made 5 s later
+        let made = RenditionMachine.entry(key: T.rendition.key, rendition: T.rendition, body: T.webp, mediaType: "image/webp",
+                                          source: source, etag: "\"r\"", freshness: FreshnessPolicy(), now: T.t0.addingTimeInterval(5))
+        // Then it carries the source's response time (a purge of the source since then covers it), and is as old as
+        // its source at any time: 10 s when the origin answered, 45 s now (not 40 + 35, the served Age counted twice)
+        #expect(made.entry.responseTime == T.t0.addingTimeInterval(-30))
+        #expect(made.entry.key.url.string == RenditionMachineTests.url)
+        #expect(Freshness.currentAge(made.entry, now: T.t0.addingTimeInterval(5)) == 45)
+        #expect(Freshness.currentAge(made.entry, now: T.t0.addingTimeInterval(100)) == 140)
+        // A source whose times are unknown: received now, its Age as served
+        source.received = nil
+        let unknown = RenditionMachine.entry(key: T.rendition.key, rendition: T.rendition, body: T.webp, mediaType: "image/webp",
+                                             source: source, etag: "\"r\"", freshness: FreshnessPolicy(), now: T.t0.addingTimeInterval(5))
+        #expect(unknown.entry.responseTime == T.t0.addingTimeInterval(5))
+    }
+
+    @Test("a rendition whose source was purged while it was made goes to its clients and is kept nowhere: not stored, the lease handed back")
+    func sourcePurgedMeanwhile() {
+        // Given a winner whose source the origin answered at t0, and a purge of the source at t0 + 1, during the transform
+        let purgedAt = T.t0.addingTimeInterval(1)
+        let purged: (CacheEntry) -> Bool = { $0.key.url.string == RenditionMachineTests.url && $0.responseTime <= purgedAt }
+        var source = T.source()
+        source.received = CacheOutcome.Received(responseTime: T.t0, initialAge: 0)
+        var machine = Self.machine(others: 1)
+        _ = machine.fleetAnswered(.won, waited: 0, now: T.t0)
+        _ = machine.sourceArrived(.success(source), now: T.t0, purged: purged)
+        _ = machine.workerStarted()
+        // When the transform ends at t0 + 2
+        let lines = T.lines(machine.transformed(.success(T.image), seconds: 2, now: T.t0.addingTimeInterval(2), purged: purged))
+        // Then its clients have it, and it is neither stored here nor shared: the lease goes back
+        #expect(lines == [
+            "count webp ok 500->\(Self.made)", "fleet release",
+            "send \(Self.made) to 1: imagecached; fwd=uri-miss; detail=transformed",
+            "send \(Self.made) to 2: imagecached; fwd=uri-miss; collapsed; detail=transformed",
+            "finish",
+        ])
+        #expect(machine.isDone)
+        // Without a fleet too: not stored here
+        var alone = T.machine()
+        _ = alone.sourceArrived(.success(source), now: T.t0, purged: purged)
+        #expect(T.lines(alone.transformed(.success(T.image), seconds: 2, now: T.t0.addingTimeInterval(2), purged: purged)) == [
+            "count webp ok 500->\(Self.made)", "send \(Self.made) to 1: imagecached; fwd=uri-miss; detail=transformed", "finish",
+        ])
+        // A purge before the origin answered for the source does not concern it: stored and shared
+        var later = Self.machine()
+        _ = later.fleetAnswered(.won, waited: 0, now: T.t0)
+        var fresh = source
+        fresh.received = CacheOutcome.Received(responseTime: T.t0.addingTimeInterval(1.5), initialAge: 0)
+        _ = later.sourceArrived(.success(fresh), now: T.t0, purged: purged)
+        let stored = T.lines(later.transformed(.success(T.image), seconds: 2, now: T.t0.addingTimeInterval(2), purged: purged))
+        #expect(stored.prefix(2) == ["count webp ok 500->\(Self.made)", "store \(Self.made)"])
+        #expect(stored.contains { $0.hasPrefix("fleet store \(Self.made)") }, "\(stored)")
     }
 
     @Test("every client gone while the job holds the lease, before a worker has the transform: the lease is handed back")

@@ -74,6 +74,26 @@ final class PauseBarrier: Sendable {
     func wait(for target: Int, timeout: Double = 15) async -> Bool { await counter.wait(for: target, timeout: timeout) }
 }
 
+/// Counts the transforms workers took, and holds each one's worker at `gate` while one is set (the event is told on
+/// the worker's thread, before the transform runs): a test lands something (a purge) mid-transform, then opens it.
+final class TransformHold: Sendable {
+    private let counter = EventCounter { if case .transformStarting = $0 { true } else { false } }
+    private let held = Locked<Gate?>(nil)
+
+    /// Holds every transform that starts from now on until `gate` opens.
+    func hold(at gate: Gate) { held.withLock { $0 = gate } }
+
+    func observe(_ event: ProxyEvent) {
+        guard case .transformStarting = event else { return }
+        let gate = held.withLock { $0 }
+        counter.observe(event)
+        gate?.wait(timeout: .seconds(60))
+    }
+
+    /// Waits until `target` transforms were taken by a worker in all; false after `timeout`.
+    func wait(for target: Int, timeout: Double = 15) async -> Bool { await counter.wait(for: target, timeout: timeout) }
+}
+
 /// `body` run on its first call only: a continuation resumed by an event that can come again (another fetch that
 /// finishes late on a loaded machine) must not be resumed twice.
 func firstCallOnly(_ body: @escaping @Sendable () -> Void) -> @Sendable () -> Void {
@@ -150,6 +170,8 @@ final class ProxyHarness {
     let waiters = WaiterBarrier()
     let pauses = PauseBarrier()
     let statsReads = StatsReadHook()
+    /// Transforms a worker took (and a gate to hold them at).
+    let transformHold = TransformHold()
     /// Fetches told by the fleet tier that another host fills their key.
     let fleetWaits = EventCounter { if case .fleetWaiting = $0 { true } else { false } }
     /// Entries this host stored in the fleet tier.
@@ -188,13 +210,15 @@ final class ProxyHarness {
         self.configuration = configuration
         self.logger = logger
         daemon = try ProxyHarness.makeDaemon(configuration, logger: logger, clock: clock, waiters: waiters, pauses: pauses,
-                                             statsReads: statsReads, fleetWaits: fleetWaits, fleetPurges: fleetPurges, fleetStores: fleetStores)
+                                             statsReads: statsReads, fleetWaits: fleetWaits, fleetPurges: fleetPurges, fleetStores: fleetStores,
+                                             transformHold: transformHold)
         try daemon.start()
     }
 
     private static func makeDaemon(_ configuration: Configuration, logger: Logger, clock: TestClock, waiters: WaiterBarrier,
                                    pauses: PauseBarrier, statsReads: StatsReadHook,
-                                   fleetWaits: EventCounter, fleetPurges: EventCounter, fleetStores: EventCounter) throws -> Daemon {
+                                   fleetWaits: EventCounter, fleetPurges: EventCounter, fleetStores: EventCounter,
+                                   transformHold: TransformHold) throws -> Daemon {
         // The history is sampled by the tests themselves (proxy.recordHistorySample), not by a timer.
         try Daemon(configuration: configuration, logger: logger, now: { clock.now() }, events: { event in
             waiters.observe(event)
@@ -203,6 +227,7 @@ final class ProxyHarness {
             fleetWaits.observe(event)
             fleetPurges.observe(event)
             fleetStores.observe(event)
+            transformHold.observe(event)
         }, samplesHistory: false)
     }
 
@@ -213,7 +238,8 @@ final class ProxyHarness {
         var configuration = configuration
         configure(&configuration)
         daemon = try ProxyHarness.makeDaemon(configuration, logger: logger, clock: clock, waiters: waiters, pauses: pauses,
-                                             statsReads: statsReads, fleetWaits: fleetWaits, fleetPurges: fleetPurges, fleetStores: fleetStores)
+                                             statsReads: statsReads, fleetWaits: fleetWaits, fleetPurges: fleetPurges, fleetStores: fleetStores,
+                                             transformHold: transformHold)
         try daemon.start()
     }
 
