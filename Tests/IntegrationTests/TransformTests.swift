@@ -532,6 +532,48 @@ struct TransformTests {
         #expect(harness.origin.requestCount("/photo.jpg") == 2)
     }
 
+    @Test("a purge landing while a source is fetched and while a rendition is made: both are served to their clients, and kept nowhere")
+    func purgeInFlight() async throws {
+        // Given a daemon without a fleet, a source the origin holds at a gate, and a worker held as it takes a transform
+        let harness = try ProxyHarness()
+        let photo = ImageFiles.bytes("photo.jpg")
+        let gate = Gate()
+        defer { gate.open() }
+        ImageFiles.serveGated(harness, "/photo.jpg", photo, gate: gate)
+        let url = (harness.origin.baseURL + "/photo.jpg").addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
+        // When the source's URL is purged while its fetch is in flight
+        let fetching = try await harness.waitingClients(1, on: "/photo.jpg")
+        try await harness.origin.waitForRequests("/photo.jpg", count: 1)
+        #expect(try await harness.get("/_imagecached/cache?url=" + url, method: "DELETE").status == 200)
+        gate.open()
+        // Then its client has it, and the next request fetches again (the clock never moved: a serial, not a time)
+        let first = try await readAll(fetching)[0]
+        #expect(first.status == 200 && first.body == photo)
+        let second = try await harness.get("/photo.jpg")
+        #expect(second.header("X-Cache") == "MISS", "\(second.headers)")
+        #expect(harness.origin.requestCount("/photo.jpg") == 2)
+        let third = try await harness.get("/photo.jpg")
+        #expect(third.header("X-Cache") == "HIT")
+
+        // When the source is purged while a rendition of it is transformed
+        let held = Gate()
+        defer { held.open() }
+        harness.transformHold.hold(at: held)
+        let target = Self.path("w:100", "photo.jpg")
+        let client = try harness.connect()
+        try client.request(target)
+        #expect(await harness.transformHold.wait(for: 1), "the transform never started")
+        #expect(try await harness.get("/_imagecached/cache?url=" + url, method: "DELETE").status == 200)
+        held.open()
+        // Then its client has it, and the next request makes it again
+        let made = try await readAll([client])[0]
+        #expect(made.status == 200 && Decoded.read(made.body)?.width == 100)
+        #expect(made.header("Cache-Status")?.contains("stored") == false, "\(made.headers)")
+        let again = try await harness.get(target)
+        #expect(again.header("Cache-Status")?.contains("detail=transformed") == true, "\(again.headers)")
+        #expect(try await Self.transformsDone(harness) == 2)
+    }
+
     @Test("a rendition has its source's freshness; once stale, an unchanged source (304) refreshes it without a transform, a changed one (new ETag) makes it again")
     func sourceChanges() async throws {
         let harness = try ProxyHarness()

@@ -89,6 +89,8 @@ final class Fetch: InFlightWork, @unchecked Sendable {
     private var fleetAsked: ContinuousClock.Instant?
     /// A lookup of this fetch answered "wait" (a lease won after that is a takeover).
     private var fleetWaited = false
+    /// FleetPurges.serial when the fetch started: a purge of its URL after that means what it brings is not kept.
+    private var purgeSerial: UInt64 = 0
 
     init(_ machine: FetchMachine, settings: FetchSettings, context: FetchContext, handoff: Handoff) {
         self.machine = machine
@@ -129,6 +131,7 @@ final class Fetch: InFlightWork, @unchecked Sendable {
     /// Starts upstream, or from the disk's answer when the caller already has it.
     func start(disk probe: DiskProbe) {
         dispatchPrecondition(condition: .onQueue(queue))
+        purgeSerial = context.fleetPurges.serial
         if case let .answered(result, removalsSeen) = probe {
             run(machine.start(fromDisk: result, removalsSeen: removalsSeen, now: context.now()))
         } else {
@@ -247,6 +250,7 @@ final class Fetch: InFlightWork, @unchecked Sendable {
 
     private func endLease(_ end: FleetFill.LeaseEnd) {
         FleetFill.end(&lease, end, itemMaxBytes: settings.fleetItemMaxBytes, passSeconds: settings.rules.fleet?.passSeconds ?? 60,
+                      startSerial: purgeSerial,
                       context: context)
     }
 
@@ -367,6 +371,11 @@ final class Fetch: InFlightWork, @unchecked Sendable {
     }
 
     private func store(_ entry: CacheEntry) {
+        guard !context.fleetPurges.purgedSince(purgeSerial, url: key.url.string) else {
+            // In flight across a purge of its URL: served to its clients, kept nowhere (FleetPurges.purgedSince).
+            context.logger.info("not stored \(key): its URL was purged while it was fetched")
+            return
+        }
         if settings.rules.writesToDisk {
             // The body waits for the disk queue as one more copy (the clients may still hold the chunks): it
             // counts in flight until written.

@@ -19,9 +19,15 @@ enum FleetFill {
     }
 
     /// Ends the runner's `lease` as `end` says, once (it is taken out); nothing when the runner holds none.
-    static func end(_ lease: inout FleetLease?, _ end: LeaseEnd, itemMaxBytes: Int, passSeconds: Int, context: FetchContext) {
+    /// `startSerial`: FleetPurges.serial when the fill started.
+    static func end(_ lease: inout FleetLease?, _ end: LeaseEnd, itemMaxBytes: Int, passSeconds: Int, startSerial: UInt64,
+                    context: FetchContext) {
         guard let held = lease.take() else { return }
         switch end {
+        case let .store(entry, _) where context.fleetPurges.purgedSince(startSerial, url: entry.key.url.string):
+            // In flight across a purge of its URL (FleetPurges.purgedSince): not shared; the lease goes back, so the
+            // next asker fetches anew.
+            release(held, context: context)
         case let .store(entry, ttl):
             store(entry, lease: held, ttl: ttl, itemMaxBytes: itemMaxBytes, passSeconds: passSeconds, context: context)
         case let .pass(reason, ttl):

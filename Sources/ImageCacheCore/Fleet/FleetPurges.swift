@@ -21,6 +21,10 @@
 // local purge still happens. This host remembers `rememberedLimit` purges; when it must forget one early, it refuses
 // every fleet value not newer than the latest purge it forgot (`forgottenThrough`): a refetch, never a purged value.
 // A host cut off from every server learns the purges when it can read the logs again, within the retention.
+// In flight across a purge: every purge this host makes or reads (with a fleet or without: `recordLocal`) takes the
+// next serial number; a fetch or a rendition notes the serial when it starts, and what it brings is kept nowhere (not
+// in the local tiers, not in the fleet: its lease goes back) when its URL, or everything, was purged since
+// (`purgedSince`). Its clients are still served. A serial, not a time: exact on one host, whatever the clocks.
 // Clocks: purge and response times come from different hosts: keep them in step (NTP), as for any shared cache.
 //
 // Ownership: confined to the proxy queue (the poll timer runs there; reads hop back to it).
@@ -68,6 +72,14 @@ final class FleetPurges: @unchecked Sendable {
     private var readWhole: [String: Date] = [:]
     /// When the last catch-up read started.
     private var lastCatchUp: Date?
+    /// When old purges were last forgotten.
+    private var lastForgetting: Date?
+    /// The latest purge's serial number; the latest of each URL (with when it was made), of everything, and of those
+    /// forgotten (an hour after they were made: no fetch is in flight that long).
+    private var purgeSerial: UInt64 = 0
+    private var serialOf: [String: (serial: UInt64, time: Date)] = [:]
+    private var allSerial: UInt64 = 0
+    private var forgottenSerial: UInt64 = 0
     private var timer: (any DispatchSourceTimer)?
     /// Log reads out (this hour's and the last hour's).
     private var reading = 0
@@ -106,12 +118,39 @@ final class FleetPurges: @unchecked Sendable {
         let line = Self.line(time: time, url: url?.string ?? "*")
         seen[line] = time
         remember(url?.string ?? "*", at: time)
+        number(url?.string ?? "*")
         if let url { fleet.delete(FleetEnvelope.key(for: CacheKey(url))) }
         fleet.appendToLog(Self.logKey(at: time), line: Array((line + "\n").utf8), createTTLSeconds: Self.retentionSeconds,
                           completion: completion)
     }
 
-    /// Whether a fleet entry is older than a purge of its URL (or of everything).
+    /// A purge made on this host without a fleet: numbered, so that nothing in flight across it is kept after it.
+    /// `url` nil: everything.
+    func recordLocal(_ url: UpstreamURL?) {
+        dispatchPrecondition(condition: .onQueue(queue))
+        number(url?.string ?? "*")
+        forgetOld()
+    }
+
+    /// The serial of the latest purge this host made or read (a fetch or rendition notes it when it starts).
+    var serial: UInt64 {
+        dispatchPrecondition(condition: .onQueue(queue))
+        return purgeSerial
+    }
+
+    /// Whether `url`, or everything, was purged after the purge numbered `start` (a fetch or rendition that started
+    /// then is in flight across the purge: what it brings is not kept).
+    func purgedSince(_ start: UInt64, url: String) -> Bool {
+        dispatchPrecondition(condition: .onQueue(queue))
+        return allSerial > start || forgottenSerial > start || (serialOf[url]?.serial ?? 0) > start
+    }
+
+    private func number(_ target: String) {
+        purgeSerial += 1
+        if target == "*" { allSerial = purgeSerial } else { serialOf[target] = (purgeSerial, now()) }
+    }
+
+    /// Whether an entry (from the fleet, or received here) is not newer than a purge of its URL (or of everything).
     func isPurged(_ entry: CacheEntry) -> Bool {
         dispatchPrecondition(condition: .onQueue(queue))
         if let all = purgedAllAt, entry.responseTime <= all { return true }
@@ -201,6 +240,7 @@ final class FleetPurges: @unchecked Sendable {
 
     private func applyPurge(_ target: String, at time: Date) {
         remember(target, at: time)
+        number(target)
         if target == "*" {
             logger.notice("fleet: a purge of everything (from another host)")
             store.removeAll { _ in }
@@ -223,7 +263,16 @@ final class FleetPurges: @unchecked Sendable {
 
     /// Forgets purges older than the retention, and the oldest beyond the limit.
     private func forgetOld() {
-        let horizon = now().addingTimeInterval(-Double(Self.retentionSeconds + 60))
+        // At most once a minute: the filters cost the number of purges remembered.
+        let time = now()
+        if let last = lastForgetting, time >= last, time.timeIntervalSince(last) < 60 { return }
+        lastForgetting = time
+        let horizon = time.addingTimeInterval(-Double(Self.retentionSeconds + 60))
+        let serialHorizon = time.addingTimeInterval(-3600)
+        for (url, record) in serialOf where record.time < serialHorizon || record.time > time.addingTimeInterval(3600) {
+            forgottenSerial = max(forgottenSerial, record.serial)
+            serialOf[url] = nil
+        }
         seen = seen.filter { $0.value > horizon }
         purgedAt = purgedAt.filter { $0.value > horizon }
         if let all = purgedAllAt, all <= horizon { purgedAllAt = nil }

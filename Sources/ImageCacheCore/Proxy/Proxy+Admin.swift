@@ -129,7 +129,10 @@ extension Proxy {
             // Files first, then memory (TieredStore): a disk lookup queued behind the removal finds nothing, and one
             // that started before it cannot promote its copy afterwards (MemoryCache.promote, removal count).
             guard configuration.fleet.isEnabled else {
-                store.removeAll { failure in answer(failure, "purged everything") }
+                queue.async { [fleetPurges, store] in
+                    fleetPurges.recordLocal(nil)
+                    store.removeAll { failure in answer(failure, "purged everything") }
+                }
                 return
             }
             purgeWithFleet(nil, answer: answer) { [store] done in store.removeAll { done($0, "purged everything") } }
@@ -153,7 +156,10 @@ extension Proxy {
         // Every variant of the URL, in both tiers.
         let hasDisk = store.writesToDisk
         guard configuration.fleet.isEnabled else {
-            store.remove(key) { wasInMemory, failure in answer(failure, hasDisk || wasInMemory ? "purged \(key)" : "not cached: \(key)") }
+            queue.async { [fleetPurges, store] in
+                fleetPurges.recordLocal(url)
+                store.remove(key) { wasInMemory, failure in answer(failure, hasDisk || wasInMemory ? "purged \(key)" : "not cached: \(key)") }
+            }
             return
         }
         purgeWithFleet(url, answer: answer) { [store] done in

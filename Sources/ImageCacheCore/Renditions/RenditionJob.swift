@@ -81,6 +81,9 @@ final class RenditionJob: InFlightWork, @unchecked Sendable {
     private var lease: FleetLease?
     private var fleetAsked: ContinuousClock.Instant?
     private var fleetWaited = false
+    /// FleetPurges.serial when the job started: a purge of the source's URL after that means its rendition is kept
+    /// nowhere.
+    private var purgeSerial: UInt64 = 0
     private var keepAlive: DispatchWorkItem?
 
     init(_ machine: RenditionMachine, spec: TransformSpec, maxSourceBytes: Int, pool: TransformPool, context: FetchContext,
@@ -108,6 +111,7 @@ final class RenditionJob: InFlightWork, @unchecked Sendable {
 
     func start() {
         dispatchPrecondition(condition: .onQueue(queue))
+        purgeSerial = context.fleetPurges.serial
         run(machine.start())
     }
 
@@ -143,7 +147,7 @@ final class RenditionJob: InFlightWork, @unchecked Sendable {
 
     private func endLease(_ end: FleetFill.LeaseEnd) {
         FleetFill.end(&lease, end, itemMaxBytes: fleetLimits.itemMaxBytes, passSeconds: machine.rules.fleet?.passSeconds ?? 60,
-                      context: context)
+                      startSerial: purgeSerial, context: context)
     }
 
     private func perform(_ action: RenditionMachine.Action) {
@@ -306,9 +310,10 @@ final class RenditionJob: InFlightWork, @unchecked Sendable {
     }
 
     /// Whether a purge of the entry's URL (the source's, for a rendition) came after its response time (FleetPurges:
-    /// the purges made here and read from the fleet's log).
+    /// the purges made here and read from the fleet's log), or after this job started (in flight across a purge, with
+    /// a fleet or without).
     private func isPurged(_ entry: CacheEntry) -> Bool {
         dispatchPrecondition(condition: .onQueue(queue))
-        return context.fleetPurges.isPurged(entry)
+        return context.fleetPurges.isPurged(entry) || context.fleetPurges.purgedSince(purgeSerial, url: entry.key.url.string)
     }
 }
