@@ -1,10 +1,12 @@
 // The fleet tier's client: one thread, `icd.fleet`, owns the sockets to every memcached server, the requests waiting
 // for answers, their deadlines, the breakers and the held leases (as CurlMulti's thread owns curl's multi handle).
 // This file is the thread: its inbox, its loop, its timers and its end; FleetClient+Connections.swift opens, feeds and
-// closes the connections and applies settings; FleetClient+Operations.swift holds the operations' request flows.
+// closes the connections, resolves the servers' names and applies settings; FleetClient+Operations.swift holds the
+// operations' request flows.
 //
 // Data model: `links` are the configured servers in ring order (FleetLink: address, breaker, a control and a bulk
 // connection, counters); `retired` are servers a reload removed, kept until their connections are idle.
+// `resolutions` numbers the names' resolutions (FleetLink.address holds the one out).
 // `connections` maps epoll tokens (connection ids, from 1; 0 is the eventfd) to connections. `timers` is a min-heap
 // of deadlines in monotonic milliseconds: each request's deadline, each open breaker's probe time, the next lease
 // refresh; epoll_wait sleeps until the earliest. `held` are the leases won and not yet stored or released.
@@ -16,7 +18,8 @@
 // descriptors are closed in deinit, so a write never meets a closed descriptor. Completions and observer events are
 // collected in `ready` while the thread works and run at the end of its turn, after `published` is updated and with
 // no lock held: a completion sees stats that include its own operation, and may call into the tier (its command is
-// taken at the next turn).
+// taken at the next turn). The fleet thread never blocks but in epoll_wait: a server's name is resolved on a thread
+// of its own (FleetResolver), whose answer comes back through the inbox as a command (`resolved`).
 //
 // The loop: epoll_wait -> socket events (connect done, reads: at most 1 MiB per connection per turn, so a bulk
 // transfer never starves the others; writes) -> the inbox's commands -> due timers -> flush the connections that got
@@ -65,6 +68,8 @@ final class FleetClient: @unchecked Sendable {
         case append(String, [UInt8], Int, @Sendable (Int, Int) -> Void)
         case readEverywhere(String, @Sendable ([FleetLogRead]) -> Void)
         case reload(FleetSettings)
+        /// A resolution of `server`'s name answered (`token`: the one FleetLink.address waits for).
+        case resolved(FleetServer, token: UInt64, Result<SocketAddress, ResolveError>)
         case shutdown
     }
 
@@ -93,6 +98,7 @@ final class FleetClient: @unchecked Sendable {
     // MARK: immutable
     let logger: Logger
     private let observer: (@Sendable (FleetEvent) -> Void)?
+    let resolver: FleetResolver
     /// -1 when they could not be made: then the tier answers everything `.unavailable`.
     let epollFD: Int32
     private let wakeFD: Int32
@@ -116,16 +122,19 @@ final class FleetClient: @unchecked Sendable {
     var connections: [UInt64: FleetConnection] = [:]
     var timers = DeadlineHeap<Timer>()
     var refreshScheduled = false
+    var resolutions: UInt64 = 0
     private var dirty: [FleetConnection] = []
     private var ready: [() -> Void] = []
     var nextConnectionID: UInt64 = 1
     private var events: [epoll_event]
     private let readBuffer: UnsafeMutableRawBufferPointer
 
-    init(settings: FleetSettings, logger: Logger, observer: (@Sendable (FleetEvent) -> Void)?) {
+    init(settings: FleetSettings, logger: Logger, observer: (@Sendable (FleetEvent) -> Void)?,
+         resolve: @escaping SocketAddress.Resolver = SocketAddress.resolve) {
         self.settings = settings
         self.logger = logger
         self.observer = observer
+        resolver = FleetResolver(resolve: resolve)
         ring = FleetRing(servers: [])
         var stats = FleetStats()
         stats.servers = settings.servers.map { FleetStats.Server(address: $0.description, state: .up, itemSizeMax: nil) }
@@ -241,7 +250,7 @@ final class FleetClient: @unchecked Sendable {
             case let .delete(_, _, completion): completion?(false)
             case let .append(_, _, _, completion): completion(0, 0)
             case let .readEverywhere(_, completion): completion([])
-            case .release, .reload, .shutdown: break
+            case .release, .reload, .resolved, .shutdown: break
             }
         }
     }
@@ -303,6 +312,8 @@ final class FleetClient: @unchecked Sendable {
                 readEverywhere(key, completion: completion)
             case let .reload(settings):
                 apply(settings)
+            case let .resolved(server, token, result):
+                resolved(server, token: token, result)
             case .shutdown:
                 return true
             }
@@ -461,7 +472,7 @@ final class FleetClient: @unchecked Sendable {
             case let .delete(_, _, completion): later { completion?(false) }
             case let .append(_, _, _, completion): later { completion(0, 0) }
             case let .readEverywhere(_, completion): later { completion([]) }
-            case .release, .reload, .shutdown: break
+            case .release, .reload, .resolved, .shutdown: break
             }
         }
     }
