@@ -24,15 +24,20 @@ extension FleetClient {
 
     /// Puts `new` in force: a new ring; links kept for servers still listed (their connections, breaker and leases),
     /// made (resolved, their control connection opened for `stats settings`) for new ones, retired for the others.
+    /// A server listed again gets its retired link back only while that link's breaker is closed: a retired link
+    /// whose breaker is open lost its probe (a probe is for servers in the ring), so the server is made anew and
+    /// tried at once, and the old link drains its pending requests and is forgotten.
     func apply(_ new: FleetSettings) {
         settings = new
         var servers: [FleetServer] = []
         for server in new.servers where !servers.contains(server) { servers.append(server) }
-        var known: [FleetServer: FleetLink] = [:]
-        for link in links + retired { known[link.server] = link }
+        let previous = links + retired
+        var reusable: [FleetServer: FleetLink] = [:]
+        for link in retired where link.breaker.allowsOperations { reusable[link.server] = link }
+        for link in links { reusable[link.server] = link }  // a link in the ring keeps its breaker and its probe
         var fresh: [FleetLink] = []
         links = servers.map { server in
-            if let link = known.removeValue(forKey: server) {
+            if let link = reusable.removeValue(forKey: server) {
                 link.retired = false
                 return link
             }
@@ -40,7 +45,7 @@ extension FleetClient {
             fresh.append(link)
             return link
         }
-        retired = Array(known.values)
+        retired = previous.filter { link in !links.contains { $0 === link } }
         for link in links + retired {
             link.breaker.failuresToOpen = max(1, new.breakerFailures)
             link.breaker.openSeconds = new.breakerOpenSeconds
@@ -143,7 +148,8 @@ extension FleetClient {
     }
 
     /// Closes `connection` after a failure: every pending request is answered unavailable, and its server's breaker
-    /// counts one failure. A connect that failed (refused, or no answer within the deadline) re-resolves a name.
+    /// counts one failure. A connect that failed (refused, or no answer within the deadline) re-resolves a name. A
+    /// retired server with no connection left is forgotten.
     func fail(_ connection: FleetConnection, reason: String) {
         guard !connection.isClosed else { return }
         let link = connection.link
@@ -156,6 +162,7 @@ extension FleetClient {
         countFailure(link)
         if connecting { resolve(link) }  // the address may have changed
         for request in requests { failed(request.work, reason: "\(link.server): \(reason)") }
+        if link.retired { closeIdle() }
     }
 
     /// Closes `connection` without counting a failure (idle, retired, or the tier's end).
@@ -229,6 +236,7 @@ extension FleetClient {
         switch result {
         case let .success(address):
             link.address = .resolved(address)
+            emit(.nameResolved(server: link.server.description, address: address.description))
             if link.unresolvable {
                 link.unresolvable = false
                 logger.notice("fleet server's name resolves again",
@@ -244,6 +252,7 @@ extension FleetClient {
             }
         case let .failure(error):
             link.address = .unresolved
+            emit(.nameResolved(server: link.server.description, address: nil))
             if link.unresolvable {
                 logger.debug("fleet server's name still does not resolve", metadata: ["server": "\(link.server)", "error": "\(error)"])
             } else {

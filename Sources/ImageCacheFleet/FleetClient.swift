@@ -50,6 +50,8 @@ package enum FleetEvent: Sendable, Equatable {
     case itemSizeMax(server: String, bytes: Int)
     /// A held lease was refreshed (`kept`), or found lost.
     case leaseRefreshed(key: String, kept: Bool)
+    /// A server's name was resolved (`address`: the numeric host), or did not resolve (nil).
+    case nameResolved(server: String, address: String?)
 }
 
 /// What a new thread runs (handed to pthread_create as its argument).
