@@ -290,6 +290,41 @@ struct FleetTierTests {
         #expect(a.tier.stats().servers.map(\.address) == [two.address])
     }
 
+    @Test func aServerRemovedAndReAddedWhileItsBreakerIsOpenIsTriedAgainAtOnce() async throws {
+        // Given a tier on one server, whose breaker opens at the first failure for 60 s (no probe within the test)
+        let memcached = try MemcachedProcess()
+        let server = FleetServer(host: "127.0.0.1", port: memcached.port)
+        let configure = { (settings: inout FleetSettings) in
+            settings.deadlineSeconds = 1
+            settings.breakerFailures = 1
+            settings.breakerOpenSeconds = 60
+        }
+        let a = TierUnderTest(servers: [server], configure: configure)
+        _ = await a.itemSizeMaxRead()
+        // When the server hangs with a lookup pending, and a reload removes it meanwhile (it stays retired while the
+        // lookup is out), the lookup's deadline passes: the breaker opens
+        memcached.suspend()
+        defer { memcached.resume() }
+        let (pending, continuation) = AsyncStream.makeStream(of: FleetLookup.self)
+        a.tier.lookup("ic1:pending") { continuation.yield($0) }
+        var without = TierUnderTest.settings([])
+        configure(&without)
+        a.tier.reload(without)
+        var results = pending.makeAsyncIterator()
+        #expect(await results.next()?.isUnavailable == true)
+        #expect(await a.event { $0 == .serverState(server: server.description, state: .down) } != nil)
+        // and the server comes back and is listed again while its old breaker is still open
+        memcached.resume()
+        var with = TierUnderTest.settings([server])
+        configure(&with)
+        a.tier.reload(with)
+        // Then it is tried at once, as a new server: its operations succeed
+        let found = await a.lookup("ic1:back")
+        #expect(found.lease != nil, "\(found.name)")
+        #expect(try memcached.command("mg ic1:back s").hasPrefix("HD"))
+        #expect(a.server.state == .up)
+    }
+
     @Test func startThenShutdownWithoutServersAndShutdownTwiceAreSafe() async {
         // Given a tier with no servers
         let tier = FleetTier(settings: FleetSettings(), logger: .init(label: "fleet-test"))
