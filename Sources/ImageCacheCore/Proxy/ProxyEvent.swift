@@ -9,6 +9,7 @@ internal import ImageCacheTransform
 internal import Dispatch
 public import Foundation
 public import Logging
+public import ImageCacheFleet
 
 /// What happens to fetches, as seen from the proxy queue.
 public enum ProxyEvent: Sendable, Equatable {
@@ -27,6 +28,8 @@ public enum ProxyEvent: Sendable, Equatable {
     case fleetStored(key: CacheKey)
     /// A purge from another host's log was applied here (`url`: the URL, or "*" for everything).
     case fleetPurgeApplied(url: String)
+    /// A fleet server's breaker changed state (`server`: `host:port`): down (its keys local-only), probing, up.
+    case fleetServerState(server: String, state: FleetStats.ServerState)
     /// /_imagecached/stats is about to be read (a test changes a counter here, to tell the status page's figures as
     /// its script computes them from those rendered with the page).
     case statsRead
