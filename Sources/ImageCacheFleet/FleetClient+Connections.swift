@@ -245,7 +245,7 @@ extension FleetClient {
                 logger.notice("fleet server's address changed",
                               metadata: ["server": "\(link.server)", "from": "\(previous)", "to": "\(address)"])
             }
-            if link.breaker.serverState == .probing {
+            if link.breaker.serverState == .probing, !link.retired {
                 sendProbe(link)
             } else if previous == nil, !link.retired, link.breaker.allowsOperations, link.control == nil {
                 _ = connection(link, .control)  // its first connection: asks `stats settings` first
@@ -263,5 +263,6 @@ extension FleetClient {
             link.counters.failures += 1
             apply(link.breaker.recordOutage(now: Self.seconds()), to: link, logged: true)
         }
+        if link.retired { closeIdle() }  // a retired server with no connection left is forgotten
     }
 }

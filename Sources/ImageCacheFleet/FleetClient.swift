@@ -26,8 +26,9 @@
 // bytes to send (one send for a turn's pipelined requests) -> publish stats -> run completions.
 //
 // Failures: a missed deadline, a socket error, a protocol error or an answer that desyncs the stream closes that
-// connection, fails every request pending on it (`.unavailable`) and counts one failure on its server's breaker. A
-// connection the server closed while nothing was pending is just closed.
+// connection, fails every request pending on it (`.unavailable`) and counts one failure on its server's breaker (a
+// failed connect also looks a server's name up again). A name that does not resolve opens its breaker at once; each
+// probe looks it up again first. A connection the server closed while nothing was pending is just closed.
 //
 // Teardown: `shutdown()` posts the last command and closes the inbox; the thread fails what is pending, closes every
 // socket, runs the last completions and exits; `shutdown()` joins it (unless called on the thread itself: then the
