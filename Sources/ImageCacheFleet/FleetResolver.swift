@@ -25,19 +25,17 @@ struct FleetResolver: Sendable {
             nameThisThread("icd.fleet-dns")
             answer(resolve(host, port))
         })
-        var attributes = pthread_attr_t()
-        pthread_attr_init(&attributes)
-        defer { pthread_attr_destroy(&attributes) }
-        pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
         var handle = pthread_t()
-        let created = pthread_create(&handle, &attributes, { argument in
+        let created = pthread_create(&handle, nil, { argument in
             Unmanaged<ResolverRun>.fromOpaque(argument!).takeRetainedValue().body()
             return nil
         }, body.toOpaque())
-        if created != 0 {
+        guard created == 0 else {
             body.release()
             answer(.failure(ResolveError(message: "no thread to resolve it (\(String(cString: strerror(created))))")))
+            return
         }
+        pthread_detach(handle)  // nobody joins it: its resources go when it ends
     }
 }
 

@@ -10,18 +10,20 @@ import Testing
 import ImageCacheTestSupport
 @testable import ImageCacheFleet
 
-/// A resolver for tests: each name answers from its script in turn (the last answer repeats); a name may be held
-/// (its resolution waits until `let go`). It records every call and the name of the thread it ran on.
+/// A resolver for tests: each name answers from its script in turn (the last answer repeats); an answer may be held
+/// (its resolution waits until `letGo`). It records every call and the name of the thread it ran on.
 final class ScriptedResolver: Sendable {
     enum Answer: Sendable {
         case address(String)  // an IP literal
         case fails
+        /// The address, once the test lets the resolution go.
+        case held(String)
     }
 
     private struct State {
         var scripts: [String: [Answer]]
         var calls: [(host: String, thread: String)] = []
-        var held: Set<String> = []
+        var released = false
     }
 
     private let state: Mutex<State>
@@ -30,8 +32,8 @@ final class ScriptedResolver: Sendable {
     let started: AsyncStream<String>
     private let startedContinuation: AsyncStream<String>.Continuation
 
-    init(_ scripts: [String: [Answer]], held: Set<String> = []) {
-        state = Mutex(State(scripts: scripts, held: held))
+    init(_ scripts: [String: [Answer]]) {
+        state = Mutex(State(scripts: scripts))
         (started, startedContinuation) = AsyncStream.makeStream(of: String.self)
     }
 
@@ -39,16 +41,19 @@ final class ScriptedResolver: Sendable {
 
     var resolve: SocketAddress.Resolver {
         { [self] host, port in
-            let (answer, held) = state.withLock { state -> (Answer, Bool) in
+            let (answer, released) = state.withLock { state -> (Answer, Bool) in
                 state.calls.append((host, Self.threadName()))
                 var script = state.scripts[host] ?? [.fails]
                 let answer = script.count > 1 ? script.removeFirst() : script[0]
                 state.scripts[host] = script
-                return (answer, state.held.contains(host))
+                return (answer, state.released)
             }
             startedContinuation.yield(host)
-            if held { release.wait() }
             switch answer {
+            case let .held(literal):
+                if !released { release.wait() }
+                return SocketAddress.numeric(host: literal, port: port).map { .success($0) }
+                    ?? .failure(ResolveError(message: "not a literal: \(literal)"))
             case let .address(literal):
                 return SocketAddress.numeric(host: literal, port: port).map { .success($0) }
                     ?? .failure(ResolveError(message: "not a literal: \(literal)"))
@@ -58,13 +63,13 @@ final class ScriptedResolver: Sendable {
         }
     }
 
-    /// Lets the held resolutions go (each waiting one, and any later one).
+    /// Lets the held resolutions go (those waiting, and any later one).
     func letGo() {
-        let held = state.withLock { state in
-            defer { state.held = [] }
-            return state.held.isEmpty ? 0 : 8
+        let first = state.withLock { state in
+            defer { state.released = true }
+            return !state.released
         }
-        for _ in 0..<held { release.signal() }
+        if first { for _ in 0..<16 { release.signal() } }
     }
 
     var calls: [String] { state.withLock { $0.calls.map(\.host) } }
@@ -81,16 +86,24 @@ final class ScriptedResolver: Sendable {
 struct FleetResolutionTests {
     @Test func aNameThatDoesNotResolveAtFirstOpensTheBreakerAndTheProbeResolvesItAgainWithoutARestart() async throws {
         // Given a server named `memcached-a.test`, whose name fails to resolve once and then resolves to 127.0.0.1
+        // (that second answer held until the test lets it go)
         let memcached = try MemcachedProcess()
-        let resolver = ScriptedResolver(["memcached-a.test": [.fails, .address("127.0.0.1")]])
+        let resolver = ScriptedResolver(["memcached-a.test": [.fails, .held("127.0.0.1")]])
+        defer { resolver.letGo() }
         let server = FleetServer(host: "memcached-a.test", port: memcached.port)
         let a = TierUnderTest(servers: [server], resolve: resolver.resolve) { $0.breakerOpenSeconds = 0.2 }
         // When the tier starts, the failed resolution is an outage: the breaker opens at once
         #expect(await a.event { $0 == .nameResolved(server: server.description, address: nil) } != nil)
         #expect(await a.serverState(.down))
+        // and the probe looks the name up again (held): meanwhile its keys are unavailable
+        var started = resolver.started.makeAsyncIterator()
+        #expect(await started.next() == "memcached-a.test")
+        #expect(await started.next() == "memcached-a.test")
         let whileDown = await a.lookup("ic1:while-unresolved")
         #expect(whileDown.isUnavailable, "\(whileDown.name)")
-        // Then the probe resolves the name again, and its `mn` closes the breaker: no restart needed
+        #expect(a.server.state == .probing)
+        // Then once it resolves, the probe's `mn` closes the breaker: no restart needed
+        resolver.letGo()
         #expect(await a.event { $0 == .nameResolved(server: server.description, address: "127.0.0.1") } != nil)
         #expect(await a.serverState(.up))
         #expect(await a.lookup("ic1:resolved").lease != nil)
@@ -125,7 +138,7 @@ struct FleetResolutionTests {
     @Test func theFleetThreadServesOtherServersWhileANameResolvesSlowly() async throws {
         // Given two servers: one an IP literal, the other a name whose resolution is held by the test
         let fast = try MemcachedProcess(), slow = try MemcachedProcess()
-        let resolver = ScriptedResolver(["slow.test": [.address("127.0.0.1")]], held: ["slow.test"])
+        let resolver = ScriptedResolver(["slow.test": [.held("127.0.0.1")]])
         defer { resolver.letGo() }
         let servers = [FleetServer(host: "127.0.0.1", port: fast.port), FleetServer(host: "slow.test", port: slow.port)]
         let a = TierUnderTest(servers: servers, resolve: resolver.resolve)
