@@ -4,14 +4,17 @@
 //   closed(failures)  -- success -------------------------------> closed(0)
 //                     -- failure, failures + 1 < threshold ------> closed(failures + 1)
 //                     -- failure, failures + 1 = threshold ------> open(until: now + openSeconds)   [opened]
+//                     -- outage ---------------------------------> open(until: now + openSeconds)   [opened]
 //   open(until)       -- startProbe, now >= until ---------------> probing                         (one `mn` goes out)
 //                     -- failure (an operation sent before) -----> open(until)                     (unchanged)
+//                     -- outage ---------------------------------> open(until)                     (unchanged)
 //   probing           -- probeSucceeded ------------------------> closed(0)                        [closed]
-//                     -- failure -------------------------------> open(until: now + openSeconds)   [opened]
+//                     -- failure or outage ---------------------> open(until: now + openSeconds)   [opened]
 // Only `closed` lets operations through: while open or probing its keys are answered unavailable at once, without
 // socket work. A success of an operation sent before the breaker opened does not close it: only the probe does.
 // A failure is a connection's failure (a missed deadline, a socket or protocol error), counted once per connection
-// however many operations were pending on it.
+// however many operations were pending on it. An outage is a failure no retry can mend before the next probe: the
+// server's name does not resolve (nothing to connect to), so it opens the breaker at once, whatever the count.
 
 package struct FleetBreaker: Sendable, Equatable {
     package enum State: Sendable, Equatable {
@@ -63,6 +66,14 @@ package struct FleetBreaker: Sendable, Equatable {
             return .none
         case .probing:
             return open(now: now)
+        }
+    }
+
+    /// The server cannot be reached at all (its name does not resolve): open now, from closed or probing.
+    package mutating func recordOutage(now: Double) -> Transition {
+        switch state {
+        case .closed, .probing: open(now: now)
+        case .open: .none
         }
     }
 

@@ -1,9 +1,17 @@
 // The fleet thread's connections and settings (FleetClient.swift owns them; this is the same owner, on the same
 // thread): opening a server's control or bulk connection (a control connection asks `stats settings` first), queueing
 // a request with its deadline, closing a connection after a failure (every pending request answered unavailable, one
-// failure on the breaker) or quietly (idle, retired, the tier's end), what a breaker transition calls for (a log line,
-// a count, the probe's timer, an event), and putting new settings in force (a new ring; links kept for servers still
-// listed, made for new ones, retired for the others).
+// failure on the breaker; a failed connect also re-resolves a name) or quietly (idle, retired, the tier's end), what a
+// breaker transition calls for (a log line, a count, the probe's timer, an event), resolving a server's name (off this
+// thread: FleetResolver) and taking its answer, and putting new settings in force (a new ring; links kept for servers
+// still listed, made for new ones, retired for the others).
+//
+// A name's life (FleetLink.address):
+//   made (apply)            -> resolving -> resolved: the control connection opens (`stats settings`)
+//                                        -> failed: unresolved, an outage on the breaker (open), logged once
+//   a connect fails         -> resolving again (the previous address still used meanwhile); a new address is logged
+//   the probe time, open    -> unresolved: resolving, and the `mn` goes out once it resolves (a failure reopens)
+// Logged once per change (does not resolve / resolves again / a new address), never per retry.
 
 #if canImport(Glibc)
 internal import Glibc
@@ -16,15 +24,20 @@ extension FleetClient {
 
     /// Puts `new` in force: a new ring; links kept for servers still listed (their connections, breaker and leases),
     /// made (resolved, their control connection opened for `stats settings`) for new ones, retired for the others.
+    /// A server listed again gets its retired link back only while that link's breaker is closed: a retired link
+    /// whose breaker is open lost its probe (a probe is for servers in the ring), so the server is made anew and
+    /// tried at once, and the old link drains its pending requests and is forgotten.
     func apply(_ new: FleetSettings) {
         settings = new
         var servers: [FleetServer] = []
         for server in new.servers where !servers.contains(server) { servers.append(server) }
-        var known: [FleetServer: FleetLink] = [:]
-        for link in links + retired { known[link.server] = link }
+        let previous = links + retired
+        var reusable: [FleetServer: FleetLink] = [:]
+        for link in retired where link.breaker.allowsOperations { reusable[link.server] = link }
+        for link in links { reusable[link.server] = link }  // a link in the ring keeps its breaker and its probe
         var fresh: [FleetLink] = []
         links = servers.map { server in
-            if let link = known.removeValue(forKey: server) {
+            if let link = reusable.removeValue(forKey: server) {
                 link.retired = false
                 return link
             }
@@ -32,7 +45,7 @@ extension FleetClient {
             fresh.append(link)
             return link
         }
-        retired = Array(known.values)
+        retired = previous.filter { link in !links.contains { $0 === link } }
         for link in links + retired {
             link.breaker.failuresToOpen = max(1, new.breakerFailures)
             link.breaker.openSeconds = new.breakerOpenSeconds
@@ -45,12 +58,10 @@ extension FleetClient {
         }
         closeIdle()
         for link in fresh {
-            switch link.address {
-            case .success:
+            if link.address.current != nil {
                 _ = connection(link, .control)  // asks `stats settings` first
-            case let .failure(error):
-                logger.error("fleet server cannot be resolved: its keys are local-only",
-                             metadata: ["server": "\(link.server)", "error": "\(error)"])
+            } else {
+                resolve(link)  // the control connection opens once it resolves
             }
         }
     }
@@ -68,14 +79,11 @@ extension FleetClient {
     // MARK: - Connections
 
     /// The link's connection for `role`, opened now if it has none (a control connection asks `stats settings`
-    /// first). Nil when it cannot be opened (the failure is counted).
+    /// first). Nil when it cannot be opened (the failure is counted) or the server has no address (its name is being
+    /// resolved, or does not resolve: nothing counted here, the resolution counts its own failure).
     func connection(_ link: FleetLink, _ role: FleetConnection.Role) -> FleetConnection? {
         if let existing = link.connection(role) { return existing }
-        let address: SocketAddress
-        switch link.address {
-        case let .success(resolved): address = resolved
-        case .failure: return nil
-        }
+        guard let address = link.address.current else { return nil }
         let connection: FleetConnection
         do {
             connection = try FleetConnection(id: nextConnectionID, role: role, link: link, address: address,
@@ -83,6 +91,7 @@ extension FleetClient {
         } catch {
             logger.info("fleet connection failed", metadata: ["server": "\(link.server)", "role": "\(role)", "error": "\(error)"])
             countFailure(link)
+            resolve(link)  // the address may have changed
             return nil
         }
         nextConnectionID += 1
@@ -139,17 +148,21 @@ extension FleetClient {
     }
 
     /// Closes `connection` after a failure: every pending request is answered unavailable, and its server's breaker
-    /// counts one failure.
+    /// counts one failure. A connect that failed (refused, or no answer within the deadline) re-resolves a name. A
+    /// retired server with no connection left is forgotten.
     func fail(_ connection: FleetConnection, reason: String) {
         guard !connection.isClosed else { return }
         let link = connection.link
+        let connecting = connection.phase == .connecting
         let requests = connection.takePending()
         close(connection)
         logger.info("fleet connection failed",
                     metadata: ["server": "\(link.server)", "role": "\(connection.role)", "reason": "\(reason)",
                                "pending": "\(requests.count)"])
         countFailure(link)
+        if connecting { resolve(link) }  // the address may have changed
         for request in requests { failed(request.work, reason: "\(link.server): \(reason)") }
+        if link.retired { closeIdle() }
     }
 
     /// Closes `connection` without counting a failure (idle, retired, or the tier's end).
@@ -165,25 +178,91 @@ extension FleetClient {
         connection.close()
     }
 
-    private func countFailure(_ link: FleetLink) {
+    /// One failure on the link's breaker (a connection's, a probe's).
+    func countFailure(_ link: FleetLink) {
         link.counters.failures += 1
-        apply(link.breaker.recordFailure(now: Self.seconds()), to: link)
+        let probing = link.breaker.serverState == .probing
+        apply(link.breaker.recordFailure(now: Self.seconds()), to: link, logged: probing)
     }
 
-    /// Logs, counts and schedules what a breaker transition calls for.
-    func apply(_ transition: FleetBreaker.Transition, to link: FleetLink) {
+    /// Logs, counts and schedules what a breaker transition calls for. `logged`: the change needs no line of its own
+    /// (a breaker reopened by its failed probe: the server was down already; a name that does not resolve: said so).
+    /// One line per change of state, not one per probe.
+    func apply(_ transition: FleetBreaker.Transition, to link: FleetLink, logged: Bool = false) {
         switch transition {
         case .none:
             return
         case let .opened(until):
             link.counters.breakerOpens += 1
-            logger.warning("fleet server is down: its keys are local-only until a probe answers",
-                           metadata: ["server": "\(link.server)", "seconds": "\(settings.breakerOpenSeconds)"])
+            if logged {
+                logger.debug("fleet server is still down: probed again later",
+                             metadata: ["server": "\(link.server)", "seconds": "\(settings.breakerOpenSeconds)"])
+            } else {
+                logger.warning("fleet server is down: its keys are local-only until a probe answers",
+                               metadata: ["server": "\(link.server)", "seconds": "\(settings.breakerOpenSeconds)"])
+            }
             schedule(probeOf: link, at: until)
             emit(.serverState(server: link.server.description, state: .down))
         case .closed:
             logger.notice("fleet server answers again", metadata: ["server": "\(link.server)"])
             emit(.serverState(server: link.server.description, state: .up))
         }
+    }
+}
+
+extension FleetClient {
+    // MARK: - Names
+
+    /// Starts a resolution of the link's name off this thread (FleetResolver); its answer comes back as a `resolved`
+    /// command. Nothing for an IP literal, or while one is out already.
+    func resolve(_ link: FleetLink) {
+        guard link.isName, !link.address.isResolving else { return }
+        resolutions += 1
+        let token = resolutions, server = link.server
+        link.address = .resolving(token: token, previous: link.address.current)
+        resolver.start(host: server.host, port: server.port) { [self] result in
+            post(.resolved(server, token: token, result))
+        }
+    }
+
+    /// A resolution answered: the link that waits for it takes the address (a new one is logged) and goes on: its
+    /// first connection, or the probe waiting for it. A failure is an outage on its breaker (open at once; retried at
+    /// the probe time), logged when the name stops resolving, not at each retry.
+    func resolved(_ server: FleetServer, token: UInt64, _ result: Result<SocketAddress, ResolveError>) {
+        guard let link = (links + retired).first(where: { link in
+            if case let .resolving(waiting, _) = link.address, waiting == token, link.server == server { true } else { false }
+        }) else { return }  // a link forgotten meanwhile
+        guard case let .resolving(_, previous) = link.address else { return }
+        switch result {
+        case let .success(address):
+            link.address = .resolved(address)
+            emit(.nameResolved(server: link.server.description, address: address.description))
+            if link.unresolvable {
+                link.unresolvable = false
+                logger.notice("fleet server's name resolves again",
+                              metadata: ["server": "\(link.server)", "address": "\(address)"])
+            } else if let previous, previous != address {
+                logger.notice("fleet server's address changed",
+                              metadata: ["server": "\(link.server)", "from": "\(previous)", "to": "\(address)"])
+            }
+            if link.breaker.serverState == .probing, !link.retired {
+                sendProbe(link)
+            } else if previous == nil, !link.retired, link.breaker.allowsOperations, link.control == nil {
+                _ = connection(link, .control)  // its first connection: asks `stats settings` first
+            }
+        case let .failure(error):
+            link.address = .unresolved
+            emit(.nameResolved(server: link.server.description, address: nil))
+            if link.unresolvable {
+                logger.debug("fleet server's name still does not resolve", metadata: ["server": "\(link.server)", "error": "\(error)"])
+            } else {
+                link.unresolvable = true
+                logger.error("fleet server's name does not resolve: its keys are local-only until it does (tried again at each probe)",
+                             metadata: ["server": "\(link.server)", "error": "\(error)"])
+            }
+            link.counters.failures += 1
+            apply(link.breaker.recordOutage(now: Self.seconds()), to: link, logged: true)
+        }
+        if link.retired { closeIdle() }  // a retired server with no connection left is forgotten
     }
 }

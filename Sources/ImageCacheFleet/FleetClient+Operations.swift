@@ -12,7 +12,8 @@
 //            mg <key> c, and if the CAS is still the lease's, mg <key> T<lease> c. Checking first keeps a lost lease
 //            from setting the TTL of another host's value (a touch has no CAS condition); a CAS that differs or EN
 //            marks the lease lost (no more refreshes; its store will answer lostLease).
-//   probe    (the breaker's open time is over) control: mn -> MN closes the breaker
+//   probe    (the breaker's open time is over; a name that did not resolve is resolved first, off the thread)
+//            control: mn -> MN closes the breaker
 //   stats    first request of every control connection: stats settings -> item_size_max
 // Every operation on a server whose breaker is not closed is answered unavailable at once, without socket work.
 
@@ -270,10 +271,21 @@ extension FleetClient {
 
     // MARK: breaker probe, stats settings
 
-    /// The breaker's open time is over: one `mn` goes out.
+    /// The breaker's open time is over: one `mn` goes out (a retired server is not probed: re-added, it is made
+    /// anew). A name that did not resolve is resolved first, off this thread, and the `mn` goes out when it answers
+    /// (`resolved`); a failed resolution reopens the breaker.
     func probe(_ link: FleetLink) {
         guard links.contains(where: { $0 === link }), link.breaker.startProbe(now: Self.seconds()) else { return }
         emit(.serverState(server: link.server.description, state: .probing))
+        switch link.address {
+        case .resolved: sendProbe(link)
+        case .resolving: break  // a re-resolution after a failed connect is out: the probe waits for it
+        case .unresolved: resolve(link)
+        }
+    }
+
+    /// Sends the probing breaker's `mn`.
+    func sendProbe(_ link: FleetLink) {
         let sent = send(.probe, on: link, .control, expects: .noop) { _ in [MetaRequest.noop] }
         _ = sent  // not sent: opening the connection failed, which counted a failure and reopened the breaker
     }
@@ -282,8 +294,7 @@ extension FleetClient {
         if case .noop = response.status {
             apply(link.breaker.probeSucceeded(), to: link)
         } else {
-            link.counters.failures += 1
-            apply(link.breaker.recordFailure(now: Self.seconds()), to: link)
+            countFailure(link)
         }
     }
 

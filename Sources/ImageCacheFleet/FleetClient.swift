@@ -1,10 +1,12 @@
 // The fleet tier's client: one thread, `icd.fleet`, owns the sockets to every memcached server, the requests waiting
 // for answers, their deadlines, the breakers and the held leases (as CurlMulti's thread owns curl's multi handle).
 // This file is the thread: its inbox, its loop, its timers and its end; FleetClient+Connections.swift opens, feeds and
-// closes the connections and applies settings; FleetClient+Operations.swift holds the operations' request flows.
+// closes the connections, resolves the servers' names and applies settings; FleetClient+Operations.swift holds the
+// operations' request flows.
 //
 // Data model: `links` are the configured servers in ring order (FleetLink: address, breaker, a control and a bulk
 // connection, counters); `retired` are servers a reload removed, kept until their connections are idle.
+// `resolutions` numbers the names' resolutions (FleetLink.address holds the one out).
 // `connections` maps epoll tokens (connection ids, from 1; 0 is the eventfd) to connections. `timers` is a min-heap
 // of deadlines in monotonic milliseconds: each request's deadline, each open breaker's probe time, the next lease
 // refresh; epoll_wait sleeps until the earliest. `held` are the leases won and not yet stored or released.
@@ -16,15 +18,17 @@
 // descriptors are closed in deinit, so a write never meets a closed descriptor. Completions and observer events are
 // collected in `ready` while the thread works and run at the end of its turn, after `published` is updated and with
 // no lock held: a completion sees stats that include its own operation, and may call into the tier (its command is
-// taken at the next turn).
+// taken at the next turn). The fleet thread never blocks but in epoll_wait: a server's name is resolved on a thread
+// of its own (FleetResolver), whose answer comes back through the inbox as a command (`resolved`).
 //
 // The loop: epoll_wait -> socket events (connect done, reads: at most 1 MiB per connection per turn, so a bulk
 // transfer never starves the others; writes) -> the inbox's commands -> due timers -> flush the connections that got
 // bytes to send (one send for a turn's pipelined requests) -> publish stats -> run completions.
 //
 // Failures: a missed deadline, a socket error, a protocol error or an answer that desyncs the stream closes that
-// connection, fails every request pending on it (`.unavailable`) and counts one failure on its server's breaker. A
-// connection the server closed while nothing was pending is just closed.
+// connection, fails every request pending on it (`.unavailable`) and counts one failure on its server's breaker (a
+// failed connect also looks a server's name up again). A name that does not resolve opens its breaker at once; each
+// probe looks it up again first. A connection the server closed while nothing was pending is just closed.
 //
 // Teardown: `shutdown()` posts the last command and closes the inbox; the thread fails what is pending, closes every
 // socket, runs the last completions and exits; `shutdown()` joins it (unless called on the thread itself: then the
@@ -47,6 +51,8 @@ package enum FleetEvent: Sendable, Equatable {
     case itemSizeMax(server: String, bytes: Int)
     /// A held lease was refreshed (`kept`), or found lost.
     case leaseRefreshed(key: String, kept: Bool)
+    /// A server's name was resolved (`address`: the numeric host), or did not resolve (nil).
+    case nameResolved(server: String, address: String?)
 }
 
 /// What a new thread runs (handed to pthread_create as its argument).
@@ -65,6 +71,8 @@ final class FleetClient: @unchecked Sendable {
         case append(String, [UInt8], Int, @Sendable (Int, Int) -> Void)
         case readLog(String, @Sendable ([FleetLogRead]) -> Void)
         case reload(FleetSettings)
+        /// A resolution of `server`'s name answered (`token`: the one FleetLink.address waits for).
+        case resolved(FleetServer, token: UInt64, Result<SocketAddress, ResolveError>)
         case shutdown
     }
 
@@ -93,6 +101,7 @@ final class FleetClient: @unchecked Sendable {
     // MARK: immutable
     let logger: Logger
     private let observer: (@Sendable (FleetEvent) -> Void)?
+    let resolver: FleetResolver
     /// -1 when they could not be made: then the tier answers everything `.unavailable`.
     let epollFD: Int32
     private let wakeFD: Int32
@@ -116,16 +125,19 @@ final class FleetClient: @unchecked Sendable {
     var connections: [UInt64: FleetConnection] = [:]
     var timers = DeadlineHeap<Timer>()
     var refreshScheduled = false
+    var resolutions: UInt64 = 0
     private var dirty: [FleetConnection] = []
     private var ready: [() -> Void] = []
     var nextConnectionID: UInt64 = 1
     private var events: [epoll_event]
     private let readBuffer: UnsafeMutableRawBufferPointer
 
-    init(settings: FleetSettings, logger: Logger, observer: (@Sendable (FleetEvent) -> Void)?) {
+    init(settings: FleetSettings, logger: Logger, observer: (@Sendable (FleetEvent) -> Void)?,
+         resolve: @escaping SocketAddress.Resolver = SocketAddress.resolve) {
         self.settings = settings
         self.logger = logger
         self.observer = observer
+        resolver = FleetResolver(resolve: resolve)
         ring = FleetRing(servers: [])
         var stats = FleetStats()
         stats.servers = settings.servers.map { FleetStats.Server(address: $0.description, state: .up, itemSizeMax: nil) }
@@ -241,7 +253,7 @@ final class FleetClient: @unchecked Sendable {
             case let .delete(_, _, completion): completion?(false)
             case let .append(_, _, _, completion): completion(0, 0)
             case let .readLog(_, completion): completion([])
-            case .release, .reload, .shutdown: break
+            case .release, .reload, .resolved, .shutdown: break
             }
         }
     }
@@ -303,6 +315,8 @@ final class FleetClient: @unchecked Sendable {
                 readLog(name, completion: completion)
             case let .reload(settings):
                 apply(settings)
+            case let .resolved(server, token, result):
+                resolved(server, token: token, result)
             case .shutdown:
                 return true
             }
@@ -461,7 +475,7 @@ final class FleetClient: @unchecked Sendable {
             case let .delete(_, _, completion): later { completion?(false) }
             case let .append(_, _, _, completion): later { completion(0, 0) }
             case let .readLog(_, completion): later { completion([]) }
-            case .release, .reload, .shutdown: break
+            case .release, .reload, .resolved, .shutdown: break
             }
         }
     }

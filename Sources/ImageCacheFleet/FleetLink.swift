@@ -3,15 +3,47 @@
 // Ownership: all of it is the fleet thread's (FleetClient): created, changed and dropped there only, never Sendable.
 // A link lives as long as its server is in the settings; a server removed by a reload is `retired`: its connections
 // close once their pending requests are answered, and only the leases held on it still use it (a lease stays with
-// the server that granted it). A held lease is referenced from the client's table until its store or release
-// (`ended`), and from the requests refreshing it.
+// the server that granted it). A retired link is forgotten once it has no connection left; a server listed again
+// gets its retired link back only while that link's breaker is closed, otherwise a new link (a new breaker, a first
+// connect at once), so a server re-added while it was down is tried again at once. A held lease is referenced from
+// the client's table until its store or release (`ended`), and from the requests refreshing it.
+//
+// A link's address (FleetAddress): an IP literal is read once, at once; a name is resolved off the fleet thread
+// (FleetResolver) when the link is made, again when a connect to it fails (the address may have changed), and at
+// each probe of its open breaker while it does not resolve. While a resolution is out, the previous address (if any)
+// is still used; with none, the server's operations are unavailable without socket work.
 
 internal import Logging
+
+/// Where a link connects to.
+enum FleetAddress {
+    /// An IP literal's, or a name's last resolution's.
+    case resolved(SocketAddress)
+    /// A name's resolution is out (`token` names it: an answer with another token is stale); `previous` is used meanwhile.
+    case resolving(token: UInt64, previous: SocketAddress?)
+    /// A name not resolved yet, or whose last resolution failed: nothing to connect to.
+    case unresolved
+
+    /// The address a connection is opened to now.
+    var current: SocketAddress? {
+        switch self {
+        case let .resolved(address): address
+        case let .resolving(_, previous): previous
+        case .unresolved: nil
+        }
+    }
+
+    var isResolving: Bool { if case .resolving = self { true } else { false } }
+}
 
 /// One memcached server: its address, its breaker, its two connections (opened when first needed) and its counters.
 final class FleetLink {
     let server: FleetServer
-    var address: Result<SocketAddress, ResolveError>
+    /// False for an IP literal (read once, never resolved again).
+    let isName: Bool
+    var address: FleetAddress
+    /// The name's last resolution failed and that was logged (the next success is logged too, nothing in between).
+    var unresolvable = false
     var breaker: FleetBreaker
     var control: FleetConnection?
     var bulk: FleetConnection?
@@ -25,7 +57,13 @@ final class FleetLink {
 
     init(server: FleetServer, settings: FleetSettings) {
         self.server = server
-        address = SocketAddress.resolve(host: server.host, port: server.port)
+        if let literal = SocketAddress.numeric(host: server.host, port: server.port) {
+            isName = false
+            address = .resolved(literal)
+        } else {
+            isName = true
+            address = .unresolved
+        }
         breaker = FleetBreaker(failuresToOpen: settings.breakerFailures, openSeconds: settings.breakerOpenSeconds)
         counters = FleetStats.Server(address: server.description, state: .up, itemSizeMax: nil)
     }

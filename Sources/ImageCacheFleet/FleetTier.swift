@@ -145,8 +145,15 @@ public final class FleetTier: Sendable {
 
     /// `observer` hears the thread's events (breaker states, item_size_max read, lease refreshes) on the fleet
     /// thread, after the completions of the same turn's operations were queued: tests wait on it instead of a clock.
-    package init(settings: FleetSettings, logger: Logger, observer: (@Sendable (FleetEvent) -> Void)?) {
-        client = FleetClient(settings: settings, logger: logger, observer: observer)
+    package convenience init(settings: FleetSettings, logger: Logger, observer: (@Sendable (FleetEvent) -> Void)?) {
+        self.init(settings: settings, logger: logger, observer: observer, resolve: SocketAddress.resolve)
+    }
+
+    /// `resolve` turns a server's name into an address (getaddrinfo in the daemon); it runs on a resolver thread,
+    /// never the fleet thread. Tests put their own here.
+    init(settings: FleetSettings, logger: Logger, observer: (@Sendable (FleetEvent) -> Void)?,
+         resolve: @escaping SocketAddress.Resolver) {
+        client = FleetClient(settings: settings, logger: logger, observer: observer, resolve: resolve)
     }
 
     deinit { client.shutdown() }

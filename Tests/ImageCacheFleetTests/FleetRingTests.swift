@@ -96,6 +96,19 @@ struct FleetBreakerTests {
         #expect(breaker.state == .open(until: 0.5))
         do { let result = breaker.probeSucceeded(); #expect(result == .none) }
     }
+
+    @Test func anOutageOpensAtOnceFromClosedOrProbingAndChangesNothingWhileOpen() {
+        // Given a breaker that opens after 3 failures
+        var breaker = FleetBreaker(failuresToOpen: 3, openSeconds: 2)
+        // When the server's name does not resolve: open at once, whatever the count
+        do { let result = breaker.recordOutage(now: 10); #expect(result == .opened(until: 12)) }
+        // Then while open another outage changes nothing
+        do { let result = breaker.recordOutage(now: 11); #expect(result == .none) }
+        #expect(breaker.state == .open(until: 12))
+        // And at the probe, an outage (the name still does not resolve) reopens it
+        do { let result = breaker.startProbe(now: 12); #expect(result) }
+        do { let result = breaker.recordOutage(now: 12.1); #expect(result == .opened(until: 14.1)) }
+    }
 }
 
 @Suite(.timeLimit(.minutes(1)))

@@ -14,22 +14,34 @@ final class TierUnderTest: Sendable {
     let events: AsyncStream<FleetEvent>
     private let continuation: AsyncStream<FleetEvent>.Continuation
 
-    init(_ servers: [MemcachedProcess], configure: (inout FleetSettings) -> Void = { _ in }) {
-        var settings = FleetSettings()
-        settings.servers = servers.map { FleetServer(host: "127.0.0.1", port: $0.port) }
-        settings.itemMaxBytes = 32 << 20
-        // Generous for a loaded 2-core machine and a debug build (a full run's first minute can pause a test for
-        // seconds): a deadline and a lease that such pauses do not reach; the tests of deadlines and expiry set their own.
-        settings.deadlineSeconds = 2
-        settings.leaseSeconds = 60
+    convenience init(_ servers: [MemcachedProcess], configure: (inout FleetSettings) -> Void = { _ in }) {
+        self.init(servers: servers.map { FleetServer(host: "127.0.0.1", port: $0.port) }, configure: configure)
+    }
+
+    /// A tier on `servers` (names or IP literals); `resolve` answers for the names (getaddrinfo when nil).
+    init(servers: [FleetServer], resolve: SocketAddress.Resolver? = nil, configure: (inout FleetSettings) -> Void = { _ in }) {
+        var settings = Self.settings(servers)
         configure(&settings)
         let (events, continuation) = AsyncStream.makeStream(of: FleetEvent.self)
         self.events = events
         self.continuation = continuation
         var logger = Logger(label: "fleet-test")
         logger.logLevel = .warning
-        tier = FleetTier(settings: settings, logger: logger, observer: { continuation.yield($0) })
+        tier = FleetTier(settings: settings, logger: logger, observer: { continuation.yield($0) },
+                         resolve: resolve ?? SocketAddress.resolve)
         tier.start()
+    }
+
+    /// The tests' settings on `servers`, before a test's own changes (for a reload).
+    static func settings(_ servers: [FleetServer]) -> FleetSettings {
+        var settings = FleetSettings()
+        settings.servers = servers
+        settings.itemMaxBytes = 32 << 20
+        // Generous for a loaded 2-core machine and a debug build (a full run's first minute can pause a test for
+        // seconds): a deadline and a lease that such pauses do not reach; the tests of deadlines and expiry set their own.
+        settings.deadlineSeconds = 2
+        settings.leaseSeconds = 60
+        return settings
     }
 
     deinit {

@@ -80,14 +80,15 @@ struct FleetTierTests {
     }
 
     @Test func aLeaseWhoseHolderStopsExpiresWhileOneThatProgressesIsKept() async throws {
-        // Given A holds two leases of 2 s (1 s cannot be kept alive: memcached's clock counts whole seconds and an
-        // item of T1 expires at its next tick); only `kept`'s holder reports progress
+        // Given A holds two leases of 4 s (1 s cannot be kept alive: memcached's clock counts whole seconds and an
+        // item of T1 expires at its next tick; 4 s leave a refresh every 1.3 s room to be late on a loaded machine);
+        // only `kept`'s holder reports progress
         let memcached = try MemcachedProcess()
-        let a = TierUnderTest([memcached]) { $0.leaseSeconds = 2 }
-        let b = TierUnderTest([memcached]) { $0.leaseSeconds = 2 }
+        let a = TierUnderTest([memcached]) { $0.leaseSeconds = 4 }
+        let b = TierUnderTest([memcached]) { $0.leaseSeconds = 4 }
         let stalled = try #require(await a.lookup("ic1:stalled").lease)
         let kept = try #require(await a.lookup("ic1:kept").lease)
-        // When B asks for both after each of A's refreshes of `kept` (about every 2/3 s), A's holder progressing
+        // When B asks for both after each of A's refreshes of `kept` (about every 4/3 s), A's holder progressing
         var stalledTakenOver = false
         for _ in 0..<20 {
             guard await a.event(where: { $0 == .leaseRefreshed(key: "ic1:kept", kept: true) }) != nil else { break }
@@ -288,6 +289,42 @@ struct FleetTierTests {
         #expect(await a.store(lease, Array("one".utf8)) == .stored)
         #expect(try one.command("mg ic1:moved v") == "VA 3\r\none\r\n")
         #expect(a.tier.stats().servers.map(\.address) == [two.address])
+    }
+
+    @Test func aServerRemovedAndReAddedWhileItsBreakerIsOpenIsTriedAgainAtOnce() async throws {
+        // Given a tier on one server, whose breaker opens at the first failure for 60 s (no probe within the test)
+        let memcached = try MemcachedProcess()
+        let server = FleetServer(host: "127.0.0.1", port: memcached.port)
+        let configure = { (settings: inout FleetSettings) in
+            settings.deadlineSeconds = 1
+            settings.breakerFailures = 1
+            settings.breakerOpenSeconds = 60
+        }
+        let a = TierUnderTest(servers: [server], configure: configure)
+        _ = await a.itemSizeMaxRead()
+        // When the server hangs with a lookup pending, and a reload removes it meanwhile (it stays retired while the
+        // lookup is out), the lookup's deadline passes: the breaker opens
+        memcached.suspend()
+        defer { memcached.resume() }
+        let (pending, continuation) = AsyncStream.makeStream(of: FleetLookup.self)
+        a.tier.lookup("ic1:pending") { continuation.yield($0) }
+        var without = TierUnderTest.settings([])
+        configure(&without)
+        a.tier.reload(without)
+        var results = pending.makeAsyncIterator()
+        #expect(await results.next()?.isUnavailable == true)
+        #expect(await a.event { $0 == .serverState(server: server.description, state: .down) } != nil)
+        // and the server comes back and is listed again while its old breaker is still open
+        memcached.resume()
+        var with = TierUnderTest.settings([server])
+        configure(&with)
+        with.deadlineSeconds = 10  // the new connection's connect, stats settings and lookup, on a loaded machine
+        a.tier.reload(with)
+        // Then it is tried at once, as a new server: its operations succeed
+        let found = await a.lookup("ic1:back")
+        #expect(found.lease != nil, "\(found.name)")
+        #expect(try memcached.command("mg ic1:back s").hasPrefix("HD"))
+        #expect(a.server.state == .up)
     }
 
     @Test func startThenShutdownWithoutServersAndShutdownTwiceAreSafe() async {

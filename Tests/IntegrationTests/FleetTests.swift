@@ -307,6 +307,44 @@ struct FleetTests {
         #expect(local.header("X-Cache") == "HIT")
         #expect(Self.fleetMetrics(daemons[0]).unavailable.current == 2)
     }
+
+    @Test("a memcached killed and restarted on the same port: the host serves alone while it is down, its breaker's probe closes it, and the next new image is shared again")
+    func serverRecovers() async throws {
+        // Given two daemons on one memcached, whose breakers open at the first failure and probe every 0.2 s
+        let servers = try Self.servers(1)
+        let daemons = try Self.fleet(2, servers: servers) {
+            $0.fleet.breakerFailures = 1
+            $0.fleet.breakerOpenSeconds = 0.2
+        }
+        let origin = daemons[0].origin
+        let body = Fixtures.png(size: 3000)
+        for path in ["/before.png", "/down.png", "/after.png"] {
+            origin.route(path) { _ in Reply(status: 200, headers: [("Content-Type", "image/png"), ("Cache-Control", "max-age=300")], body: body) }
+        }
+        // Both hosts share through it (each has its connection up: B's hit is A's fill)
+        _ = try await daemons[0].get("/before.png")
+        #expect(await daemons[0].fleetStores.wait(for: 1), "the entry never reached the fleet")
+        #expect(try await daemons[1].get("/before.png").header("Cache-Status")?.hasSuffix("detail=fleet") == true)
+        // When memcached is killed, A serves a new image on its own and its breaker opens
+        servers[0].kill9()
+        let alone = try await daemons[0].get("/down.png")
+        #expect(alone.status == 200 && alone.body == body)
+        #expect(alone.header("Cache-Status")?.hasSuffix("detail=fleet-unavailable") == true, "\(alone.headers)")
+        #expect(await daemons[0].fleetServersDown.wait(for: 1), "A's breaker never opened")
+        // and when memcached is restarted on the same port, A's probe closes the breaker
+        try servers[0].restart()
+        #expect(await daemons[0].fleetServersUp.wait(for: 1), "A's breaker never closed again")
+        // Then the next new image is shared again: A fills it, B has it from the fleet, one origin fetch in all
+        let filled = try await daemons[0].get("/after.png")
+        #expect(filled.status == 200 && filled.body == body)
+        #expect(filled.header("Cache-Status")?.contains("fleet-unavailable") == false, "\(filled.headers)")
+        #expect(await daemons[0].fleetStores.wait(for: 2), "the entry never reached the restarted memcached")
+        let shared = try await daemons[1].get("/after.png")
+        #expect(shared.status == 200 && shared.body == body)
+        #expect(shared.header("Cache-Status")?.hasSuffix("detail=fleet") == true, "\(shared.headers)")
+        #expect(origin.requestCount("/after.png") == 1)
+        #expect(daemons[0].daemon.proxy.fleet.stats().servers.first?.state == .up)
+    }
 }
 
 @Suite("Fleet: purges reach every host", .serialized, .timeLimit(.minutes(2)))

@@ -105,7 +105,8 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
                                 objectLimitBytes: configuration.effectiveMemoryObjectLimitBytes,
                                 variantLimit: configuration.maxVariants),
             disk: disk)
-        fleet = FleetTier(settings: configuration.fleet, logger: logger)
+        // The tier's breaker changes reach the event stream (tests of a server's recovery wait on them), on `queue`.
+        fleet = FleetTier(settings: configuration.fleet, logger: logger, observer: Self.fleetObserver(events, queue: queue))
         fleetPurges = FleetPurges(fleet: fleet, store: store, logger: logger, now: now, events: events, queue: queue)
         let context = FetchContext(origin: origin, fleet: fleet, fleetPurges: fleetPurges, store: store, metrics: metrics, logger: logger, events: events,
                                    via: loopGuard.viaValue, now: now, queue: queue)
@@ -127,6 +128,16 @@ public final class Proxy: RequestHandler, @unchecked Sendable {
             unavailable: unavailable)
         renditions.fetchSource = { [weak self] request, sink in self?.serve(request, sink: sink) }
         startFleetIfConfigured(configuration.fleet)
+    }
+
+    /// What the fleet tier's thread reports that the event stream carries: its breakers' changes, hopped to `queue`.
+    private static func fleetObserver(_ events: (@Sendable (ProxyEvent) -> Void)?, queue: DispatchQueue)
+        -> (@Sendable (FleetEvent) -> Void)? {
+        guard let events else { return nil }
+        return { event in
+            guard case let .serverState(server, state) = event else { return }
+            queue.async { events(.fleetServerState(server: server, state: state)) }
+        }
     }
 
     /// Starts the fleet tier's thread the first time fleet.servers names a server.

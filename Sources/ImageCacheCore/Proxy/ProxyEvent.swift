@@ -9,6 +9,7 @@ internal import ImageCacheTransform
 internal import Dispatch
 public import Foundation
 public import Logging
+public import ImageCacheFleet
 
 /// What happens to fetches, as seen from the proxy queue.
 public enum ProxyEvent: Sendable, Equatable {
@@ -30,6 +31,8 @@ public enum ProxyEvent: Sendable, Equatable {
     /// A worker took the transform of the rendition `key` and is about to run it. Told on the worker's thread, not
     /// the proxy queue: a test holds the worker here to land a purge mid-transform.
     case transformStarting(key: CacheKey)
+    /// A fleet server's breaker changed state (`server`: `host:port`): down (its keys local-only), probing, up.
+    case fleetServerState(server: String, state: FleetStats.ServerState)
     /// /_imagecached/stats is about to be read (a test changes a counter here, to tell the status page's figures as
     /// its script computes them from those rendered with the page).
     case statsRead

@@ -12,6 +12,7 @@ import ImageCacheTransform
 @testable import ImageCacheCore
 @testable import ImageCacheOps
 import ImageCacheSystem
+import ImageCacheFleet
 
 /// A wall clock the test moves by hand.
 final class TestClock: Sendable {
@@ -178,6 +179,11 @@ final class ProxyHarness {
     let fleetStores = EventCounter { if case .fleetStored = $0 { true } else { false } }
     /// Purges from the fleet's log applied here.
     let fleetPurges = EventCounter { if case .fleetPurgeApplied = $0 { true } else { false } }
+    /// Fleet servers whose breaker opened here (a server down: its keys local-only), and closed again (a probe answered).
+    let fleetServersDown = EventCounter { if case .fleetServerState(_, .down) = $0 { true } else { false } }
+    let fleetServersUp = EventCounter { if case .fleetServerState(_, .up) = $0 { true } else { false } }
+    /// Every event counter above, fed by the daemon's events.
+    private let counters: [EventCounter]
     /// This harness's own disk tier directory, removed at the end.
     let cacheDirectory: String
     var port: Int { daemon.port }
@@ -209,24 +215,21 @@ final class ProxyHarness {
         }
         self.configuration = configuration
         self.logger = logger
+        counters = [fleetWaits, fleetStores, fleetPurges, fleetServersDown, fleetServersUp]
         daemon = try ProxyHarness.makeDaemon(configuration, logger: logger, clock: clock, waiters: waiters, pauses: pauses,
-                                             statsReads: statsReads, fleetWaits: fleetWaits, fleetPurges: fleetPurges, fleetStores: fleetStores,
-                                             transformHold: transformHold)
+                                             statsReads: statsReads, counters: counters, transformHold: transformHold)
         try daemon.start()
     }
 
     private static func makeDaemon(_ configuration: Configuration, logger: Logger, clock: TestClock, waiters: WaiterBarrier,
-                                   pauses: PauseBarrier, statsReads: StatsReadHook,
-                                   fleetWaits: EventCounter, fleetPurges: EventCounter, fleetStores: EventCounter,
+                                   pauses: PauseBarrier, statsReads: StatsReadHook, counters: [EventCounter],
                                    transformHold: TransformHold) throws -> Daemon {
         // The history is sampled by the tests themselves (proxy.recordHistorySample), not by a timer.
         try Daemon(configuration: configuration, logger: logger, now: { clock.now() }, events: { event in
             waiters.observe(event)
             pauses.observe(event)
             statsReads.observe(event)
-            fleetWaits.observe(event)
-            fleetPurges.observe(event)
-            fleetStores.observe(event)
+            for counter in counters { counter.observe(event) }
             transformHold.observe(event)
         }, samplesHistory: false)
     }
@@ -238,8 +241,7 @@ final class ProxyHarness {
         var configuration = configuration
         configure(&configuration)
         daemon = try ProxyHarness.makeDaemon(configuration, logger: logger, clock: clock, waiters: waiters, pauses: pauses,
-                                             statsReads: statsReads, fleetWaits: fleetWaits, fleetPurges: fleetPurges, fleetStores: fleetStores,
-                                             transformHold: transformHold)
+                                             statsReads: statsReads, counters: counters, transformHold: transformHold)
         try daemon.start()
     }
 
