@@ -107,8 +107,9 @@ extension FleetClient {
         connections[connection.id] = connection
         link.setConnection(connection, role)
         if role == .control {
-            let serial = connection.enqueue(.statsSettings, expects: .stats, parts: [MetaRequest.statsSettings])
-            schedule(deadlineSeconds: settings.deadlineSeconds, for: connection, serial: serial)
+            _ = connection.enqueue(.statsSettings, expects: .stats, seconds: settings.deadlineSeconds,
+                                   parts: [MetaRequest.statsSettings])
+            armDeadline(connection)
         }
         return connection
     }
@@ -119,20 +120,23 @@ extension FleetClient {
               expects: FleetConnection.Expectation? = nil, request: (UInt32) -> [[UInt8]]) -> Bool {
         guard let connection = connection(link, role) else { return false }
         let opaque = connection.takeOpaque()
-        let serial = connection.enqueue(work, expects: expects ?? .opaque(opaque), parts: request(opaque))
-        schedule(deadlineSeconds: settings.deadline(forValueBytes: valueBytes), for: connection, serial: serial)
+        _ = connection.enqueue(work, expects: expects ?? .opaque(opaque), seconds: settings.deadline(forValueBytes: valueBytes),
+                               parts: request(opaque))
+        if connection.pendingCount == 1 { armDeadline(connection) }
         link.counters.operations += 1
         markDirty(connection)
         return true
     }
 
-    /// A request's deadline: its own time from when the requests before it on the connection are due (answers come
-    /// in order), so only the first one out measures the server.
-    private func schedule(deadlineSeconds: Double, for connection: FleetConnection, serial: UInt64) {
-        let start = max(Self.milliseconds(), connection.lastDeadline)
-        let deadline = start + UInt64(max(1, (deadlineSeconds * 1000).rounded(.up)))
-        connection.lastDeadline = deadline
-        timers.insert(.deadline(connection: connection.id, serial: serial), at: deadline)
+    /// The deadline of the connection's first pending request: its own time from now, when it became first in line
+    /// (sent to an idle connection, or the answer ahead of it just came). memcached answers a connection in order, so
+    /// a request behind others is not late while they are answered (a read behind a 20 MiB upload), and the server
+    /// is measured by its progress: a hung server is found within one request's time however long the queue, and a
+    /// burst of pipelined requests (a catch-up's log reads) never pushes the deadlines of later ones out.
+    func armDeadline(_ connection: FleetConnection) {
+        guard let first = connection.first else { return }
+        let deadline = Self.milliseconds() + UInt64(max(1, (first.seconds * 1000).rounded(.up)))
+        timers.insert(.deadline(connection: connection.id, serial: first.serial), at: deadline)
     }
 
     func schedule(probeOf link: FleetLink, at seconds: Double) {

@@ -168,6 +168,7 @@ extension FleetClient {
             return fail(connection, reason: error.description)
         }
         let link = connection.link
+        armDeadline(connection)  // the next request in line, if any, is measured from now
         link.breaker.recordSuccess()
         if MetaOutcome.desyncs(response) {
             let reason = "memcached answered \(MetaOutcome.describe(response))"

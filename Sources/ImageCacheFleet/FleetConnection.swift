@@ -19,10 +19,6 @@ internal import Glibc
 internal import ImageCacheSystem
 
 final class FleetConnection {
-    /// The latest deadline of a request pending here (ms, FleetClient.milliseconds): a request queued behind others
-    /// gets its time from theirs, since memcached answers in order (a read behind a 20 MiB upload is not late).
-    var lastDeadline: UInt64 = 0
-
     enum Role: String {
         /// Lookups, lease checks and refreshes, deletes, stores and reads of values up to the bulk threshold.
         case control
@@ -47,6 +43,8 @@ final class FleetConnection {
         let serial: UInt64
         let expects: Expectation
         let work: FleetWork
+        /// Its own time to be answered, seconds, counted from when it is first in line (FleetClient.armDeadline).
+        let seconds: Double
     }
 
     /// Chunks smaller than this are merged into the last queued one.
@@ -113,11 +111,12 @@ final class FleetConnection {
         return nextOpaque
     }
 
-    /// Queues a request's bytes and the work its answer completes; returns its serial.
-    func enqueue(_ work: FleetWork, expects: Expectation, parts: [[UInt8]]) -> UInt64 {
+    /// Queues a request's bytes and the work its answer completes (`seconds`: its own time to be answered once first
+    /// in line); returns its serial.
+    func enqueue(_ work: FleetWork, expects: Expectation, seconds: Double, parts: [[UInt8]]) -> UInt64 {
         let serial = nextSerial
         nextSerial += 1
-        pending.append(Request(serial: serial, expects: expects, work: work))
+        pending.append(Request(serial: serial, expects: expects, work: work, seconds: seconds))
         for part in parts where !part.isEmpty {
             if part.count < Self.coalesceBytes, let last = output.indices.last, output[last].count < Self.coalesceBytes {
                 output[last].append(contentsOf: part)
@@ -127,6 +126,9 @@ final class FleetConnection {
         }
         return serial
     }
+
+    /// The first request waiting for its answer.
+    var first: Request? { hasPending ? pending[head] : nil }
 
     func isPending(serial: UInt64) -> Bool {
         hasPending && serial >= pending[head].serial

@@ -211,6 +211,28 @@ struct FleetTierTests {
 
     // MARK: failures
 
+    @Test func aBurstOfPipelinedRequestsDoesNotPushTheNextDeadlineOut() async throws {
+        // Given a tier with a 100 ms deadline that just sent 500 lookups at once, all answered (a catch-up's log reads
+        // are such a burst)
+        let memcached = try MemcachedProcess()
+        let a = TierUnderTest([memcached]) { $0.deadlineSeconds = 0.1 }
+        _ = await a.itemSizeMaxRead()
+        let results = await withTaskGroup(of: Bool.self) { group in
+            for index in 0..<500 { group.addTask { await a.lookup("ic1:burst-\(index)").lease != nil } }
+            return await group.reduce(into: 0) { $0 += $1 ? 1 : 0 }
+        }
+        #expect(results == 500)
+        // When the server stops
+        memcached.suspend()
+        defer { memcached.resume() }
+        // Then the next lookup is unavailable within about its own deadline: a deadline runs from when its request is
+        // first in line, not from the deadlines of the 500 before it (which would have put it 50 s out)
+        let clock = ContinuousClock()
+        let started = clock.now
+        #expect(await a.lookup("ic1:after-burst").isUnavailable)
+        #expect(clock.now - started < .seconds(5))
+    }
+
     @Test func aStoppedServerIsUnavailableWithinTheDeadlineOpensTheBreakerAndAProbeClosesIt() async throws {
         // Given a tier with a 100 ms deadline whose breaker opens after 3 failures for 0.2 s
         let memcached = try MemcachedProcess()
