@@ -202,7 +202,9 @@ extension FleetClient {
             sent = send(.logRead(part), on: link, role, valueBytes: bytes) { opaque in
                 [MetaRequest.plainRead(key, opaque: opaque)]
             }
-        case let .done(cursor):
+        case var .done(cursor):
+            // An append meanwhile may have found a later segment: the read's copy of that is not newer.
+            cursor.appendSegment = max(cursor.appendSegment, link.logCursor(part.walk.name).appendSegment)
             link.keep(cursor, for: part.walk.name)
             part.job.results[part.index].appended = part.walk.appended
             part.job.pending -= 1

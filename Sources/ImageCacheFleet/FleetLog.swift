@@ -37,6 +37,9 @@ package enum FleetLogLimits {
     package static let maxSegments = 256
     /// Requests one walk may take (a segment can take three: size, and an append that lost a race, and size again).
     package static let maxSteps = maxSegments * 3 + 8
+    /// Bytes one read returns at most: it stops at the end of the segment where it went past this, and the next read
+    /// goes on from there (a catch-up over many full logs is read over several polls, not held at once).
+    package static let readBytesPerWalk = 1 << 20
     /// Cursors a server keeps (one per log name read; the least recently used go first): the purge log's 26 hourly logs
     /// and room to spare.
     package static let maxCursors = 40
@@ -121,6 +124,10 @@ package struct FleetLogAppendWalk: Sendable {
     private var step: Step
     private var steps = 0
     private var refusals = 0
+    /// The walk went back to segment 0 once (the log was lost under it).
+    private var restarted = false
+    /// The segment the walk started from.
+    private let startSegment: Int
     /// The segment the line went to (or the latest found), for the host's cursor.
     package private(set) var segment: Int
 
@@ -130,6 +137,7 @@ package struct FleetLogAppendWalk: Sendable {
         self.segmentBytes = segmentBytes
         self.nonce = nonce
         self.segment = max(0, min(segment, FleetLogLimits.maxSegments - 1))
+        startSegment = self.segment
         step = .sizing(self.segment)
     }
 
@@ -143,6 +151,11 @@ package struct FleetLogAppendWalk: Sendable {
             return ask(.probingNext(n))
         case let (.probingNext(n), .size):
             return ask(.sizing(n + 1))
+        case let (.probingNext(n), .missing) where n > 0 && n == startSegment && !restarted:
+            // Neither the segment this host knew as the latest nor the next is there: the server lost the log (a
+            // restart, a flush). It is made again from segment 0, where every reader looks first.
+            restarted = true
+            return ask(.sizing(0))
         case let (.probingNext(n), .missing):
             return ask(.adding(n))
         case (.appending, .stored), (.adding, .stored):
@@ -232,10 +245,15 @@ package struct FleetLogReadWalk: Sendable {
     package private(set) var missing = false
     private var step: Step
     private var steps = 0
+    /// The segment the walk started from, and whether it went back to segment 0 once (the log was lost under it).
+    private let startSegment: Int
+    private var restarted = false
+    private var startWasMissing = false
 
     package init(name: String, cursor: FleetLogCursor) {
         self.name = name
         self.cursor = cursor
+        startSegment = cursor.segment
         step = .sizing(cursor.segment)
     }
 
@@ -248,12 +266,15 @@ package struct FleetLogReadWalk: Sendable {
             return ask(.probingNext(n))
         case let (.sizing(n), .missing):
             if n == 0 { missing = true }
+            if n == startSegment, !restarted { startWasMissing = true }
             return ask(.probingNext(n))
         case let (.reading(n), .value(bytes)):
             take(bytes)
             return ask(.probingNext(n))
         case let (.reading(n), .missing):
             return ask(.probingNext(n))
+        case (.probingNext, .size) where appended.count >= FleetLogLimits.readBytesPerWalk:
+            return finish()  // the rest at the next read: the cursor is at the end of a segment read whole
         case let (.probingNext(n), .size(size)):
             missing = false
             let appendSegment = cursor.appendSegment
@@ -261,6 +282,13 @@ package struct FleetLogReadWalk: Sendable {
             cursor.segment = n + 1
             cursor.appendSegment = appendSegment
             return ask(.reading(n + 1), bytes: size)
+        case let (.probingNext(n), .missing) where n == startSegment && n > 0 && startWasMissing && !restarted:
+            // The segment the cursor was on and the next are both gone: the server lost the log (a restart, a flush),
+            // and it is made again from segment 0. Read from there (lines read before come again; the caller keeps
+            // what it has seen).
+            restarted = true
+            cursor = FleetLogCursor()
+            return ask(.sizing(0))
         case (.probingNext, .missing):
             return finish()
         case (_, .other):

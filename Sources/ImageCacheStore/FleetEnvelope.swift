@@ -71,6 +71,8 @@ public enum FleetEnvelope {
                   VaryKey.make(response: header.head, request: HTTPHeaders())?.names == vary.names else {
                 throw Refusal("its variant does not match its Vary field")
             }
+        } else if !key.isRendition, !header.head.headers.tokens("Vary").isEmpty {
+            throw Refusal("varies (Vary) but holds no variant")
         }
         guard bytes.count == header.fileSize else {
             throw Refusal("\(bytes.count) bytes where the header says \(header.fileSize)")

@@ -180,6 +180,52 @@ struct FleetLogWalkTests {
         #expect(walk.missing && walk.appended.isEmpty)
     }
 
+    @Test func aLogTheServerLostIsMadeAgainFromSegmentZeroAndReadFromThere() {
+        // An appender whose latest segment was 3: 3 and 4 are gone (a restart), so the log starts again at 0, where
+        // every reader looks first
+        var walk = append(from: 3)
+        #expect(walk.start() == .size("log.3"))
+        #expect(walk.answered(.missing) == .size("log.4"))
+        #expect(walk.answered(.missing) == .size("log.0"))
+        #expect(walk.answered(.missing) == .size("log.1"))
+        #expect(walk.answered(.missing) == .add("log.0", bytes: Array("#ic1-log abc\n".utf8) + line))
+        // A reader whose cursor was on 3 reads the new log from 0
+        var cursor = FleetLogCursor()
+        cursor.segment = 3
+        cursor.offset = 500
+        cursor.nonce = "a1"
+        var read = FleetLogReadWalk(name: "log", cursor: cursor)
+        let zero = segment("d4", "7 new\n")
+        #expect(read.start() == .size("log.3"))
+        #expect(read.answered(.missing) == .size("log.4"))
+        #expect(read.answered(.missing) == .size("log.0"))
+        #expect(read.answered(.size(zero.count)) == .read("log.0", bytes: zero.count))
+        #expect(read.answered(.value(zero)) == .size("log.1"))
+        guard case let .done(end) = read.answered(.missing) else { Issue.record("not done"); return }
+        #expect(String(decoding: read.appended, as: UTF8.self) == "7 new\n")
+        #expect(end.segment == 0 && end.nonce == "d4")
+        // A reader whose segment is there and unchanged, with no next one, just ends (no walk back)
+        var idle = FleetLogReadWalk(name: "log", cursor: end)
+        _ = idle.start()
+        #expect(idle.answered(.size(zero.count)) == .size("log.1"))
+        #expect(idle.answered(.missing) == .done(end))
+    }
+
+    @Test func aReadStopsAfterAboutAMegabyteAndTheNextGoesOnFromThere() {
+        var walk = FleetLogReadWalk(name: "log", cursor: FleetLogCursor())
+        let big = segment("e5", String(repeating: "1 x\n", count: FleetLogLimits.readBytesPerWalk / 4 + 1))
+        _ = walk.start()
+        _ = walk.answered(.size(big.count))
+        #expect(walk.answered(.value(big)) == .size("log.1"))
+        // Segment 1 exists, but this read has its megabyte: it ends at the end of segment 0
+        guard case let .done(cursor) = walk.answered(.size(100)) else { Issue.record("not done"); return }
+        #expect(cursor.segment == 0 && cursor.offset == big.count)
+        var next = FleetLogReadWalk(name: "log", cursor: cursor)
+        _ = next.start()
+        #expect(next.answered(.size(big.count)) == .size("log.1"))
+        #expect(next.answered(.size(100)) == .read("log.1", bytes: 100))
+    }
+
     @Test func aFailedReadKeepsWhatItRead() {
         var walk = FleetLogReadWalk(name: "log", cursor: FleetLogCursor())
         let zero = segment("a1", "1 x\n")
@@ -231,14 +277,17 @@ struct FleetLogTests {
             for result in results { #expect(result == (2, 2), "line \(next): \(result)") }
             next += 8
         }
-        // Then B's first read returns every line once from each server, in each server's order
+        // Then B's first read returns about a megabyte from each server (FleetLogLimits.readBytesPerWalk), the second
+        // the rest: every line once, in each server's order
         let first = await read(b, "ic1:log:t")
-        #expect(first.count == 2)
-        for server in first {
-            #expect(server.failure == nil, "\(server.failure ?? "")")
-            let got = lines(server)
+        let second = await read(b, "ic1:log:t")
+        #expect(first.count == 2 && second.count == 2)
+        for (one, two) in zip(first, second) {
+            #expect(one.failure == nil && two.failure == nil, "\(one.failure ?? "") \(two.failure ?? "")")
+            #expect(one.appended.count >= FleetLogLimits.readBytesPerWalk && one.appended.count < 1200 * 1000)
+            let got = lines(one) + lines(two)
             #expect(got.count == 1200)
-            #expect(Set(got.map { $0.split(separator: " ")[0] }).count == 1200)
+            #expect(got.map { Int($0.split(separator: " ")[0]) ?? -1 }.sorted() == Array(0..<1200))
         }
         // And each segment holds at most 64 KiB plus the lines of one batch that raced past the size check
         for server in servers {
@@ -256,8 +305,9 @@ struct FleetLogTests {
         #expect(await append(b, "ic1:log:t", "last http://origin.test/z\n") == (2, 2))
         let after = await read(b, "ic1:log:t")
         for server in after { #expect(lines(server) == ["last http://origin.test/z"]) }
-        // And A, which never read, gets all 1,201 lines from each server
-        for server in await read(a, "ic1:log:t") { #expect(lines(server).count == 1201) }
+        // And A, which never read, gets all 1,201 lines from each server, in two reads
+        let all = zip(await read(a, "ic1:log:t"), await read(a, "ic1:log:t")).map { lines($0) + lines($1) }
+        for server in all { #expect(server.count == 1201) }
     }
 
     @Test func aServerDownMissesTheLineAndTheOthersStillHaveIt() async throws {

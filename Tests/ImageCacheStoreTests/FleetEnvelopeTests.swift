@@ -95,7 +95,13 @@ struct FleetEnvelopeTests {
         #expect(throws: FleetEnvelope.Refusal.self) {
             try FleetEnvelope.decode(FleetEnvelope.encode(forged), for: varied.key, policy: FreshnessPolicy())
         }
-        // A rendition made for Accept (its key names the format it chose) has Vary: Accept and no variant: it is read.
+        // A response with Vary and no variant is refused
+        let bare = CacheEntry(key: varied.key, head: varied.head, body: varied.body, requestTime: varied.requestTime,
+                              responseTime: varied.responseTime, vary: nil, policy: FreshnessPolicy())
+        #expect(throws: FleetEnvelope.Refusal.self) {
+            try FleetEnvelope.decode(FleetEnvelope.encode(bare), for: varied.key, policy: FreshnessPolicy())
+        }
+        // but a rendition made for Accept (its key names the format it chose) has Vary: Accept and no variant: read.
         let rendition = CacheEntry(key: CacheKey(varied.key.url, rendition: "rs:fit:100:100/f:auto"), head: varied.head,
                                    body: varied.body, requestTime: varied.requestTime, responseTime: varied.responseTime,
                                    vary: nil, policy: FreshnessPolicy())

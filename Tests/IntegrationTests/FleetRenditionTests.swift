@@ -147,15 +147,15 @@ struct FleetRenditionTests {
 
     @Test("a winner whose source waits on another host's fill longer than fleet.lease keeps its rendition's lease: one encode fleet-wide")
     func leaseKeptWhileSourceWaits() async throws {
-        // Given two daemons with a 2 s lease, and a source whose body the origin drips over 6 s (the host fetching it
+        // Given two daemons with a 4 s lease, and a source whose body the origin drips over 12 s (the host fetching it
         // keeps the source's lease alive as its bytes arrive)
         let servers = try FleetTests.servers(1)
-        let daemons = try FleetTests.fleet(2, servers: servers) { $0.fleet.leaseSeconds = 2 }
+        let daemons = try FleetTests.fleet(2, servers: servers) { $0.fleet.leaseSeconds = 4 }
         let origin = daemons[0].origin
         let photo = ImageFiles.bytes("photo.jpg")
         origin.route("/photo.jpg") { _ in
             Reply(status: 200, headers: [("Content-Type", "image/jpeg"), ("Cache-Control", "max-age=600")], body: photo,
-                  drip: (chunks: 12, interval: .milliseconds(500)))
+                  drip: (chunks: 12, interval: .milliseconds(1000)))
         }
         // The second host fetches the source (its lease); the first host's job wins the rendition's lease, and its
         // source waits on the second host's fill

@@ -331,9 +331,12 @@ struct FleetTests {
         #expect(alone.status == 200 && alone.body == body)
         #expect(alone.header("Cache-Status")?.hasSuffix("detail=fleet-unavailable") == true, "\(alone.headers)")
         #expect(await daemons[0].fleetServersDown.wait(for: 1), "A's breaker never opened")
-        // and when memcached is restarted on the same port, A's probe closes the breaker
+        // (B's breaker opens too, at its next read of the purge log, once a second)
+        #expect(await daemons[1].fleetServersDown.wait(for: 1), "B's breaker never opened")
+        // and when memcached is restarted on the same port, each host's probe closes its breaker
         try servers[0].restart()
         #expect(await daemons[0].fleetServersUp.wait(for: 1), "A's breaker never closed again")
+        #expect(await daemons[1].fleetServersUp.wait(for: 1), "B's breaker never closed again")
         // Then the next new image is shared again: A fills it, B has it from the fleet, one origin fetch in all
         let filled = try await daemons[0].get("/after.png")
         #expect(filled.status == 200 && filled.body == body)

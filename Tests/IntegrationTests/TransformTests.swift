@@ -574,6 +574,35 @@ struct TransformTests {
         #expect(try await Self.transformsDone(harness) == 2)
     }
 
+    @Test("a revalidation in flight across a purge: its 304 answers the client, and the purged copy is not put back")
+    func revalidationAcrossPurge() async throws {
+        let harness = try ProxyHarness()
+        let photo = ImageFiles.bytes("photo.jpg")
+        let gate = Gate()
+        defer { gate.open() }
+        harness.origin.route("/photo.jpg") { request in
+            if request.header("If-None-Match") == "\"p1\"" {
+                return Reply(status: 304, headers: [("ETag", "\"p1\""), ("Cache-Control", "max-age=60")], body: [], gate: gate)
+            }
+            return Reply(status: 200, headers: [("Content-Type", "image/jpeg"), ("Cache-Control", "max-age=60"), ("ETag", "\"p1\"")],
+                         body: photo)
+        }
+        _ = try await harness.get("/photo.jpg")
+        harness.clock.advance(120)
+        // When the stale copy's revalidation waits at the origin, and the URL is purged meanwhile
+        let revalidating = try await harness.waitingClients(1, on: "/photo.jpg")
+        try await harness.origin.waitForRequests("/photo.jpg", count: 2)
+        let url = (harness.origin.baseURL + "/photo.jpg").addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
+        #expect(try await harness.get("/_imagecached/cache?url=" + url, method: "DELETE").status == 200)
+        gate.open()
+        // Then its client has the copy the 304 confirmed, and the next request goes to the origin for a whole response
+        let confirmed = try await readAll(revalidating)[0]
+        #expect(confirmed.status == 200 && confirmed.body == photo)
+        let next = try await harness.get("/photo.jpg")
+        #expect(next.header("X-Cache") == "MISS", "\(next.headers)")
+        #expect(harness.origin.requestCount("/photo.jpg") == 3)
+    }
+
     @Test("a rendition has its source's freshness; once stale, an unchanged source (304) refreshes it without a transform, a changed one (new ETag) makes it again")
     func sourceChanges() async throws {
         let harness = try ProxyHarness()

@@ -356,8 +356,11 @@ final class Fetch: InFlightWork, @unchecked Sendable {
         case let .store(entry):
             store(entry)
         case let .refresh(entry, bodyInFile):
+            // A revalidation in flight across a purge: its 304 answers the clients, the purged copy is not put back.
+            guard !purgedMeanwhile else { return }
             context.store.refresh(entry, bodyInFile: bodyInFile)
         case let .keepInMemory(entry):
+            guard !purgedMeanwhile else { return }
             context.store.keepInMemory(entry)
         case let .promote(entry, removalsSeen):
             _ = context.store.promote(entry, removalsSeen: removalsSeen)
@@ -370,8 +373,11 @@ final class Fetch: InFlightWork, @unchecked Sendable {
         }
     }
 
+    /// The URL (or everything) was purged since this fetch started: what it brings is kept nowhere.
+    private var purgedMeanwhile: Bool { context.fleetPurges.purgedSince(purgeSerial, url: key.url.string) }
+
     private func store(_ entry: CacheEntry) {
-        guard !context.fleetPurges.purgedSince(purgeSerial, url: key.url.string) else {
+        guard !purgedMeanwhile else {
             // In flight across a purge of its URL: served to its clients, kept nowhere (FleetPurges.purgedSince).
             context.logger.info("not stored \(key): its URL was purged while it was fetched")
             return

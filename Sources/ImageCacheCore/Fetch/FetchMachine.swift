@@ -1088,7 +1088,8 @@ struct FetchMachine {
                 if let ttl = FleetEnvelope.sharedTTL(of: entry, now: response.responseTime) {
                     actions.append(.fleetStore(entry, ttl: ttl))
                 } else {
-                    actions.append(.fleetPass(reason: entry.vary?.matchesNothing == true ? "Vary: *" : "no freshness to share",
+                    actions.append(.fleetPass(reason: entry.vary?.matchesNothing == true ? "Vary: *"
+                                                  : entry.variantID != (entry.vary?.id ?? "") ? "a derived variant" : "no freshness to share",
                                               ttl: rules.fleet?.passSeconds ?? 60))
                 }
             }

@@ -3,8 +3,8 @@
 //
 // Design: a purge log in the tier. A purge appends one line, "<time> <url>\n" ("*" for everything; time: seconds since
 // 1970, the purging host's clock), to the log of the hour, `ic1:purge:<hours since 1970>`, on EVERY server
-// (FleetTier.appendToLog: a log is a series of segments of 64 KiB at most, each made with a TTL of `retentionSeconds`,
-// 25 hours, so the logs trim themselves; FleetLog.swift), and deletes the URL's own fleet copy. Every host reads this
+// (FleetTier.appendToLog: a log is a series of segments of 64 KiB at most, each made with a TTL of `retentionSeconds`
+// and an hour, so a line stays readable for the retention, 25 hours, and the logs trim themselves; FleetLog.swift), and deletes the URL's own fleet copy. Every host reads this
 // hour's and the last hour's logs on every server once a second (`poll`): each read returns only the lines appended
 // since this host's last read of that server (two small `mg` per log and server when nothing changed). A host that
 // has not read every server within the last 50 minutes (it just started, or a server was away) catches up: it reads
@@ -120,7 +120,9 @@ final class FleetPurges: @unchecked Sendable {
         remember(url?.string ?? "*", at: time)
         number(url?.string ?? "*")
         if let url { fleet.delete(FleetEnvelope.key(for: CacheKey(url))) }
-        fleet.appendToLog(Self.logKey(at: time), line: Array((line + "\n").utf8), createTTLSeconds: Self.retentionSeconds,
+        // A segment's TTL counts from when it was made, up to an hour before this line: an hour more keeps every line
+        // readable for the whole retention.
+        fleet.appendToLog(Self.logKey(at: time), line: Array((line + "\n").utf8), createTTLSeconds: Self.retentionSeconds + 3600,
                           completion: completion)
     }
 
@@ -263,15 +265,24 @@ final class FleetPurges: @unchecked Sendable {
 
     /// Forgets purges older than the retention, and the oldest beyond the limit.
     private func forgetOld() {
-        // At most once a minute: the filters cost the number of purges remembered.
+        // At most once a minute (the filters cost the number of purges remembered), unless a limit is far exceeded (a
+        // catch-up brought many).
         let time = now()
-        if let last = lastForgetting, time >= last, time.timeIntervalSince(last) < 60 { return }
+        let over = purgedAt.count > 2 * Self.rememberedLimit || seen.count > 2 * Self.rememberedLimit
+            || serialOf.count > Self.rememberedLimit
+        if !over, let last = lastForgetting, time >= last, time.timeIntervalSince(last) < 60 { return }
         lastForgetting = time
         let horizon = time.addingTimeInterval(-Double(Self.retentionSeconds + 60))
         let serialHorizon = time.addingTimeInterval(-3600)
         for (url, record) in serialOf where record.time < serialHorizon || record.time > time.addingTimeInterval(3600) {
             forgottenSerial = max(forgottenSerial, record.serial)
             serialOf[url] = nil
+        }
+        if serialOf.count > Self.rememberedLimit {
+            // Too many purges within the hour to tell apart: every fetch in flight now counts as purged (it keeps
+            // nothing, once).
+            forgottenSerial = purgeSerial
+            serialOf.removeAll()
         }
         seen = seen.filter { $0.value > horizon }
         purgedAt = purgedAt.filter { $0.value > horizon }

@@ -309,11 +309,13 @@ final class RenditionJob: InFlightWork, @unchecked Sendable {
         run(machine.transformed(result, seconds: seconds, now: context.now(), purged: isPurged))
     }
 
-    /// Whether a purge of the entry's URL (the source's, for a rendition) came after its response time (FleetPurges:
-    /// the purges made here and read from the fleet's log), or after this job started (in flight across a purge, with
-    /// a fleet or without).
+    /// Whether the source's URL was purged since this job started (in flight across a purge, with a fleet or
+    /// without: FleetPurges.purgedSince). A serial, not the source's time against the purges this host knows: a source
+    /// it holds was not removed by any of them, and a time test would also refuse, at every request, renditions of
+    /// sources older than a purge of everything or than the purges it had to forget (FleetPurges.forgottenThrough).
+    /// Other hosts judge the rendition by its time (its source's response time) when they read it from the fleet.
     private func isPurged(_ entry: CacheEntry) -> Bool {
         dispatchPrecondition(condition: .onQueue(queue))
-        return context.fleetPurges.isPurged(entry) || context.fleetPurges.purgedSince(purgeSerial, url: entry.key.url.string)
+        return context.fleetPurges.purgedSince(purgeSerial, url: entry.key.url.string)
     }
 }
