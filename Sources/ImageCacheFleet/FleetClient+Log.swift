@@ -22,6 +22,8 @@ public struct FleetLogRead: Sendable {
     public var appended: [UInt8]
     /// Why the server could not be read (entirely or to the end); nil when it was.
     public var failure: String?
+    /// The read reached the log's end on this server (no failure, and not stopped at its size bound).
+    public var complete = false
 }
 
 /// An append in progress on every server.
@@ -207,6 +209,7 @@ extension FleetClient {
             cursor.appendSegment = max(cursor.appendSegment, link.logCursor(part.walk.name).appendSegment)
             link.keep(cursor, for: part.walk.name)
             part.job.results[part.index].appended = part.walk.appended
+            part.job.results[part.index].complete = part.job.results[part.index].failure == nil && !part.walk.stoppedEarly
             part.job.pending -= 1
             return
         }

@@ -243,6 +243,9 @@ package struct FleetLogReadWalk: Sendable {
     package private(set) var appended: [UInt8] = []
     /// The log has no segment on the server at all.
     package private(set) var missing = false
+    /// The walk stopped before the log's end (it had `readBytesPerWalk` bytes, or took `maxSteps` requests): the rest
+    /// comes at the next read.
+    package private(set) var stoppedEarly = false
     private var step: Step
     private var steps = 0
     /// The segment the walk started from, and whether it went back to segment 0 once (the log was lost under it).
@@ -274,6 +277,7 @@ package struct FleetLogReadWalk: Sendable {
         case let (.reading(n), .missing):
             return ask(.probingNext(n))
         case (.probingNext, .size) where appended.count >= FleetLogLimits.readBytesPerWalk:
+            stoppedEarly = true
             return finish()  // the rest at the next read: the cursor is at the end of a segment read whole
         case let (.probingNext(n), .size(size)):
             missing = false
@@ -315,7 +319,10 @@ package struct FleetLogReadWalk: Sendable {
 
     private mutating func ask(_ next: Step, bytes: Int = 0) -> Action {
         steps += 1
-        guard steps <= FleetLogLimits.maxSteps else { return finish() }
+        guard steps <= FleetLogLimits.maxSteps else {
+            stoppedEarly = true
+            return finish()
+        }
         switch next {
         case let .sizing(n):
             step = next

@@ -219,6 +219,7 @@ struct FleetLogWalkTests {
         #expect(walk.answered(.value(big)) == .size("log.1"))
         // Segment 1 exists, but this read has its megabyte: it ends at the end of segment 0
         guard case let .done(cursor) = walk.answered(.size(100)) else { Issue.record("not done"); return }
+        #expect(walk.stoppedEarly)
         #expect(cursor.segment == 0 && cursor.offset == big.count)
         var next = FleetLogReadWalk(name: "log", cursor: cursor)
         _ = next.start()
@@ -285,6 +286,7 @@ struct FleetLogTests {
         for (one, two) in zip(first, second) {
             #expect(one.failure == nil && two.failure == nil, "\(one.failure ?? "") \(two.failure ?? "")")
             #expect(one.appended.count >= FleetLogLimits.readBytesPerWalk && one.appended.count < 1200 * 1000)
+            #expect(!one.complete && two.complete)
             let got = lines(one) + lines(two)
             #expect(got.count == 1200)
             #expect(got.map { Int($0.split(separator: " ")[0]) ?? -1 }.sorted() == Array(0..<1200))

@@ -188,7 +188,7 @@ final class FleetPurges: @unchecked Sendable {
         return (0...hours).reversed().map { logKey(at: time.addingTimeInterval(-Double($0 * 3600))) }
     }
 
-    /// One poll's reads: which servers failed in any of them. Confined to the proxy queue (the reads' completions hop
+    /// One poll's reads: which servers failed (or were not read to the end) in any of them. Confined to the proxy queue (the reads' completions hop
     /// back to it before they touch it).
     private final class PollReads: @unchecked Sendable {
         let expected: Int
@@ -209,7 +209,7 @@ final class FleetPurges: @unchecked Sendable {
         poll.answered += 1
         for read in reads {
             poll.servers.insert(read.server)
-            if read.failure != nil { poll.failed.insert(read.server) }
+            if !read.complete { poll.failed.insert(read.server) }  // failed, or the rest comes at the next read
         }
         if poll.answered == poll.expected {
             // A server read whole is caught up: by a catch-up, or by a poll of the last two hours while it was caught up.
