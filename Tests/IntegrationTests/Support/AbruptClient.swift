@@ -68,33 +68,19 @@ final class SteppedTLSClient: @unchecked Sendable {
 
     /// Completes the handshake (after `sendHello`, or from the start).
     func handshake() throws {
-        while true {
-            switch stream.handshake() {
-            case .done:
-                sendAll(takeCiphertext())
-                return
-            case .wantWrite:
-                sendAll(takeCiphertext())
-            case .wantRead:
-                sendAll(takeCiphertext())
-                guard receive() else { throw RawClientError.closedEarly(received: "") }
-            case let .failed(error):
-                throw error
-            }
-        }
+        try stream.completeHandshake(flush: flush, receive: {
+            guard receive() else { throw RawClientError.closedEarly(received: "") }
+        })
     }
 
     /// Sends `text` as plaintext.
     func send(_ text: String) throws {
-        var bytes = Array(text.utf8)[...]
-        while !bytes.isEmpty {
-            switch bytes.withUnsafeBytes({ stream.write($0) }) {
-            case let .wrote(count): bytes = bytes.dropFirst(count)
-            case .wantWrite, .wantRead: break
-            case let .failed(error): throw error
-            }
-            sendAll(takeCiphertext())
-        }
+        try stream.writeAll(text, flush: flush)
+    }
+
+    /// Sends the pending ciphertext (what the peer does not take is dropped: it may be gone on purpose).
+    private func flush() {
+        sendAll(takeCiphertext())
     }
 
     private func takeCiphertext() -> [UInt8] {

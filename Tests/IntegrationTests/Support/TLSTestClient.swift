@@ -17,33 +17,12 @@ final class TLSTestClient: @unchecked Sendable {
         socket = PeerSocket(fd: fd)
         let context = try TLSContext.client(trust: .anchorsPEM(anchorPEM))
         stream = try TLSStream(client: context, serverName: serverName, alpn: ["http/1.1"], session: session)
-        while true {
-            switch stream.handshake() {
-            case .done:
-                try flush()
-                return
-            case .wantWrite:
-                try flush()
-            case .wantRead:
-                try flush()
-                try receive()
-            case let .failed(error):
-                throw error
-            }
-        }
+        try stream.completeHandshake(flush: flush, receive: receive)
     }
 
     /// Sends `text` through the stream.
     func send(_ text: String) throws {
-        var bytes = Array(text.utf8)[...]
-        while !bytes.isEmpty {
-            switch bytes.withUnsafeBytes({ stream.write($0) }) {
-            case let .wrote(count): bytes = bytes.dropFirst(count)
-            case .wantWrite, .wantRead: break
-            case let .failed(error): throw error
-            }
-            try flush()
-        }
+        try stream.writeAll(text, flush: flush)
     }
 
     /// Reads one response with a Content-Length body: its head as text and its body.
@@ -108,6 +87,41 @@ final class TLSTestClient: @unchecked Sendable {
             stream.networkDidEnd()
         } else {
             throw RawClientError.timedOut(received: 0)
+        }
+    }
+}
+
+/// The blocking loops both test clients drive a TLSStream with (TLSTestClient, AbruptClient's SteppedTLSClient): `flush`
+/// sends the stream's pending ciphertext, `receive` feeds it what the socket has (it throws when the peer is gone).
+extension TLSStream {
+    /// Runs the handshake to its end.
+    func completeHandshake(flush: () throws -> Void, receive: () throws -> Void) throws {
+        while true {
+            switch handshake() {
+            case .done:
+                try flush()
+                return
+            case .wantWrite:
+                try flush()
+            case .wantRead:
+                try flush()
+                try receive()
+            case let .failed(error):
+                throw error
+            }
+        }
+    }
+
+    /// Writes `text` as plaintext, flushing the ciphertext as it goes.
+    func writeAll(_ text: String, flush: () throws -> Void) throws {
+        var bytes = Array(text.utf8)[...]
+        while !bytes.isEmpty {
+            switch bytes.withUnsafeBytes({ write($0) }) {
+            case let .wrote(count): bytes = bytes.dropFirst(count)
+            case .wantWrite, .wantRead: break
+            case let .failed(error): throw error
+            }
+            try flush()
         }
     }
 }
