@@ -249,13 +249,13 @@ struct FleetLogWalkTests {
 @Suite(.serialized, .timeLimit(.minutes(2)))
 struct FleetLogTests {
     func append(_ host: TierUnderTest, _ name: String, _ line: String) async -> (Int, Int) {
-        await withCheckedContinuation { continuation in
-            host.tier.appendToLog(name, line: Array(line.utf8), createTTLSeconds: 600) { continuation.resume(returning: ($0, $1)) }
+        await handOver { handed in
+            host.tier.appendToLog(name, line: Array(line.utf8), createTTLSeconds: 600) { handed(($0, $1)) }
         }
     }
 
     func read(_ host: TierUnderTest, _ name: String) async -> [FleetLogRead] {
-        await withCheckedContinuation { continuation in host.tier.readLog(name) { continuation.resume(returning: $0) } }
+        await handOver { host.tier.readLog(name, completion: $0) }
     }
 
     func lines(_ read: FleetLogRead) -> [String] {

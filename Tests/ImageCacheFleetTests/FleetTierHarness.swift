@@ -50,17 +50,15 @@ final class TierUnderTest: Sendable {
     }
 
     func lookup(_ key: String) async -> FleetLookup {
-        await withCheckedContinuation { continuation in tier.lookup(key) { continuation.resume(returning: $0) } }
+        await handOver { tier.lookup(key, completion: $0) }
     }
 
     func store(_ lease: FleetLease, _ value: [UInt8], flags: UInt32 = 0, ttl: Int = 60) async -> FleetStoreResult {
-        await withCheckedContinuation { continuation in
-            tier.store(lease, value: value, flags: flags, ttlSeconds: ttl) { continuation.resume(returning: $0) }
-        }
+        await handOver { tier.store(lease, value: value, flags: flags, ttlSeconds: ttl, completion: $0) }
     }
 
     func delete(_ key: String, cas: UInt64? = nil) async -> Bool {
-        await withCheckedContinuation { continuation in tier.delete(key, cas: cas) { continuation.resume(returning: $0) } }
+        await handOver { tier.delete(key, cas: cas, completion: $0) }
     }
 
     /// Waits for the first event matching `predicate` among the next `limit` events; nil if none does.

@@ -122,16 +122,16 @@ struct FleetTierTests {
         #expect(await a.store(smallLease, Array("small".utf8), flags: 5) == .stored)
         // When B looks the large one up, then the small one, at once
         let order = CompletionOrder()
-        async let largeFound: FleetLookup = withCheckedContinuation { continuation in
+        async let largeFound: FleetLookup = handOver { handed in
             b.tier.lookup("ic1:large") { result in
                 order.record("large")
-                continuation.resume(returning: result)
+                handed(result)
             }
         }
-        async let smallFound: FleetLookup = withCheckedContinuation { continuation in
+        async let smallFound: FleetLookup = handOver { handed in
             b.tier.lookup("ic1:small") { result in
                 order.record("small")
-                continuation.resume(returning: result)
+                handed(result)
             }
         }
         let (largeResult, smallResult) = await (largeFound, smallFound)
@@ -229,7 +229,8 @@ struct FleetTierTests {
         // first in line, not from the deadlines of the 500 before it (which would have put it 50 s out)
         let clock = ContinuousClock()
         let started = clock.now
-        #expect(await a.lookup("ic1:after-burst").isUnavailable)
+        let after = await a.lookup("ic1:after-burst")
+        #expect(after.isUnavailable, "\(after.name)")
         #expect(clock.now - started < .seconds(5))
     }
 
@@ -354,17 +355,17 @@ struct FleetTierTests {
         let tier = FleetTier(settings: FleetSettings(), logger: .init(label: "fleet-test"))
         tier.start()
         // Then every operation answers at once
-        let found = await withCheckedContinuation { continuation in tier.lookup("k") { continuation.resume(returning: $0) } }
+        let found = await handOver { tier.lookup("k", completion: $0) }
         #expect(found.isUnavailable)
         // And shutting down twice is safe; later operations are unavailable on the caller's thread
         tier.shutdown()
         tier.shutdown()
-        let late = await withCheckedContinuation { continuation in tier.lookup("k") { continuation.resume(returning: $0) } }
+        let late = await handOver { tier.lookup("k", completion: $0) }
         #expect(late.isUnavailable)
         // And a tier never started shuts down too (its queued operations end unavailable)
         let idle = FleetTier(settings: FleetSettings(), logger: .init(label: "fleet-test"))
-        let queued = await withCheckedContinuation { continuation in
-            idle.lookup("k") { continuation.resume(returning: $0) }
+        let queued = await handOver { handed in
+            idle.lookup("k", completion: handed)
             idle.shutdown()
         }
         #expect(queued.isUnavailable)

@@ -90,8 +90,14 @@ public final class MemcachedProcess: @unchecked Sendable {
         _ = incarnation.waitForExit(timeout: 10)
     }
 
-    /// SIGSTOP: the kernel still accepts connections and buffers requests; nothing answers.
-    public func suspend() { current.kill(SIGSTOP) }
+    /// SIGSTOP: the kernel still accepts connections and buffers requests; nothing answers. Returns once every thread
+    /// of it has stopped (kill(2) only queues the stop: a thread already running could still answer a request sent
+    /// right after it, which a ThreadSanitizer run on a loaded machine showed).
+    public func suspend() {
+        let incarnation = current
+        incarnation.kill(SIGSTOP)
+        incarnation.waitUntilStopped()
+    }
 
     /// SIGCONT.
     public func resume() { current.kill(SIGCONT) }
@@ -331,6 +337,13 @@ private final class Incarnation: @unchecked Sendable {
             if exitStatus != nil { return false }
             guard changed.wait(until: deadline) else { return text.contains(needle) }
         }
+    }
+
+    /// Blocks until the child is stopped (its group stop is complete) or has exited, without reaping it (WNOWAIT: the
+    /// reader thread still collects its exit status).
+    func waitUntilStopped() {
+        var info = siginfo_t()
+        while waitid(P_PID, id_t(pid), &info, WSTOPPED | WEXITED | WNOWAIT) < 0, errno == EINTR {}
     }
 
     /// Waits (woken by the reader thread) for the exit; false after `timeout` seconds.
