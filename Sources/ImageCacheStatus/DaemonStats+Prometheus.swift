@@ -190,6 +190,8 @@ extension DaemonStats {
         out.sample("fleet_damaged_total", [], Double(fleet.damaged))
         out.family("fleet_purged_refused_total", "counter", "Fleet values refused as older than a purge of their URL (their server missed the purge).")
         out.sample("fleet_purged_refused_total", [], Double(fleet.purgedRefused))
+        out.family("fleet_catch_up_refused_total", "counter", "Fleet values not served because this host had not read the purge logs yet (its first second after a start).")
+        out.sample("fleet_catch_up_refused_total", [], Double(fleet.catchUpRefused))
         out.family("fleet_leases_held", "gauge", "Fill leases this host holds now.")
         out.sample("fleet_leases_held", [], Double(fleet.leasesHeld))
         out.family("fleet_server_up", "gauge", "1 while a fleet server answers; 0 while its breaker is open (its keys are local-only) or a probe is out.")

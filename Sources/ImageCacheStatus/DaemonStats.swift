@@ -154,6 +154,8 @@ public struct DaemonStats: Sendable, Codable, Equatable {
         public var damaged = 0
         /// Fleet values refused as older than a purge of their URL (their server missed the purge's delete).
         public var purgedRefused = 0
+        /// Fleet values not served because this host had not read the purge logs yet (just started).
+        public var catchUpRefused = 0
         /// Leases held now.
         public var leasesHeld = 0
         /// Entry bytes read from the tier.

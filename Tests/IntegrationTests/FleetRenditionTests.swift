@@ -29,7 +29,7 @@ struct FleetRenditionTests {
     func storm() async throws {
         // Given three daemons sharing three memcached servers, and a source the origin holds at a gate
         let servers = try FleetTests.servers()
-        let daemons = try FleetTests.fleet(servers: servers)
+        let daemons = try await FleetTests.fleet(servers: servers)
         let origin = daemons[0].origin
         let gate = Gate()
         ImageFiles.serveGated(daemons[0], "/photo.jpg", ImageFiles.bytes("photo.jpg"), gate: gate)
@@ -64,7 +64,7 @@ struct FleetRenditionTests {
     func fleetHitThenLocal() async throws {
         // Given a rendition one daemon made
         let servers = try FleetTests.servers(1)
-        let daemons = try FleetTests.fleet(2, servers: servers)
+        let daemons = try await FleetTests.fleet(2, servers: servers)
         ImageFiles.serve(daemons[0], "photo.jpg")
         let made = try await daemons[0].get(Self.avif)
         #expect(made.status == 200 && made.header("Cache-Status")?.contains("detail=transformed") == true)
@@ -87,7 +87,7 @@ struct FleetRenditionTests {
     func release() async throws {
         // Given a winner waiting for its gated source, and a second host waiting on the winner's rendition
         let servers = try FleetTests.servers(1)
-        let daemons = try FleetTests.fleet(2, servers: servers)
+        let daemons = try await FleetTests.fleet(2, servers: servers)
         let origin = daemons[0].origin
         let gate = Gate()
         ImageFiles.serveGated(daemons[0], "/photo.jpg", ImageFiles.bytes("photo.jpg"), gate: gate)
@@ -112,7 +112,7 @@ struct FleetRenditionTests {
     func purgeDuringTransform() async throws {
         // Given two daemons, and the first one's worker held as it takes a new rendition's transform
         let servers = try FleetTests.servers(1)
-        let daemons = try FleetTests.fleet(2, servers: servers)
+        let daemons = try await FleetTests.fleet(2, servers: servers)
         ImageFiles.serve(daemons[0], "photo.jpg")
         let held = Gate()
         defer { held.open() }
@@ -150,7 +150,7 @@ struct FleetRenditionTests {
         // Given two daemons with a 4 s lease, and a source whose body the origin drips over 12 s (the host fetching it
         // keeps the source's lease alive as its bytes arrive)
         let servers = try FleetTests.servers(1)
-        let daemons = try FleetTests.fleet(2, servers: servers) { $0.fleet.leaseSeconds = 4 }
+        let daemons = try await FleetTests.fleet(2, servers: servers) { $0.fleet.leaseSeconds = 4 }
         let origin = daemons[0].origin
         let photo = ImageFiles.bytes("photo.jpg")
         origin.route("/photo.jpg") { _ in
@@ -181,7 +181,7 @@ struct FleetRenditionTests {
     func unavailable() async throws {
         // Given a daemon whose only memcached is gone
         let servers = try FleetTests.servers(1)
-        let daemons = try FleetTests.fleet(1, servers: servers)
+        let daemons = try await FleetTests.fleet(1, servers: servers)
         ImageFiles.serve(daemons[0], "photo.jpg")
         servers[0].kill9()
         // When a new rendition is asked for

@@ -23,8 +23,9 @@ struct FleetTests {
     /// tests are about leases, and on a machine running every suite at once a 50 ms deadline is missed (a host serves
     /// alone), a winner held at a gate for more than 5 s loses its lease, and a storm's setup can outlast fleet.wait, as
     /// all three should in production. The tests of expiry and deadlines set their own.)
+    /// Each daemon has read the purge logs (it serves fleet values) when this returns, unless `servers` is empty.
     static func fleet(_ count: Int = 3, servers: [MemcachedProcess], _ configure: (inout Configuration) -> Void = { _ in })
-        throws -> [ProxyHarness] {
+        async throws -> [ProxyHarness] {
         let first = try ProxyHarness { configuration in
             configuration.fleet.servers = servers.map { FleetServer(host: "127.0.0.1", port: $0.port) }
             configuration.fleet.itemMaxBytes = 32 << 20
@@ -45,6 +46,9 @@ struct FleetTests {
                 configure(&configuration)
             })
         }
+        if !servers.isEmpty {
+            for harness in harnesses { try #require(await harness.fleetCaughtUp.wait(for: 1), "a daemon never read the fleet's purge logs") }
+        }
         return harnesses
     }
 
@@ -57,7 +61,7 @@ struct FleetTests {
     @Test("a storm of clients on three daemons for one new image: one origin fetch, the same bytes for all, fleet-collapsed on the others")
     func storm() async throws {
         let servers = try Self.servers()
-        let daemons = try Self.fleet(servers: servers)
+        let daemons = try await Self.fleet(servers: servers)
         let origin = daemons[0].origin
         let body = Fixtures.png(size: 40_000)
         let gate = Gate()
@@ -82,7 +86,7 @@ struct FleetTests {
     @Test("another host's fill is a fleet hit (Age counted), kept locally: the next request there is a memory hit")
     func fleetHitThenLocal() async throws {
         let servers = try Self.servers(1)
-        let daemons = try Self.fleet(2, servers: servers)
+        let daemons = try await Self.fleet(2, servers: servers)
         let origin = daemons[0].origin
         let body = Fixtures.png(size: 5000)
         origin.route("/a.png") { _ in Reply(status: 200, headers: [("Content-Type", "image/png"), ("Cache-Control", "max-age=300")], body: body) }
@@ -106,7 +110,7 @@ struct FleetTests {
     @Test("a response with Vary is shared with its variant: a host whose client sends the same fields gets a fleet hit; one that differs fetches its own")
     func varyShared() async throws {
         let servers = try Self.servers(1)
-        let daemons = try Self.fleet(3, servers: servers)
+        let daemons = try await Self.fleet(3, servers: servers)
         let origin = daemons[0].origin
         let plain = Fixtures.png(size: 5000), forSite = Fixtures.png(size: 6000)
         // S3 with CORS: Vary: Origin, and a different answer for a request that names an Origin.
@@ -142,7 +146,7 @@ struct FleetTests {
     func unshared(_ kind: Unshared) async throws {
         let servers = try Self.servers(1)
         // A 60 s lease and wait: without the marker, the waiters would outlive the origin's wait below.
-        let daemons = try Self.fleet(3, servers: servers) {
+        let daemons = try await Self.fleet(3, servers: servers) {
             $0.fleet.leaseSeconds = 60
             $0.fleet.waitSeconds = 60
             if kind == .oversized { $0.fleet.itemMaxBytes = 4096 }
@@ -172,7 +176,7 @@ struct FleetTests {
     @Test("a winner whose clients all leave hands the lease back: a waiting host takes over at its next poll")
     func release() async throws {
         let servers = try Self.servers(1)
-        let daemons = try Self.fleet(2, servers: servers) { $0.fleet.leaseSeconds = 60 }
+        let daemons = try await Self.fleet(2, servers: servers) { $0.fleet.leaseSeconds = 60 }
         let origin = daemons[0].origin
         let gate = Gate()
         let body = Fixtures.png(size: 3000)
@@ -194,7 +198,7 @@ struct FleetTests {
     @Test("a winner whose origin hangs stops keeping its lease alive: it expires, and a waiting host takes over")
     func hungWinner() async throws {
         let servers = try Self.servers(1)
-        let daemons = try Self.fleet(2, servers: servers) { $0.fleet.leaseSeconds = 2 }
+        let daemons = try await Self.fleet(2, servers: servers) { $0.fleet.leaseSeconds = 2 }
         let origin = daemons[0].origin
         let stalled = Gate(), gate = Gate()
         let body = Fixtures.png(size: 3000)
@@ -221,7 +225,7 @@ struct FleetTests {
     @Test("a copy gone stale on three hosts is revalidated once for the fleet: one conditional request, every host refreshed")
     func staleRevalidatedOnce() async throws {
         let servers = try Self.servers(1)
-        let daemons = try Self.fleet(3, servers: servers)
+        let daemons = try await Self.fleet(3, servers: servers)
         let origin = daemons[0].origin
         let body = Fixtures.png(size: 5000)
         let gate = Gate()
@@ -266,7 +270,7 @@ struct FleetTests {
     @Test("a damaged value in memcached is a miss: never served, deleted, counted")
     func damagedValue() async throws {
         let servers = try Self.servers(1)
-        let daemons = try Self.fleet(2, servers: servers)
+        let daemons = try await Self.fleet(2, servers: servers)
         let origin = daemons[0].origin
         let body = Fixtures.png(size: 6000)
         origin.route("/d.png") { _ in Reply(status: 200, headers: [("Content-Type", "image/png"), ("Cache-Control", "max-age=300")], body: body) }
@@ -288,7 +292,7 @@ struct FleetTests {
     @Test("a memcached killed or hung: each host serves on its own, labelled detail=fleet-unavailable, within the tier's deadline")
     func serverDown() async throws {
         let servers = try Self.servers(1)
-        let daemons = try Self.fleet(1, servers: servers)
+        let daemons = try await Self.fleet(1, servers: servers)
         let origin = daemons[0].origin
         let body = Fixtures.png(size: 2000)
         origin.route("/k.png") { _ in Reply(status: 200, headers: [("Content-Type", "image/png"), ("Cache-Control", "max-age=300")], body: body) }
@@ -312,7 +316,7 @@ struct FleetTests {
     func serverRecovers() async throws {
         // Given two daemons on one memcached, whose breakers open at the first failure and probe every 0.2 s
         let servers = try Self.servers(1)
-        let daemons = try Self.fleet(2, servers: servers) {
+        let daemons = try await Self.fleet(2, servers: servers) {
             $0.fleet.breakerFailures = 1
             $0.fleet.breakerOpenSeconds = 0.2
         }
@@ -355,7 +359,7 @@ struct FleetPurgeTests {
     @Test("a purge on one host drops the fleet's copy and every other host's copies; a host that reads a value its server kept is not served it")
     func purgeAcrossHosts() async throws {
         let servers = try FleetTests.servers(2)
-        let daemons = try FleetTests.fleet(3, servers: servers)
+        let daemons = try await FleetTests.fleet(3, servers: servers)
         let origin = daemons[0].origin
         let body = Fixtures.png(size: 4000)
         origin.route("/p.png") { _ in Reply(status: 200, headers: [("Content-Type", "image/png"), ("Cache-Control", "max-age=300")], body: body) }
@@ -392,7 +396,7 @@ struct FleetPurgeTests {
     @Test("a host that starts hours after a purge catches up from the older logs, and refuses a value a server kept through it")
     func lateHostCatchesUp() async throws {
         let servers = try FleetTests.servers(1)
-        let a = try FleetTests.fleet(1, servers: servers)[0]
+        let a = try await FleetTests.fleet(1, servers: servers)[0]
         let body = Fixtures.png(size: 3000)
         a.origin.route("/c.png") { _ in Reply(status: 200, headers: [("Content-Type", "image/png"), ("Cache-Control", "max-age=86400")], body: body) }
         _ = try await a.get("/c.png")
@@ -412,11 +416,58 @@ struct FleetPurgeTests {
         }
         // Then it reads that log in its catch-up, and the value (fresh for a day) is refused, fetched anew
         #expect(await late.fleetPurges.wait(for: 1, timeout: 10), "the late host never read the older log")
+        #expect(await late.fleetCaughtUp.wait(for: 1, timeout: 10), "the late host never read every log")
         let response = try await late.get("/c.png")
         #expect(response.status == 200 && response.body == body)
         #expect(response.header("Cache-Status")?.contains("detail=fleet") == false, "\(response.headers)")
         #expect(late.daemon.proxy.metrics.fleet.purgedRefused.current == 1)
         #expect(a.origin.requestCount("/c.png") == 2)
+    }
+
+    @Test("a host that has not yet read the purge logs serves no fleet value: a value a server kept through a purge is not served in a new host's first seconds")
+    func noFleetValueBeforeTheLogsAreRead() async throws {
+        let servers = try FleetTests.servers(1)
+        let a = try await FleetTests.fleet(1, servers: servers)[0]
+        let old = Fixtures.png(size: 3000), new = Fixtures.png(size: 3100)
+        let current = Locked(old)
+        a.origin.route("/d.png") { _ in
+            Reply(status: 200, headers: [("Content-Type", "image/png"), ("Cache-Control", "max-age=86400")], body: current.withLock { $0 })
+        }
+        _ = try await a.get("/d.png")
+        #expect(await a.fleetStores.wait(for: 1), "the entry never reached the fleet")
+        let key = FleetEnvelope.key(for: CacheKey(try UpstreamURL.parse(a.origin.baseURL + "/d.png")))
+        let kept = try servers[0].value(key)
+        // Given this hour's log long enough that a first read (a megabyte at most) stops before its end (lines no host
+        // applies: not purge lines), then a purge of /d.png at its end, and the server holding the old value again
+        // (it was away for the delete: here, written back); the origin now serves a new image
+        let filler = Array((String(repeating: "# filler, not a purge line " + String(repeating: "x", count: 970) + "\n", count: 60)).utf8)
+        for _ in 0..<24 {
+            let (took, _) = await handOver { handed in
+                a.daemon.proxy.fleet.appendToLog(FleetPurges.logKey(at: a.clock.now()), line: filler, createTTLSeconds: 7200) { handed(($0, $1)) }
+            }
+            try #require(took == 1)
+        }
+        let encoded = (a.origin.baseURL + "/d.png").addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
+        let purge = try await a.get("/_imagecached/cache?url=\(encoded)", method: "DELETE")
+        #expect(purge.text.contains("fleet: logged on 1 of 1 servers"), "\(purge.text)")
+        try servers[0].set(key, value: kept, flags: FleetEnvelope.Flags.entry, ttl: 3600)
+        current.withLock { $0 = new }
+        // When a new host asks for it at once (its first catch-up has not read the log to its end: the rest comes at
+        // the next, 10 s later)
+        let b = try ProxyHarness { configuration in
+            configuration.origins = a.configuration.origins
+            configuration.fleet.servers = servers.map { FleetServer(host: "127.0.0.1", port: $0.port) }
+            configuration.fleet.deadlineSeconds = 2
+        }
+        let response = try await b.get("/d.png")
+        // Then it serves the origin's new image, not the fleet's purged one, says the fleet was unavailable to it,
+        // and leaves the value for hosts that know the purge to refuse
+        #expect(response.status == 200 && response.body == new, "\(response.headers)")
+        #expect(response.header("Cache-Status")?.hasSuffix("detail=fleet-unavailable") == true, "\(response.headers)")
+        #expect(b.fleetCaughtUp.count == 0)
+        #expect(b.daemon.proxy.metrics.fleet.catchUpRefused.current == 1)
+        #expect(b.daemon.proxy.metrics.fleet.hits.current == 0)
+        #expect(try servers[0].value(key) == kept)
     }
 
     @Test("a poll reads this hour's and the last hour's logs; a catch-up every hour's within the retention, a day and an hour")
@@ -498,7 +549,7 @@ struct FleetFailureTests {
     func slowServer() async throws {
         let memcached = try MemcachedProcess()
         let slow = try DelayProxy(to: memcached.port, delay: .milliseconds(300))
-        let daemons = try FleetTests.fleet(1, servers: []) { configuration in
+        let daemons = try await FleetTests.fleet(1, servers: []) { configuration in
             configuration.fleet.servers = [FleetServer(host: "127.0.0.1", port: slow.port)]
             configuration.fleet.deadlineSeconds = 0.05
             configuration.fleet.breakerOpenSeconds = 60
@@ -532,8 +583,8 @@ struct FleetPartitionTests {
         let network = try TestNetwork(links: 2)
         let memcached = try MemcachedProcess(namespace: network.namespace, hosts: network.addresses, port: 11211)
         // A and C reach the server over the first link, B over the second (one server: the same owner for every key).
-        func host(_ link: Int, origins: [OriginMapping]? = nil) throws -> ProxyHarness {
-            try ProxyHarness { configuration in
+        func host(_ link: Int, origins: [OriginMapping]? = nil) async throws -> ProxyHarness {
+            let harness = try ProxyHarness { configuration in
                 if let origins { configuration.origins = origins }
                 configuration.fleet.servers = [FleetServer(host: network.addresses[link], port: memcached.port)]
                 configuration.fleet.deadlineSeconds = 0.5
@@ -541,9 +592,11 @@ struct FleetPartitionTests {
                 configuration.fleet.waitSeconds = 60
                 configuration.fleet.breakerOpenSeconds = 60
             }
+            try #require(await harness.fleetCaughtUp.wait(for: 1), "a host never read the fleet's purge logs")
+            return harness
         }
-        let a = try host(0)
-        let b = try host(1, origins: a.configuration.origins), c = try host(0, origins: a.configuration.origins)
+        let a = try await host(0)
+        let b = try await host(1, origins: a.configuration.origins), c = try await host(0, origins: a.configuration.origins)
         let origin = a.origin
         let body = Fixtures.png(size: 3000)
         for path in ["/one.png", "/two.png", "/three.png"] {

@@ -39,7 +39,7 @@ enum FleetFill {
 
     /// The fleet's answer to a lookup of `key`, decoded and verified for the machine: a damaged or foreign value is
     /// deleted (by its CAS) and answered `damaged`; a value not newer than a purge of its URL (FleetPurges) is deleted
-    /// and answered as a pass marker; the counts kept (hits, bytes, markers seen, wins, takeovers after
+    /// and answered as a pass marker; a value found before this host has read the purge logs is answered `unavailable`; the counts kept (hits, bytes, markers seen, wins, takeovers after
     /// `waitedBefore`, waits, unavailable). The lease of a `won` answer is returned for the runner to keep.
     static func answer(_ lookup: FleetLookup, key: CacheKey, policy: FreshnessPolicy, waitedBefore: Bool,
                        context: FetchContext) -> (FetchMachine.FleetAnswer, FleetLease?) {
@@ -52,6 +52,12 @@ enum FleetFill {
             do {
                 let entry = try FleetEnvelope.decode(value.bytes, for: key, policy: policy)
                 metrics.bytesRead.add(value.bytes.count)
+                guard context.fleetPurges.caughtUp else {
+                    // This host has not read the purge logs yet (it just started): it cannot tell whether the value
+                    // was purged while its server was away. It fetches for itself, and the value stays.
+                    metrics.catchUpRefused.add()
+                    return (.unavailable("the fleet's purge logs are not read yet"), nil)
+                }
                 if context.fleetPurges.isPurged(entry) {
                     // Older than a purge of its URL (its server missed the delete, or a rendition of the URL, which a
                     // purge does not delete by name): gone, and this host fetches (or makes) it for itself.

@@ -19,6 +19,8 @@ package final class FleetMetrics: Sendable {
     let bytesRead = Counter()
     /// Fleet values refused as older than a purge of their URL.
     let purgedRefused = Counter()
+    /// Fleet values not served because this host had not read the purge logs yet (FleetPurges.caughtUp).
+    let catchUpRefused = Counter()
 
     package init() {}
 
@@ -38,6 +40,7 @@ package final class FleetMetrics: Sendable {
         fleet.damaged = damaged.current
         fleet.bytesRead = bytesRead.current
         fleet.purgedRefused = purgedRefused.current
+        fleet.catchUpRefused = catchUpRefused.current
         fleet.leasesHeld = tier.leasesHeld
         fleet.servers = tier.servers.map { server in
             var out = DaemonStats.Fleet.Server()

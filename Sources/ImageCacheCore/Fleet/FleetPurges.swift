@@ -15,6 +15,10 @@
 // A value read from the fleet whose response is not newer than its URL's purge (or a purge of everything) is refused:
 // deleted, and the host fetches for itself (`isPurged`). Because the line is on every server, a server that was away
 // during a purge does not lose it: the hosts learn it from the others, and its stale values are refused by time.
+// A host that has not yet read any server's logs whole since it started (its first catch-up: about a second, more when
+// the logs are long) does not know the purges of the last day, so it serves no fleet value (`caughtUp`; FleetFill
+// answers such a hit as the fleet being unavailable: the host fetches for itself, and keeps the value nowhere). A purge
+// is logged on every server up when it is made, so one server read whole is enough.
 // Bound: a host drops its local copies within about a second of the purge (one poll), plus the read's deadline.
 // Limits: a log holds FleetLogLimits.maxSegments segments of 64 KiB per server (16 MiB: about 150,000 purges of
 // 100-byte URLs an hour); past that a purge answers that it was logged on fewer servers (0 when all are full), and the
@@ -72,6 +76,9 @@ final class FleetPurges: @unchecked Sendable {
     private var readWhole: [String: Date] = [:]
     /// When the last catch-up read started.
     private var lastCatchUp: Date?
+    /// Whether some server's logs have been read whole since this host started: until then it knows none of the day's
+    /// purges, and serves no fleet value.
+    private(set) var caughtUp = false
     /// When old purges were last forgotten.
     private var lastForgetting: Date?
     /// The latest purge's serial number; the latest of each URL (with when it was made), of everything, and of those
@@ -217,6 +224,14 @@ final class FleetPurges: @unchecked Sendable {
                 if poll.catchingUp || readWhole[server].map({ poll.started.timeIntervalSince($0) <= Self.caughtUpSeconds }) == true {
                     readWhole[server] = poll.started
                 }
+            }
+        }
+        defer {
+            // (After this read's lines are applied: the first fleet value served is checked against all of them.)
+            if !caughtUp, poll.answered == poll.expected, !readWhole.isEmpty {
+                caughtUp = true
+                logger.info("fleet: the purge logs are read (\(readWhole.count) of \(poll.servers.count) server(s) whole): fleet values are served from now on")
+                events?(.fleetCaughtUp(servers: readWhole.count))
             }
         }
         var applied = 0

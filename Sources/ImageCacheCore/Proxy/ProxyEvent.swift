@@ -28,6 +28,9 @@ public enum ProxyEvent: Sendable, Equatable {
     case fleetStored(key: CacheKey)
     /// A purge from another host's log was applied here (`url`: the URL, or "*" for everything).
     case fleetPurgeApplied(url: String)
+    /// This host has read the fleet's purge logs whole for the first time (`servers` of them): it serves fleet values
+    /// from now on (FleetPurges.caughtUp).
+    case fleetCaughtUp(servers: Int)
     /// A worker took the transform of the rendition `key` and is about to run it. Told on the worker's thread, not
     /// the proxy queue: a test holds the worker here to land a purge mid-transform.
     case transformStarting(key: CacheKey)

@@ -182,6 +182,8 @@ final class ProxyHarness {
     /// Fleet servers whose breaker opened here (a server down: its keys local-only), and closed again (a probe answered).
     let fleetServersDown = EventCounter { if case .fleetServerState(_, .down) = $0 { true } else { false } }
     let fleetServersUp = EventCounter { if case .fleetServerState(_, .up) = $0 { true } else { false } }
+    /// The purge logs read whole for the first time: the host serves fleet values from then on.
+    let fleetCaughtUp = EventCounter { if case .fleetCaughtUp = $0 { true } else { false } }
     /// Every event counter above, fed by the daemon's events.
     private let counters: [EventCounter]
     /// This harness's own disk tier directory, removed at the end.
@@ -215,7 +217,7 @@ final class ProxyHarness {
         }
         self.configuration = configuration
         self.logger = logger
-        counters = [fleetWaits, fleetStores, fleetPurges, fleetServersDown, fleetServersUp]
+        counters = [fleetWaits, fleetStores, fleetPurges, fleetServersDown, fleetServersUp, fleetCaughtUp]
         daemon = try ProxyHarness.makeDaemon(configuration, logger: logger, clock: clock, waiters: waiters, pauses: pauses,
                                              statsReads: statsReads, counters: counters, transformHold: transformHold)
         try daemon.start()
