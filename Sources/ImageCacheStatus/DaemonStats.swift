@@ -161,6 +161,24 @@ public struct DaemonStats: Sendable, Codable, Equatable {
         /// Entry bytes read from the tier.
         public var bytesRead = 0
         public init() {}
+
+        enum CodingKeys: String, CodingKey {
+            case servers, hits, leaseWins, takeovers, waits, passMarkers, passMarkersSeen, stored, lostLeases, releases
+            case unavailable, damaged, purgedRefused, catchUpRefused, leasesHeld, bytesRead
+        }
+
+        /// A count a daemon of another version does not write reads as 0 (`imagecached stats` of a newer binary
+        /// against a daemon not yet restarted).
+        public init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            func count(_ key: CodingKeys) throws -> Int { try container.decodeIfPresent(Int.self, forKey: key) ?? 0 }
+            servers = try container.decodeIfPresent([Server].self, forKey: .servers) ?? []
+            (hits, leaseWins, takeovers, waits) = (try count(.hits), try count(.leaseWins), try count(.takeovers), try count(.waits))
+            (passMarkers, passMarkersSeen, stored) = (try count(.passMarkers), try count(.passMarkersSeen), try count(.stored))
+            (lostLeases, releases, unavailable, damaged) = (try count(.lostLeases), try count(.releases), try count(.unavailable), try count(.damaged))
+            (purgedRefused, catchUpRefused) = (try count(.purgedRefused), try count(.catchUpRefused))
+            (leasesHeld, bytesRead) = (try count(.leasesHeld), try count(.bytesRead))
+        }
     }
 
     /// The leaves minted for intercepted hosts (docs/design/issue-29-plan.md, D9): made, cached, being made.

@@ -42,4 +42,22 @@ struct DaemonStatsTests {
         // Then
         #expect(disk.evicted == 4 && disk.removedCorrupt == 1 && disk.indexLoaded && disk.bodiesVerified == 0 && disk.indexLoadSeconds == nil)
     }
+
+    @Test("the fleet part from a daemon that did not count catch-up refusals still reads, and every count reads back")
+    func olderFleetPart() throws {
+        // Given the fleet part as the daemons before the count wrote it
+        let json = #"{"servers": [{"address": "10.0.0.5:11211", "state": "up", "operations": 9, "failures": 0, "timeouts": 0, "breakerOpens": 0, "bytesRead": 1, "bytesWritten": 2}], "hits": 3, "leaseWins": 4, "takeovers": 0, "waits": 1, "passMarkers": 0, "passMarkersSeen": 0, "stored": 4, "lostLeases": 0, "releases": 0, "unavailable": 2, "damaged": 0, "purgedRefused": 1, "leasesHeld": 0, "bytesRead": 500}"#
+        // When
+        let fleet = try JSONDecoder().decode(DaemonStats.Fleet.self, from: Data(json.utf8))
+        // Then
+        #expect(fleet.hits == 3 && fleet.leaseWins == 4 && fleet.unavailable == 2 && fleet.purgedRefused == 1 && fleet.bytesRead == 500)
+        #expect(fleet.catchUpRefused == 0 && fleet.servers.first?.address == "10.0.0.5:11211")
+        // And a whole fleet part reads back equal
+        var full = fleet
+        full.catchUpRefused = 7
+        full.leasesHeld = 2
+        var stats = DaemonStats()
+        stats.fleet = full
+        #expect(try DaemonStats.decode(Data(stats.json())) == stats)
+    }
 }
