@@ -122,8 +122,7 @@ struct FleetRenditionTests {
         #expect(await daemons[0].transformHold.wait(for: 1), "the transform never started")
         // When the source is purged 1 s after the origin answered for it, and the transform ends 1 s later
         daemons[0].clock.advance(1)
-        let source = (daemons[0].origin.baseURL + "/photo.jpg").addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
-        let purge = try await daemons[0].get("/_imagecached/cache?url=\(source)", method: "DELETE")
+        let purge = try await daemons[0].purge("/photo.jpg")
         #expect(purge.status == 200)
         daemons[0].clock.advance(1)
         held.open()

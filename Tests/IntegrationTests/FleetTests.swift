@@ -372,8 +372,7 @@ struct FleetPurgeTests {
         let owner = try #require(servers.first { (try? $0.value(key)) != nil }, "the entry is in neither server")
         let kept = try owner.value(key)
         // When A purges the URL
-        let encoded = (origin.baseURL + "/p.png").addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
-        let purge = try await daemons[0].get("/_imagecached/cache?url=\(encoded)", method: "DELETE")
+        let purge = try await daemons[0].purge("/p.png")
         #expect(purge.status == 200)
         #expect(purge.text.contains("fleet: logged on 2 of 2 servers"), "\(purge.text)")
         // Then B drops its copy at its next read of the log (once a second)
@@ -404,8 +403,7 @@ struct FleetPurgeTests {
         let key = FleetEnvelope.key(for: CacheKey(try UpstreamURL.parse(a.origin.baseURL + "/c.png")))
         let kept = try servers[0].value(key)
         // A purges; the server then holds the old value again (it was away for the delete: here, written back).
-        let encoded = (a.origin.baseURL + "/c.png").addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
-        let purge = try await a.get("/_imagecached/cache?url=\(encoded)", method: "DELETE")
+        let purge = try await a.purge("/c.png")
         #expect(purge.text.contains("fleet: logged on 1 of 1 servers"), "\(purge.text)")
         try servers[0].set(key, value: kept, flags: FleetEnvelope.Flags.entry, ttl: 3600)
         // When a host starts three hours later (its clock; the purge is in a log three hours old)
@@ -447,8 +445,7 @@ struct FleetPurgeTests {
             }
             try #require(took == 1)
         }
-        let encoded = (a.origin.baseURL + "/d.png").addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
-        let purge = try await a.get("/_imagecached/cache?url=\(encoded)", method: "DELETE")
+        let purge = try await a.purge("/d.png")
         #expect(purge.text.contains("fleet: logged on 1 of 1 servers"), "\(purge.text)")
         try servers[0].set(key, value: kept, flags: FleetEnvelope.Flags.entry, ttl: 3600)
         current.withLock { $0 = new }

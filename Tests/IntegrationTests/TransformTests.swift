@@ -522,8 +522,7 @@ struct TransformTests {
         let source = CacheKey(try UpstreamURL.parse(harness.origin.baseURL + "/photo.jpg"))
         _ = try await harness.get("/photo.jpg")   // the source itself, back in memory
         #expect(!harness.daemon.proxy.memory.renditions(of: source.url).isEmpty)
-        let url = (harness.origin.baseURL + "/photo.jpg").addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
-        #expect(try await harness.get("/_imagecached/cache?url=" + url, method: "DELETE").status == 200)
+        #expect(try await harness.purge("/photo.jpg").status == 200)
         #expect(harness.daemon.proxy.memory.renditions(of: source.url).isEmpty)
         await harness.flushDisk()
         #expect(harness.daemon.proxy.disk?.stats.entries == 0)
@@ -540,11 +539,10 @@ struct TransformTests {
         let gate = Gate()
         defer { gate.open() }
         ImageFiles.serveGated(harness, "/photo.jpg", photo, gate: gate)
-        let url = (harness.origin.baseURL + "/photo.jpg").addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
         // When the source's URL is purged while its fetch is in flight
         let fetching = try await harness.waitingClients(1, on: "/photo.jpg")
         try await harness.origin.waitForRequests("/photo.jpg", count: 1)
-        #expect(try await harness.get("/_imagecached/cache?url=" + url, method: "DELETE").status == 200)
+        #expect(try await harness.purge("/photo.jpg").status == 200)
         gate.open()
         // Then its client has it, and the next request fetches again (the clock never moved: a serial, not a time)
         let first = try await readAll(fetching)[0]
@@ -563,7 +561,7 @@ struct TransformTests {
         let client = try harness.connect()
         try client.request(target)
         #expect(await harness.transformHold.wait(for: 1), "the transform never started")
-        #expect(try await harness.get("/_imagecached/cache?url=" + url, method: "DELETE").status == 200)
+        #expect(try await harness.purge("/photo.jpg").status == 200)
         held.open()
         // Then its client has it, and the next request makes it again
         let made = try await readAll([client])[0]
@@ -592,8 +590,7 @@ struct TransformTests {
         // When the stale copy's revalidation waits at the origin, and the URL is purged meanwhile
         let revalidating = try await harness.waitingClients(1, on: "/photo.jpg")
         try await harness.origin.waitForRequests("/photo.jpg", count: 2)
-        let url = (harness.origin.baseURL + "/photo.jpg").addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
-        #expect(try await harness.get("/_imagecached/cache?url=" + url, method: "DELETE").status == 200)
+        #expect(try await harness.purge("/photo.jpg").status == 200)
         gate.open()
         // Then its client has the copy the 304 confirmed, and the next request goes to the origin for a whole response
         let confirmed = try await readAll(revalidating)[0]

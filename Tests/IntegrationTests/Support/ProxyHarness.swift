@@ -265,6 +265,12 @@ final class ProxyHarness {
         return try await offPool { try TestClient.get(port: port, target, method: method, headers: headers) }
     }
 
+    /// `DELETE /_imagecached/cache?url=` for `path` on this harness's origin (the URL percent-encoded).
+    func purge(_ path: String) async throws -> TestResponse {
+        let url = (origin.baseURL + path).addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
+        return try await get("/_imagecached/cache?url=" + url, method: "DELETE")
+    }
+
     func connect() throws -> TestConnection { try TestConnection(port: port) }
 
     /// Sends `clients` requests for `target`, each on its own connection, and returns once the proxy reports them all
