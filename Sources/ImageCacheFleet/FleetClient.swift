@@ -55,12 +55,6 @@ package enum FleetEvent: Sendable, Equatable {
     case nameResolved(server: String, address: String?)
 }
 
-/// What a new thread runs (handed to pthread_create as its argument).
-private final class ThreadStart {
-    let body: () -> Void
-    init(_ body: @escaping () -> Void) { self.body = body }
-}
-
 /// The fleet thread and everything it owns. Confined to the fleet thread, except the inbox and the published stats.
 final class FleetClient: @unchecked Sendable {
     enum Command {
@@ -182,16 +176,12 @@ final class FleetClient: @unchecked Sendable {
             return true
         }
         guard start else { return }
-        let body = Unmanaged.passRetained(ThreadStart { [self] in run() })  // holds the client until the thread exits
-        var handle = pthread_t()
-        let created = pthread_create(&handle, nil, { argument in
-            Unmanaged<ThreadStart>.fromOpaque(argument!).takeRetainedValue().body()
-            return nil
-        }, body.toOpaque())
-        guard created == 0 else {
-            body.release()
+        let handle: UInt
+        do {
+            handle = try startThread(detached: false) { [self] in run() }  // holds the client until the thread exits
+        } catch {
             logger.error("fleet tier: cannot start its thread; every operation answers unavailable",
-                         metadata: ["errno": "\(created)"])
+                         metadata: ["errno": "\(error.errno)"])
             let queued = inbox.withLock { inbox -> [Command] in
                 inbox.started = false
                 inbox.closed = true
@@ -201,7 +191,7 @@ final class FleetClient: @unchecked Sendable {
             Self.refuse(queued, reason: "the fleet tier has no thread")
             return
         }
-        thread.withLock { $0 = handle }
+        thread.withLock { $0 = pthread_t(handle) }
     }
 
     /// Posts `command`; false (and nothing posted) once the client is shut down.

@@ -21,26 +21,14 @@ struct FleetResolver: Sendable {
     /// thread can be made (the failure then says so).
     func start(host: String, port: Int, answer: @escaping @Sendable (Result<SocketAddress, ResolveError>) -> Void) {
         let resolve = resolve
-        let body = Unmanaged.passRetained(ResolverRun {
-            nameThisThread("icd.fleet-dns")
-            answer(resolve(host, port))
-        })
-        var handle = pthread_t()
-        let created = pthread_create(&handle, nil, { argument in
-            Unmanaged<ResolverRun>.fromOpaque(argument!).takeRetainedValue().body()
-            return nil
-        }, body.toOpaque())
-        guard created == 0 else {
-            body.release()
-            answer(.failure(ResolveError(message: "no thread to resolve it (\(String(cString: strerror(created))))")))
-            return
+        do {
+            _ = try startThread(detached: true) {  // nobody joins it: its resources go when it ends
+                nameThisThread("icd.fleet-dns")
+                answer(resolve(host, port))
+            }
+        } catch {
+            answer(.failure(ResolveError(message: "no thread to resolve it (\(String(cString: strerror(error.errno))))")))
         }
-        pthread_detach(handle)  // nobody joins it: its resources go when it ends
     }
 }
 
-/// What a resolver thread runs (handed to pthread_create as its argument).
-private final class ResolverRun {
-    let body: () -> Void
-    init(_ body: @escaping () -> Void) { self.body = body }
-}

@@ -52,12 +52,6 @@ internal import CEpoll
 internal import Dispatch
 internal import Synchronization
 
-/// What a loop's new thread runs (handed to pthread_create as its argument).
-private final class ThreadStart {
-    let body: () -> Void
-    init(_ body: @escaping () -> Void) { self.body = body }
-}
-
 /// One event loop: a thread of its own, an epoll fd and an eventfd.
 final class EventLoop: SinkExecutor, @unchecked Sendable {
     /// How often deadlines are checked (250 ms): the granularity of every connection timeout.
@@ -125,22 +119,16 @@ final class EventLoop: SinkExecutor, @unchecked Sendable {
             closeDescriptor(epollFD)
             throw error
         }
-        // pthread_create itself, not Foundation's Thread: Thread.start ignores a failure to create the thread (at a
-        // task limit, say), which would leave a loop that accepts connections and never reads them.
-        let start = Unmanaged.passRetained(ThreadStart { [self] in run() })  // holds the loop until the thread exits
-        var thread = pthread_t()
-        let created = pthread_create(&thread, nil, { argument in
-            Unmanaged<ThreadStart>.fromOpaque(argument!).takeRetainedValue().body()
-            return nil
-        }, start.toOpaque())
-        guard created == 0 else {
-            start.release()
+        // (A failure to make the thread fails the loop: never a loop that accepts connections and never reads them.)
+        let thread: UInt
+        do {
+            thread = try startThread(detached: true) { [self] in run() }  // holds the loop until the thread exits
+        } catch {
             closeDescriptor(wakeFD)
             closeDescriptor(epollFD)
-            throw SystemError(errno: created, function: "pthread_create")
+            throw error
         }
-        self.thread.store(UInt(thread), ordering: .relaxed)  // the thread stores the same value when it starts
-        pthread_detach(thread)
+        self.thread.store(thread, ordering: .relaxed)  // the thread stores the same value when it starts
     }
 
     /// Pins the loop's thread to `cpu` alone. Returns 0, or the errno value that says why it could not be done
